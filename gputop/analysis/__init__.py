@@ -1,0 +1,1 @@
+"""Pure functions over snapshots: no I/O."""

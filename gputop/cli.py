@@ -1,0 +1,164 @@
+"""Command line: argument parsing and dispatch.
+
+Nothing here imports Textual at module level: `gputop --once`, `--json` and the
+subcommands must start fast.  Each subcommand lives in its own module under
+``gputop/commands/`` and is imported only when used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from gputop import __version__
+
+# Exit codes, documented in the README.
+EXIT_OK = 0
+EXIT_WARNING = 1  # `gputop check`: warnings
+EXIT_CRITICAL = 2  # `gputop check`: critical
+EXIT_USAGE = 2  # bad arguments, bad hosts/config file (argparse uses 2 too)
+EXIT_NO_DRIVER = 3  # no NVIDIA driver / no GPU and nothing else to show
+EXIT_ACTION_FAILED = 4  # reserve lost a race, release refused, ...
+
+SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations")
+
+
+def _add_source_args(p: argparse.ArgumentParser) -> None:
+    """Where snapshots come from; shared by the dashboard and every subcommand."""
+    p.add_argument(
+        "--demo",
+        nargs="?",
+        const="dgx-h100",
+        metavar="SCENARIO",
+        help="use the simulator instead of NVML (SCENARIO name or YAML file; "
+        "'--demo list' names them)",
+    )
+    p.add_argument("--hosts", metavar="FILE", help="hosts file (YAML) to watch over SSH")
+    p.add_argument(
+        "-H", dest="host_list", metavar="HOST[,HOST...]", help="ad-hoc SSH hosts, comma separated"
+    )
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="with --hosts/-H: also show this machine's GPUs",
+    )
+    p.add_argument("--config", metavar="FILE", help="config file (default ~/.config/gputop/config.yaml)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="one-shot modes: give up on a host after S seconds (default 10)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gputop",
+        description="A terminal dashboard for NVIDIA GPUs, local or over SSH.",
+    )
+    parser.add_argument("--version", action="version", version=f"gputop {__version__}")
+    _add_source_args(parser)
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--once", action="store_true", help="print one plain-text table and exit")
+    out.add_argument("--json", action="store_true", help="print one JSON document and exit")
+    out.add_argument(
+        "--screenshot",
+        metavar="DIR",
+        help="render the main screens headless against demo scenarios into DIR as SVG",
+    )
+    parser.add_argument("--interval", type=float, metavar="S", help="refresh interval in seconds")
+    parser.add_argument(
+        "--readonly", action="store_true", help="disable every action (kill, reserve, release)"
+    )
+    return parser
+
+
+def build_subparser(command: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"gputop {command}")
+    _add_source_args(p)
+    if command == "check":
+        p.description = "Print health warnings; exit 0 ok, 1 warning, 2 critical."
+        p.add_argument("--json", action="store_true")
+    elif command == "topo":
+        p.description = "Print the GPU topology matrix (nvidia-smi topo -m vocabulary)."
+        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
+        p.add_argument("--json", action="store_true")
+    elif command in ("pick", "reserve"):
+        if command == "pick":
+            p.description = "Choose free, unreserved, healthy GPUs, best first (reserves nothing)."
+        else:
+            p.description = "Reserve GPUs on a host so that colleagues see who holds them."
+        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
+        p.add_argument("--count", type=int, metavar="N", help="how many GPUs")
+        p.add_argument("--min-free-mem", metavar="SIZE", help="e.g. 20G, 512M")
+        p.add_argument("--max-util", type=float, metavar="PCT", help="highest acceptable util %%")
+        p.add_argument("--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES=...'")
+        if command == "reserve":
+            p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated")
+            p.add_argument(
+                "--for", dest="duration", required=True, metavar="DURATION",
+                help="e.g. 4h, 30m, 1h30m, 'until 18:00'",
+            )
+            p.add_argument("--note", default="", help="why; shown to everyone")
+        else:
+            p.add_argument("--json", action="store_true")
+    elif command == "release":
+        p.description = "Release my reservations (all of them, or --gpus)."
+        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
+        p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated")
+    elif command == "reservations":
+        p.description = "List the active reservations."
+        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
+        p.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args_list and args_list[0] in SUBCOMMANDS:
+            command = args_list[0]
+            args = build_subparser(command).parse_args(args_list[1:])
+            return _run_subcommand(command, args)
+        args = build_parser().parse_args(args_list)
+        return _run_main(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `gputop --json | head`: the reader went away; that is not our error.
+        sys.stderr.close()
+        return EXIT_OK
+
+
+def _run_subcommand(command: str, args: argparse.Namespace) -> int:
+    if command in ("check", "topo"):
+        from gputop.commands import health
+
+        return health.run_check(args) if command == "check" else health.run_topo(args)
+    from gputop.commands import reserve
+
+    return reserve.run(command, args)
+
+
+def _run_main(args: argparse.Namespace) -> int:
+    if args.demo == "list":
+        from gputop.commands import report
+
+        return report.run_demo_list()
+    if args.screenshot:
+        from gputop.ui.screenshots import run_screenshots
+
+        return run_screenshots(args)
+    if args.once or args.json:
+        from gputop.commands import report
+
+        return report.run(args)
+    from gputop.ui.app import run_app
+
+    return run_app(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

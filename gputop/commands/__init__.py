@@ -1,0 +1,1 @@
+"""The non-interactive commands behind cli.py."""

@@ -1,0 +1,1 @@
+"""Where snapshots come from. No Textual, no printing."""
