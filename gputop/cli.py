@@ -43,7 +43,9 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --hosts/-H: also show this machine's GPUs",
     )
-    p.add_argument("--config", metavar="FILE", help="config file (default ~/.config/gputop/config.yaml)")
+    p.add_argument(
+        "--config", metavar="FILE", help="config file (default ~/.config/gputop/config.yaml)"
+    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -94,7 +96,9 @@ def build_subparser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--count", type=int, metavar="N", help="how many GPUs")
         p.add_argument("--min-free-mem", metavar="SIZE", help="e.g. 20G, 512M")
         p.add_argument("--max-util", type=float, metavar="PCT", help="highest acceptable util %%")
-        p.add_argument("--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES=...'")
+        p.add_argument(
+            "--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES=...'"
+        )
         if command == "reserve":
             p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated")
             p.add_argument(

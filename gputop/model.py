@@ -194,6 +194,11 @@ class GpuProcess(_Record):
     start_ticks: int | None = None  # /proc/PID/stat field 22: the identity for actions
     cpu_percent: float | None = None
     rss: int | None = None  # bytes
+    # facts the orphan rules need, read by the collector (pure analysis does no I/O)
+    parent_command: str | None = None
+    parent_user: str | None = None
+    kernel_file: str | None = None  # a Jupyter kernel's -f connection file, if any
+    kernel_file_exists: bool | None = None
     simulated: bool = False  # a --demo process: actions only touch the simulation
 
     @property
@@ -253,7 +258,7 @@ class Reservation(_Record):
 
 
 @dataclass(frozen=True, slots=True)
-class Warning(_Record):  # noqa: A001 - the domain word; builtins.Warning is never needed here
+class Warning(_Record):  # the domain word; builtins.Warning is never needed here
     severity: str  # CRITICAL / WARNING / INFO
     code: str  # stable id, e.g. "gpu-lost", "xid-79", "pcie-width"
     message: str  # one line
