@@ -1,0 +1,119 @@
+"""The one entry for every action: a request dict in, a result dict out.
+
+Standard library only: the remote probe calls ``handle`` for requests that arrive over
+SSH, the local feed calls it in a worker thread, and --demo calls it with a simulation.
+Requests may come from another machine, so every field is checked here and a bad request
+gets ``{"ok": False, "message": ...}``; ``handle`` never raises.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gputop.actions import kill
+
+DEFAULT_RESERVATIONS_DIR = "/var/tmp/gputop-reservations"
+MAX_GRACE = 600.0
+
+
+@dataclass
+class ActionEnv:
+    """What an action may touch on this host.
+
+    ``sim``: the SimNvml of --demo (or a probe serving a scenario); then ``procs`` is its
+    SimProcs and a kill changes only the simulation.  ``gpu_uuids``: index -> UUID of
+    this host's GPUs, for reservations that name cards by UUID.
+    """
+
+    sim: Any | None = None
+    procs: Any | None = None
+    reservations_dir: str = DEFAULT_RESERVATIONS_DIR
+    readonly: bool = False
+    gpu_uuids: Any | None = None
+
+
+class BadRequest(Exception):
+    pass
+
+
+def handle(request: Any, env: ActionEnv) -> dict:
+    try:
+        if not isinstance(request, dict):
+            raise BadRequest("a request must be a JSON object")
+        op = request.get("op")
+        if op == "kill":
+            return _kill(request, env)
+        if op in ("reserve", "release", "reservations"):
+            return _reservations(op, request, env)
+        raise BadRequest(f"unknown op {op!r}")
+    except BadRequest as exc:
+        return {"ok": False, "message": str(exc)}
+    except Exception as exc:  # a remote probe must answer, whatever went wrong
+        return {"ok": False, "message": f"{type(exc).__name__}: {exc}"}
+
+
+def _int(request: dict, key: str, minimum: int) -> int:
+    value = request.get(key)
+    # bool is an int subclass; JSON true must not become pid 1.
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BadRequest(f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _kill(request: dict, env: ActionEnv) -> dict:
+    pid = _int(request, "pid", 2)
+    start_ticks = _int(request, "start_ticks", 0)
+    sig = request.get("signal", "TERM")
+    if sig not in kill.SIGNALS:
+        raise BadRequest(f"signal must be one of {', '.join(kill.SIGNALS)}, got {sig!r}")
+    grace = request.get("grace", 5.0)
+    if (
+        not isinstance(grace, (int, float))
+        or isinstance(grace, bool)
+        or not math.isfinite(grace)
+        or not 0 <= grace <= MAX_GRACE
+    ):
+        raise BadRequest(f"grace must be a number of seconds in 0..{MAX_GRACE:g}, got {grace!r}")
+    if env.readonly:
+        return {
+            "ok": False,
+            "outcome": kill.READONLY,
+            "message": "read-only mode: nothing was signalled",
+            "owner": None,
+            "pid": pid,
+            "signal": sig,
+        }
+    if env.sim is not None:
+        return _sim_kill(pid, start_ticks, sig, env)
+    return kill.signal_process(pid, start_ticks, sig, float(grace), env.procs)
+
+
+def _sim_kill(pid: int, start_ticks: int, sig: str, env: ActionEnv) -> dict:
+    """--demo: the simulation decides; never a real signal for a simulated pid."""
+    if env.procs is None or not hasattr(env.procs, "signal"):
+        raise BadRequest("demo mode without a simulated process table")
+    answer = env.procs.signal(pid, start_ticks, sig)
+    if isinstance(answer, dict):
+        result = dict(answer)
+        outcome = result.get("outcome")
+    else:
+        outcome = str(answer)
+        result = {}
+    result.setdefault("outcome", outcome)
+    result.setdefault("ok", outcome in (kill.EXITED, kill.KILLED, kill.ALREADY_GONE))
+    result.setdefault("message", f"pid {pid} (simulated): {outcome}")
+    result.setdefault("owner", None)
+    result.setdefault("pid", pid)
+    result.setdefault("signal", sig)
+    return result
+
+
+def _reservations(op: str, request: dict, env: ActionEnv) -> dict:
+    if env.readonly and op != "reservations":
+        return {"ok": False, "outcome": kill.READONLY, "message": "read-only mode: nothing changed"}
+    # Imported here: a probe that is only asked to kill need not load the store.
+    from gputop.actions import reservations
+
+    return reservations.handle(op, request, env)

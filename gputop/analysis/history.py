@@ -1,0 +1,330 @@
+"""Time series of what gputop has observed: per GPU, per process, per host.
+
+Pure and standard-library only: fed one HostSnapshot at a time (by the UI worker, by
+tests), read by the dashboard's sparklines, the detail view, the orphan rules ("idle for
+30 minutes") and the health rules ("throttling for 5 minutes").
+
+Everything is counted in *observed samples*: a run of samples is unbroken only if the
+process (or GPU) was present in every successive ok snapshot of its host.  A snapshot
+whose host state is not ok (unreachable, stale...) carries no data and breaks nothing:
+an SSH blip must not reset an idle timer, and must not extend one either (the next real
+snapshot continues the run, with its own time).
+
+Process samples are stored run-length encoded (an idle kernel holding memory for hours
+is one run), so the process window can be long enough for the idle rule while the GPU
+window, which keeps whole Gpu records for any field, stays short.
+
+Thread safety: ``add`` may run in a worker thread while the UI reads, so one lock guards
+every public method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from gputop.model import Gpu, GpuProcess, HostSnapshot
+
+ProcessKey = tuple[str, int, "int | None"]  # (host, pid, start_ticks)
+
+# The process fields kept per sample; the names match GpuProcess so that a predicate
+# written for a GpuProcess works on a sample too.
+PROCESS_FIELDS = ("gpu_mem", "sm_util", "mem_util", "state")
+
+
+class ProcessSample(NamedTuple):
+    """One observed sample of a process, merged over the GPUs it uses."""
+
+    time: float
+    gpu_mem: int | None  # bytes, summed over its GPUs
+    sm_util: int | None  # percent, the highest over its GPUs
+    mem_util: int | None
+    state: str | None
+
+
+class _Run:
+    """Consecutive samples (by host sequence number) with identical values."""
+
+    __slots__ = ("first", "last", "values")
+
+    def __init__(self, seq: int, values: tuple[Any, ...]) -> None:
+        self.first = seq
+        self.last = seq
+        self.values = values
+
+
+class _HostTimes:
+    """Sequence number -> time of each ok snapshot of one host, within the window."""
+
+    __slots__ = ("base", "times")
+
+    def __init__(self) -> None:
+        self.base = 0  # sequence number of times[0]
+        self.times: deque[float] = deque()
+
+    @property
+    def latest(self) -> int:
+        return self.base + len(self.times) - 1
+
+    def time_of(self, seq: int) -> float:
+        return self.times[seq - self.base]
+
+    def append(self, time: float) -> int:
+        self.times.append(time)
+        return self.latest
+
+    def trim(self, oldest: float) -> None:
+        # Keep the newest sample even when the clock jumped: a series is never empty
+        # right after a sample was added.
+        while len(self.times) > 1 and self.times[0] < oldest:
+            self.times.popleft()
+            self.base += 1
+
+
+def _merge(rows: list[GpuProcess]) -> tuple[Any, ...]:
+    mems = [r.gpu_mem for r in rows if r.gpu_mem is not None]
+    sms = [r.sm_util for r in rows if r.sm_util is not None]
+    mus = [r.mem_util for r in rows if r.mem_util is not None]
+    state = next((r.state for r in rows if r.state is not None), None)
+    return (
+        sum(mems) if mems else None,
+        max(sms) if sms else None,
+        max(mus) if mus else None,
+        state,
+    )
+
+
+class History:
+    """Ring buffers of observed samples.
+
+    ``seconds`` bounds the GPU and host series; ``process_seconds`` (default: the same)
+    bounds the process samples, and so the longest streak ``process_streak`` can see.
+    """
+
+    def __init__(self, seconds: float = 600, process_seconds: float | None = None) -> None:
+        self.seconds = float(seconds)
+        self.process_seconds = float(process_seconds if process_seconds is not None else seconds)
+        self._lock = threading.Lock()
+        self._times: dict[str, _HostTimes] = {}
+        self._hosts: dict[str, deque[tuple[int, HostSnapshot]]] = {}
+        self._gpus: dict[tuple[str, int], deque[tuple[int, Gpu]]] = {}
+        # per host, so that trimming one host's processes never walks the others'
+        self._procs: dict[str, dict[ProcessKey, deque[_Run]]] = {}
+        self._first_seen: dict[ProcessKey, float] = {}
+
+    # -- feeding -------------------------------------------------------------------
+
+    def add(self, snapshot: HostSnapshot) -> None:
+        if not snapshot.ok:
+            return
+        with self._lock:
+            self._add(snapshot)
+
+    def _add(self, snap: HostSnapshot) -> None:
+        host = snap.host
+        times = self._times.get(host)
+        if times is None:
+            times = self._times[host] = _HostTimes()
+        elif times.times and snap.time < times.times[-1]:
+            # An older snapshot delivered late adds nothing we can place in order.
+            return
+        seq = times.append(snap.time)
+        # The host ring spans the longer of the two windows: process runs need it.
+        times.trim(snap.time - max(self.seconds, self.process_seconds))
+
+        hs = self._hosts.setdefault(host, deque())
+        hs.append((seq, _without_bulk(snap)))
+        _trim_records(hs, times, snap.time - self.seconds)
+
+        for gpu in snap.gpus:
+            ring = self._gpus.setdefault((host, gpu.index), deque())
+            ring.append((seq, gpu))
+            _trim_records(ring, times, snap.time - self.seconds)
+
+        procs_of_host = self._procs.setdefault(host, {})
+        rows: dict[ProcessKey, list[GpuProcess]] = {}
+        for proc in snap.processes:
+            rows.setdefault((host, proc.pid, proc.start_ticks), []).append(proc)
+        for key, procs in rows.items():
+            values = _merge(procs)
+            runs = procs_of_host.get(key)
+            if runs is None:
+                runs = procs_of_host[key] = deque()
+                self._first_seen[key] = snap.time
+            last = runs[-1] if runs else None
+            if last is not None and last.last == seq - 1 and last.values == values:
+                last.last = seq
+            else:
+                runs.append(_Run(seq, values))
+        self._trim_processes(procs_of_host, times, snap.time)
+
+    def _trim_processes(
+        self, procs: dict[ProcessKey, deque[_Run]], times: _HostTimes, now: float
+    ) -> None:
+        oldest_seq = _first_seq_after(times, now - self.process_seconds)
+        gone = []
+        for key, runs in procs.items():
+            while runs and runs[0].last < oldest_seq:
+                runs.popleft()
+            if runs:
+                runs[0].first = max(runs[0].first, oldest_seq)
+            else:
+                gone.append(key)
+        for key in gone:
+            del procs[key]
+            del self._first_seen[key]
+
+    # -- reading -------------------------------------------------------------------
+
+    def hosts(self) -> list[str]:
+        with self._lock:
+            return list(self._times)
+
+    def host_series(self, host: str, field: str) -> list[tuple[float, Any]]:
+        """(time, value) of a HostSnapshot field (e.g. cpu_percent); None values left out."""
+        with self._lock:
+            ring = self._hosts.get(host, ())
+            times = self._times.get(host)
+            out = []
+            for seq, snap in ring:
+                if times is None or seq < times.base:
+                    continue
+                value = getattr(snap, field)
+                if value is not None and times is not None:
+                    out.append((times.time_of(seq), value))
+            return out
+
+    def gpu_series(self, host: str, gpu: int, field: str) -> list[tuple[float, Any]]:
+        """(time, value) of a Gpu field or property (e.g. util_gpu, mem_percent).
+
+        Samples where the value is None (not supported, GPU lost) are left out.
+        """
+        with self._lock:
+            ring = self._gpus.get((host, gpu), ())
+            times = self._times.get(host)
+            out = []
+            for seq, record in ring:
+                if times is None or seq < times.base:
+                    continue
+                value = getattr(record, field)
+                if value is not None and times is not None:
+                    out.append((times.time_of(seq), value))
+            return out
+
+    def gpu_streak(self, host: str, gpu: int, predicate: Callable[[Gpu], bool]) -> float | None:
+        """Start time of the current unbroken run of GPU samples satisfying predicate.
+
+        None if the latest snapshot of the host lacks the GPU or the predicate is false
+        for it.  Bounded by ``seconds``.
+        """
+        with self._lock:
+            ring = self._gpus.get((host, gpu))
+            times = self._times.get(host)
+            if not ring or times is None or ring[-1][0] != times.latest:
+                return None
+            start = None
+            expect = times.latest
+            for seq, record in reversed(ring):
+                if seq != expect or not predicate(record):
+                    break
+                start = times.time_of(seq)
+                expect = seq - 1
+            return start
+
+    def process_series(
+        self, host: str, pid: int, start_ticks: int | None, field: str
+    ) -> list[tuple[float, Any]]:
+        """(time, value) of one of PROCESS_FIELDS for a process; None values left out.
+
+        A process on several GPUs is one series: gpu_mem summed, utilizations the highest.
+        """
+        index = PROCESS_FIELDS.index(field)  # ValueError names an unknown field
+        with self._lock:
+            runs = self._procs.get(host, {}).get((host, pid, start_ticks), ())
+            times = self._times.get(host)
+            out = []
+            for run in runs:
+                value = run.values[index]
+                if value is None or times is None:
+                    continue
+                for seq in range(max(run.first, times.base), run.last + 1):
+                    out.append((times.time_of(seq), value))
+            return out
+
+    def process_samples(
+        self, host: str, pid: int, start_ticks: int | None
+    ) -> list[ProcessSample]:
+        """Every retained sample of a process, oldest first."""
+        with self._lock:
+            runs = self._procs.get(host, {}).get((host, pid, start_ticks), ())
+            times = self._times.get(host)
+            if times is None:
+                return []
+            return [
+                ProcessSample(times.time_of(seq), *run.values)
+                for run in runs
+                for seq in range(max(run.first, times.base), run.last + 1)
+            ]
+
+    def process_streak(
+        self,
+        host: str,
+        pid: int,
+        start_ticks: int | None,
+        predicate: Callable[[ProcessSample], bool],
+    ) -> float | None:
+        """Start time of the current unbroken observed run of samples satisfying predicate.
+
+        ``predicate`` gets a ProcessSample (fields named as on GpuProcess).  None when the
+        latest ok snapshot of the host does not list the process, or the predicate is
+        false for its latest sample.  The run is bounded by ``process_seconds``: what
+        happened before the window (or before gputop started) is not claimed.
+        """
+        with self._lock:
+            runs = self._procs.get(host, {}).get((host, pid, start_ticks))
+            times = self._times.get(host)
+            if not runs or times is None or runs[-1].last != times.latest:
+                return None
+            start_seq = None
+            expect = times.latest
+            for run in reversed(runs):
+                if run.last != expect:
+                    break
+                sample = ProcessSample(times.time_of(run.last), *run.values)
+                if not predicate(sample):
+                    break
+                start_seq = max(run.first, times.base)
+                expect = run.first - 1
+            return None if start_seq is None else times.time_of(start_seq)
+
+    def first_seen(self, host: str, pid: int, start_ticks: int | None) -> float | None:
+        """When gputop first observed this process (within the process window), or None."""
+        with self._lock:
+            return self._first_seen.get((host, pid, start_ticks))
+
+    def latest_time(self, host: str) -> float | None:
+        with self._lock:
+            times = self._times.get(host)
+            return times.times[-1] if times and times.times else None
+
+
+def _without_bulk(snap: HostSnapshot) -> HostSnapshot:
+    """Host series need only the host-level fields; do not keep every process alive."""
+    return dataclasses.replace(snap, gpus=(), processes=(), topology=(), device_holders=())
+
+
+def _first_seq_after(times: _HostTimes, oldest: float) -> int:
+    seq = times.base
+    for t in times.times:
+        if t >= oldest:
+            return seq
+        seq += 1
+    return times.latest
+
+
+def _trim_records(ring: deque[tuple[int, Any]], times: _HostTimes, oldest: float) -> None:
+    while ring and (ring[0][0] < times.base or times.time_of(ring[0][0]) < oldest):
+        ring.popleft()

@@ -1,0 +1,421 @@
+"""Which GPU processes hold memory for nobody: kernels, orphans, idle holders, zombies.
+
+Pure: every fact comes from the snapshot (the collector read /proc for us) and from the
+History of what gputop has observed.  Nothing here touches the system, so the rules can
+be tested on any snapshot and run on the UI thread.
+
+The verdicts are advice shown to a person who then confirms a kill, so each flag carries
+the one line that justifies it ("idle: 0 % SM for 47 min as observed by gputop ...").
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gputop.model import DeviceHolder, GpuProcess, HostSnapshot
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+FLAG_NAMES = ("zombie", "orphan", "idle", "kernel", "hidden")
+
+# Per GPU, memory NVML counts as used that no process owns is normal up to this much: the
+# driver's own reservation plus, on a card driving a display, the framebuffer.  The RTX 4080
+# capture (tests/fixtures) shows 244-259 MiB that way, an idle H100 in MIG mode 59 MiB.
+UNACCOUNTED_FLOOR = 512 * MIB
+UNACCOUNTED_FLOOR_FRACTION = 0.01
+
+# Helpers of the driver itself hold /dev/nvidia* without a context NVML would list.
+DRIVER_HELPERS = frozenset(
+    {
+        "nvidia-persistenced",
+        "nvidia-smi",
+        "nv-hostengine",
+        "nv-fabricmanager",
+        "nvidia-fabricmanager",
+        "dcgm-exporter",
+        "nvidia_gpu_exporter",
+        "gputop",
+    }
+)
+
+_NOTEBOOK_SERVERS = (
+    "jupyter-notebook",
+    "jupyter-lab",
+    "jupyter-server",
+    "jupyter-nbclassic",
+    "jupyterhub-singleuser",
+    "jupyter_server",
+    "jupyterlab",
+    "notebook",
+    "nbclassic",
+    "voila",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanRules:
+    idle_minutes: float = 30.0
+    idle_min_mem_mib: int = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessFlags:
+    kernel: bool = False
+    orphan: bool = False
+    idle: bool = False
+    zombie: bool = False
+    hidden: bool = False
+    # (flag name, one-line explanation), in FLAG_NAMES order: what the detail view shows
+    reasons: tuple[tuple[str, str], ...] = ()
+    idle_since: float | None = None  # start of the observed idle streak
+    server_pid: int | None = None  # a kernel's notebook server, when it is its parent
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.reasons)
+
+    @property
+    def reclaimable(self) -> bool:
+        """Worth offering in the reclaim view: the memory is held for nobody."""
+        return (self.orphan or self.idle) and not self.zombie and not self.hidden
+
+    def explain(self) -> list[str]:
+        return [f"{name}: {text}" for name, text in self.reasons]
+
+    def __bool__(self) -> bool:
+        return bool(self.reasons)
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimable:
+    """One process (over all its GPUs) whose memory a kill would give back."""
+
+    host: str
+    pid: int
+    start_ticks: int | None
+    user: str | None
+    uid: int | None
+    command: str | None
+    gpus: tuple[int, ...]
+    mem: int | None  # bytes over all its GPUs; None when NVML gave no figure
+    flags: ProcessFlags
+    simulated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GhostMemory:
+    """Per host: GPU memory that no listed process explains."""
+
+    unaccounted: dict[int, int] = field(default_factory=dict)  # gpu index -> bytes
+    holders: tuple[DeviceHolder, ...] = ()  # hold /dev/nvidia* but NVML does not list them
+    note: str | None = None  # why the /proc/*/fd scan is incomplete
+
+
+# -- kernels and parents --------------------------------------------------------------
+
+
+def is_kernel(process: GpuProcess) -> bool:
+    """A Jupyter/IPython kernel, by its command line or its connection file."""
+    if process.kernel_file:
+        return True
+    args = process.cmdline or tuple((process.command or "").split())
+    for i, arg in enumerate(args):
+        base = os.path.basename(arg)
+        if base.startswith("ipykernel_launcher") or base == "ipykernel":
+            return True
+        if arg == "-m" and i + 1 < len(args) and args[i + 1].startswith("ipykernel"):
+            return True
+        if _is_connection_file(base):
+            return True
+    return False
+
+
+def _is_connection_file(name: str) -> bool:
+    return name.startswith("kernel-") and name.endswith(".json")
+
+
+def is_notebook_server(command: str | None) -> bool:
+    if not command:
+        return False
+    for word in command.split()[:4]:
+        base = os.path.basename(word)
+        if base.startswith(_NOTEBOOK_SERVERS):
+            return True
+        if base == "jupyter" or base.startswith("jupyter-"):
+            return True
+    return False
+
+
+def subreaper_name(process: GpuProcess) -> str | None:
+    """Who adopted the process if its parent is gone, else None.
+
+    Linux re-parents an orphan to the nearest subreaper, or to init (pid 1).  A user's
+    `systemd --user` is the usual subreaper on desktops and login nodes.
+    """
+    if process.ppid is None:
+        return None
+    if process.ppid <= 1:
+        return "init (pid 1)"
+    parent = (process.parent_command or "").split()
+    if parent and os.path.basename(parent[0]) == "systemd" and "--user" in parent:
+        return f"systemd --user (pid {process.ppid})"
+    return None
+
+
+def _parent_label(process: GpuProcess) -> str:
+    if process.ppid is None:
+        return "unknown"
+    command = _short(process.parent_command)
+    return f"{process.ppid} ({command})" if command else str(process.ppid)
+
+
+def _short(command: str | None, width: int = 40) -> str:
+    if not command:
+        return ""
+    command = " ".join(command.split())
+    return command if len(command) <= width else command[: width - 1] + "…"
+
+
+# -- classification ---------------------------------------------------------------------
+
+
+def classify(
+    process: GpuProcess,
+    snapshot: HostSnapshot,
+    history: object | None,
+    rules: OrphanRules | None = None,
+    now: float | None = None,
+) -> ProcessFlags:
+    """Flags of one process row.  ``history`` is a History (or None: no idle verdict)."""
+    rules = rules or OrphanRules()
+    now = snapshot.time if now is None else now
+    reasons: dict[str, str] = {}
+    server_pid: int | None = None
+    idle_since: float | None = None
+
+    if not process.visible:
+        reasons["hidden"] = (
+            f"NVML lists pid {process.pid} but it is not in this PID namespace "
+            "(another container or namespace)"
+        )
+
+    if process.state == "Z":
+        reasons["zombie"] = f"defunct; its parent {_parent_label(process)} must reap it"
+
+    kernel = process.visible and is_kernel(process)
+    adopted = subreaper_name(process) if process.visible else None
+    if kernel:
+        if is_notebook_server(process.parent_command) and process.ppid:
+            server_pid = process.ppid
+            reasons["kernel"] = f"Jupyter kernel, notebook server pid {server_pid}"
+        elif adopted:
+            reasons["kernel"] = "Jupyter kernel, notebook server not running"
+        else:
+            reasons["kernel"] = f"Jupyter kernel, started by {_parent_label(process)}"
+
+    if process.visible and process.state != "Z":
+        orphan = _orphan_reason(process, kernel, adopted)
+        if orphan:
+            reasons["orphan"] = orphan
+
+    if history is not None and process.visible and process.state != "Z":
+        idle_since, held = _idle(process, snapshot, history, rules, now)
+        if idle_since is not None:
+            minutes = (now - idle_since) / 60.0
+            clock = time.strftime("%H:%M", time.localtime(idle_since))
+            reasons["idle"] = (
+                f"0 % SM for {_minutes(minutes)} as observed by gputop (since {clock}) "
+                f"while holding {format_bytes(held)}"
+            )
+
+    ordered = tuple((name, reasons[name]) for name in FLAG_NAMES if name in reasons)
+    return ProcessFlags(
+        kernel=kernel,
+        orphan="orphan" in reasons,
+        idle="idle" in reasons,
+        zombie="zombie" in reasons,
+        hidden="hidden" in reasons,
+        reasons=ordered,
+        idle_since=idle_since,
+        server_pid=server_pid,
+    )
+
+
+def _orphan_reason(process: GpuProcess, kernel: bool, adopted: str | None) -> str | None:
+    # Display servers and desktop shells are started by init or systemd --user on
+    # purpose; a graphics-only context is never "left over".
+    if adopted and process.type != "G":
+        if kernel:
+            return f"its notebook server is gone; re-parented to {adopted}"
+        return f"its parent is gone; re-parented to {adopted}"
+    if kernel and process.kernel_file and process.kernel_file_exists is False:
+        return f"its connection file {process.kernel_file} was deleted"
+    return None
+
+
+def _idle(
+    process: GpuProcess,
+    snapshot: HostSnapshot,
+    history: object,
+    rules: OrphanRules,
+    now: float,
+) -> tuple[float | None, int]:
+    floor = rules.idle_min_mem_mib * MIB
+
+    def idle_sample(sample: object) -> bool:
+        sm = getattr(sample, "sm_util", None)
+        mem = getattr(sample, "gpu_mem", None)
+        return sm == 0 and mem is not None and mem >= floor
+
+    since = history.process_streak(  # type: ignore[attr-defined]
+        snapshot.host, process.pid, process.start_ticks, idle_sample
+    )
+    held = _held(process, snapshot)
+    if since is None or now - since < rules.idle_minutes * 60.0 or held < floor:
+        return None, held
+    return since, held
+
+
+def _held(process: GpuProcess, snapshot: HostSnapshot) -> int:
+    """GPU memory of the process over all its GPUs in this snapshot."""
+    return sum(
+        p.gpu_mem or 0
+        for p in snapshot.processes
+        if p.pid == process.pid and p.start_ticks == process.start_ticks
+    )
+
+
+def classify_snapshot(
+    snapshot: HostSnapshot,
+    history: object | None,
+    rules: OrphanRules | None = None,
+    now: float | None = None,
+) -> dict[tuple[int, int], ProcessFlags]:
+    """Flags of every process row, keyed like GpuProcess.key: (gpu, pid)."""
+    return {p.key: classify(p, snapshot, history, rules, now) for p in snapshot.processes}
+
+
+def _minutes(minutes: float) -> str:
+    if minutes < 90:
+        return f"{int(minutes)} min"
+    hours, rest = divmod(int(minutes), 60)
+    return f"{hours} h {rest:02d} min"
+
+
+def format_bytes(value: int | None) -> str:
+    if value is None:
+        return "?"
+    if value >= GIB:
+        return f"{value / GIB:.1f} GiB"
+    return f"{value / MIB:.0f} MiB"
+
+
+# -- memory nobody explains -------------------------------------------------------------
+
+
+def unaccounted(snapshot: HostSnapshot) -> dict[int, int]:
+    """Per GPU, bytes NVML counts as used beyond what its listed processes hold.
+
+    Only GPUs over the driver's usual reservation are returned, so an idle card shows
+    nothing.  A GPU with a process whose memory NVML did not report is skipped: the
+    difference would be a guess.
+    """
+    listed: dict[int, int] = {}
+    unknown: set[int] = set()
+    for proc in snapshot.processes:
+        if proc.gpu_mem is None:
+            unknown.add(proc.gpu)
+        else:
+            listed[proc.gpu] = listed.get(proc.gpu, 0) + proc.gpu_mem
+    out: dict[int, int] = {}
+    for gpu in snapshot.gpus:
+        if gpu.mem_used is None or gpu.index in unknown:
+            continue
+        extra = gpu.mem_used - listed.get(gpu.index, 0)
+        floor = max(UNACCOUNTED_FLOOR, int((gpu.mem_total or 0) * UNACCOUNTED_FLOOR_FRACTION))
+        if extra > floor:
+            out[gpu.index] = extra
+    return out
+
+
+def unlisted_holders(
+    snapshot: HostSnapshot, ignore_pids: Iterable[int] = ()
+) -> tuple[DeviceHolder, ...]:
+    """Holders of /dev/nvidia* that NVML does not list, without the driver's helpers.
+
+    ``ignore_pids``: gputop's own process (NVML opens the device files for it).
+    """
+    listed = {p.pid for p in snapshot.processes}
+    ignored = set(ignore_pids)
+    out = []
+    for holder in snapshot.device_holders:
+        if holder.pid in listed or holder.pid in ignored:
+            continue
+        words = (holder.command or "").split()
+        if words and os.path.basename(words[0]) in DRIVER_HELPERS:
+            continue
+        out.append(holder)
+    return tuple(out)
+
+
+def ghost_memory(snapshot: HostSnapshot, ignore_pids: Iterable[int] = ()) -> GhostMemory:
+    return GhostMemory(
+        unaccounted=unaccounted(snapshot),
+        holders=unlisted_holders(snapshot, ignore_pids),
+        note=snapshot.device_scan_note,
+    )
+
+
+# -- what a kill would give back ----------------------------------------------------------
+
+
+def may_signal(process: GpuProcess, me: str | int | None, is_root: bool) -> bool:
+    """Whether ``me`` (a user name or uid) owns the process, or is root."""
+    if is_root:
+        return True
+    if me is None:
+        return False
+    if isinstance(me, int):
+        return process.uid is not None and process.uid == me
+    return process.user is not None and process.user == me
+
+
+def reclaimable(
+    snapshot: HostSnapshot,
+    flags: Mapping[tuple[int, int], ProcessFlags],
+    me: str | int | None,
+    is_root: bool,
+) -> list[Reclaimable]:
+    """Orphaned or idle processes ``me`` may kill, one entry per process, largest first."""
+    grouped: dict[tuple[int, int | None], list[GpuProcess]] = {}
+    for proc in snapshot.processes:
+        verdict = flags.get(proc.key)
+        if verdict is None or not verdict.reclaimable or proc.start_ticks is None:
+            continue
+        if not may_signal(proc, me, is_root):
+            continue
+        grouped.setdefault((proc.pid, proc.start_ticks), []).append(proc)
+    out = []
+    for (pid, ticks), rows in grouped.items():
+        mems = [r.gpu_mem for r in rows if r.gpu_mem is not None]
+        first = rows[0]
+        out.append(
+            Reclaimable(
+                host=snapshot.host,
+                pid=pid,
+                start_ticks=ticks,
+                user=first.user,
+                uid=first.uid,
+                command=first.command,
+                gpus=tuple(sorted({r.gpu for r in rows})),
+                mem=sum(mems) if mems else None,
+                flags=flags[first.key],
+                simulated=first.simulated,
+            )
+        )
+    out.sort(key=lambda r: (-(r.mem or 0), r.pid))
+    return out

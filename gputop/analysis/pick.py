@@ -1,0 +1,197 @@
+"""Choosing free cards, and the warnings that reservations give. Pure: no I/O.
+
+"Free" means, without filters: no GPU process listed on the card. With --min-free-mem or
+--max-util the user says what is acceptable to share, and only those limits apply.
+A card is never picked when it is lost or in error, has a critical warning, or is
+reserved by someone else (my own reservations are fine: that is what I reserved for).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gputop import model
+from gputop.analysis.durations import format_duration
+from gputop.model import Gpu, HostSnapshot, Reservation
+
+EXPIRING_SOON_S = 15 * 60
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The acceptable cards best first, and for every other card why it was left out."""
+
+    chosen: tuple[Gpu, ...]
+    rejected: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def indexes(self) -> list[int]:
+        return [gpu.index for gpu in self.chosen]
+
+    def shortfall(self, count: int) -> str:
+        """One line saying why fewer than `count` cards qualify."""
+        have = len(self.chosen)
+        reasons = "; ".join(f"GPU {i}: {why}" for i, why in sorted(self.rejected.items()))
+        head = f"only {have} of {count} requested GPUs qualify"
+        return f"{head} ({reasons})" if reasons else head
+
+
+def active_reservations(snapshot: HostSnapshot, now: float) -> dict[int, Reservation]:
+    """GPU index -> its active reservation (the first one when a store has several)."""
+    found: dict[int, Reservation] = {}
+    for reservation in snapshot.reservations:
+        if reservation.active(now) and reservation.gpu not in found:
+            found[reservation.gpu] = reservation
+    return found
+
+
+def rank(
+    snapshot: HostSnapshot,
+    now: float,
+    me: str | None = None,
+    min_free_mem: int | None = None,
+    max_util: float | None = None,
+    warnings: Iterable[model.Warning] = (),
+    exclude: Iterable[int] = (),
+) -> Ranking:
+    """All acceptable cards of one host, best first: most free memory, then lowest
+    utilization, then lowest index (stable, so scripts get the same answer twice)."""
+    reserved = active_reservations(snapshot, now)
+    critical = {
+        w.gpu: w.message for w in warnings if w.severity == model.CRITICAL and w.gpu is not None
+    }
+    excluded = set(exclude)
+    busy: dict[int, int] = {}
+    for proc in snapshot.processes:
+        busy[proc.gpu] = busy.get(proc.gpu, 0) + 1
+    chosen: list[Gpu] = []
+    rejected: dict[int, str] = {}
+    for gpu in snapshot.gpus:
+        why = _rejection(gpu, reserved, critical, busy, excluded, me, min_free_mem, max_util)
+        if why:
+            rejected[gpu.index] = why
+        else:
+            chosen.append(gpu)
+    chosen.sort(key=lambda g: (-(g.mem_free or 0), g.util_gpu or 0, g.index))
+    return Ranking(tuple(chosen), rejected)
+
+
+def pick(
+    snapshot: HostSnapshot,
+    count: int,
+    now: float,
+    me: str | None = None,
+    min_free_mem: int | None = None,
+    max_util: float | None = None,
+    warnings: Iterable[model.Warning] = (),
+    exclude: Iterable[int] = (),
+) -> list[Gpu]:
+    """The best `count` cards, or fewer when fewer qualify (callers check the length)."""
+    ranking = rank(snapshot, now, me, min_free_mem, max_util, warnings, exclude)
+    return list(ranking.chosen[:count])
+
+
+def _rejection(
+    gpu: Gpu,
+    reserved: dict[int, Reservation],
+    critical: dict[int, str],
+    busy: dict[int, int],
+    excluded: set[int],
+    me: str | None,
+    min_free_mem: int | None,
+    max_util: float | None,
+) -> str | None:
+    if gpu.index in excluded:
+        return "excluded"
+    if gpu.state != model.GPU_OK:
+        return gpu.state if not gpu.error else f"{gpu.state}: {gpu.error}"
+    reservation = reserved.get(gpu.index)
+    if reservation is not None and reservation.user != me:
+        return f"reserved by {reservation.user}"
+    if gpu.index in critical:
+        return critical[gpu.index]
+    if min_free_mem is None and max_util is None:
+        if busy.get(gpu.index):
+            return f"{busy[gpu.index]} process(es) running"
+        return None
+    if min_free_mem is not None:
+        free = gpu.mem_free
+        if free is None:
+            return "free memory unknown"
+        if free < min_free_mem:
+            return f"{free / 2**30:.1f} GiB free"
+    if max_util is not None:
+        if gpu.util_gpu is None:
+            return "utilization unknown"
+        if gpu.util_gpu > max_util:
+            return f"{gpu.util_gpu} % busy"
+    return None
+
+
+def reservation_warnings(
+    snapshot: HostSnapshot, now: float, me: str | None
+) -> list[model.Warning]:
+    """A process of one user on a card another user reserved; my reservation ending
+    within 15 minutes; a reservation on a card that is lost or in error."""
+    out: list[model.Warning] = []
+    reserved = active_reservations(snapshot, now)
+    for index, reservation in sorted(reserved.items()):
+        out.extend(_intruders(snapshot, index, reservation))
+        left = reservation.until - now
+        if me is not None and reservation.user == me and left < EXPIRING_SOON_S:
+            out.append(
+                model.Warning(
+                    severity=model.INFO,
+                    code="reservation-expiring",
+                    message=f"your reservation of GPU {index} ends in {format_duration(left)}",
+                    host=snapshot.host,
+                    gpu=index,
+                    hint="extend it: reserve the card again (r in the dashboard, or "
+                    "gputop reserve --gpus ... --for ...)",
+                    since=reservation.since,
+                )
+            )
+        gpu = snapshot.gpu(index)
+        if gpu is not None and gpu.state != model.GPU_OK:
+            out.append(
+                model.Warning(
+                    severity=model.WARNING,
+                    code="reservation-gpu-lost",
+                    message=f"GPU {index} reserved by {reservation.user} is {gpu.state}",
+                    host=snapshot.host,
+                    gpu=index,
+                    hint="the card cannot be used; release the reservation or ask an admin",
+                    since=reservation.since,
+                )
+            )
+    return out
+
+
+def _intruders(
+    snapshot: HostSnapshot, index: int, reservation: Reservation
+) -> Sequence[model.Warning]:
+    found: dict[str, list[int]] = {}
+    for proc in snapshot.processes:
+        # A process whose user we cannot see (another PID namespace) is not accused.
+        if proc.gpu == index and proc.user is not None and proc.user != reservation.user:
+            found.setdefault(proc.user, []).append(proc.pid)
+    return [
+        model.Warning(
+            severity=model.WARNING,
+            code="reserved-by-other",
+            message=f"{user} runs pid {', '.join(map(str, pids))} on GPU {index}, reserved by "
+            f"{reservation.user} until {_hhmm(reservation.until)}",
+            host=snapshot.host,
+            gpu=index,
+            pid=pids[0],
+            hint=f"ask {user} to move, or {reservation.user} to release the card",
+            since=reservation.since,
+        )
+        for user, pids in sorted(found.items())
+    ]
+
+
+def _hhmm(epoch: float) -> str:
+    return time.strftime("%H:%M", time.localtime(epoch))

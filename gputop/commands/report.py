@@ -1,0 +1,334 @@
+"""`gputop --once`, `gputop --json` and `gputop --demo list`: the outputs scripts use.
+
+Plain text and plain ANSI: this path must not import Textual or rich (a subprocess test
+checks sys.modules), so that `gputop --once` starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+import unicodedata
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from gputop import model
+from gputop.model import Gpu, GpuProcess, HostSnapshot
+
+WIDTH = 80
+_ELLIPSIS = "..."
+
+_BOLD = "\x1b[1m"
+_DIM = "\x1b[2m"
+_RED = "\x1b[31m"
+_YELLOW = "\x1b[33m"
+_GREEN = "\x1b[32m"
+_RESET = "\x1b[0m"
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+# -- entry points ----------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    from gputop import cli
+    from gputop.sources.select import NoDriverError, SourceError, collect_once
+
+    try:
+        snapshots = collect_once(args)
+    except NoDriverError as err:
+        print(str(err), file=sys.stderr)
+        return cli.EXIT_NO_DRIVER
+    except SourceError as err:
+        print(str(err), file=sys.stderr)
+        return cli.EXIT_USAGE
+    now = time.time()
+    warnings = {snap.host: host_warnings(snap, now) for snap in snapshots}
+    out = sys.stdout
+    if args.json:
+        json.dump(json_document(snapshots, now, warnings), out, indent=1, default=_json_default)
+        out.write("\n")
+    else:
+        out.write(render_text(snapshots, warnings, width=_width(out), color=use_color(out)))
+    out.flush()
+    return cli.EXIT_OK
+
+
+def run_demo_list() -> int:
+    from gputop.sources.sim import list_scenarios
+
+    for name, description in list_scenarios():
+        print(f"{name:<14} {description}")
+    return 0
+
+
+def use_color(stream: TextIO) -> bool:
+    """Colour only for a terminal, and never when NO_COLOR is set (no-color.org)."""
+    if "NO_COLOR" in os.environ:
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _width(stream: TextIO) -> int:
+    isatty = getattr(stream, "isatty", None)
+    if isatty and isatty():
+        return max(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
+    return WIDTH
+
+
+# -- health warnings (another module, may be absent) -----------------------------------------
+
+
+def _health_function() -> Callable[..., Any] | None:
+    # gputop.analysis.health is written separately; --once must work without it, so look
+    # for it instead of importing it unconditionally.
+    try:
+        spec = importlib.util.find_spec("gputop.analysis.health")
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    from gputop.analysis import health
+
+    fn = getattr(health, "warnings", None)
+    return fn if callable(fn) and hasattr(health, "Thresholds") else None
+
+
+def host_warnings(snap: HostSnapshot, now: float) -> list[model.Warning] | None:
+    """Health warnings of one snapshot, or None when the health rules are not available."""
+    fn = _health_function()
+    if fn is None:
+        return None
+    from gputop.analysis import health
+    from gputop.analysis.history import History
+
+    history = History()
+    history.add(snap)
+    me = _me()
+    return list(fn(snap, history, health.Thresholds(), now, me))
+
+
+def _me() -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return None
+
+
+# -- JSON --------------------------------------------------------------------------------------
+
+
+def json_document(
+    snapshots: Sequence[HostSnapshot],
+    now: float,
+    warnings: dict[str, list[model.Warning] | None] | None = None,
+) -> dict[str, Any]:
+    hosts = []
+    for snap in snapshots:
+        data = snap.to_dict()
+        found = (warnings or {}).get(snap.host)
+        if found is not None:
+            data["warnings"] = [w.to_dict() for w in found]
+        hosts.append(data)
+    return {"schema": model.SCHEMA_VERSION, "generated": now, "hosts": hosts}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+# -- text --------------------------------------------------------------------------------------
+
+
+def render_text(
+    snapshots: Sequence[HostSnapshot],
+    warnings: dict[str, list[model.Warning] | None] | None = None,
+    width: int = WIDTH,
+    color: bool = False,
+) -> str:
+    paint = _painter(color)
+    blocks = []
+    for snap in snapshots:
+        lines = _host_block(snap, width, paint)
+        found = (warnings or {}).get(snap.host)
+        if found:
+            lines.extend(_warning_lines(found, width, paint))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _painter(color: bool) -> Callable[[str, str], str]:
+    if not color:
+        return lambda text, style: text
+    return lambda text, style: f"{style}{text}{_RESET}" if style else text
+
+
+_GPU_HEADER = (
+    f"{'GPU':>3}  {'NAME':<24} {'UTIL':>5} {'MEMORY':>15} {'TEMP':>5} {'POWER':>11} {'FAN':>4}"
+)
+
+
+def _host_block(snap: HostSnapshot, width: int, paint: Callable[[str, str], str]) -> list[str]:
+    lines = [_fit(_host_header(snap), width)]
+    if not snap.ok:
+        message = snap.error or snap.state
+        lines.append(paint(_fit(f"  {snap.state}: {_clean(message)}", width), _RED))
+        return lines
+    lines.append(paint(_fit(_GPU_HEADER, width), _BOLD))
+    if not snap.gpus:
+        lines.append("  no GPUs")
+    for gpu in snap.gpus:
+        lines.append(_gpu_line(gpu, width, paint))
+    lines.append("")
+    head = (
+        f"{'GPU':>3} {'PID':>8} {'USER':<10} {'GPU-MEM':>9} {'SM%':>4} {'TIME':>7}  COMMAND"
+    )
+    lines.append(paint(_fit(head, width), _BOLD))
+    if not snap.processes:
+        lines.append("  no processes")
+    for proc in snap.processes:
+        lines.append(_process_line(proc, snap.time, width))
+    return lines
+
+
+def _host_header(snap: HostSnapshot) -> str:
+    parts = [_clean(snap.host)]
+    if snap.demo:
+        parts.append("DEMO")
+    if snap.hostname and snap.hostname != snap.host:
+        parts.append(f"({_clean(snap.hostname)})")
+    if snap.state != model.HOST_OK:
+        parts.append(snap.state.upper())
+    if snap.driver_version:
+        parts.append(f"driver {snap.driver_version}")
+    if snap.cuda_version:
+        parts.append(f"CUDA {snap.cuda_version}")
+    parts.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time)))
+    return "  ".join(parts)
+
+
+def _gpu_line(gpu: Gpu, width: int, paint: Callable[[str, str], str]) -> str:
+    name = _fit(_clean(gpu.name or "n/a"), 24)
+    if gpu.state != model.GPU_OK:
+        text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {_clean(gpu.error or '')}"
+        return paint(_fit(text, width), _RED)
+    util = _pct(gpu.util_gpu)
+    mem = f"{_gib(gpu.mem_used)}/{_gib(gpu.mem_total)}G"
+    if gpu.mem_used is None and gpu.mem_total is None:
+        mem = "n/a"
+    temp = f"{gpu.temp}C" if gpu.temp is not None else "n/a"
+    power = f"{_int(gpu.power_draw)}/{_int(gpu.power_limit)}W"
+    if gpu.power_draw is None and gpu.power_limit is None:
+        power = "n/a"
+    fan = _pct(gpu.fan)
+    text = f"{gpu.index:>3}  {name:<24} {util:>5} {mem:>15} {temp:>5} {power:>11} {fan:>4}"
+    hot = gpu.temp is not None and gpu.temp_slowdown is not None and gpu.temp >= gpu.temp_slowdown
+    return paint(_fit(text, width), _YELLOW if hot else "")
+
+
+def _process_line(proc: GpuProcess, now: float, width: int) -> str:
+    user = _fit(_clean(proc.user or ("?" if proc.visible else "(hidden)")), 10)
+    runtime = _duration(now - proc.start_time) if proc.start_time is not None else "n/a"
+    sm = f"{proc.sm_util}" if proc.sm_util is not None else "n/a"
+    command = proc.command if proc.visible else "(not in this PID namespace)"
+    if proc.state == "Z":
+        command = f"<defunct> {command or ''}"
+    fixed = (
+        f"{proc.gpu:>3} {proc.pid:>8} {user:<10} {_mem(proc.gpu_mem):>9} {sm:>4} {runtime:>7}  "
+    )
+    return fixed + _fit(_clean(command or "n/a"), max(width - _display_width(fixed), 8))
+
+
+def _warning_lines(
+    warnings: list[model.Warning], width: int, paint: Callable[[str, str], str]
+) -> list[str]:
+    lines = ["", paint("WARNINGS", _BOLD)]
+    styles = {model.CRITICAL: _RED, model.WARNING: _YELLOW, model.INFO: _DIM}
+    for w in sorted(warnings, key=lambda w: model.SEVERITY_ORDER.get(w.severity, 9)):
+        where = f"GPU {w.gpu}" if w.gpu is not None else "host"
+        text = f"{w.severity.upper():<8} {where:<6} {_clean(w.message)}"
+        lines.append(paint(_fit(text, width), styles.get(w.severity, "")))
+        if w.hint:
+            lines.append(_fit(f"{'':<15} hint: {_clean(w.hint)}", width))
+    return lines
+
+
+# -- formatting helpers ------------------------------------------------------------------------
+
+
+def _clean(text: str) -> str:
+    """Untrusted text (commands, user names) may hold escape sequences: make them inert."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _char_width(c: str) -> int:
+    if unicodedata.combining(c):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def _display_width(text: str) -> int:
+    if text.isascii():
+        return len(text)
+    return sum(_char_width(c) for c in text)
+
+
+def _fit(text: str, width: int) -> str:
+    """Cut text to at most ``width`` terminal cells, marking the cut."""
+    if _display_width(text) <= width:
+        return text
+    room = width - len(_ELLIPSIS)
+    out = []
+    used = 0
+    for c in text:
+        w = _char_width(c)
+        if used + w > room:
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + _ELLIPSIS
+
+
+def _pct(value: int | float | None) -> str:
+    return f"{round(value)}%" if value is not None else "n/a"
+
+
+def _int(value: float | None) -> str:
+    return f"{round(value)}" if value is not None else "n/a"
+
+
+def _gib(value: int | None) -> str:
+    return f"{value / GIB:.1f}" if value is not None else "n/a"
+
+
+def _mem(value: int | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= GIB:
+        return f"{value / GIB:.1f}GiB"
+    return f"{value // MIB}MiB"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

@@ -1,0 +1,286 @@
+"""The user's config file: ~/.config/gputop/config.yaml (XDG_CONFIG_HOME honoured) or --config.
+
+Every key is checked; an unknown key or a bad value is a ``ConfigError`` whose message
+is "FILE:LINE: key 'a.b': problem", so a typo in a file edited months ago is found at
+once.  Line numbers come from the YAML node tree (``yaml.compose``), not the loaded
+dict, which has none.
+
+Sections other modules read:
+- ``health``: a plain dict handed to ``gputop.analysis.health.warnings`` as thresholds;
+  the health rules define the names and defaults, so only the value types are checked.
+- ``reclaim``: ``ReclaimConfig`` (idle rule and kill grace).
+- ``reservations``: ``ReservationsConfig`` (where the store lives).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The ids of the dashboard's bindings; the ``keys:`` section remaps them.  A screen that
+# wants its binding remappable adds its id here.
+BINDING_IDS = (
+    "quit", "help", "search", "sort_next", "sort_reverse", "sort_gpu", "sort_pid",
+    "sort_user", "sort_mem", "sort_sm", "sort_cpu", "sort_time", "mine", "user_filter",
+    "gpu_filter", "clear_filters", "detail", "tag", "kill", "reserve", "release",
+    "topology", "warnings_log", "cluster", "back", "cursor_down", "cursor_up",
+    "next_gpu", "prev_gpu", "palette", "reclaim",
+)
+
+# Process table columns, in their default order.
+COLUMNS = (
+    "gpu", "pid", "user", "type", "gpu_mem", "sm", "cpu", "rss", "time", "flags", "command",
+)
+
+# Gauges with a threshold colour: value >= warn is the warn colour, >= crit the crit one.
+DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
+    "util": (50.0, 90.0),
+    "mem": (50.0, 90.0),
+    "temp": (75.0, 85.0),
+    "power": (70.0, 95.0),  # percent of the enforced limit
+    "fan": (70.0, 90.0),
+}
+
+DEFAULT_COLORS: dict[str, str] = {
+    "ok": "green",
+    "warn": "yellow",
+    "crit": "red",
+    "idle": "bright_black",
+}
+
+
+class ConfigError(Exception):
+    """A bad config file; str() is one line naming file, line and key."""
+
+
+@dataclass
+class ReclaimConfig:
+    idle_minutes: float = 30.0
+    idle_min_mem_mib: float = 1024.0
+    kill_grace_s: float = 5.0
+
+
+@dataclass
+class ReservationsConfig:
+    dir: str = "/var/tmp/gputop-reservations"
+
+
+@dataclass
+class Config:
+    path: str | None = None  # the file it came from; None: built-in defaults
+    interval: float = 1.0
+    thresholds: dict[str, tuple[float, float]] = field(
+        default_factory=lambda: dict(DEFAULT_THRESHOLDS)
+    )
+    colors: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_COLORS))
+    columns: tuple[str, ...] = COLUMNS
+    keys: dict[str, str] = field(default_factory=dict)  # binding id -> "k,f9"
+    history_minutes: float = 10.0
+    health: dict[str, Any] = field(default_factory=dict)
+    reclaim: ReclaimConfig = field(default_factory=ReclaimConfig)
+    reservations: ReservationsConfig = field(default_factory=ReservationsConfig)
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "gputop" / "config.yaml"
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """The config from ``path`` (must exist) or the default file (may be absent)."""
+    if path is None:
+        candidate = default_path()
+        if not candidate.exists():
+            return Config()
+        path = candidate
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{name}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{name}: cannot read: {exc}") from None
+    return parse_config(text, name)
+
+
+def parse_config(text: str, name: str = "<config>") -> Config:
+    import yaml  # lazily: `gputop --once` without a config file never pays for it
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"{mark.line + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{name}:{line} YAML syntax error: {problem}") from None
+    config = Config(path=name)
+    if root is None or (isinstance(root, yaml.ScalarNode) and root.value == ""):
+        return config
+    _Reader(name).apply(root, config)
+    return config
+
+
+class _Reader:
+    """Walks the node tree; every error carries the node's line."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def fail(self, node: Any, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.name}:{node.start_mark.line + 1}: key '{key}': {problem}")
+
+    def mapping(self, node: Any, key: str) -> list[tuple[str, Any, Any, str]]:
+        """[(name, key node, value node, dotted key)] of a mapping node."""
+        import yaml
+
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, key or "(top level)", "expected a mapping")
+        out = []
+        seen = set()
+        for knode, vnode in node.value:
+            if not isinstance(knode, yaml.ScalarNode):
+                raise self.fail(knode, key or "(top level)", "keys must be plain names")
+            name = knode.value
+            full = f"{key}.{name}" if key else name
+            if name in seen:
+                raise self.fail(knode, full, "given twice")
+            seen.add(name)
+            out.append((name, knode, vnode, full))
+        return out
+
+    def scalar(self, node: Any, key: str) -> Any:
+        import yaml
+
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.fail(node, key, "expected a single value")
+        return yaml.safe_load(yaml.serialize(node)) if node.value != "" else None
+
+    def number(self, node: Any, key: str, low: float, high: float) -> float:
+        value = self.scalar(node, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(node, key, f"expected a number, got {node.value!r}")
+        if not low <= value <= high:
+            raise self.fail(node, key, f"{value} is out of range {low:g}..{high:g}")
+        return float(value)
+
+    def string(self, node: Any, key: str) -> str:
+        value = self.scalar(node, key)
+        if not isinstance(value, str) or not value:
+            raise self.fail(node, key, f"expected a non-empty string, got {node.value!r}")
+        return value
+
+    def apply(self, root: Any, config: Config) -> None:
+        sections: dict[str, Callable[[Any, Any, str, Config], None]] = {
+            "interval": self._interval,
+            "history_minutes": self._history,
+            "thresholds": self._thresholds,
+            "colors": self._colors,
+            "columns": self._columns,
+            "keys": self._keys,
+            "health": self._health,
+            "reclaim": self._reclaim,
+            "reservations": self._reservations,
+        }
+        for name, knode, vnode, full in self.mapping(root, ""):
+            handler = sections.get(name)
+            if handler is None:
+                raise self.fail(knode, full, f"unknown key (known: {', '.join(sections)})")
+            handler(knode, vnode, full, config)
+
+    def _interval(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        config.interval = self.number(vnode, key, 0.1, 3600)
+
+    def _history(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        config.history_minutes = self.number(vnode, key, 2, 24 * 60)
+
+    def _thresholds(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        import yaml
+
+        for name, k, v, full in self.mapping(vnode, key):
+            if name not in DEFAULT_THRESHOLDS:
+                known = ", ".join(DEFAULT_THRESHOLDS)
+                raise self.fail(k, full, f"unknown gauge (known: {known})")
+            warn, crit = DEFAULT_THRESHOLDS[name]
+            if isinstance(v, yaml.SequenceNode):
+                if len(v.value) != 2:
+                    raise self.fail(v, full, "expected [warn, crit]")
+                warn = self.number(v.value[0], full, 0, 1000)
+                crit = self.number(v.value[1], full, 0, 1000)
+            else:
+                for part, pk, pv, pfull in self.mapping(v, full):
+                    if part == "warn":
+                        warn = self.number(pv, pfull, 0, 1000)
+                    elif part == "crit":
+                        crit = self.number(pv, pfull, 0, 1000)
+                    else:
+                        raise self.fail(pk, pfull, "unknown key (known: warn, crit)")
+            if warn > crit:
+                raise self.fail(v, full, f"warn ({warn:g}) is above crit ({crit:g})")
+            config.thresholds[name] = (warn, crit)
+
+    def _colors(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        from rich.color import Color, ColorParseError
+
+        for name, k, v, full in self.mapping(vnode, key):
+            if name not in DEFAULT_COLORS:
+                raise self.fail(k, full, f"unknown colour (known: {', '.join(DEFAULT_COLORS)})")
+            value = self.string(v, full)
+            try:
+                Color.parse(value)
+            except ColorParseError:
+                raise self.fail(v, full, f"{value!r} is not a colour") from None
+            config.colors[name] = value
+
+    def _columns(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        import yaml
+
+        if not isinstance(vnode, yaml.SequenceNode) or not vnode.value:
+            raise self.fail(vnode, key, "expected a non-empty list of column names")
+        columns = []
+        for item in vnode.value:
+            name = self.string(item, key)
+            if name not in COLUMNS:
+                raise self.fail(item, key, f"unknown column {name!r} (known: {', '.join(COLUMNS)})")
+            if name in columns:
+                raise self.fail(item, key, f"column {name!r} given twice")
+            columns.append(name)
+        config.columns = tuple(columns)
+
+    def _keys(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        for name, k, v, full in self.mapping(vnode, key):
+            if name not in BINDING_IDS:
+                raise self.fail(k, full, "unknown binding id (see the help screen, '?')")
+            value = self.scalar(v, full)
+            if isinstance(value, bool) or value is None:
+                raise self.fail(v, full, "expected key names such as 'k' or 'k,f9'")
+            keys = [part.strip() for part in str(value).split(",")]
+            if not all(keys):
+                raise self.fail(v, full, f"empty key name in {value!r}")
+            config.keys[name] = ",".join(keys)
+
+    def _health(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        for name, _k, v, full in self.mapping(vnode, key):
+            value = self.scalar(v, full)
+            if value is None or isinstance(value, (list, dict)):
+                raise self.fail(v, full, "expected a number, true/false or a string")
+            config.health[name] = value
+
+    def _reclaim(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        limits = {
+            "idle_minutes": (0, 7 * 24 * 60),
+            "idle_min_mem_mib": (0, 1 << 30),
+            "kill_grace_s": (0, 600),
+        }
+        for name, k, v, full in self.mapping(vnode, key):
+            if name not in limits:
+                raise self.fail(k, full, f"unknown key (known: {', '.join(limits)})")
+            setattr(config.reclaim, name, self.number(v, full, *limits[name]))
+
+    def _reservations(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        for name, k, v, full in self.mapping(vnode, key):
+            if name != "dir":
+                raise self.fail(k, full, "unknown key (known: dir)")
+            config.reservations.dir = os.path.expanduser(self.string(v, full))

@@ -1,0 +1,396 @@
+"""The hosts file: which GPU servers to watch over SSH, and how to reach them.
+
+Two shapes are accepted (see hosts.example.yaml for every option)::
+
+    - gpu01                      # names resolved through ~/.ssh/config
+    - gpu02
+
+    defaults: {user: alice, labels: [lab]}
+    hosts:
+      - gpu01
+      - name: gpu02
+        hostname: 10.0.0.12
+        port: 2222
+        labels: [a100]
+    groups:
+      train: [gpu01, gpu02]      # a group is a label given to several hosts
+
+Every problem is a ``HostsFileError`` whose message is ``FILE:LINE: key 'x': problem``;
+the line numbers come from ``yaml.compose`` (the node tree keeps its marks, plain
+``yaml.safe_load`` would lose them).  Host names, users and labels are data: they are
+handed to asyncssh as arguments and never reach a shell.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PATH = "~/.config/gputop/hosts.yaml"
+ENV_VAR = "GPUTOP_HOSTS"
+
+
+class HostsFileError(ValueError):
+    """A bad hosts file or -H list; the message is one line naming file, line and key."""
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str  # what the user calls it; also the ssh alias when hostname is None
+    hostname: str | None = None  # None: let ~/.ssh/config resolve `name`
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    jump: str | None = None  # ProxyJump: [user@]host[:port], shared per jump host
+    labels: tuple[str, ...] = ()
+    known_hosts: tuple[str, ...] | None = None  # None: the user's and the system's files
+    ssh_config: str | None = None  # None: ~/.ssh/config
+    password_env: str | None = None  # password auth only when this is set
+    connect_timeout: float = 10.0
+    keepalive: float = 15.0
+
+    @property
+    def target(self) -> str:
+        return self.hostname or self.name
+
+
+_HOST_KEYS = (
+    "name", "hostname", "user", "port", "identity_file", "jump", "labels", "groups",
+    "known_hosts", "ssh_config", "password_env", "connect_timeout", "keepalive",
+)
+_DEFAULT_KEYS = tuple(k for k in _HOST_KEYS if k not in ("name", "hostname"))
+_TOP_KEYS = ("defaults", "hosts", "groups")
+
+
+@dataclass
+class _Node:
+    """A YAML value with the line it started on (1-based)."""
+
+    value: Any
+    line: int
+
+
+def _convert(node: Any, path: str) -> _Node:
+    import yaml
+
+    line = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, tuple[_Node, _Node]] = {}
+        for key_node, value_node in node.value:
+            key = _convert(key_node, path)
+            if not isinstance(key.value, str):
+                raise HostsFileError(f"{path}:{key.line}: key {key.value!r}: keys must be text")
+            if key.value in out:
+                raise HostsFileError(f"{path}:{key.line}: key '{key.value}': duplicate key")
+            out[key.value] = (key, _convert(value_node, path))
+        return _Node(out, line)
+    if isinstance(node, yaml.SequenceNode):
+        return _Node([_convert(item, path) for item in node.value], line)
+    # A scalar: let the safe constructor give it its type (int, bool, None, str...).
+    loader = yaml.SafeLoader("")
+    try:
+        value = loader.construct_object(node, deep=True)
+    finally:
+        loader.dispose()
+    return _Node(value, line)
+
+
+def parse_text(text: str, path: str = "<hosts>") -> list[HostSpec]:
+    """Parse hosts-file text; ``path`` is only used in error messages."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise HostsFileError(f"{path}:{line}: not valid YAML: {problem}") from None
+    if root is None:
+        raise HostsFileError(f"{path}:1: the file is empty: list at least one host")
+    doc = _convert(root, path)
+    defaults: dict[str, Any] = {}
+    groups: list[tuple[str, _Node]] = []
+    if isinstance(doc.value, list):
+        host_items = doc
+    elif isinstance(doc.value, dict):
+        for key, (knode, _v) in doc.value.items():
+            if key not in _TOP_KEYS:
+                raise HostsFileError(
+                    f"{path}:{knode.line}: key '{key}': unknown key "
+                    f"(expected one of: {', '.join(_TOP_KEYS)})"
+                )
+        if "defaults" in doc.value:
+            dnode = doc.value["defaults"][1]
+            if dnode.value is not None:
+                defaults = _options(dnode, path, "defaults", _DEFAULT_KEYS)
+        if "groups" in doc.value:
+            groups = _groups(doc.value["groups"][1], path)
+        if "hosts" not in doc.value:
+            raise HostsFileError(f"{path}:{doc.line}: key 'hosts': missing (list the hosts)")
+        host_items = doc.value["hosts"][1]
+    else:
+        raise HostsFileError(
+            f"{path}:{doc.line}: expected a list of hosts or a mapping with 'hosts', "
+            f"got {_kind(doc.value)}"
+        )
+
+    entries = _host_entries(host_items, path)
+    if not entries:
+        raise HostsFileError(f"{path}:{host_items.line}: key 'hosts': no hosts listed")
+    specs: list[HostSpec] = []
+    seen: dict[str, int] = {}
+    for name, line, options in entries:
+        if name in seen:
+            raise HostsFileError(
+                f"{path}:{line}: key 'name': duplicate host '{name}' (first on line {seen[name]})"
+            )
+        seen[name] = line
+        merged = {**defaults, **options}
+        labels = tuple(defaults.get("labels", ())) + tuple(
+            x for x in options.get("labels", ()) if x not in defaults.get("labels", ())
+        )
+        merged["labels"] = labels + tuple(
+            x for x in merged.pop("groups", ()) if x not in labels
+        )
+        specs.append(_spec(name, merged))
+    by_name = {s.name: i for i, s in enumerate(specs)}
+    for label, members in groups:
+        for member in members.value:
+            if member.value not in by_name:
+                raise HostsFileError(
+                    f"{path}:{member.line}: key 'groups': group '{label}' names "
+                    f"unknown host '{member.value}'"
+                )
+            i = by_name[member.value]
+            if label not in specs[i].labels:
+                specs[i] = replace(specs[i], labels=(*specs[i].labels, label))
+    return specs
+
+
+def _spec(name: str, options: dict[str, Any]) -> HostSpec:
+    kwargs = dict(options)
+    kwargs["labels"] = tuple(kwargs.get("labels", ()))
+    if "known_hosts" in kwargs:
+        kwargs["known_hosts"] = tuple(kwargs["known_hosts"])
+    return HostSpec(name=name, **kwargs)
+
+
+def _host_entries(node: _Node, path: str) -> list[tuple[str, int, dict[str, Any]]]:
+    entries: list[tuple[str, int, dict[str, Any]]] = []
+    if isinstance(node.value, list):
+        for item in node.value:
+            if isinstance(item.value, str):
+                entries.append((_name(item, path), item.line, {}))
+            elif isinstance(item.value, dict):
+                if "name" not in item.value:
+                    raise HostsFileError(
+                        f"{path}:{item.line}: key 'name': missing (each host needs a name)"
+                    )
+                name = _name(item.value["name"][1], path)
+                entries.append((name, item.line, _options(item, path, "", _HOST_KEYS)))
+            else:
+                raise HostsFileError(
+                    f"{path}:{item.line}: key 'hosts': each host is a name or a mapping, "
+                    f"got {_kind(item.value)}"
+                )
+    elif isinstance(node.value, dict):
+        for key, (knode, vnode) in node.value.items():
+            name = _name(_Node(key, knode.line), path)
+            if vnode.value is None:
+                options: dict[str, Any] = {}
+            elif isinstance(vnode.value, dict):
+                if "name" in vnode.value:
+                    raise HostsFileError(
+                        f"{path}:{vnode.value['name'][0].line}: key 'name': the mapping key "
+                        f"already names this host"
+                    )
+                options = _options(vnode, path, "", _HOST_KEYS)
+            else:
+                raise HostsFileError(
+                    f"{path}:{vnode.line}: key '{key}': host options must be a mapping, "
+                    f"got {_kind(vnode.value)}"
+                )
+            entries.append((name, knode.line, options))
+    elif node.value is None:
+        return []
+    else:
+        raise HostsFileError(
+            f"{path}:{node.line}: key 'hosts': expected a list, got {_kind(node.value)}"
+        )
+    return entries
+
+
+def _options(node: _Node, path: str, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(node.value, dict):
+        raise HostsFileError(
+            f"{path}:{node.line}: key '{where or 'hosts'}': expected a mapping, "
+            f"got {_kind(node.value)}"
+        )
+    out: dict[str, Any] = {}
+    for key, (knode, vnode) in node.value.items():
+        shown = f"{where}.{key}" if where else key
+        if key not in allowed:
+            raise HostsFileError(
+                f"{path}:{knode.line}: key '{shown}': unknown key "
+                f"(expected one of: {', '.join(allowed)})"
+            )
+        if key == "name":
+            continue
+        try:
+            out[key] = _check(key, vnode.value)
+        except ValueError as exc:
+            raise HostsFileError(f"{path}:{vnode.line}: key '{shown}': {exc}") from None
+    return out
+
+
+def _check(key: str, value: Any) -> Any:
+    if key in ("hostname", "user", "identity_file", "jump", "ssh_config", "password_env"):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"expected text, got {_kind(value)}")
+        if any(c in value for c in "\n\r\0"):
+            raise ValueError("must be one line")
+        return os.path.expanduser(value) if key in ("identity_file", "ssh_config") else value
+    if key == "port":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a port number, got {_kind(value)}")
+        if not 1 <= value <= 65535:
+            raise ValueError(f"port {value} out of range 1-65535")
+        return value
+    if key in ("labels", "groups", "known_hosts"):
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or (not items and key == "known_hosts"):
+            raise ValueError(f"expected a list of text, got {_kind(value)}")
+        out = []
+        for item in items:
+            raw = item.value if isinstance(item, _Node) else item
+            if not isinstance(raw, str) or not raw.strip():
+                raise ValueError(f"expected text items, got {_kind(raw)}")
+            out.append(os.path.expanduser(raw) if key == "known_hosts" else raw)
+        return tuple(out)
+    if key in ("connect_timeout", "keepalive"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"expected a positive number of seconds, got {value!r}")
+        return float(value)
+    raise ValueError("unknown key")  # pragma: no cover - _options filters first
+
+
+def _groups(node: _Node, path: str) -> list[tuple[str, _Node]]:
+    if not isinstance(node.value, dict):
+        raise HostsFileError(
+            f"{path}:{node.line}: key 'groups': expected a mapping of group -> hosts, "
+            f"got {_kind(node.value)}"
+        )
+    out = []
+    for label, (_knode, vnode) in node.value.items():
+        if not isinstance(vnode.value, list) or not all(
+            isinstance(m.value, str) for m in vnode.value
+        ):
+            raise HostsFileError(
+                f"{path}:{vnode.line}: key 'groups.{label}': expected a list of host names"
+            )
+        out.append((label, vnode))
+    return out
+
+
+def _name(node: _Node, path: str) -> str:
+    value = node.value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)  # `- 10.0.0.1` would be text anyway; `- 42` is a name too
+    if not isinstance(value, str) or not value.strip():
+        raise HostsFileError(f"{path}:{node.line}: key 'name': expected text, got {_kind(value)}")
+    if any(c in value for c in "\n\r\0") or value != value.strip():
+        raise HostsFileError(f"{path}:{node.line}: key 'name': {value!r} is not a host name")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f"text ({value!r})"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def load(path: str | os.PathLike[str]) -> list[HostSpec]:
+    shown = str(path)
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HostsFileError(f"{shown}:0: the hosts file does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HostsFileError(f"{shown}:0: cannot read the hosts file: {exc}") from None
+    return parse_text(text, shown)
+
+
+def parse_host_list(text: str) -> list[HostSpec]:
+    """`-H alice@gpu01,gpu02:2222`: ad-hoc hosts, each [user@]host[:port]."""
+    specs: list[HostSpec] = []
+    seen: set[str] = set()
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        user = None
+        port = None
+        host = item
+        if "@" in host:
+            user, _, host = host.rpartition("@")
+        if host.count(":") == 1:
+            host, _, port_text = host.partition(":")
+            if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+                raise HostsFileError(f"-H:1: key 'port': {port_text!r} in {item!r} is not a port")
+            port = int(port_text)
+        if not host or (user is not None and not user):
+            raise HostsFileError(f"-H:1: key 'name': {item!r} is not [user@]host[:port]")
+        if item in seen:
+            raise HostsFileError(f"-H:1: key 'name': duplicate host {item!r}")
+        seen.add(item)
+        specs.append(HostSpec(name=item, hostname=host, user=user, port=port))
+    if not specs:
+        raise HostsFileError("-H:1: key 'name': no hosts given")
+    return specs
+
+
+def find_hosts_file(
+    explicit: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[Path | None, str]:
+    """Which hosts file applies: (path or None, where it came from).
+
+    Order: --hosts PATH, then $GPUTOP_HOSTS, then ~/.config/gputop/hosts.yaml when
+    it exists.  ``where`` is "--hosts", "$GPUTOP_HOSTS", "default" or "".
+    """
+    env = os.environ if environ is None else environ
+    if explicit:
+        return Path(explicit).expanduser(), "--hosts"
+    if env.get(ENV_VAR):
+        return Path(env[ENV_VAR]).expanduser(), f"${ENV_VAR}"
+    default = Path(DEFAULT_PATH).expanduser()
+    if default.is_file():
+        return default, "default"
+    return None, ""
+
+
+def specs_from_args(args: Any, environ: Mapping[str, str] | None = None) -> list[HostSpec] | None:
+    """The hosts asked for on the command line (-H, --hosts, $GPUTOP_HOSTS, default file).
+
+    None when no remote host is configured at all.  Raises HostsFileError.
+    """
+    host_list = getattr(args, "host_list", None)
+    if host_list:
+        return parse_host_list(host_list)
+    path, _where = find_hosts_file(getattr(args, "hosts", None), environ)
+    if path is None:
+        return None
+    return load(path)

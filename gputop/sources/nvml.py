@@ -1,0 +1,867 @@
+"""The local collector: one HostSnapshot dict per call, from NVML and /proc.
+
+Stdlib-only: this module is shipped to remote hosts inside the SSH probe, where ``nvml`` is
+that host's pynvml.  In tests and --demo ``nvml`` is a ``sim.SimNvml`` with the same
+function names, error classes and constants, so this code runs unchanged against both.
+
+Rules this code keeps (see docs/design.md):
+- every field is read on its own: an unsupported or forbidden field is None, nothing more;
+- a GPU that falls off the bus becomes a GPU state, the other GPUs are still read;
+- fields that never change (identity, limits, maxima, topology) are read once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gputop.sources.devscan import scan_device_holders
+
+# Error codes (same numbers in pynvml and the simulator) that mean "this field is not
+# available here": the field becomes None and collection goes on.
+_ERR_UNINITIALIZED = 1
+_ERR_INVALID_ARGUMENT = 2
+_ERR_NOT_SUPPORTED = 3
+_ERR_NO_PERMISSION = 4
+_ERR_NOT_FOUND = 6
+_ERR_DRIVER_NOT_LOADED = 9
+_ERR_TIMEOUT = 10
+_ERR_LIBRARY_NOT_FOUND = 12
+_ERR_FUNCTION_NOT_FOUND = 13
+_ERR_GPU_IS_LOST = 15
+_ERR_RESET_REQUIRED = 16
+_ERR_LIB_RM_VERSION_MISMATCH = 18
+
+# Fallback constants for a pynvml too old to define them (values from nvml.h).
+_TEMPERATURE_GPU = 0
+_THRESHOLD_SHUTDOWN = 0
+_THRESHOLD_SLOWDOWN = 1
+_THRESHOLD_GPU_MAX = 3
+_CLOCK_GRAPHICS = 0
+_CLOCK_SM = 1
+_CLOCK_MEM = 2
+_ECC_CORRECTED = 0
+_ECC_UNCORRECTED = 1
+_ECC_VOLATILE = 0
+_ECC_AGGREGATE = 1
+_RETIRE_SBE = 0
+_RETIRE_DBE = 1
+_PCIE_TX = 0
+_PCIE_RX = 1
+_NVLINK_MAX_LINKS = 18
+_NVLINK_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
+_AFFINITY_SCOPE_NODE = 0
+_EVENT_XID = 0x8
+_VALUE_NOT_AVAILABLE = (1 << 64) - 1
+
+# Clock event (throttle) reason bits, nvml.h nvmlClocksEventReason*.
+CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"),
+    (0x080, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+# nvmlDeviceGetTopologyCommonAncestor levels -> `nvidia-smi topo -m` words.
+_TOPOLOGY_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+_COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+
+# Devices are rescanned on every Nth collect: the scan walks every fd of every process.
+DEVSCAN_EVERY = 10
+# At most this many XID events are drained per collect, so a storm cannot stall a refresh.
+_MAX_EVENTS_PER_COLLECT = 64
+
+NO_DRIVER_MESSAGE = (
+    "gputop: no NVIDIA driver found on this machine (libnvidia-ml.so could not be loaded). "
+    "Try `gputop --demo` for a simulated node or `gputop --hosts FILE` to watch GPU servers "
+    "over SSH."
+)
+
+
+class NoDriverError(RuntimeError):
+    """NVML could not start here; str() is one sentence for the user."""
+
+
+class _GpuLost(Exception):
+    def __init__(self, state: str, message: str) -> None:
+        super().__init__(message)
+        self.state = state
+        self.message = message
+
+
+def decode_clock_events(mask: int | None) -> tuple[str, ...] | None:
+    if mask is None:
+        return None
+    return tuple(name for bit, name in CLOCK_EVENT_REASONS if mask & bit)
+
+
+def cuda_version_string(version: int | None) -> str | None:
+    """NVML's 13010 -> "13.1"."""
+    if version is None or version <= 0:
+        return None
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+def cpulist(words: Any) -> str | None:
+    """An NVML affinity bitmask (64-bit words, lowest CPUs first) as "0-23,48-71"."""
+    if words is None:
+        return None
+    cpus = [
+        w * 64 + bit for w, word in enumerate(words) for bit in range(64) if int(word) >> bit & 1
+    ]
+    if not cpus:
+        return None
+    ranges: list[str] = []
+    start = prev = cpus[0]
+    for cpu in [*cpus[1:], None]:
+        if cpu is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        ranges.append(str(start) if start == prev else f"{start}-{prev}")
+        if cpu is not None:
+            start = prev = cpu
+    return ",".join(ranges)
+
+
+def normalize_bus_id(bus_id: Any) -> str | None:
+    """PCI bus ids compare equal whatever the domain width: "00000000:07:00.0" ~ "0000:07:00.0"."""
+    if bus_id is None:
+        return None
+    if isinstance(bus_id, bytes):
+        bus_id = bus_id.decode("ascii", "replace")
+    bus_id = str(bus_id).strip().lower()
+    if not bus_id:
+        return None
+    domain, _, rest = bus_id.rpartition(":")[0].partition(":")
+    tail = bus_id.rpartition(":")[2]
+    if not rest:  # no domain part at all: "07:00.0"
+        return f"0000:{domain}:{tail}"
+    try:
+        return f"{int(domain, 16):04x}:{rest}:{tail}"
+    except ValueError:
+        return bus_id
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _read_pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 22  # the kernel's upper limit for pid_max
+
+
+class Collector:
+    """Reads one host: ``collect()`` returns a HostSnapshot dict (see gputop/model.py)."""
+
+    def __init__(
+        self,
+        nvml: Any,
+        procs: Any,
+        host: str = "localhost",
+        demo: bool = False,
+        reservations_dir: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.nvml = nvml
+        self.procs = procs
+        self.host = host
+        self.demo = demo
+        self.reservations_dir = reservations_dir
+        self.clock = clock
+        self._error_class: type[BaseException] = getattr(nvml, "NVMLError", Exception)
+        self._mismatch_class: type[BaseException] = getattr(
+            nvml, "NVMLLibraryMismatchError", self._error_class
+        )
+        try:
+            nvml.nvmlInit()
+        except self._error_class as err:
+            raise NoDriverError(_init_failure_message(err)) from None
+        self._funcs: dict[str, Callable[..., Any] | None] = {}
+        # Simulated pids sit above any real pid_max on purpose, so only real NVML gets the
+        # upper bound in the garbage check.
+        self._pid_max: int | None = None if demo else _read_pid_max()
+        self._count: int | None = None
+        self._handles: dict[int, Any] = {}
+        self._static: dict[int, dict[str, Any]] = {}
+        self._nvlink_remote: dict[int, list[tuple[str | None, int | None]]] = {}
+        self._proc_util_ts: dict[int, int] = {}
+        self._proc_variant: dict[str, str] = {}
+        self._versions: dict[str, str | None] | None = None
+        self._topology: list[dict] | None = None
+        self._event_set: Any = None
+        self._xid_watched: bool | None = None
+        self._collects = 0
+        self._host_cpu_count: int | None = None
+        self._holders: tuple[list[dict], str | None] = ([], None)
+
+    # -- NVML access -----------------------------------------------------------------------
+
+    def _fn(self, name: str) -> Callable[..., Any] | None:
+        if name not in self._funcs:
+            self._funcs[name] = getattr(self.nvml, name, None)
+        return self._funcs[name]
+
+    def _const(self, name: str, default: int) -> int:
+        value = getattr(self.nvml, name, None)
+        return value if isinstance(value, int) else default
+
+    def _get(self, name: str, *args: Any) -> Any:
+        """Call an NVML function; None when this field cannot be read here.
+
+        Raises _GpuLost when the device is gone, so the caller can mark that GPU.
+        """
+        fn = self._fn(name)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self._error_class as err:
+            code = getattr(err, "value", None)
+            if code == _ERR_GPU_IS_LOST:
+                raise _GpuLost("lost", f"GPU is lost ({name})") from None
+            if code == _ERR_RESET_REQUIRED:
+                raise _GpuLost("lost", f"GPU requires reset ({name})") from None
+            return None
+        except self._mismatch_class:
+            # pynvml raises this (not an NVMLError) when an unversioned function is missing
+            # from the installed driver: just another unreadable field.
+            return None
+
+    # -- once per Collector ----------------------------------------------------------------
+
+    def _versions_once(self) -> dict[str, str | None]:
+        if self._versions is None:
+            cuda = self._get("nvmlSystemGetCudaDriverVersion_v2")
+            if cuda is None:
+                cuda = self._get("nvmlSystemGetCudaDriverVersion")
+            self._versions = {
+                "driver_version": _text(self._get("nvmlSystemGetDriverVersion")),
+                "nvml_version": _text(self._get("nvmlSystemGetNVMLVersion")),
+                "cuda_version": cuda_version_string(cuda),
+            }
+        return self._versions
+
+    def _handle(self, index: int) -> Any:
+        handle = self._handles.get(index)
+        if handle is not None:
+            return handle
+        fn = self._fn("nvmlDeviceGetHandleByIndex")
+        try:
+            handle = fn(index) if fn is not None else None
+        except self._error_class as err:
+            if getattr(err, "value", None) == _ERR_GPU_IS_LOST:
+                raise _GpuLost("lost", f"GPU is lost: {err}") from None
+            raise _GpuLost("error", f"cannot open GPU {index}: {err}") from None
+        if handle is None:
+            raise _GpuLost("error", f"cannot open GPU {index}")
+        self._handles[index] = handle
+        return handle
+
+    def _static_fields(self, index: int, handle: Any) -> dict[str, Any]:
+        cached = self._static.get(index)
+        if cached is not None:
+            return cached
+        pci = self._get("nvmlDeviceGetPciInfo", handle)
+        bus_id = _text(getattr(pci, "busId", None)) if pci is not None else None
+        constraints = self._get("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        static: dict[str, Any] = {
+            "uuid": _text(self._get("nvmlDeviceGetUUID", handle)),
+            "name": _text(self._get("nvmlDeviceGetName", handle)),
+            "pci_bus_id": bus_id,
+            "serial": _text(self._get("nvmlDeviceGetSerial", handle)),
+            "temp_slowdown": self._threshold(handle, "SLOWDOWN", _THRESHOLD_SLOWDOWN),
+            "temp_shutdown": self._threshold(handle, "SHUTDOWN", _THRESHOLD_SHUTDOWN),
+            "temp_max_operating": self._threshold(handle, "GPU_MAX", _THRESHOLD_GPU_MAX),
+            "power_default_limit": _watts(
+                self._get("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+            ),
+            "power_min_limit": _watts(constraints[0]) if constraints else None,
+            "power_max_limit": _watts(constraints[1]) if constraints else None,
+            "clock_sm_max": self._get(
+                "nvmlDeviceGetMaxClockInfo", handle, self._const("NVML_CLOCK_SM", _CLOCK_SM)
+            ),
+            "clock_mem_max": self._get(
+                "nvmlDeviceGetMaxClockInfo", handle, self._const("NVML_CLOCK_MEM", _CLOCK_MEM)
+            ),
+            "pcie_gen_max": self._get("nvmlDeviceGetMaxPcieLinkGeneration", handle),
+            "pcie_width_max": self._get("nvmlDeviceGetMaxPcieLinkWidth", handle),
+            "cpu_affinity": self._cpu_affinity(handle),
+            "numa_node": self._numa_node(handle, bus_id),
+        }
+        static["_fans"] = self._get("nvmlDeviceGetNumFans", handle)
+        self._nvlink_remote[index] = self._nvlink_remotes(handle)
+        self._static[index] = static
+        return static
+
+    def _threshold(self, handle: Any, which: str, default: int) -> int | None:
+        kind = self._const(f"NVML_TEMPERATURE_THRESHOLD_{which}", default)
+        return self._get("nvmlDeviceGetTemperatureThreshold", handle, kind)
+
+    def _cpu_affinity(self, handle: Any) -> str | None:
+        # The mask is as wide as the host's CPU count (the simulated host's in --demo).
+        cpus = max(os.cpu_count() or 64, self._host_cpu_count or 0)
+        words = (cpus + 63) // 64
+        return cpulist(self._get("nvmlDeviceGetCpuAffinity", handle, words))
+
+    def _numa_node(self, handle: Any, bus_id: str | None) -> int | None:
+        """The NUMA node near the GPU, as `nvidia-smi topo -m` calls NUMA Affinity."""
+        words = self._get("nvmlDeviceGetMemoryAffinity", handle, 1, _AFFINITY_SCOPE_NODE)
+        if words:
+            nodes = [bit for bit in range(64) if int(words[0]) >> bit & 1]
+            if nodes:
+                return nodes[0]
+        if not self.demo and bus_id:
+            # Older drivers lack the affinity call; the kernel knows the device's node too.
+            try:
+                with open(f"/sys/bus/pci/devices/{normalize_bus_id(bus_id)}/numa_node") as f:
+                    node = int(f.read())
+                if node >= 0:
+                    return node
+            except (OSError, ValueError):
+                pass
+        # On coherent (C2C) systems this is the GPU memory's own node; elsewhere unsupported.
+        node = self._get("nvmlDeviceGetNumaNodeId", handle)
+        return int(node) if node is not None and node >= 0 else None
+
+    def _nvlink_remotes(self, handle: Any) -> list[tuple[str | None, int | None]]:
+        """(remote PCI bus id, remote device type) per NVLink; the length is the link count."""
+        remotes: list[tuple[str | None, int | None]] = []
+        fn = self._fn("nvmlDeviceGetNvLinkState")
+        if fn is None:
+            return remotes
+        for link in range(self._const("NVML_NVLINK_MAX_LINKS", _NVLINK_MAX_LINKS)):
+            try:
+                fn(handle, link)
+            except self._error_class as err:
+                code = getattr(err, "value", None)
+                if code == _ERR_GPU_IS_LOST:
+                    raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetNvLinkState)") from None
+                # NotSupported / InvalidArgument: no such link, and none beyond it.
+                break
+            pci = self._get("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+            bus = _text(getattr(pci, "busId", None)) if pci is not None else None
+            kind = self._get("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+            remotes.append((bus, kind))
+        return remotes
+
+    def _nvlink_count(self, a: int, b: int, gpu_buses: dict[int, str | None]) -> int:
+        """NVLinks between two GPUs: direct links, or links into NVSwitches both reach."""
+        links_a = self._nvlink_remote.get(a, [])
+        links_b = self._nvlink_remote.get(b, [])
+        links_a = [(normalize_bus_id(bus), kind) for bus, kind in links_a]
+        links_b = [(normalize_bus_id(bus), kind) for bus, kind in links_b]
+        direct = sum(1 for bus, _ in links_a if bus is not None and bus == gpu_buses.get(b))
+        if direct:
+            return direct
+        gpus = {bus for bus in gpu_buses.values() if bus is not None}
+
+        def switches(links: list[tuple[str | None, int | None]]) -> list[str]:
+            return [
+                bus
+                for bus, kind in links
+                if bus is not None
+                and (kind == _NVLINK_SWITCH or (kind is None and bus not in gpus))
+            ]
+
+        sw_a, sw_b = switches(links_a), switches(links_b)
+        shared = set(sw_a) & set(sw_b)
+        if not shared:
+            return 0
+        # Through a switch fabric every pair gets the bandwidth of the narrower side, which
+        # is what `nvidia-smi topo -m` prints (NV18 between all pairs on a DGX H100).
+        return min(sum(1 for s in sw_a if s in shared), sum(1 for s in sw_b if s in shared))
+
+    def _topology_once(self, indexes: list[int]) -> list[dict]:
+        if self._topology is not None:
+            return self._topology
+        links: list[dict] = []
+        fn = self._fn("nvmlDeviceGetTopologyCommonAncestor")
+        buses = {i: normalize_bus_id(self._static.get(i, {}).get("pci_bus_id")) for i in indexes}
+        for pos, a in enumerate(indexes):
+            for b in indexes[pos + 1 :]:
+                kind = None
+                nvlinks = self._nvlink_count(a, b, buses)
+                if nvlinks:
+                    kind = f"NV{nvlinks}"
+                elif fn is not None:
+                    try:
+                        level = fn(self._handles[a], self._handles[b])
+                    except self._error_class:
+                        level = None
+                    kind = _TOPOLOGY_WORDS.get(int(level)) if level is not None else None
+                if kind is not None:
+                    links.append({"gpu_a": a, "gpu_b": b, "kind": kind, "nvlinks": nvlinks})
+        self._topology = links
+        return links
+
+    def _xid_setup_once(self) -> None:
+        if self._xid_watched is not None:
+            return
+        self._xid_watched = False
+        create = self._fn("nvmlEventSetCreate")
+        if create is None:
+            return
+        try:
+            event_set = create()
+        except self._error_class:
+            return
+        xid = self._const("nvmlEventTypeXidCriticalError", _EVENT_XID)
+        for handle in self._handles.values():
+            try:
+                supported = self._get("nvmlDeviceGetSupportedEventTypes", handle)
+            except _GpuLost:
+                continue
+            if supported is None or not supported & xid:
+                continue
+            register = self._fn("nvmlDeviceRegisterEvents")
+            try:
+                if register is None:
+                    break
+                register(handle, xid, event_set)
+            except self._error_class:
+                continue
+            self._xid_watched = True
+        if self._xid_watched:
+            self._event_set = event_set
+        else:
+            free = self._fn("nvmlEventSetFree")
+            if free is not None:
+                with contextlib.suppress(self._error_class):
+                    free(event_set)
+
+    def _poll_xid(self, now: float) -> list[dict]:
+        if self._event_set is None:
+            return []
+        events: list[dict] = []
+        wait = self._fn("nvmlEventSetWait")
+        if wait is None:
+            return events
+        for _ in range(_MAX_EVENTS_PER_COLLECT):
+            try:
+                data = wait(self._event_set, 0)
+            except self._error_class:
+                break  # Timeout: nothing more pending (any other error: try next time)
+            events.append(
+                {
+                    "gpu": self._index_of(getattr(data, "device", None)),
+                    "xid": int(getattr(data, "eventData", 0)),
+                    "time": now,
+                    "detail": None,
+                }
+            )
+        return events
+
+    def _index_of(self, device: Any) -> int:
+        for index, handle in self._handles.items():
+            if handle is device:
+                return index
+        try:
+            index = self._get("nvmlDeviceGetIndex", device)
+        except _GpuLost:
+            index = None
+        return int(index) if index is not None else -1
+
+    # -- every collect -----------------------------------------------------------------------
+
+    def collect(self) -> dict[str, Any]:
+        now = self.clock()
+        snap: dict[str, Any] = {
+            "host": self.host,
+            "time": now,
+            "state": "ok",
+            "error": None,
+            "source": "sim" if self.demo else "nvml",
+            "demo": self.demo,
+            **self._versions_once(),
+            **self.procs.host_info(),
+        }
+        self._host_cpu_count = snap.get("cpu_count")
+        if self._count is None:
+            fn = self._fn("nvmlDeviceGetCount")
+            try:
+                self._count = int(fn()) if fn is not None else 0
+            except self._error_class as err:
+                snap.update(state="error", error=f"cannot count GPUs: {err}")
+                return snap
+        gpus: list[dict] = []
+        raw_procs: list[dict] = []
+        for index in range(self._count):
+            gpu, procs = self._collect_gpu(index, now)
+            gpus.append(gpu)
+            raw_procs.extend(procs)
+        readable = [g["index"] for g in gpus if g["index"] in self._static]
+        snap["gpus"] = gpus
+        snap["processes"] = self._add_process_facts(raw_procs)
+        snap["topology"] = self._topology_once(sorted(self._handles.keys() & set(readable)))
+        self._xid_setup_once()
+        snap["xid_watched"] = self._xid_watched
+        snap["xid_events"] = self._poll_xid(now)
+        snap["reservations"] = self._reservations(now)
+        snap["device_holders"], snap["device_scan_note"] = self._device_holders()
+        self._collects += 1
+        return snap
+
+    def _collect_gpu(self, index: int, now: float) -> tuple[dict, list[dict]]:
+        gpu: dict[str, Any] = {"index": index, "state": "ok", "error": None}
+        try:
+            handle = self._handle(index)
+            static = self._static_fields(index, handle)
+            gpu.update((k, v) for k, v in static.items() if not k.startswith("_"))
+            self._dynamic_fields(gpu, handle, static)
+            procs = self._processes(index, handle, gpu.get("mem_total"), now)
+        except _GpuLost as lost:
+            # Keep whatever identity we already know, so the user sees which card is gone.
+            known = self._static.get(index, {})
+            for key in ("uuid", "name", "pci_bus_id", "serial"):
+                gpu[key] = known.get(key)
+            gpu = {k: v for k, v in gpu.items() if k in _LOST_KEYS}
+            gpu.update(state=lost.state, error=lost.message)
+            return gpu, []
+        return gpu, procs
+
+    def _dynamic_fields(self, gpu: dict[str, Any], handle: Any, static: dict[str, Any]) -> None:
+        get = self._get
+        util = get("nvmlDeviceGetUtilizationRates", handle)
+        gpu["util_gpu"] = getattr(util, "gpu", None)
+        gpu["util_mem"] = getattr(util, "memory", None)
+        enc = get("nvmlDeviceGetEncoderUtilization", handle)
+        gpu["util_enc"] = enc[0] if enc else None
+        dec = get("nvmlDeviceGetDecoderUtilization", handle)
+        gpu["util_dec"] = dec[0] if dec else None
+        self._memory(gpu, handle)
+        bar1 = get("nvmlDeviceGetBAR1MemoryInfo", handle)
+        gpu["bar1_used"] = getattr(bar1, "bar1Used", None)
+        gpu["bar1_total"] = getattr(bar1, "bar1Total", None)
+        gpu["temp"] = get(
+            "nvmlDeviceGetTemperature", handle, self._const("NVML_TEMPERATURE_GPU", 0)
+        )
+        gpu["power_draw"] = _watts(get("nvmlDeviceGetPowerUsage", handle))
+        gpu["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
+        fans = self._fans(handle, static.get("_fans"))
+        gpu["fans"] = fans
+        gpu["fan"] = fans[0] if fans else None
+        for key, const, default in (
+            ("clock_sm", "NVML_CLOCK_SM", _CLOCK_SM),
+            ("clock_mem", "NVML_CLOCK_MEM", _CLOCK_MEM),
+            ("clock_gr", "NVML_CLOCK_GRAPHICS", _CLOCK_GRAPHICS),
+        ):
+            gpu[key] = get("nvmlDeviceGetClockInfo", handle, self._const(const, default))
+        gpu["pstate"] = get("nvmlDeviceGetPerformanceState", handle)
+        persistence = get("nvmlDeviceGetPersistenceMode", handle)
+        gpu["persistence_mode"] = bool(persistence) if persistence is not None else None
+        mode = get("nvmlDeviceGetComputeMode", handle)
+        gpu["compute_mode"] = _COMPUTE_MODES.get(mode, str(mode)) if mode is not None else None
+        self._ecc(gpu, handle)
+        self._clock_events(gpu, handle)
+        gpu["pcie_gen"] = get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth", handle)
+        gpu["pcie_tx_kbs"] = get(
+            "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_TX_BYTES", _PCIE_TX)
+        )
+        gpu["pcie_rx_kbs"] = get(
+            "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)
+        )
+        gpu["nvlinks"] = self._nvlinks(gpu["index"], handle)
+        mig = get("nvmlDeviceGetMigMode", handle)
+        gpu["mig_mode"] = bool(mig[0]) if mig else None
+
+    def _memory(self, gpu: dict[str, Any], handle: Any) -> None:
+        info = None
+        version = getattr(self.nvml, "nvmlMemory_v2", None)
+        if version is not None:
+            try:
+                # v2 separates driver-reserved memory from "used", as nvidia-smi shows it.
+                info = self._get("nvmlDeviceGetMemoryInfo", handle, version)
+            except TypeError:
+                info = None
+        if info is None:
+            info = self._get("nvmlDeviceGetMemoryInfo", handle)
+        gpu["mem_used"] = getattr(info, "used", None)
+        gpu["mem_total"] = getattr(info, "total", None)
+        gpu["mem_reserved"] = getattr(info, "reserved", None)
+
+    def _fans(self, handle: Any, count: int | None) -> tuple[int | None, ...]:
+        if count:
+            return tuple(self._get("nvmlDeviceGetFanSpeed_v2", handle, i) for i in range(count))
+        speed = self._get("nvmlDeviceGetFanSpeed", handle)
+        return (speed,) if speed is not None else ()
+
+    def _ecc(self, gpu: dict[str, Any], handle: Any) -> None:
+        get = self._get
+        mode = get("nvmlDeviceGetEccMode", handle)
+        gpu["ecc_mode"] = bool(mode[0]) if mode else None
+        gpu["ecc_mode_pending"] = bool(mode[1]) if mode else None
+        corrected = self._const("NVML_MEMORY_ERROR_TYPE_CORRECTED", _ECC_CORRECTED)
+        uncorrected = self._const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", _ECC_UNCORRECTED)
+        volatile = self._const("NVML_VOLATILE_ECC", _ECC_VOLATILE)
+        aggregate = self._const("NVML_AGGREGATE_ECC", _ECC_AGGREGATE)
+        for key, kind, counter in (
+            ("ecc_volatile_corrected", corrected, volatile),
+            ("ecc_volatile_uncorrected", uncorrected, volatile),
+            ("ecc_aggregate_corrected", corrected, aggregate),
+            ("ecc_aggregate_uncorrected", uncorrected, aggregate),
+        ):
+            gpu[key] = get("nvmlDeviceGetTotalEccErrors", handle, kind, counter)
+        for key, cause, default in (
+            ("retired_pages_sbe", "MULTIPLE_SINGLE_BIT_ECC_ERRORS", _RETIRE_SBE),
+            ("retired_pages_dbe", "DOUBLE_BIT_ECC_ERROR", _RETIRE_DBE),
+        ):
+            pages = get(
+                "nvmlDeviceGetRetiredPages",
+                handle,
+                self._const(f"NVML_PAGE_RETIREMENT_CAUSE_{cause}", default),
+            )
+            gpu[key] = len(pages) if pages is not None else None
+        pending = get("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        gpu["retired_pages_pending"] = bool(pending) if pending is not None else None
+        rows = get("nvmlDeviceGetRemappedRows", handle)
+        if rows:
+            gpu["remapped_correctable"] = int(rows[0])
+            gpu["remapped_uncorrectable"] = int(rows[1])
+            gpu["remap_pending"] = bool(rows[2])
+            gpu["remap_failure"] = bool(rows[3])
+        else:
+            gpu["remapped_correctable"] = gpu["remapped_uncorrectable"] = None
+            gpu["remap_pending"] = gpu["remap_failure"] = None
+
+    def _clock_events(self, gpu: dict[str, Any], handle: Any) -> None:
+        # The "throttle" name is deprecated (removed in CUDA 14); older drivers have only it.
+        mask = self._get("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if mask is None:
+            mask = self._get("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        gpu["clock_event_mask"] = int(mask) if mask is not None else None
+        gpu["clock_event_reasons"] = decode_clock_events(gpu["clock_event_mask"])
+
+    def _nvlinks(self, index: int, handle: Any) -> list[dict]:
+        links = []
+        for link, (remote, _) in enumerate(self._nvlink_remote.get(index, ())):
+            state = self._get("nvmlDeviceGetNvLinkState", handle, link)
+            links.append(
+                {
+                    "link": link,
+                    "active": bool(state) if state is not None else None,
+                    "remote_pci_bus_id": remote,
+                }
+            )
+        return links
+
+    # -- processes -----------------------------------------------------------------------------
+
+    def _processes(
+        self, index: int, handle: Any, mem_total: int | None, now: float
+    ) -> list[dict]:
+        merged: dict[int, dict] = {}
+        for kind, letter in (("Compute", "C"), ("Graphics", "G")):
+            for entry in self._running(kind, handle, mem_total):
+                pid = int(entry.pid)
+                mem = getattr(entry, "usedGpuMemory", None)
+                if mem == _VALUE_NOT_AVAILABLE:
+                    mem = None
+                row = merged.get(pid)
+                if row is None:
+                    merged[pid] = {"pid": pid, "gpu": index, "type": letter, "gpu_mem": mem}
+                else:
+                    row["type"] = "C+G"
+                    if mem is not None and (row["gpu_mem"] is None or mem > row["gpu_mem"]):
+                        row["gpu_mem"] = mem
+        self._process_utilization(index, handle, merged)
+        return list(merged.values())
+
+    def _running(self, kind: str, handle: Any, mem_total: int | None) -> list[Any]:
+        """Running processes of one kind, surviving the 535.43-535.86 struct mismatch.
+
+        Those drivers export a _v3 function whose struct does not match what pynvml
+        expects, so the entries come back as garbage (pid 0, absurd memory sizes).  Try the
+        newest call first and fall back to older ones; remember which one worked.
+        """
+        base = f"nvmlDeviceGet{kind}RunningProcesses"
+        variants = [base + "_v3", base + "_v2", base]
+        known = self._proc_variant.get(kind)
+        if known is not None:
+            variants.remove(known)
+            variants.insert(0, known)
+        last: list[Any] | None = None
+        for name in variants:
+            result = self._get(name, handle)
+            if result is None:
+                continue
+            result = list(result)
+            if self._plausible(result, mem_total):
+                self._proc_variant[kind] = name
+                return result
+            last = result
+        if last is None:
+            return []
+        # Every variant looked wrong: keep the entries that still make sense.
+        return [e for e in last if self._plausible([e], mem_total)]
+
+    def _plausible(self, entries: list[Any], mem_total: int | None) -> bool:
+        for entry in entries:
+            pid = getattr(entry, "pid", 0)
+            if not isinstance(pid, int) or pid <= 0:
+                return False
+            if self._pid_max is not None and pid > self._pid_max:
+                return False
+            mem = getattr(entry, "usedGpuMemory", None)
+            if (
+                mem is not None
+                and mem != _VALUE_NOT_AVAILABLE
+                and mem_total is not None
+                and mem > mem_total
+            ):
+                return False
+        return True
+
+    def _process_utilization(self, index: int, handle: Any, rows: dict[int, dict]) -> None:
+        fn = self._fn("nvmlDeviceGetProcessUtilization")
+        if fn is None:
+            return
+        last_ts = self._proc_util_ts.get(index, 0)
+        try:
+            samples = list(fn(handle, last_ts))
+        except self._error_class as err:
+            code = getattr(err, "value", None)
+            if code == _ERR_GPU_IS_LOST:
+                raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetProcessUtilization)") from None
+            if code != _ERR_NOT_FOUND:
+                return  # not supported here: SM % stays None
+            samples = []  # NotFound: no samples since last_ts, so nobody ran
+        sums: dict[int, list[int]] = {}
+        newest = last_ts
+        for sample in samples:
+            ts = int(getattr(sample, "timeStamp", 0))
+            if ts <= last_ts:
+                continue
+            newest = max(newest, ts)
+            acc = sums.setdefault(int(sample.pid), [0, 0, 0])
+            acc[0] += int(sample.smUtil)
+            acc[1] += int(sample.memUtil)
+            acc[2] += 1
+        self._proc_util_ts[index] = newest
+        for pid, row in rows.items():
+            acc = sums.get(pid)
+            # A process without a sample in the window did not run on the GPU: 0 %, not None.
+            row["sm_util"] = round(acc[0] / acc[2]) if acc else 0
+            row["mem_util"] = round(acc[1] / acc[2]) if acc else 0
+
+    def _add_process_facts(self, rows: list[dict]) -> list[dict]:
+        pids = sorted({row["pid"] for row in rows})
+        facts = self.procs.process_info(pids) if pids else {}
+        for row in rows:
+            info = facts.get(row["pid"])
+            if info is None:
+                # Listed by NVML but not in our PID namespace (container) or just exited.
+                row["visible"] = False
+            else:
+                row["visible"] = True
+                for key in _PROCESS_KEYS:
+                    if key in info:
+                        row[key] = info[key]
+            row["simulated"] = self.demo
+        rows.sort(key=lambda r: (r["gpu"], r["pid"]))
+        return rows
+
+    # -- host-level extras -------------------------------------------------------------------
+
+    def _reservations(self, now: float) -> list[dict]:
+        if not self.reservations_dir:
+            return []
+        # gputop.actions.reservations is written separately and may be absent from a remote
+        # probe's copy of the package: look for it without letting an ImportError escape.
+        try:
+            spec = importlib.util.find_spec("gputop.actions.reservations")
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            return []
+        from gputop.actions import reservations
+
+        list_active = getattr(reservations, "list_active", None)
+        if not callable(list_active):
+            return []
+        try:
+            found = list_active(self.reservations_dir, now)
+        except (OSError, ValueError):
+            # A broken reservation store must not cost the user the GPU view.
+            return []
+        return [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in found]
+
+    def _device_holders(self) -> tuple[list[dict], str | None]:
+        if self._collects % DEVSCAN_EVERY == 0:
+            if self.demo:
+                scan = getattr(self.procs, "device_holders", None)
+                self._holders = scan() if callable(scan) else ([], None)
+            else:
+                self._holders = scan_device_holders(getattr(self.procs, "root", "/proc"))
+        return self._holders
+
+
+_LOST_KEYS = frozenset({"index", "state", "error", "uuid", "name", "pci_bus_id", "serial"})
+
+_PROCESS_KEYS = (
+    "user",
+    "uid",
+    "command",
+    "cmdline",
+    "ppid",
+    "state",
+    "start_time",
+    "start_ticks",
+    "cpu_percent",
+    "rss",
+    "parent_command",
+    "parent_user",
+    "kernel_file",
+    "kernel_file_exists",
+)
+
+
+def _watts(milliwatts: Any) -> float | None:
+    if milliwatts is None:
+        return None
+    return round(milliwatts / 1000.0, 1)
+
+
+def _init_failure_message(err: BaseException) -> str:
+    code = getattr(err, "value", None)
+    if code in (_ERR_LIBRARY_NOT_FOUND, _ERR_DRIVER_NOT_LOADED, None):
+        return NO_DRIVER_MESSAGE
+    if code == _ERR_NO_PERMISSION:
+        return "gputop: NVML refused access to the NVIDIA driver (insufficient permissions)."
+    if code == _ERR_LIB_RM_VERSION_MISMATCH:
+        return (
+            "gputop: the NVIDIA driver and its NVML library have different versions "
+            "(a driver update without a reboot?); reboot or reload the driver."
+        )
+    return f"gputop: NVML could not start: {err}."
+
+
+def open_local(
+    host: str = "localhost", reservations_dir: str | None = None
+) -> Collector:
+    """A Collector for this machine's GPUs; NoDriverError when there are none to read."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        raise NoDriverError(NO_DRIVER_MESSAGE) from None
+    from gputop.sources.procfs import ProcFs
+
+    return Collector(pynvml, ProcFs(), host=host, reservations_dir=reservations_dir)

@@ -1,0 +1,233 @@
+"""The probe: the collector loop that runs on a remote host, at the far end of SSH.
+
+Standard library only (its source is sent over the channel, see sources/bundle.py).
+
+Protocol, one JSON object per line, ASCII:
+
+- out: a HostSnapshot dict every interval (``{"host": ..., "time": ..., ...}``);
+  an answer ``{"id": N, "reply": {...}}`` for each request;
+  ``{"fatal": "...", "code": "..."}`` once, before exiting, when the probe cannot run.
+- in:  first the config line (``{"interval": 1.0, "readonly": false, "warmup": 0}``), then
+  requests ``{"id": N, "request": {"op": "kill", ...}}`` handled by
+  ``gputop.actions.dispatch.handle``, each in its own thread (a kill waits out its grace).
+
+The probe exits when stdin reaches EOF or stdout is gone: a probe that outlived its
+channel would keep one of sshd's sessions (and its NVML handle) forever.
+
+GPUs come from the host's pynvml (else the copy shipped with the bundle).  When the
+environment has ``GPUTOP_PROBE_SIM=<scenario name or file>`` the probe serves that sim
+scenario instead (the test sshd gives each loopback "host" its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, BinaryIO
+
+from gputop import model
+
+SIM_ENV = "GPUTOP_PROBE_SIM"
+RESERVATIONS_ENV = "GPUTOP_RESERVATIONS_DIR"
+
+
+class _Out:
+    """Line writer shared by the collector loop and request threads."""
+
+    def __init__(self, stream: BinaryIO, stop: threading.Event) -> None:
+        self.stream = stream
+        self.stop = stop
+        self.lock = threading.Lock()
+
+    def write(self, obj: dict[str, Any]) -> None:
+        line = json.dumps(obj, separators=(",", ":"), default=str).encode("ascii") + b"\n"
+        with self.lock:
+            try:
+                self.stream.write(line)
+                self.stream.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                self.stop.set()  # nobody is reading: time to go
+
+
+class _Source:
+    """What the loop collects from and where actions go."""
+
+    def __init__(self, collector: Any, env: Any, lock: threading.Lock | None) -> None:
+        self.collector = collector
+        self.env = env
+        self.lock = lock  # the simulator is not thread-safe: polls and actions take turns
+
+    def collect(self) -> dict[str, Any]:
+        if self.lock is None:
+            return self.collector.collect()
+        with self.lock:
+            return self.collector.collect()
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        from gputop.actions.dispatch import handle
+
+        if self.lock is None:
+            return handle(request, self.env)
+        with self.lock:
+            return handle(request, self.env)
+
+
+def _reservations_dir(sim_name: str | None) -> str:
+    configured = os.environ.get(RESERVATIONS_ENV)
+    if configured:
+        return configured
+    if sim_name:
+        # A simulated host must never write the host's real reservation store.
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in sim_name)
+        return os.path.join(
+            tempfile.gettempdir(), f"gputop-probe-sim-{os.getuid()}", safe, "reservations"
+        )
+    from gputop.actions.dispatch import DEFAULT_RESERVATIONS_DIR
+
+    return DEFAULT_RESERVATIONS_DIR
+
+
+def _load_scenario(name: str, scenarios: dict[str, str]) -> Any:
+    from gputop.sources import sim
+
+    if os.path.isfile(name) or name not in scenarios:
+        return sim.load_scenario(name)
+    # A scenario shipped as text: the loader reads files, so give it one briefly.
+    with tempfile.TemporaryDirectory(prefix="gputop-probe-") as tmp:
+        path = os.path.join(tmp, f"{name}.yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(scenarios[name])
+        return sim.load_scenario(path)
+
+
+def open_source(config: dict[str, Any], scenarios: dict[str, str]) -> _Source:
+    """The collector for this host; raises NoDriverError when there is no GPU to read."""
+    from gputop.actions.dispatch import ActionEnv
+    from gputop.sources.nvml import Collector, NoDriverError
+
+    readonly = bool(config.get("readonly", False))
+    host = str(config.get("host") or "")
+    sim_name = os.environ.get(SIM_ENV) or None
+    if sim_name:
+        from gputop.sources import sim
+
+        nvml = sim.SimNvml(_load_scenario(sim_name, scenarios))
+        procs: Any = sim.SimProcs(nvml)
+        rdir = _reservations_dir(sim_name)
+        collector = Collector(nvml, procs, host=host or sim_name, demo=True, reservations_dir=rdir)
+        env = ActionEnv(sim=nvml, procs=procs, reservations_dir=rdir, readonly=readonly)
+        return _Source(collector, env, threading.Lock())
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        raise NoDriverError("no pynvml on this host and none shipped") from None
+    from gputop.sources.procfs import ProcFs
+
+    procs = ProcFs()
+    rdir = _reservations_dir(None)
+    collector = Collector(pynvml, procs, host=host or "localhost", reservations_dir=rdir)
+    env = ActionEnv(procs=procs, reservations_dir=rdir, readonly=readonly)
+    return _Source(collector, env, None)
+
+
+def _error(host: str, state: str, message: str) -> dict[str, Any]:
+    return {"host": host, "time": time.time(), "state": state, "error": message,
+            "source": "probe"}
+
+
+def _serve_requests(
+    stdin: BinaryIO, out: _Out, source: _Source | None, stop: threading.Event, hard_exit: bool
+) -> None:
+    """Read request lines until EOF; each request runs in its own thread."""
+    try:
+        for raw in stdin:
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                continue  # not ours; a bad line must not end the probe
+            if not isinstance(message, dict) or "id" not in message:
+                continue
+            threading.Thread(
+                target=_answer, args=(message, out, source), daemon=True
+            ).start()
+    except (OSError, ValueError):
+        pass
+    stop.set()
+    if hard_exit:
+        # The loop notices `stop` within one poll; a poll stuck in the driver would keep
+        # the process (and its sshd session) alive, so give it a few seconds at most.
+        timer = threading.Timer(5.0, os._exit, args=(0,))
+        timer.daemon = True
+        timer.start()
+
+
+def _answer(message: dict[str, Any], out: _Out, source: _Source | None) -> None:
+    if source is None:
+        reply: dict[str, Any] = {"ok": False, "message": "no GPU source on this host"}
+    else:
+        reply = source.handle(message.get("request"))
+    out.write({"id": message["id"], "reply": reply})
+
+
+def main(
+    config: dict[str, Any] | None = None,
+    scenarios: dict[str, str] | None = None,
+    stdin: BinaryIO | None = None,
+    stdout: BinaryIO | None = None,
+) -> int:
+    config = dict(config or {})
+    scenarios = scenarios or {}
+    hard_exit = stdin is None
+    stdin = stdin if stdin is not None else sys.stdin.buffer
+    stdout = stdout if stdout is not None else sys.stdout.buffer
+    interval = max(0.05, float(config.get("interval", 1.0)))
+    host = str(config.get("host") or "")
+    stop = threading.Event()
+    out = _Out(stdout, stop)
+
+    source: _Source | None = None
+    failure: dict[str, Any] | None = None
+    try:
+        source = open_source(config, scenarios)
+    except Exception as exc:  # NoDriverError above all; anything else is shown the same way
+        state = model.HOST_NO_GPU if type(exc).__name__ == "NoDriverError" else model.HOST_ERROR
+        failure = _error(host, state, str(exc) or type(exc).__name__)
+
+    reader = threading.Thread(
+        target=_serve_requests, args=(stdin, out, source, stop, hard_exit), daemon=True
+    )
+    reader.start()
+
+    warmup = float(config.get("warmup", 0) or 0)
+    if source is not None and warmup > 0:
+        # Rates (CPU %, per-process SM %) need two reads; a one-shot client wants them.
+        _safe_collect(source, host)
+        stop.wait(min(warmup, 5.0))
+
+    while not stop.is_set():
+        started = time.monotonic()
+        snapshot = failure if source is None else _safe_collect(source, host)
+        snapshot = dict(snapshot or {})
+        snapshot["time"] = snapshot.get("time") or time.time()
+        out.write(snapshot)
+        if source is not None and source.env.gpu_uuids is None:
+            source.env.gpu_uuids = {
+                g.get("index"): g.get("uuid") for g in snapshot.get("gpus") or ()
+            }
+        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+    return 0
+
+
+def _safe_collect(source: _Source, host: str) -> dict[str, Any]:
+    try:
+        return source.collect()
+    except Exception as exc:  # one bad poll is this host's state, not the probe's end
+        return _error(host, model.HOST_ERROR, f"collection failed: {type(exc).__name__}: {exc}")
+
+
+if __name__ == "__main__":  # local run: python -m gputop.sources.probe '{"interval": 1}'
+    sys.exit(main(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}))

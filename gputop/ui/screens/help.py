@@ -1,0 +1,53 @@
+"""The help screen: built from the bindings active on the main screen, so a key remapped in
+the config shows as remapped."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+ABOUT = (
+    "Rows: one GPU process each. Flags: KERN Jupyter kernel, ORPH parent gone, "
+    "IDLE 0 % SM for a while holding memory, ZOMB defunct, HID in another PID namespace. "
+    "Click a GPU panel to show only its processes; click a column title to sort."
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 80; max-width: 100%; height: auto; max-height: 90%;
+        border: thick $primary; background: $surface; padding: 0 1;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark,f1", "dismiss", "Close", id="help_close"),
+    ]
+
+    def __init__(self, rows: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, show_header=True, header_style="bold", expand=True)
+        table.add_column("Keys", style="bold cyan", no_wrap=True)
+        table.add_column("Action")
+        for keys, description in self.rows:
+            table.add_row(Text(keys), Text(description))
+        with VerticalScroll():
+            yield Static(Text("gputop help", style="bold"), id="help-title")
+            yield Static(table, id="help-keys")
+            yield Static(Text(ABOUT, style="dim"), id="help-about")
+            yield Static(Text("Esc or q closes this help.", style="dim"))
+
+    async def action_dismiss(self, result: None = None) -> None:
+        self.dismiss(result)

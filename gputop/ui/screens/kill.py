@@ -1,0 +1,303 @@
+"""The kill confirmation: what exactly will be signalled, then each outcome.
+
+``open_kill(app)`` (the app's k/F9) takes the tagged rows, or the selected one, keeps the
+processes this user may signal, and asks once.  Nothing is sent before the user says yes;
+Cancel has the focus, so a stray Enter does nothing.  The requests go through the host's
+feed (``app.request``), where the process identity (pid + start_ticks) is checked again
+right before the signal, locally or inside the remote probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, RadioButton, RadioSet, Static
+
+from gputop.analysis.orphans import may_signal
+from gputop.model import GpuProcess
+from gputop.ui import fmt
+
+SIGNALS = ("TERM", "KILL", "INT")
+Request = Callable[[str, dict], Awaitable[dict]]
+
+
+@dataclass(frozen=True)
+class KillTarget:
+    """One process to signal: its identity as shown, and what the dialog tells about it."""
+
+    host: str
+    pid: int
+    start_ticks: int
+    user: str | None
+    command: str | None
+    gpus: tuple[int, ...]
+    gpu_mem: int | None  # bytes over all its GPUs
+
+    def request(self, sig: str, grace: float) -> dict:
+        return {
+            "op": "kill",
+            "pid": self.pid,
+            "start_ticks": self.start_ticks,
+            "signal": sig,
+            "grace": grace,
+        }
+
+
+# -- who may signal what ------------------------------------------------------------------
+
+
+def identity_for(app: Any, host: str) -> tuple[str | int | None, bool]:
+    """(me, is_root) for a host: who the actions there run as.
+
+    Locally the effective uid; in --demo the scenario's user; over SSH the connected
+    user (the probe runs as that user, and the OS decides, not us).
+    """
+    feed = app.state.feeds.get(host)
+    env = getattr(feed, "dispatch_env", None)
+    sim = getattr(env, "sim", None)
+    if sim is not None:
+        me = getattr(getattr(sim, "scenario", None), "me", None)
+        return me, me == "root"
+    remote_user = _remote_user(feed, host)
+    if remote_user is not None:
+        return remote_user, remote_user == "root"
+    uid = os.geteuid()
+    return uid, uid == 0
+
+
+def _remote_user(feed: Any, host: str) -> str | None:
+    user_of = getattr(feed, "user_of", None)
+    if callable(user_of):
+        user = user_of(host)
+        return str(user) if user else None
+    return None
+
+
+def targets_from_rows(
+    rows: Iterable[tuple[str, GpuProcess]], snapshots: dict[str, Any]
+) -> list[KillTarget]:
+    """One target per (host, pid, start_ticks), memory summed over all its GPUs."""
+    seen: dict[tuple[str, int, int], KillTarget] = {}
+    for host, proc in rows:
+        if proc.start_ticks is None:
+            continue
+        key = (host, proc.pid, proc.start_ticks)
+        if key in seen:
+            continue
+        snap = snapshots.get(host)
+        same = [
+            p
+            for p in (snap.processes if snap is not None else (proc,))
+            if p.pid == proc.pid and p.start_ticks == proc.start_ticks
+        ] or [proc]
+        mems = [p.gpu_mem for p in same if p.gpu_mem is not None]
+        seen[key] = KillTarget(
+            host=host,
+            pid=proc.pid,
+            start_ticks=proc.start_ticks,
+            user=proc.user,
+            command=proc.command,
+            gpus=tuple(sorted({p.gpu for p in same})),
+            gpu_mem=sum(mems) if mems else None,
+        )
+    return list(seen.values())
+
+
+def refusal(proc: GpuProcess, me: str | int | None, is_root: bool) -> str | None:
+    """Why this process is not offered for a kill, or None when it is."""
+    if not proc.visible:
+        return f"pid {proc.pid} is not in this PID namespace (container): cannot signal it"
+    if proc.start_ticks is None:
+        return f"pid {proc.pid}: start time unknown, so its identity cannot be checked"
+    if proc.state == "Z":
+        parent = f"{proc.ppid}" if proc.ppid is not None else "?"
+        return f"pid {proc.pid} is a zombie: its parent {parent} must reap it"
+    if not may_signal(proc, me, is_root):
+        return f"pid {proc.pid} belongs to {proc.user or proc.uid or 'another user'}, not you"
+    return None
+
+
+# -- the dialog -----------------------------------------------------------------------------
+
+
+def targets_table(targets: list[KillTarget]) -> Table:
+    table = Table(box=None, pad_edge=False, expand=True, show_edge=False)
+    table.add_column("HOST", no_wrap=True)
+    table.add_column("PID", justify="right", no_wrap=True)
+    table.add_column("USER", no_wrap=True)
+    table.add_column("GPU", no_wrap=True)
+    table.add_column("GPU-MEM", justify="right", no_wrap=True)
+    table.add_column("COMMAND", no_wrap=True, overflow="ellipsis", ratio=1)
+    for t in targets:
+        table.add_row(
+            fmt.safe_text(t.host),
+            Text(str(t.pid)),
+            fmt.safe_text(t.user or "?"),
+            Text(",".join(str(g) for g in t.gpus)),
+            Text(fmt.size(t.gpu_mem)),
+            fmt.safe_text(t.command),
+        )
+    return table
+
+
+class KillScreen(ModalScreen["str | None"]):
+    """Asks before signalling; dismisses with the chosen signal name, or None."""
+
+    DEFAULT_CSS = """
+    KillScreen { align: center middle; }
+    KillScreen > Vertical {
+        width: 90%; max-width: 120; height: auto; max-height: 90%;
+        border: thick $error; background: $surface; padding: 1 2;
+    }
+    KillScreen #kill-title { text-style: bold; margin-bottom: 1; }
+    KillScreen #kill-targets { height: auto; max-height: 16; overflow-y: auto; }
+    KillScreen #kill-total { margin: 1 0; }
+    KillScreen RadioSet { layout: horizontal; width: auto; height: auto; }
+    KillScreen #kill-buttons { height: auto; margin-top: 1; align-horizontal: right; }
+    KillScreen #kill-buttons Button { margin-left: 2; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "confirm", "Kill", show=True),
+        Binding("n,escape", "cancel", "Cancel", show=True),
+    ]
+
+    def __init__(self, targets: list[KillTarget], grace: float = 5.0) -> None:
+        super().__init__()
+        self.targets = targets
+        self.grace = grace
+        self.choice = "TERM"
+
+    def compose(self) -> ComposeResult:
+        n = len(self.targets)
+        mem = [t.gpu_mem for t in self.targets if t.gpu_mem is not None]
+        with Vertical():
+            title = "Kill this process?" if n == 1 else f"Kill these {n} processes?"
+            yield Label(title, id="kill-title")
+            yield Static(targets_table(self.targets), id="kill-targets")
+            yield Static(
+                Text(f"GPU memory to be freed: {fmt.size(sum(mem)) if mem else 'unknown'}"),
+                id="kill-total",
+            )
+            with RadioSet(id="kill-signal"):
+                yield RadioButton(
+                    f"TERM (then KILL after {self.grace:g} s)", value=True, id="sig-TERM"
+                )
+                yield RadioButton("KILL", id="sig-KILL")
+                yield RadioButton(f"INT (then KILL after {self.grace:g} s)", id="sig-INT")
+            with Horizontal(id="kill-buttons"):
+                yield Button("Cancel", id="kill-cancel", variant="primary")
+                yield Button("Kill", id="kill-confirm", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#kill-cancel", Button).focus()
+
+    def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
+        pressed = event.pressed.id or ""
+        self.choice = pressed.removeprefix("sig-") if pressed.startswith("sig-") else "TERM"
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "kill-confirm":
+            self.action_confirm()
+        else:
+            self.action_cancel()
+
+    def action_confirm(self) -> None:
+        self.dismiss(self.choice if self.choice in SIGNALS else "TERM")
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+# -- sending and reporting --------------------------------------------------------------------
+
+
+async def send_kills(
+    request: Request, targets: list[KillTarget], sig: str, grace: float
+) -> list[tuple[KillTarget, dict]]:
+    """Send every request at once (each may wait out its grace period) and collect answers."""
+
+    async def one(target: KillTarget) -> tuple[KillTarget, dict]:
+        try:
+            answer = await request(target.host, target.request(sig, grace))
+        except Exception as exc:  # a dropped connection is an outcome to show, not a crash
+            answer = {"ok": False, "message": f"{type(exc).__name__}: {exc}"}
+        return target, answer
+
+    return list(await asyncio.gather(*(one(t) for t in targets)))
+
+
+def report(app: Any, target: KillTarget, answer: dict) -> None:
+    outcome = answer.get("outcome") or ("done" if answer.get("ok") else "failed")
+    message = answer.get("message") or outcome
+    severity = "information" if answer.get("ok") else "warning"
+    if outcome in ("permission denied", "pid reused", "still alive"):
+        severity = "error"
+    app.notify(
+        fmt.visible(f"{message}"),
+        title=fmt.visible(f"{target.host}: pid {target.pid} {outcome}"),
+        severity=severity,
+        timeout=10,
+        markup=False,
+    )
+
+
+def confirm_and_kill(
+    app: Any,
+    targets: list[KillTarget],
+    grace: float,
+    on_done: Callable[[list[tuple[KillTarget, dict]]], None] | None = None,
+) -> None:
+    """Push the dialog; on yes, send the requests in a worker and notify each outcome."""
+
+    def chosen(sig: str | None) -> None:
+        if sig is None:
+            return
+        noun = "process" if len(targets) == 1 else "processes"
+        app.notify(f"SIG{sig} to {len(targets)} {noun}...", timeout=3)
+
+        async def work() -> None:
+            results = await send_kills(app.request, targets, sig, grace)
+            for target, answer in results:
+                report(app, target, answer)
+            if on_done is not None:
+                on_done(results)
+
+        app.run_worker(work(), name="kill", group="actions", exit_on_error=False)
+
+    app.push_screen(KillScreen(targets, grace), chosen)
+
+
+def open_kill(app: Any) -> None:
+    """The app's kill key: the tagged rows (or the selected one) of any host."""
+    state = app.state
+    if state.readonly:
+        app.notify("kill: read-only mode (--readonly)", severity="warning")
+        return
+    rows = state.tagged_processes()
+    if not rows:
+        app.notify("kill: select a process first", severity="warning")
+        return
+    allowed: list[tuple[str, GpuProcess]] = []
+    for host, proc in rows:
+        me, is_root = identity_for(app, host)
+        why = refusal(proc, me, is_root)
+        if why is None:
+            allowed.append((host, proc))
+        else:
+            app.notify(fmt.visible(why), title="not offered", severity="warning", markup=False)
+    targets = targets_from_rows(allowed, state.snapshots)
+    if not targets:
+        return
+    confirm_and_kill(app, targets, float(state.config.reclaim.kill_grace_s))

@@ -1,0 +1,134 @@
+"""The topology screen: the `nvidia-smi topo -m` matrix of one host, coloured by link kind,
+with NVLink counts, CPU/NUMA affinity and the legend.
+
+Topology is static (read once per connection), so the screen renders the snapshot it was
+opened with; `tab` moves to the next host when there are several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from gputop.analysis import topology
+from gputop.model import HostSnapshot
+from gputop.ui import fmt
+
+KIND_STYLE = {
+    "X": "dim",
+    "NV": "bold green",
+    "PIX": "cyan",
+    "PXB": "blue",
+    "PHB": "yellow",
+    "NODE": "magenta",
+    "SYS": "red",
+}
+
+
+def matrix_text(snapshot: HostSnapshot) -> Text:
+    """The coloured matrix, affinity columns and legend as one rich Text."""
+    m = topology.build(snapshot)
+    out = Text(no_wrap=True)
+    out.append(fmt.visible(snapshot.host), style="bold")
+    if snapshot.demo:
+        out.append("  DEMO", style="bold reverse")
+    out.append("\n\n")
+    if not m.gpus:
+        out.append("no GPUs on this host\n", style="dim")
+        return out
+    labels = [f"GPU{g}" for g in m.gpus]
+    width = max(5, *(len(c) for row in m.cells for c in row), *(len(s) for s in labels))
+    cpu_w = max(len("CPU Affinity"), *(len(c) for c in m.cpu_affinity))
+    out.append(" " * (width + 2))
+    for label in labels:
+        out.append(label.ljust(width + 2), style="bold underline")
+    out.append("CPU Affinity".ljust(cpu_w + 2), style="bold underline")
+    out.append("NUMA Affinity", style="bold underline")
+    out.append("\n")
+    for n, label in enumerate(labels):
+        out.append(label.ljust(width + 2), style="bold")
+        for cell in m.cells[n]:
+            style = KIND_STYLE.get(topology.kind_family(cell), "dim")
+            out.append(cell.ljust(width + 2), style=style)
+        out.append(fmt.visible(m.cpu_affinity[n]).ljust(cpu_w + 2))
+        out.append(fmt.visible(m.numa_affinity[n]))
+        out.append("\n")
+    out.append("\n")
+    counts = _nvlink_summary(m)
+    if counts:
+        out.append("NVLinks per GPU: ", style="bold")
+        out.append(counts)
+        out.append("\n\n")
+    out.append("Legend:\n", style="bold")
+    for key, text in topology.LEGEND:
+        family = "NV" if key == "NV#" else key
+        out.append(f"  {key:<4}", style=KIND_STYLE.get(family, ""))
+        out.append(f" = {text}\n")
+    return out
+
+
+def _nvlink_summary(m: topology.Matrix) -> str:
+    parts = []
+    for n, gpu in enumerate(m.gpus):
+        total = sum(m.nvlinks[n])
+        if total:
+            parts.append(f"GPU{gpu} {total}")
+    return ", ".join(parts)
+
+
+class TopologyScreen(Screen[None]):
+    """Opened by the app's `t` binding with the current snapshots (first: the shown host)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,t", "app.pop_screen", "Back", id="back"),
+        Binding("tab", "next_host", "Next host", show=True),
+    ]
+
+    DEFAULT_CSS = """
+    TopologyScreen #topology { padding: 1 2; width: auto; }
+    """
+
+    def __init__(self, snapshots: Sequence[HostSnapshot] | HostSnapshot) -> None:
+        super().__init__()
+        if isinstance(snapshots, HostSnapshot):
+            snapshots = [snapshots]
+        self.snapshots = list(snapshots)
+        self.position = 0
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self._text(), id="topology")
+        yield Footer()
+
+    def _text(self) -> Text:
+        if not self.snapshots:
+            return Text("no host to show", style="dim")
+        snap = self.snapshots[self.position]
+        if not snap.ok:
+            reason = snap.state + (f": {snap.error}" if snap.error else "")
+            return Text(f"{fmt.visible(snap.host)}: {fmt.visible(reason)}", style="yellow")
+        return matrix_text(snap)
+
+    def action_next_host(self) -> None:
+        if len(self.snapshots) > 1:
+            self.position = (self.position + 1) % len(self.snapshots)
+            self.query_one("#topology", Static).update(self._text())
+
+
+def open_topology(app: Any) -> None:
+    """The app's `t` binding: the shown host first, then the others by name."""
+    state = app.state
+    snapshots = dict(state.snapshots)
+    if not snapshots:
+        app.notify("topology: no data yet", severity="warning")
+        return
+    first = snapshots.pop(state.host, None) if state.host is not None else None
+    ordered = ([first] if first is not None else []) + [snapshots[h] for h in sorted(snapshots)]
+    app.push_screen(TopologyScreen(ordered))

@@ -1,0 +1,236 @@
+"""One GPU: gauges, clocks, P-state, a fixed 0-100 sparkline, warning and reservation badges.
+
+A plain render() widget (not ProgressBar, not Sparkline: Textual's Sparkline rescales to
+its data's min and max, which makes an idle card's noise look like a full load).  It
+refreshes only when what it would draw changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+from textual import events
+from textual.message import Message
+from textual.widget import Widget
+
+from gputop.config import DEFAULT_COLORS, DEFAULT_THRESHOLDS
+from gputop.model import CRITICAL, GPU_OK, SEVERITY_ORDER, Gpu, Reservation
+from gputop.model import Warning as HealthWarning
+from gputop.ui import fmt
+
+SEVERITY_BADGE = {"critical": ("✖", "crit"), "warning": ("⚠", "warn"), "info": ("ℹ", "idle")}
+
+
+@dataclass
+class PanelData:
+    gpu: Gpu
+    util_series: list[tuple[float, float]] = field(default_factory=list)
+    mem_series: list[tuple[float, float]] = field(default_factory=list)
+    warnings: list[HealthWarning] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)
+    now: float = 0.0
+    span: float = 120.0  # seconds of history the sparkline covers
+
+
+def short_name(name: str | None) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3'; the vendor is the same on every card."""
+    if not name:
+        return "?"
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "Tesla "):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+class GpuPanel(Widget):
+    """Full (3 lines) or compact (1 line), chosen by the app through the `-compact` class."""
+
+    DEFAULT_CSS = """
+    GpuPanel { height: 3; padding: 0 1; }
+    GpuPanel.-compact { height: 1; }
+    GpuPanel.-selected { background: $accent 30%; }
+    GpuPanel:hover { background: $boost; }
+    """
+
+    class Clicked(Message):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
+
+    def __init__(
+        self,
+        index: int,
+        thresholds: dict[str, tuple[float, float]] | None = None,
+        colors: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.index = index
+        self.thresholds = thresholds or dict(DEFAULT_THRESHOLDS)
+        self.palette = colors or dict(DEFAULT_COLORS)
+        self.data: PanelData | None = None
+        self._signature: Any = None
+
+    def update_data(self, data: PanelData) -> None:
+        self.data = data
+        signature = (
+            data.gpu,
+            fmt.sparkline(data.util_series, 60, data.now, data.span),
+            tuple(w.key for w in data.warnings),
+            tuple(data.reservations),
+            self.size.width,
+            self.has_class("-compact"),
+        )
+        if signature != self._signature:
+            self._signature = signature
+            self.refresh()
+
+    def on_click(self, event: events.Click) -> None:
+        self.post_message(self.Clicked(self.index))
+
+    # -- drawing -------------------------------------------------------------------
+
+    def render(self) -> Text:
+        if self.data is None:
+            return Text(f"GPU {self.index}: waiting for data…", style="dim")
+        width = max(self.content_region.width, 20)
+        if self.has_class("-compact"):
+            return self._compact(self.data, width)
+        return self._full(self.data, width)
+
+    def _style(self, level: str) -> str:
+        return self.palette.get(level, "")
+
+    def _gauge(self, out: Text, label: str, value: float | None, fraction: float | None,
+               kind: str, width: int, figure: str) -> None:
+        level = fmt.level(value, self.thresholds[kind])
+        filled, empty = fmt.bar(fraction, width)
+        out.append(label, style="bold")
+        out.append("▕", style="dim")
+        out.append(filled, style=self._style(level))
+        out.append(empty, style="dim")
+        out.append("▏", style="dim")
+        out.append(figure, style=self._style(level) if value is not None else "dim")
+
+    def _badges(self, data: PanelData) -> Text:
+        out = Text()
+        counts: dict[str, int] = {}
+        for w in data.warnings:
+            counts[w.severity] = counts.get(w.severity, 0) + 1
+        for severity in sorted(counts, key=lambda s: SEVERITY_ORDER.get(s, 9)):
+            mark, level = SEVERITY_BADGE.get(severity, ("?", "idle"))
+            out.append(f" {mark}{counts[severity]}", style=f"bold {self._style(level)}")
+        for r in data.reservations:
+            left = fmt.duration(r.until - data.now)
+            out.append(" RSV ", style="bold reverse")
+            out.append(fmt.visible(r.user))
+            out.append(f" {left}", style="dim")
+        return out
+
+    def _lost(self, gpu: Gpu, width: int) -> Text:
+        out = Text(no_wrap=True, overflow="ellipsis")
+        out.append(f"{gpu.index} ", style="bold")
+        out.append(f"GPU {gpu.state.upper()}", style=f"bold reverse {self._style('crit')}")
+        out.append(" " + fmt.visible(gpu.error or "no data from this card"))
+        return out
+
+    def _full(self, data: PanelData, width: int) -> Text:
+        gpu = data.gpu
+        if gpu.state != GPU_OK:
+            return self._lost(gpu, width)
+        out = Text(no_wrap=True, overflow="ellipsis")
+        # line 1: identity, P-state, clocks, badges
+        out.append(f"{gpu.index} ", style="bold")
+        out.append(fmt.visible(short_name(gpu.name)), style="bold")
+        if gpu.pstate is not None:
+            out.append(f"  P{gpu.pstate}")
+        if gpu.clock_sm is not None:
+            top = f"/{gpu.clock_sm_max}" if gpu.clock_sm_max else ""
+            out.append(f"  SM {gpu.clock_sm}{top} MHz")
+        if gpu.clock_mem is not None:
+            out.append(f"  MEM {gpu.clock_mem} MHz")
+        if gpu.clock_event_reasons:
+            out.append("  " + ",".join(gpu.clock_event_reasons), style=self._style("warn"))
+        out.append_text(self._badges(data))
+        out.append("\n")
+        # line 2: gauges, widths shared out over the line
+        fixed = 5 + 6 + 2 + 5 + 12 + 2 + 6 + 5 + 2 + 5 + 11 + 2 + 5 + 4
+        bar_w = max((width - fixed) // 4, 3)
+        self._gauge(out, "UTIL", gpu.util_gpu, _frac(gpu.util_gpu, 100), "util", bar_w,
+                    f"{fmt.percent(gpu.util_gpu):>4}")
+        out.append("  ")
+        mem_pct = gpu.mem_percent
+        self._gauge(out, "MEM", mem_pct, _frac(mem_pct, 100), "mem", bar_w,
+                    f"{fmt.size(gpu.mem_used)}/{fmt.size(gpu.mem_total)}".rjust(12))
+        out.append("  ")
+        self._gauge(out, "TEMP", gpu.temp, _frac(gpu.temp, 100), "temp", bar_w,
+                    f"{'-' if gpu.temp is None else gpu.temp:>3}°C")
+        out.append("  ")
+        power_pct = _pct_of(gpu.power_draw, gpu.power_limit)
+        power = "-" if gpu.power_draw is None else f"{gpu.power_draw:.0f}"
+        limit = f"/{gpu.power_limit:.0f}" if gpu.power_limit else ""
+        self._gauge(out, "POW", power_pct, _frac(power_pct, 100), "power", bar_w,
+                    f"{power}{limit}W".rjust(9))
+        out.append("  FAN ", style="bold")
+        fan_level = fmt.level(gpu.fan, self.thresholds["fan"])
+        out.append(fmt.percent(gpu.fan) if gpu.fan is not None else "N/A",
+                   style=self._style(fan_level) if gpu.fan is not None else "dim")
+        out.append("\n")
+        # line 3: history, fixed 0-100
+        half = max((width - 12) // 2, 4)
+        out.append("UTIL ", style="bold")
+        out.append(fmt.sparkline(data.util_series, half, data.now, data.span),
+                   style=self._style("ok"))
+        out.append(" MEM ", style="bold")
+        out.append(fmt.sparkline(data.mem_series, half, data.now, data.span),
+                   style=self._style("warn"))
+        return out
+
+    def _compact(self, data: PanelData, width: int) -> Text:
+        gpu = data.gpu
+        if gpu.state != GPU_OK:
+            return self._lost(gpu, width)
+        out = Text(no_wrap=True, overflow="ellipsis")
+        out.append(f"{gpu.index:>2} ", style="bold")
+        out.append(fmt.visible(short_name(gpu.name))[:14].ljust(14), style="bold")
+        bar_w = max(min((width - 64) // 3, 12), 3)
+        self._gauge(out, " ", gpu.util_gpu, _frac(gpu.util_gpu, 100), "util", bar_w,
+                    f"{fmt.percent(gpu.util_gpu):>4}")
+        mem_pct = gpu.mem_percent
+        self._gauge(out, " ", mem_pct, _frac(mem_pct, 100), "mem", bar_w,
+                    f"{fmt.size(gpu.mem_used)}/{fmt.size(gpu.mem_total)}".rjust(12))
+        temp_level = fmt.level(gpu.temp, self.thresholds["temp"])
+        out.append(f" {'-' if gpu.temp is None else gpu.temp:>3}°C",
+                   style=self._style(temp_level))
+        power_pct = _pct_of(gpu.power_draw, gpu.power_limit)
+        power_level = fmt.level(power_pct, self.thresholds["power"])
+        power = "-" if gpu.power_draw is None else f"{gpu.power_draw:.0f}"
+        out.append(f" {power:>4}W", style=self._style(power_level))
+        if gpu.pstate is not None:
+            out.append(f" P{gpu.pstate}")
+        spark_w = max(width - out.cell_len - 2 - self._badges(data).cell_len, 0)
+        if spark_w >= 4:
+            out.append(" ")
+            out.append(fmt.sparkline(data.util_series, min(spark_w, 40), data.now, data.span),
+                       style=self._style("ok"))
+        out.append_text(self._badges(data))
+        return out
+
+
+def _frac(value: float | None, top: float) -> float | None:
+    return None if value is None else value / top
+
+
+def _pct_of(value: float | None, limit: float | None) -> float | None:
+    if value is None or not limit:
+        return None
+    return 100.0 * value / limit
+
+
+def worst(warnings: list[HealthWarning]) -> str | None:
+    if not warnings:
+        return None
+    return min((w.severity for w in warnings), key=lambda s: SEVERITY_ORDER.get(s, 9),
+               default=CRITICAL)

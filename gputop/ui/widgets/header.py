@@ -1,0 +1,130 @@
+"""The top lines: which host, which driver, how fresh the data is; then CPU, memory, load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widget import Widget
+
+from gputop.model import HostSnapshot
+from gputop.model import Warning as HealthWarning
+from gputop.ui import fmt
+from gputop.ui.widgets.gpu_panel import SEVERITY_BADGE
+
+
+class HeaderBar(Widget):
+    DEFAULT_CSS = """
+    HeaderBar { height: 1; background: $panel; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.snapshot: HostSnapshot | None = None
+        self.interval = 1.0
+        self.now = 0.0
+        self.hosts = 1
+        self._signature: Any = None
+
+    def update_data(self, snapshot: HostSnapshot | None, interval: float, now: float,
+                    hosts: int = 1) -> None:
+        self.snapshot, self.interval, self.now, self.hosts = snapshot, interval, now, hosts
+        # Age in whole seconds: a tick where nothing else changed redraws only if it shows.
+        signature = (id(snapshot), interval, hosts, self._age_text())
+        if signature != self._signature:
+            self._signature = signature
+            self.refresh()
+
+    def _age_text(self) -> str:
+        if self.snapshot is None:
+            return ""
+        age = max(self.now - self.snapshot.time, 0.0)
+        return f"{age:.0f}s"
+
+    def render(self) -> Text:
+        out = Text(no_wrap=True, overflow="ellipsis")
+        out.append(" gputop ", style="bold reverse")
+        snap = self.snapshot
+        if snap is None:
+            out.append("  waiting for the first snapshot…", style="dim")
+            return out
+        out.append(" ")
+        out.append(fmt.visible(snap.hostname or snap.host), style="bold")
+        if self.hosts > 1:
+            out.append(f" (1 of {self.hosts} hosts)", style="dim")
+        if snap.driver_version:
+            out.append(f" · driver {fmt.visible(snap.driver_version)}")
+        if snap.cuda_version:
+            out.append(f" · CUDA {fmt.visible(snap.cuda_version)}")
+        out.append(f" · {len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}")
+        out.append(f" · every {self.interval:g}s")
+        if snap.demo:
+            out.append(" DEMO ", style="bold reverse yellow")
+        age = max(self.now - snap.time, 0.0)
+        stale = age > max(3 * self.interval, 3.0)
+        out.append(f" · data {self._age_text()} old", style="bold red" if stale else "dim")
+        if not snap.ok:
+            out.append(f" · {snap.state}", style="bold red")
+            if snap.error:
+                out.append(f": {fmt.visible(snap.error)}", style="red")
+        return out
+
+
+class HostLine(Widget):
+    DEFAULT_CSS = """
+    HostLine { height: 1; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.snapshot: HostSnapshot | None = None
+        self.warnings: list[HealthWarning] = []
+        self.status = ""
+        self._signature: Any = None
+
+    def update_data(self, snapshot: HostSnapshot | None, warnings: list[HealthWarning],
+                    status: str) -> None:
+        self.snapshot, self.warnings, self.status = snapshot, warnings, status
+        signature = (id(snapshot), tuple(w.key for w in warnings), status)
+        if signature != self._signature:
+            self._signature = signature
+            self.refresh()
+
+    def render(self) -> Text:
+        out = Text(no_wrap=True, overflow="ellipsis")
+        snap = self.snapshot
+        if snap is None:
+            return out
+        cpu = snap.cpu_percent
+        filled, empty = fmt.bar(None if cpu is None else cpu / 100, 10)
+        out.append(" CPU ", style="bold")
+        out.append("▕" + filled, style="green")
+        out.append(empty + "▏", style="dim")
+        out.append(fmt.percent(cpu))
+        if snap.cpu_count:
+            out.append(f" of {snap.cpu_count}", style="dim")
+        out.append("  MEM ", style="bold")
+        used = None
+        if snap.mem_total is not None and snap.mem_available is not None:
+            used = snap.mem_total - snap.mem_available
+        frac = used / snap.mem_total if used is not None and snap.mem_total else None
+        filled, empty = fmt.bar(frac, 10)
+        out.append("▕" + filled, style="green")
+        out.append(empty + "▏", style="dim")
+        out.append(f"{fmt.size(used)}/{fmt.size(snap.mem_total)}")
+        if snap.load:
+            out.append("  LOAD ", style="bold")
+            out.append(" ".join(f"{x:.2f}" for x in snap.load))
+        out.append(f"  PROCS {len(snap.processes)}", style="bold")
+        counts: dict[str, int] = {}
+        for w in self.warnings:
+            counts[w.severity] = counts.get(w.severity, 0) + 1
+        for severity in ("critical", "warning", "info"):
+            if counts.get(severity):
+                mark, level = SEVERITY_BADGE[severity]
+                colour = {"crit": "red", "warn": "yellow", "idle": "blue"}[level]
+                out.append(f"  {mark} {counts[severity]}", style=f"bold {colour}")
+        if self.status:
+            out.append("  ")
+            out.append(self.status, style="bold cyan")
+        return out

@@ -1,0 +1,249 @@
+"""The process table: a line-API ScrollView, because DataTable re-renders every cell on
+any change (110-160 ms a tick measured) while this draws only the visible lines.
+
+Rows are identified by RowKey, so the cursor stays on the same process when a refresh
+re-sorts or inserts rows.  Cell text is untrusted (commands, user names) and goes into
+Segments as plain strings: nothing is parsed as markup, and control characters were
+already made visible by table_model.cell.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.cells import set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widget import Widget
+
+from gputop.config import COLUMNS as DEFAULT_COLUMNS
+from gputop.ui.state import RowKey
+from gputop.ui.table_model import Column, Row, cell, layout
+
+
+def _cells(cols: list[tuple[Column, int]], values: list[str]) -> str:
+    parts = []
+    for (col, width), value in zip(cols, values, strict=True):
+        text = set_cell_size(value, width) if not col.right else _right(value, width)
+        parts.append(text)
+    return " ".join(parts)
+
+
+def _right(value: str, width: int) -> str:
+    value = set_cell_size(value, min(len(value), width))
+    return " " * (width - len(value)) + value
+
+
+class TableHeader(Widget):
+    """Column titles with the sort marker; a click on a title sorts by it."""
+
+    DEFAULT_CSS = """
+    TableHeader { height: 1; }
+    """
+
+    class SortRequested(Message):
+        def __init__(self, column: str) -> None:
+            super().__init__()
+            self.column = column
+
+    def __init__(self, columns: tuple[str, ...] = DEFAULT_COLUMNS, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.columns = columns
+        self.sort_column = "gpu_mem"
+        self.sort_reverse = True
+        self.marker_width = 1  # matches the table's tag marker column
+
+    def set_sort(self, column: str, reverse: bool) -> None:
+        if (column, reverse) != (self.sort_column, self.sort_reverse):
+            self.sort_column, self.sort_reverse = column, reverse
+            self.refresh()
+
+    def _layout(self) -> list[tuple[Column, int]]:
+        return layout(self.columns, max(self.size.width - self.marker_width, 1))
+
+    def render_line(self, y: int) -> Strip:
+        cols = self._layout()
+        titles = []
+        for col, _width in cols:
+            mark = ("▼" if self.sort_reverse else "▲") if col.id == self.sort_column else ""
+            titles.append(col.title + mark)
+        text = " " * self.marker_width + _cells(cols, titles)
+        style = self.rich_style
+        sort_style = style + Style(underline=True)
+        # Underline the sorted column so it reads without colour too.
+        segments = []
+        pos = self.marker_width
+        segments.append(Segment(text[: self.marker_width], style))
+        for col, width in cols:
+            piece = text[pos : pos + width]
+            segments.append(Segment(piece, sort_style if col.id == self.sort_column else style))
+            segments.append(Segment(text[pos + width : pos + width + 1], style))
+            pos += width + 1
+        return Strip(segments).adjust_cell_length(self.size.width, style)
+
+    def column_at(self, x: int) -> str | None:
+        pos = self.marker_width
+        for col, width in self._layout():
+            if pos <= x < pos + width + 1:
+                return col.id
+            pos += width + 1
+        return None
+
+    def on_click(self, event: events.Click) -> None:
+        column = self.column_at(event.x)
+        if column is not None:
+            self.post_message(self.SortRequested(column))
+
+
+class ProcessTable(ScrollView, can_focus=True):
+    """GPU processes, one per line; the cursor follows its RowKey across refreshes."""
+
+    # No `k` for up: k is the kill key, as in htop.
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("down,j", "cursor_down", "Down", show=False, id="cursor_down"),
+        Binding("up", "cursor_up", "Up", show=False, id="cursor_up"),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("home", "first", "First", show=False),
+        Binding("end", "last", "Last", show=False),
+    ]
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "process-table--cursor",
+        "process-table--tagged",
+        "process-table--mine",
+        "process-table--flagged",
+        "process-table--zombie",
+    }
+
+    DEFAULT_CSS = """
+    ProcessTable { height: 1fr; }
+    ProcessTable > .process-table--cursor { background: $accent 40%; text-style: bold; }
+    ProcessTable:focus > .process-table--cursor { background: $accent; }
+    ProcessTable > .process-table--tagged { color: $warning; text-style: bold; }
+    ProcessTable > .process-table--mine { text-style: bold; }
+    ProcessTable > .process-table--flagged { color: $warning; }
+    ProcessTable > .process-table--zombie { color: $error; }
+    """
+
+    class Highlighted(Message):
+        def __init__(self, key: RowKey | None) -> None:
+            super().__init__()
+            self.key = key
+
+    class Activated(Message):
+        def __init__(self, key: RowKey) -> None:
+            super().__init__()
+            self.key = key
+
+    def __init__(self, columns: tuple[str, ...] = DEFAULT_COLUMNS, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.columns = columns
+        self.rows: list[Row] = []
+        self.cursor = 0
+        self.selected: RowKey | None = None
+        self.tagged: set[RowKey] = set()
+        self.me: str | None = None
+        self.now = 0.0
+        self._index: dict[RowKey, int] = {}
+
+    # -- data ----------------------------------------------------------------------
+
+    def set_rows(self, rows: list[Row], now: float) -> None:
+        """Replace the rows; the cursor stays on the selected key if it is still shown."""
+        self.rows = rows
+        self.now = now
+        self._index = {row.key: i for i, row in enumerate(rows)}
+        if self.selected in self._index:
+            self.cursor = self._index[self.selected]  # type: ignore[index]
+        else:
+            # The selected process left (or is filtered out): stay at the same height.
+            self.cursor = min(self.cursor, max(len(rows) - 1, 0))
+        self.virtual_size = Size(self.size.width, len(rows))
+        self._set_selected(rows[self.cursor].key if rows else None)
+        self.refresh()
+
+    def _set_selected(self, key: RowKey | None) -> None:
+        if key != self.selected:
+            self.selected = key
+            self.post_message(self.Highlighted(key))
+
+    def move_to(self, index: int) -> None:
+        if not self.rows:
+            return
+        index = min(max(index, 0), len(self.rows) - 1)
+        self.cursor = index
+        self._set_selected(self.rows[index].key)
+        self._scroll_cursor_visible()
+        self.refresh()
+
+    def _scroll_cursor_visible(self) -> None:
+        top = int(self.scroll_offset.y)
+        height = max(self.scrollable_content_region.height, 1)
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= top + height:
+            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
+
+    # -- actions -------------------------------------------------------------------
+
+    def action_cursor_down(self) -> None:
+        self.move_to(self.cursor + 1)
+
+    def action_cursor_up(self) -> None:
+        self.move_to(self.cursor - 1)
+
+    def action_page_down(self) -> None:
+        self.move_to(self.cursor + max(self.scrollable_content_region.height - 1, 1))
+
+    def action_page_up(self) -> None:
+        self.move_to(self.cursor - max(self.scrollable_content_region.height - 1, 1))
+
+    def action_first(self) -> None:
+        self.move_to(0)
+
+    def action_last(self) -> None:
+        self.move_to(len(self.rows) - 1)
+
+    def on_click(self, event: events.Click) -> None:
+        index = int(self.scroll_offset.y) + event.y
+        if 0 <= index < len(self.rows):
+            self.move_to(index)
+            if event.chain >= 2:
+                self.post_message(self.Activated(self.rows[index].key))
+
+    # -- drawing -------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        index = int(self.scroll_offset.y) + y
+        base = self.rich_style
+        if index >= len(self.rows):
+            return Strip.blank(width, base)
+        row = self.rows[index]
+        cols = layout(self.columns, max(width - 1, 1))
+        values = [cell(col.id, row, self.now) for col, _w in cols]
+        tagged = row.key in self.tagged
+        text = ("*" if tagged else " ") + _cells(cols, values)
+        style = base
+        if row.proc.state == "Z":
+            style += self.get_component_rich_style("process-table--zombie")
+        elif row.flags:
+            style += self.get_component_rich_style("process-table--flagged")
+        if self.me is not None and row.proc.user == self.me:
+            style += self.get_component_rich_style("process-table--mine")
+        if tagged:
+            style += self.get_component_rich_style("process-table--tagged")
+        if index == self.cursor:
+            style += self.get_component_rich_style("process-table--cursor")
+        return Strip([Segment(text, style)]).adjust_cell_length(width, style)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self.refresh()

@@ -1,0 +1,129 @@
+"""The warnings panel: current health warnings, most severe first, with their hints.
+
+A plain render() widget: ``show()`` re-renders only when the list (or which entries are
+lingering after they cleared) changed, so a quiet tick costs nothing.  Messages can
+carry command lines and user names, so every piece is a rich Text, never markup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from rich.console import RenderableType
+from rich.text import Text
+from textual.widget import Widget
+
+from gputop.model import CRITICAL, INFO, SEVERITY_ORDER, WARNING
+from gputop.model import Warning as HealthWarning
+from gputop.ui import fmt
+
+SEVERITY_STYLE = {CRITICAL: "bold red", WARNING: "yellow", INFO: "cyan"}
+SEVERITY_LABEL = {CRITICAL: "CRIT", WARNING: "WARN", INFO: "INFO"}
+
+
+def warning_lines(
+    warnings: Iterable[HealthWarning],
+    clearing: Callable[[HealthWarning], bool] | None = None,
+    show_host: bool = True,
+    hints: bool = True,
+    now: float | None = None,
+) -> Text:
+    """The panel's text, also used by the log screen and tests."""
+    items = sorted(warnings, key=lambda w: SEVERITY_ORDER.get(w.severity, 9))
+    out = Text(no_wrap=True, overflow="ellipsis")
+    if not items:
+        out.append("no warnings", style="green")
+        return out
+    for n, w in enumerate(items):
+        if n:
+            out.append("\n")
+        faded = clearing is not None and clearing(w)
+        style = "dim" if faded else SEVERITY_STYLE.get(w.severity, "")
+        out.append(f"{SEVERITY_LABEL.get(w.severity, w.severity[:4].upper()):<4} ", style=style)
+        where = []
+        if show_host and w.host:
+            where.append(fmt.visible(w.host))
+        where.append(f"GPU{w.gpu}" if w.gpu is not None else "host")
+        out.append(" ".join(where) + "  ", style="bold" if not faded else "dim")
+        out.append(fmt.visible(w.message), style="dim" if faded else "")
+        if w.since is not None and now is not None and now - w.since >= 60:
+            out.append(f"  ({_age(now - w.since)})", style="dim")
+        if faded:
+            out.append("  cleared", style="dim italic")
+        if hints and w.hint:
+            out.append("\n      ")
+            out.append("→ " + fmt.visible(w.hint), style="dim")
+    return out
+
+
+def _age(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    return f"{hours // 24} d"
+
+
+class WarningsPanel(Widget):
+    """Current warnings of every host (or one), sorted by severity.
+
+    On the dashboard it is one line per warning (``hints=False``), so it leaves room for
+    the processes; the warnings-log screen shows the hints.
+    """
+
+    DEFAULT_CSS = """
+    WarningsPanel { height: auto; max-height: 12; padding: 0 1; overflow-y: auto; }
+    """
+
+    def __init__(
+        self,
+        *,
+        show_host: bool = True,
+        hints: bool = False,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.show_host = show_host
+        self.hints = hints
+        self._warnings: list[HealthWarning] = []
+        self._clearing: frozenset[tuple[object, ...]] = frozenset()
+        self._now: float | None = None
+
+    @property
+    def warnings(self) -> list[HealthWarning]:
+        return list(self._warnings)
+
+    def show(
+        self,
+        warnings: Iterable[HealthWarning],
+        clearing: Callable[[HealthWarning], bool] | None = None,
+        now: float | None = None,
+    ) -> bool:
+        """Set the list; returns True when it changed (and a repaint was asked for)."""
+        items = list(warnings)
+        faded = frozenset(w.key for w in items if clearing is not None and clearing(w))
+        # Ages shown are whole minutes: repaint for the clock only when a minute passes.
+        minute = None if now is None else int(now // 60)
+        old_minute = None if self._now is None else int(self._now // 60)
+        if items == self._warnings and faded == self._clearing and minute == old_minute:
+            return False
+        self._warnings = items
+        self._clearing = faded
+        self._now = now
+        self.refresh(layout=True)
+        return True
+
+    def render(self) -> RenderableType:
+        now = self._now if self._now is not None else time.time()
+        return warning_lines(
+            self._warnings,
+            clearing=lambda w: w.key in self._clearing,
+            show_host=self.show_host,
+            hints=self.hints,
+            now=now,
+        )

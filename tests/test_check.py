@@ -1,0 +1,119 @@
+"""`gputop check` in a subprocess: exit codes for cron, text and JSON output, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gputop.commands.health import exit_code, write_report
+from gputop.model import CRITICAL, INFO, WARNING, HostSnapshot
+from gputop.model import Warning as HealthWarning
+
+
+def gputop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gputop.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1", **(env or {})},
+    )
+
+
+def test_faulty_node_exits_critical() -> None:
+    result = gputop("check", "--demo", "faulty")
+    assert result.returncode == 2, result.stderr
+    lines = result.stdout.splitlines()
+    assert "DEMO" in lines[0] and "critical" in lines[0]
+    crit = [line for line in lines if line.startswith("CRITICAL")]
+    assert any("uncorrectable ECC" in line and "GPU 2" in line for line in crit)
+    assert any("remapped rows pending" in line for line in crit)
+    # severity order: every CRITICAL line before every WARNING line before INFO
+    order = [line.split()[0] for line in lines[1:] if line[:1].isupper()]
+    ranks = [{"CRITICAL": 0, "WARNING": 1, "INFO": 2}[s] for s in order]
+    assert ranks == sorted(ranks)
+    assert "hint:" in result.stdout
+    assert "\x1b[" not in result.stdout  # NO_COLOR and not a terminal
+    assert result.stderr == ""
+
+
+def test_healthy_nvlink_node_is_not_critical() -> None:
+    result = gputop("check", "--demo", "dgx-h100")
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert "CRITICAL" not in result.stdout
+
+
+def test_lab_box_exits_warning() -> None:
+    result = gputop("check", "--demo", "lab")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "too hot" in result.stdout
+
+
+def test_json_output_matches_exit_code() -> None:
+    result = gputop("check", "--demo", "faulty", "--json")
+    assert result.returncode == 2
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "critical"
+    assert doc["schema"] == 1
+    assert len(doc["hosts"]) == 1
+    codes = {(w["code"], w["gpu"]) for w in doc["warnings"]}
+    assert ("ecc-uncorrected", 2) in codes and ("pcie-width", 5) in codes
+    first = doc["warnings"][0]
+    assert first["severity"] == "critical" and first["hint"] and first["since"]
+
+
+def test_config_thresholds_apply(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("health:\n  mem_percent: 99.5\n")
+    result = gputop("check", "--demo", "dgx-h100", "--config", str(config))
+    # the dgx scenario's only warnings are memory above 80 %
+    assert result.returncode == 0, result.stdout
+    assert "memory" not in result.stdout
+
+
+def test_bad_health_key_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("health:\n  mem_precent: 90\n")
+    result = gputop("check", "--demo", "lab", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert str(config) in result.stderr and "mem_precent" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_scenario_is_one_line() -> None:
+    result = gputop("check", "--demo", "no-such-scenario")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "no-such-scenario" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("severities", "code"),
+    [((), 0), ((INFO,), 0), ((INFO, WARNING), 1), ((WARNING, CRITICAL, INFO), 2)],
+)
+def test_exit_code(severities: tuple[str, ...], code: int) -> None:
+    found = [HealthWarning(severity=s, code="x", message="m") for s in severities]
+    assert exit_code(found) == code
+
+
+def test_report_neutralises_terminal_escapes() -> None:
+    import io
+
+    evil = HealthWarning(
+        severity=WARNING,
+        code="idle-memory",
+        message="pid 1 (mallory: python \x1b]0;pwned\x07 x.py) holds memory",
+        host="h\x1b[2J",
+        gpu=0,
+    )
+    out = io.StringIO()
+    write_report([evil], [HostSnapshot(host="h", time=0.0)], out, colour=False)
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "mallory" in text

@@ -1,0 +1,467 @@
+"""Each health rule on hand-built snapshots: fires on the fault, stays quiet otherwise."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gputop.analysis import health
+from gputop.analysis.health import Thresholds, WarningTracker
+from gputop.analysis.history import History
+from gputop.model import (
+    CRITICAL,
+    GPU_ERROR,
+    GPU_LOST,
+    HOST_CONNECTING,
+    HOST_UNREACHABLE,
+    INFO,
+    WARNING,
+    Gpu,
+    GpuProcess,
+    HostSnapshot,
+    NvLink,
+    XidEvent,
+    error_snapshot,
+)
+
+GIB = 1024**3
+NOW = 1_764_680_000.0
+
+
+def healthy(index: int = 0, **changes: object) -> Gpu:
+    """A busy, healthy data-centre card with every field the rules read filled in."""
+    base = Gpu(
+        index=index,
+        name="NVIDIA H100 80GB HBM3",
+        util_gpu=95,
+        mem_used=40 * GIB,
+        mem_total=80 * GIB,
+        temp=62,
+        temp_slowdown=90,
+        temp_shutdown=95,
+        fan=None,
+        persistence_mode=True,
+        ecc_mode=True,
+        ecc_volatile_uncorrected=0,
+        ecc_volatile_corrected=3,
+        retired_pages_pending=False,
+        remap_pending=False,
+        remap_failure=False,
+        clock_event_reasons=("sw_power_cap",),
+        pcie_gen=5,
+        pcie_gen_max=5,
+        pcie_width=16,
+        pcie_width_max=16,
+        nvlinks=tuple(NvLink(link=n, active=True) for n in range(18)),
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def snap(*gpus: Gpu, **changes: object) -> HostSnapshot:
+    changes.setdefault("time", NOW)
+    return HostSnapshot(host="node1", gpus=gpus or (healthy(),), **changes)  # type: ignore[arg-type]
+
+
+def codes(warnings: list) -> dict[str, str]:
+    return {w.code: w.severity for w in warnings}
+
+
+def test_healthy_busy_card_has_no_warnings() -> None:
+    assert health.warnings(snap(healthy(0), healthy(1)), None, Thresholds(), NOW) == []
+
+
+def test_all_none_card_has_no_warnings() -> None:
+    # A consumer card answering "Not Supported" everywhere: None is never a fault.
+    assert health.warnings(snap(Gpu(index=0)), None, Thresholds(), NOW) == []
+
+
+def test_gpu_lost_is_critical_and_suppresses_other_rules() -> None:
+    lost = Gpu(index=3, state=GPU_LOST, error="GPU is lost", temp=99, temp_shutdown=95)
+    found = health.warnings(snap(healthy(0), lost), None, Thresholds(), NOW)
+    assert [(w.code, w.severity, w.gpu) for w in found] == [("gpu-lost", CRITICAL, 3)]
+    assert "fallen off the bus" in found[0].message
+    assert found[0].hint and found[0].host == "node1" and found[0].since == NOW
+
+
+def test_gpu_unreadable_is_a_warning() -> None:
+    found = health.warnings(snap(Gpu(index=1, state=GPU_ERROR, error="Unknown Error")))
+    assert codes(found) == {"gpu-unreadable": WARNING}
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"ecc_volatile_uncorrected": 2}, "ecc-uncorrected"),
+        ({"remap_failure": True}, "remap-failure"),
+        ({"remap_pending": True}, "remap-pending"),
+        ({"retired_pages_pending": True}, "retired-pages-pending"),
+        ({"temp": 91}, "temp-shutdown"),  # shutdown 95, margin 5
+    ],
+)
+def test_critical_rules(changes: dict, code: str) -> None:
+    found = health.warnings(snap(healthy(2, **changes)), None, Thresholds(), NOW)
+    assert codes(found).get(code) == CRITICAL
+    w = next(w for w in found if w.code == code)
+    assert w.gpu == 2 and w.hint and w.message
+
+
+def test_temp_shutdown_replaces_near_slowdown() -> None:
+    found = codes(health.warnings(snap(healthy(temp=93))))
+    assert found == {"temp-shutdown": CRITICAL}
+
+
+def test_temp_near_slowdown() -> None:
+    assert codes(health.warnings(snap(healthy(temp=85)))) == {"temp-near-slowdown": WARNING}
+    assert health.warnings(snap(healthy(temp=84))) == []
+    th = Thresholds(temp_slowdown_margin=10)
+    assert codes(health.warnings(snap(healthy(temp=80)), None, th)) == {
+        "temp-near-slowdown": WARNING
+    }
+
+
+@pytest.mark.parametrize(
+    ("reasons", "expected"),
+    [
+        (("sw_thermal_slowdown",), {"thermal-slowdown"}),
+        (("hw_slowdown", "hw_thermal_slowdown"), {"thermal-slowdown"}),
+        (("hw_slowdown", "hw_power_brake_slowdown"), {"power-brake"}),
+        (("hw_slowdown",), {"hw-slowdown"}),
+        (("gpu_idle",), set()),
+        (("sw_power_cap",), set()),
+        (("applications_clocks_setting", "sync_boost"), set()),
+    ],
+)
+def test_clock_event_reasons(reasons: tuple, expected: set) -> None:
+    found = health.warnings(snap(healthy(clock_event_reasons=reasons)))
+    assert set(codes(found)) == expected
+    assert all(w.severity == WARNING for w in found)
+
+
+def test_memory_above_threshold_with_remedies() -> None:
+    found = health.warnings(snap(healthy(mem_used=70 * GIB)))
+    assert codes(found) == {"mem-high": WARNING}
+    w = found[0]
+    assert "88%" in w.message
+    for remedy in ("smaller batch", "mixed precision", "gradient accumulation", "checkpointing"):
+        assert remedy in (w.hint or "")
+    assert health.warnings(snap(healthy(mem_used=64 * GIB))) == []  # exactly 80 %
+    th = Thresholds(mem_percent=95)
+    assert health.warnings(snap(healthy(mem_used=70 * GIB)), None, th) == []
+
+
+def test_pcie_width_below_max_is_a_warning_even_when_idle() -> None:
+    found = health.warnings(snap(healthy(pcie_width=4, util_gpu=0)))
+    assert codes(found) == {"pcie-width": WARNING}
+    assert "x4" in found[0].message and "x16" in found[0].message
+
+
+def test_pcie_gen_below_max_only_matters_while_busy() -> None:
+    idle = healthy(pcie_gen=1, util_gpu=0)
+    assert health.warnings(snap(idle)) == []
+    busy = healthy(pcie_gen=1, util_gpu=90)
+    found = health.warnings(snap(busy))
+    assert codes(found) == {"pcie-gen": WARNING}
+    assert "gen 1" in found[0].message
+    # util unknown: we cannot tell busy from idle, so no claim
+    assert health.warnings(snap(healthy(pcie_gen=1, util_gpu=None))) == []
+
+
+def test_nvlink_down_while_peers_up() -> None:
+    links = tuple(NvLink(link=n, active=n not in (4, 7)) for n in range(18))
+    found = health.warnings(snap(healthy(0, nvlinks=links), healthy(1)))
+    assert codes(found) == {"nvlink-down": WARNING}
+    assert found[0].gpu == 0 and "2 of 18" in found[0].message
+    # a card whose links are all down while the other cards' links are up
+    dead = tuple(NvLink(link=n, active=False) for n in range(18))
+    found = health.warnings(snap(healthy(0), healthy(1, nvlinks=dead)))
+    assert [(w.code, w.gpu) for w in found] == [("nvlink-down", 1)]
+
+
+def test_nvlinks_all_down_everywhere_is_not_a_fault() -> None:
+    # NVLink not in use on this box (e.g. bridges not installed): nothing is "down".
+    dead = tuple(NvLink(link=n, active=False) for n in range(4))
+    assert health.warnings(snap(healthy(0, nvlinks=dead), healthy(1, nvlinks=dead))) == []
+    unknown = tuple(NvLink(link=n, active=None) for n in range(4))
+    assert health.warnings(snap(healthy(0, nvlinks=unknown))) == []
+
+
+def test_fan_stopped_on_hot_card() -> None:
+    assert codes(health.warnings(snap(healthy(fan=0, temp=70)))) == {"fan-stopped": WARNING}
+    # consumer cards stop their fans when cool: not a fault
+    assert health.warnings(snap(healthy(fan=0, temp=40))) == []
+    assert health.warnings(snap(healthy(fan=None, temp=70))) == []
+
+
+def test_persistence_off_on_data_centre_cards_only() -> None:
+    found = health.warnings(snap(healthy(persistence_mode=False)))
+    assert codes(found) == {"persistence-off": INFO}
+    assert found[0].gpu == 0
+    consumer = healthy(persistence_mode=False, name="NVIDIA GeForce RTX 4090")
+    assert health.warnings(snap(consumer)) == []
+
+
+def test_persistence_off_on_many_cards_is_one_host_line() -> None:
+    gpus = [healthy(i, persistence_mode=i != 3) for i in range(6)]
+    gpus = [dataclasses.replace(g, persistence_mode=g.index == 3) for g in gpus]
+    found = health.warnings(snap(*gpus))
+    assert [(w.code, w.gpu) for w in found] == [("persistence-off", None)]
+    assert "5 data-centre cards (GPU 0-2,4-5)" in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("Tesla T4", True),
+        ("NVIDIA A100-SXM4-80GB", True),
+        ("NVIDIA H100 80GB HBM3", True),
+        ("NVIDIA L40S", True),
+        ("NVIDIA A10G", True),
+        ("NVIDIA GeForce RTX 3090", False),
+        ("NVIDIA RTX A6000", False),
+        ("NVIDIA RTX 4000 SFF Ada Generation", False),
+        ("Quadro P4000", False),
+        (None, False),
+    ],
+)
+def test_data_centre_names(name: str | None, expected: bool) -> None:
+    assert health.is_data_centre(name) is expected
+
+
+def test_xid_events_carry_catalog_meaning() -> None:
+    events = (
+        XidEvent(gpu=1, xid=79, time=NOW - 5, detail="GPU has fallen off the bus."),
+        XidEvent(gpu=1, xid=79, time=NOW - 2),
+        XidEvent(gpu=0, xid=13, time=NOW - 1, detail="Graphics Exception"),
+    )
+    found = health.warnings(snap(healthy(0), healthy(1), xid_events=events))
+    assert [(w.code, w.severity, w.gpu) for w in found] == [
+        ("xid-79", CRITICAL, 1),
+        ("xid-13", WARNING, 0),
+    ]
+    assert found[0].since == NOW - 5  # a burst is one warning, since the first event
+    assert "fallen off the bus" in found[0].message
+    assert "application" in found[1].message
+
+
+def test_xid_unwatched_host_gets_an_info() -> None:
+    found = health.warnings(snap(xid_watched=False))
+    assert [(w.code, w.severity, w.gpu) for w in found] == [("xid-unwatched", INFO, None)]
+    assert health.warnings(snap(xid_watched=True)) == []
+
+
+def test_host_not_ok() -> None:
+    down = error_snapshot("node9", NOW, HOST_UNREACHABLE, "connection refused")
+    found = health.warnings(down)
+    assert [(w.code, w.severity, w.host) for w in found] == [("host-state", WARNING, "node9")]
+    assert "connection refused" in found[0].message
+    assert health.warnings(error_snapshot("node9", NOW, HOST_CONNECTING, "")) == []
+
+
+def test_sorted_by_severity_then_gpu() -> None:
+    gpus = (
+        healthy(0, persistence_mode=False),
+        healthy(1, temp=86),
+        healthy(2, ecc_volatile_uncorrected=1),
+        healthy(3, mem_used=79 * GIB),
+    )
+    found = health.warnings(snap(*gpus))
+    assert [(w.severity, w.gpu) for w in found] == [
+        (CRITICAL, 2),
+        (WARNING, 1),
+        (WARNING, 3),
+        (INFO, 0),
+    ]
+    assert health.worst(found) == CRITICAL
+    assert health.worst([]) is None
+
+
+def test_now_defaults_to_snapshot_time() -> None:
+    found = health.warnings(snap(healthy(temp=86)))
+    assert found[0].since == NOW
+
+
+# ---------------------------------------------------------------- history rules
+
+
+def proc(**changes: object) -> GpuProcess:
+    base = GpuProcess(
+        pid=4242,
+        gpu=0,
+        gpu_mem=12 * GIB,
+        sm_util=0,
+        user="alice",
+        command="python train.py",
+        ppid=4000,
+        parent_command="bash",
+        state="S",
+        start_ticks=777,
+        cpu_percent=3.0,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def feed(history: History, minutes: float, step: float = 30.0, **proc_changes: object) -> float:
+    """Feed `minutes` of snapshots with one process; return the last snapshot's time."""
+    t = NOW - minutes * 60
+    last = t
+    while t <= NOW:
+        history.add(snap(healthy(util_gpu=0), processes=(proc(**proc_changes),), time=t))
+        last = t
+        t += step
+    return last
+
+
+def test_idle_memory_needs_minutes_of_history() -> None:
+    history = History(seconds=3600)
+    last = feed(history, minutes=45)
+    current = snap(healthy(util_gpu=0), processes=(proc(),), time=last)
+    found = health.warnings(current, history, Thresholds(), last)
+    idle = [w for w in found if w.code == "idle-memory"]
+    assert len(idle) == 1
+    w = idle[0]
+    assert (w.severity, w.pid, w.gpu) == (INFO, 4242, 0)
+    assert "12.0 GiB" in w.message and "45 min" in w.message
+    assert w.since == pytest.approx(NOW - 45 * 60)
+    # without history (one-shot commands) the rule does not guess
+    assert not [w for w in health.warnings(current, None, Thresholds(), last)
+                if w.code == "idle-memory"]
+    # with a longer idle threshold it is not yet idle
+    longer = Thresholds(idle_minutes=60)
+    assert not [w for w in health.warnings(current, history, longer, last)
+                if w.code == "idle-memory"]
+
+
+def test_busy_process_is_not_idle() -> None:
+    history = History(seconds=3600)
+    last = feed(history, minutes=45, sm_util=60)
+    current = snap(healthy(), processes=(proc(sm_util=60),), time=last)
+    assert health.warnings(current, history, Thresholds(), last) == []
+
+
+def test_input_bound_process() -> None:
+    history = History(seconds=3600)
+    last = feed(history, minutes=10, sm_util=3, cpu_percent=100.0, gpu_mem=2 * GIB)
+    current = snap(
+        healthy(util_gpu=3),
+        processes=(proc(sm_util=3, cpu_percent=100.0, gpu_mem=2 * GIB),),
+        time=last,
+    )
+    found = [w for w in health.warnings(current, history, Thresholds(), last)
+             if w.code == "input-bound"]
+    assert len(found) == 1
+    assert found[0].severity == INFO
+    assert "loader workers" in (found[0].hint or "")
+    # the CPU is idle too: not input-bound, just idle
+    calm = dataclasses.replace(current, processes=(proc(sm_util=3, cpu_percent=2.0),))
+    assert not [w for w in health.warnings(calm, history, Thresholds(), last)
+                if w.code == "input-bound"]
+    # two minutes of it is not "for minutes" yet
+    short = History(seconds=3600)
+    last = feed(short, minutes=2, sm_util=3, cpu_percent=100.0)
+    assert not [w for w in health.warnings(current, short, Thresholds(), last)
+                if w.code == "input-bound"]
+
+
+def test_orphaned_kernel_holding_memory_is_reported_without_history() -> None:
+    orphan = proc(
+        command="python -m ipykernel_launcher -f /tmp/kernel-1.json",
+        cmdline=("python", "-m", "ipykernel_launcher", "-f", "/tmp/kernel-1.json"),
+        ppid=1,
+        parent_command="/sbin/init",
+        kernel_file="/tmp/kernel-1.json",
+        kernel_file_exists=False,
+    )
+    found = health.warnings(snap(healthy(), processes=(orphan,)), None, Thresholds(), NOW)
+    assert [(w.code, w.severity, w.pid) for w in found] == [("orphan-memory", INFO, 4242)]
+
+
+# ---------------------------------------------------------------- thresholds
+
+
+def test_thresholds_from_config() -> None:
+    th = Thresholds.from_config({"mem_percent": 90, "fan_hot_temp": 55.5})
+    assert th.mem_percent == 90.0 and th.fan_hot_temp == 55.5
+    assert th.busy_util == Thresholds().busy_util
+    assert Thresholds.from_config(None) == Thresholds()
+    assert Thresholds.from_config({}) == Thresholds()
+
+
+@pytest.mark.parametrize(
+    ("section", "needle"),
+    [
+        ({"mem_precent": 90}, "health.mem_precent: unknown key"),
+        ({"mem_percent": "lots"}, "health.mem_percent: expected a number"),
+        ({"mem_percent": True}, "health.mem_percent: expected a number"),
+        ({"mem_percent": -1}, "health.mem_percent: expected a number >= 0"),
+        ({"busy_util": float("nan")}, "health.busy_util"),
+        (["mem_percent"], "health: expected a mapping"),
+    ],
+)
+def test_thresholds_reject_bad_config(section: object, needle: str) -> None:
+    with pytest.raises(ValueError) as err:
+        Thresholds.from_config(section)  # type: ignore[arg-type]
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- tracker
+
+
+def test_tracker_keeps_first_seen_lingers_and_logs() -> None:
+    tracker = WarningTracker(linger=30, xid_hold=600)
+    hot = snap(healthy(0, temp=86))
+    first = tracker.update("node1", health.warnings(hot, now=NOW), NOW)
+    assert [w.code for w in first] == ["temp-near-slowdown"]
+    later = tracker.update("node1", health.warnings(hot, now=NOW + 10), NOW + 10)
+    assert later[0].since == NOW  # first seen, not the latest sighting
+    # it clears: still shown (marked clearing) for the linger time
+    cool = snap(healthy(0))
+    shown = tracker.update("node1", health.warnings(cool, now=NOW + 20), NOW + 20)
+    assert [w.code for w in shown] == ["temp-near-slowdown"]
+    assert tracker.clearing(shown[0])
+    assert tracker.log == []
+    assert tracker.update("node1", [], NOW + 49) != []
+    assert tracker.update("node1", [], NOW + 50) == []
+    assert len(tracker.log) == 1
+    entry = tracker.log[0]
+    assert entry.warning.code == "temp-near-slowdown"
+    assert entry.cleared == NOW + 20 and entry.warning.since == NOW
+
+
+def test_tracker_warning_that_returns_while_lingering_continues() -> None:
+    tracker = WarningTracker(linger=30)
+    hot = health.warnings(snap(healthy(0, temp=86)), now=NOW)
+    tracker.update("node1", hot, NOW)
+    tracker.update("node1", [], NOW + 5)
+    back = tracker.update("node1", health.warnings(snap(healthy(0, temp=87)), now=NOW + 8),
+                          NOW + 8)
+    assert back[0].since == NOW and "87 C" in back[0].message
+    assert not tracker.clearing(back[0])
+    tracker.update("node1", [], NOW + 100)
+    assert tracker.log == []  # cleared at NOW + 100, lingers until NOW + 130
+    tracker.expire(NOW + 130)
+    assert [c.cleared for c in tracker.log] == [NOW + 100]
+
+
+def test_tracker_holds_xids_longer_and_keeps_hosts_apart() -> None:
+    tracker = WarningTracker(linger=30, xid_hold=600)
+    xid = health.warnings(
+        snap(xid_events=(XidEvent(gpu=0, xid=79, time=NOW),)), now=NOW
+    )
+    other = dataclasses.replace(health.warnings(snap(healthy(0, temp=86)), now=NOW)[0],
+                                host="node2")
+    tracker.update("node1", xid, NOW)
+    tracker.update("node2", [other], NOW)
+    # node1's next snapshot has no new XID event: the XID stays for xid_hold
+    tracker.update("node1", [], NOW + 1)
+    assert {w.code for w in tracker.expire(NOW + 100)} == {"xid-79", "temp-near-slowdown"}
+    assert [w.host for w in tracker.current("node2")] == ["node2"]
+    assert [w.code for w in tracker.for_gpu("node1", 0)] == ["xid-79"]
+    assert [w.code for w in tracker.expire(NOW + 601)] == ["temp-near-slowdown"]
+    assert [c.warning.code for c in tracker.log] == ["xid-79"]
+
+
+def test_tracker_from_thresholds() -> None:
+    tracker = WarningTracker.from_thresholds(Thresholds(linger_seconds=5, xid_hold_minutes=2))
+    assert (tracker.linger, tracker.xid_hold) == (5, 120)

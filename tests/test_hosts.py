@@ -1,0 +1,178 @@
+"""The hosts file: shapes, defaults, groups, and errors that name file, line and key."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gputop.hosts import (
+    HostsFileError,
+    HostSpec,
+    find_hosts_file,
+    load,
+    parse_host_list,
+    parse_text,
+    specs_from_args,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_simple_list_of_names() -> None:
+    specs = parse_text("- gpu01\n- gpu02\n")
+    assert [s.name for s in specs] == ["gpu01", "gpu02"]
+    assert specs[0].hostname is None  # resolved through ~/.ssh/config
+    assert specs[0].target == "gpu01"
+    assert specs[0].known_hosts is None
+
+
+def test_full_form_with_defaults_and_groups() -> None:
+    text = """
+defaults:
+  user: alice
+  port: 2200
+  labels: [lab]
+  connect_timeout: 5
+hosts:
+  - gpu01
+  - name: gpu02
+    hostname: 10.0.0.12
+    user: bob
+    port: 2222
+    labels: [a100, train]
+    jump: login.example.org
+groups:
+  nightly: [gpu01, gpu02]
+"""
+    a, b = parse_text(text)
+    assert a == HostSpec(
+        name="gpu01", user="alice", port=2200, labels=("lab", "nightly"), connect_timeout=5.0
+    )
+    assert b.hostname == "10.0.0.12" and b.user == "bob" and b.port == 2222
+    assert b.labels == ("lab", "a100", "train", "nightly")
+    assert b.jump == "login.example.org"
+    assert b.connect_timeout == 5.0
+
+
+def test_mapping_of_hosts() -> None:
+    specs = parse_text("hosts:\n  gpu01:\n  gpu02: {port: 22, labels: x}\n")
+    assert specs[0] == HostSpec(name="gpu01")
+    assert specs[1].port == 22 and specs[1].labels == ("x",)
+
+
+def test_paths_are_expanded() -> None:
+    (spec,) = parse_text("hosts:\n  - name: a\n    identity_file: ~/.ssh/k\n    known_hosts: ~/kh\n")
+    assert not spec.identity_file.startswith("~")
+    assert spec.known_hosts and not spec.known_hosts[0].startswith("~")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "needle"),
+    [
+        ("", 1, "empty"),
+        ("# only a comment\n", 1, "empty"),
+        ("hosts:\n  - name: a\n    colour: red\n", 3, "key 'colour': unknown key"),
+        ("defaults:\n  hostname: x\nhosts: [a]\n", 2, "key 'defaults.hostname': unknown key"),
+        ("hosts:\n  - name: a\n    port: '22'\n", 3, "key 'port': expected a port number"),
+        ("hosts:\n  - name: a\n    port: 70000\n", 3, "key 'port': port 70000 out of range"),
+        ("hosts:\n  - name: a\n    port: true\n", 3, "key 'port'"),
+        ("hosts:\n  - a\n  - b\n  - a\n", 4, "duplicate host 'a' (first on line 2)"),
+        ("hosts:\n  - name: a\n    user: x\n    user: y\n", 4, "key 'user': duplicate key"),
+        ("hosts:\n  - port: 22\n", 2, "key 'name': missing"),
+        ("hosts:\n  - [a, b]\n", 2, "key 'hosts'"),
+        ("hosts: []\n", 1, "no hosts listed"),
+        ("defaults: {user: a}\n", 1, "key 'hosts': missing"),
+        ("server: x\nhosts: [a]\n", 1, "key 'server': unknown key"),
+        ("hosts:\n  - name: a\n    labels: [1, 2]\n", 3, "key 'labels': expected text"),
+        ("hosts:\n  - name: a\n    connect_timeout: -1\n", 3, "key 'connect_timeout'"),
+        ("hosts: [a]\ngroups:\n  g: [a, zz]\n", 3, "unknown host 'zz'"),
+        ("hosts:\n  - name: a\n  bad: [\n", 3, "not valid YAML"),
+        ("42\n", 1, "expected a list of hosts"),
+    ],
+)
+def test_errors_name_file_line_and_key(text: str, line: int, needle: str) -> None:
+    with pytest.raises(HostsFileError) as info:
+        parse_text(text, "lab.yaml")
+    message = str(info.value)
+    assert message.startswith(f"lab.yaml:{line}: "), message
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(HostsFileError, match="does not exist"):
+        load(tmp_path / "nope.yaml")
+
+
+def test_shell_metacharacters_are_plain_data() -> None:
+    text = 'hosts:\n  - name: "a;touch /tmp/pwned"\n    user: "$(id)"\n    labels: ["`x`|y"]\n'
+    (spec,) = parse_text(text)
+    assert spec.name == "a;touch /tmp/pwned"
+    assert spec.user == "$(id)"
+    assert spec.labels == ("`x`|y",)
+
+
+def test_host_list() -> None:
+    specs = parse_host_list("alice@gpu01, gpu02:2222,gpu03")
+    assert specs[0] == HostSpec(name="alice@gpu01", hostname="gpu01", user="alice")
+    assert specs[1].hostname == "gpu02" and specs[1].port == 2222
+    assert specs[2].name == "gpu03"
+    with pytest.raises(HostsFileError, match="port"):
+        parse_host_list("gpu01:abc")
+    with pytest.raises(HostsFileError, match="no hosts"):
+        parse_host_list(" , ")
+
+
+def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    env: dict[str, str] = {}
+    assert find_hosts_file(None, env) == (None, "")
+    default = home / ".config" / "gputop" / "hosts.yaml"
+    default.parent.mkdir(parents=True)
+    default.write_text("- d1\n")
+    assert find_hosts_file(None, env) == (default, "default")
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text("- e1\n")
+    env["GPUTOP_HOSTS"] = str(env_file)
+    assert find_hosts_file(None, env) == (env_file, "$GPUTOP_HOSTS")
+    explicit = tmp_path / "x.yaml"
+    explicit.write_text("- x1\n")
+    assert find_hosts_file(str(explicit), env)[0] == explicit
+
+    ns = argparse.Namespace(hosts=None, host_list=None)
+    assert [s.name for s in specs_from_args(ns, env)] == ["e1"]
+    ns.hosts = str(explicit)
+    assert [s.name for s in specs_from_args(ns, env)] == ["x1"]
+    ns.host_list = "h1,h2"
+    assert [s.name for s in specs_from_args(ns, env)] == ["h1", "h2"]
+    assert specs_from_args(argparse.Namespace(hosts=None, host_list=None), {}) == [
+        HostSpec(name="d1")
+    ]
+
+
+def test_example_file_parses() -> None:
+    specs = load(REPO / "hosts.example.yaml")
+    assert len(specs) >= 3
+    assert any(s.jump for s in specs)
+    assert any(s.labels for s in specs)
+
+
+def test_cli_bad_hosts_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts:\n  - name: a\n    prot: 22\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gputop.cli", "--hosts", str(bad), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert f"{bad}:3: key 'prot': unknown key" in lines[0]

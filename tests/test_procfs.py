@@ -1,0 +1,199 @@
+"""ProcFs against real processes that these tests start (no fake /proc except for parsing)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gputop.sources.procfs import ProcFs, kernel_file_of
+
+SLEEPER = "import time; time.sleep(60)"
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def spawn():
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str, **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, *args], **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_process_info_of_a_real_child(spawn, tmp_path: Path) -> None:
+    child = spawn("-c", SLEEPER, "an arg with spaces", "ünïcode", cwd=tmp_path)
+    procs = ProcFs()
+    # Wait until it sleeps: the kernel's RSS counters lag a process that is still starting.
+    _wait_for(lambda: procs.process(child.pid)["cmdline"][1:2] == ("-c",))
+    _wait_for(lambda: procs.process(child.pid)["state"] == "S")
+    info = procs.process_info([child.pid])[child.pid]
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert info["pid"] == child.pid
+    assert info["user"] == me
+    assert info["uid"] == os.getuid()
+    assert info["ppid"] == os.getpid()
+    assert info["cmdline"] == (sys.executable, "-c", SLEEPER, "an arg with spaces", "ünïcode")
+    assert info["command"] == " ".join(info["cmdline"])
+    assert info["state"] == "S"
+    ps = psutil.Process(child.pid)
+    # psutil computes the start time from the same stat field by its own code.
+    assert abs(info["start_time"] - ps.create_time()) < 1.0
+    assert info["start_ticks"] > 0
+    assert info["rss"] > 0
+    assert abs(info["rss"] - ps.memory_info().rss) < 8 * 1024 * 1024
+    assert info["parent_command"] == " ".join(psutil.Process(os.getpid()).cmdline())
+    assert info["parent_user"] == me
+    assert info["kernel_file"] is None
+    assert info["kernel_file_exists"] is None
+    assert info["cpu_percent"] is None  # first sight: no window yet
+
+    single = procs.process(child.pid)
+    assert single is not None
+    assert single["cwd"] == str(tmp_path)
+    assert single["start_ticks"] == info["start_ticks"]
+
+
+def test_start_ticks_change_when_a_pid_is_a_new_process(spawn) -> None:
+    a = spawn("-c", SLEEPER)
+    b = spawn("-c", SLEEPER)
+    procs = ProcFs()
+    infos = procs.process_info([a.pid, b.pid])
+    # Two processes started one after the other: the identity field differs or is ordered.
+    assert infos[a.pid]["start_ticks"] <= infos[b.pid]["start_ticks"]
+    assert infos[a.pid]["start_ticks"] == ProcFs().process(a.pid)["start_ticks"]
+
+
+def test_cpu_percent_of_a_busy_child(spawn) -> None:
+    busy = spawn("-c", "while True: pass")
+    idle = spawn("-c", SLEEPER)
+    procs = ProcFs()
+    procs.process_info([busy.pid, idle.pid])
+    time.sleep(0.5)
+    infos = procs.process_info([busy.pid, idle.pid])
+    assert infos[busy.pid]["cpu_percent"] > 20.0
+    assert infos[idle.pid]["cpu_percent"] < 5.0
+
+
+def test_zombie_child_and_reaped_pid(spawn) -> None:
+    child = spawn("-c", "pass")
+    procs = ProcFs()
+    # Not reaped yet: the kernel keeps it as a zombie with an empty cmdline.
+    _wait_for(lambda: (procs.process(child.pid) or {}).get("state") == "Z")
+    info = procs.process_info([child.pid])[child.pid]
+    assert info["state"] == "Z"
+    assert info["cmdline"] == ()
+    assert info["command"].startswith("[") and info["command"].endswith("]")
+    child.wait()
+    assert child.pid not in procs.process_info([child.pid])
+    assert procs.process(child.pid) is None
+
+
+def test_parent_chain_reaches_pid_1(spawn) -> None:
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print(p.pid, flush=True); time.sleep(60)"
+    )
+    parent = spawn("-c", code, stdout=subprocess.PIPE, text=True)
+    grandchild = int(parent.stdout.readline())
+    try:
+        chain = ProcFs().parent_chain(grandchild)
+        pids = [entry["pid"] for entry in chain]
+        assert pids[0] == parent.pid
+        assert pids[1] == os.getpid()
+        assert pids[-1] == 1
+        assert all("user" in entry and "command" in entry for entry in chain)
+    finally:
+        os.kill(grandchild, 9)
+
+
+def test_missing_pids_are_absent() -> None:
+    procs = ProcFs()
+    absent = 4_194_304 + 12345  # above the kernel's PID_MAX_LIMIT: can never exist
+    result = procs.process_info([os.getpid(), absent])
+    assert os.getpid() in result
+    assert absent not in result
+    assert procs.parent_chain(absent) == []
+
+
+def test_jupyter_kernel_file(spawn, tmp_path: Path) -> None:
+    kernel = tmp_path / "kernel-1234.json"
+    child = spawn("-c", SLEEPER, "ipykernel_launcher", "-f", str(kernel))
+    procs = ProcFs()
+    _wait_for(lambda: "ipykernel_launcher" in procs.process(child.pid)["cmdline"])
+    info = procs.process_info([child.pid])[child.pid]
+    assert info["kernel_file"] == str(kernel)
+    assert info["kernel_file_exists"] is False
+    kernel.write_text("{}")
+    assert procs.process_info([child.pid])[child.pid]["kernel_file_exists"] is True
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "expected"),
+    [
+        (["python", "-m", "ipykernel_launcher", "-f", "/r/kernel-a.json"], "/r/kernel-a.json"),
+        (["python", "-m", "ipykernel", "--f=/r/kernel-b.json"], "/r/kernel-b.json"),
+        (["/x/python3.11", "/x/ipykernel_launcher.py", "-f=/r/k.json"], "/r/k.json"),
+        (["python", "launch.py", "/r/kernel-c.json"], "/r/kernel-c.json"),
+        (["python", "train.py", "-f", "/data/config.json"], None),
+        (["python", "-m", "http.server"], None),
+        ([], None),
+    ],
+)
+def test_kernel_file_of(cmdline: list[str], expected: str | None) -> None:
+    assert kernel_file_of(cmdline) == expected
+
+
+def test_host_info_matches_psutil() -> None:
+    procs = ProcFs()
+    first = procs.host_info()
+    assert first["cpu_count"] == os.cpu_count()
+    assert first["mem_total"] == psutil.virtual_memory().total
+    assert 0 < first["mem_available"] <= first["mem_total"]
+    assert first["hostname"]
+    assert len(first["load"]) == 3 and all(v >= 0 for v in first["load"])
+    assert first["cpu_percent"] is None  # no window on the first call
+    busy_until = time.monotonic() + 0.2
+    while time.monotonic() < busy_until:
+        pass
+    second = procs.host_info()
+    assert second["cpu_percent"] is not None
+    assert 0.0 <= second["cpu_percent"] <= 100.0
+
+
+def test_parses_a_comm_with_parentheses_and_spaces(tmp_path: Path) -> None:
+    # A process may name itself anything: ") S 1 (" in comm must not shift the fields.
+    pid_dir = tmp_path / "4242"
+    pid_dir.mkdir()
+    fields = ["S", "77"] + ["0"] * 9 + ["150", "50"] + ["0"] * 6 + ["9000", "0", "25"]
+    (pid_dir / "stat").write_text(f"4242 (evil) S 1 (x y) {' '.join(fields)} 0 0\n")
+    (pid_dir / "cmdline").write_bytes(b"")
+    (tmp_path / "stat").write_text("cpu 1 2 3 4 5 6 7 8\nbtime 1000\n")
+    info = ProcFs(root=str(tmp_path)).process_info([4242])[4242]
+    assert info["state"] == "S"
+    assert info["ppid"] == 77
+    assert info["start_ticks"] == 9000
+    assert info["command"] == "[evil) S 1 (x y]"
+    assert info["start_time"] == pytest.approx(1000 + 9000 / os.sysconf("SC_CLK_TCK"))
+    assert info["rss"] == 25 * os.sysconf("SC_PAGE_SIZE")

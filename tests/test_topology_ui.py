@@ -1,0 +1,68 @@
+"""The topology screen, headless with Pilot."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.widgets import Static
+
+from gputop.model import HOST_UNREACHABLE, Gpu, HostSnapshot, Link, error_snapshot
+from gputop.ui.screens.topology import KIND_STYLE, TopologyScreen, matrix_text
+
+
+def pcie_box(host: str = "lab") -> HostSnapshot:
+    gpus = tuple(
+        Gpu(index=i, cpu_affinity="0-15" if i < 2 else "16-31", numa_node=i // 2)
+        for i in range(4)
+    )
+    links = (Link(0, 1, "NV4", 4), Link(2, 3, "PXB"), Link(0, 2, "SYS"), Link(0, 3, "SYS"),
+             Link(1, 2, "SYS"), Link(1, 3, "SYS"))
+    return HostSnapshot(host=host, time=0.0, gpus=gpus, topology=links, demo=True)
+
+
+def test_matrix_text_colours_by_kind() -> None:
+    text = matrix_text(pcie_box())
+    plain = text.plain
+    assert "DEMO" in plain and "CPU Affinity" in plain and "NUMA Affinity" in plain
+    assert "NVLinks per GPU: GPU0 4, GPU1 4" in plain
+    assert "NV#  = Connection traversing a bonded set of # NVLinks" in plain
+
+    def style_of(word: str) -> str:
+        start = plain.index(word, plain.index("GPU0  ") + 1)
+        for span in text.spans:
+            if span.start <= start < span.end:
+                return str(span.style)
+        return ""
+
+    assert style_of("NV4") == KIND_STYLE["NV"]
+    assert style_of("PXB") == KIND_STYLE["PXB"]
+    assert style_of("SYS") == KIND_STYLE["SYS"]
+
+
+class TopoApp(App[None]):
+    def __init__(self, screen: TopologyScreen) -> None:
+        super().__init__()
+        self._topo = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self._topo)
+
+
+async def test_screen_shows_hosts_in_turn_and_closes() -> None:
+    down = error_snapshot("gpu9", 0.0, HOST_UNREACHABLE, "connection refused")
+    screen = TopologyScreen([pcie_box("lab"), down])
+    app = TopoApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        body = screen.query_one("#topology", Static)
+        first = str(body.render())
+        assert first.startswith("lab") and "GPU3" in first
+        await pilot.press("tab")
+        await pilot.pause()
+        second = str(body.render())
+        assert "gpu9" in second and "connection refused" in second
+        await pilot.press("tab")
+        await pilot.pause()
+        assert str(body.render()).startswith("lab")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is not screen
