@@ -6,8 +6,9 @@ once.  Line numbers come from the YAML node tree (``yaml.compose``), not the loa
 dict, which has none.
 
 Sections other modules read:
-- ``health``: a plain dict handed to ``gputop.analysis.health.warnings`` as thresholds;
-  the health rules define the names and defaults, so only the value types are checked.
+- ``health``: a plain dict for ``gputop.analysis.health.Thresholds.from_config``; the
+  health rules define the names and defaults, and each key is checked against them here
+  so that a mistake is reported with its line.
 - ``reclaim``: ``ReclaimConfig`` (idle rule and kill grace).
 - ``reservations``: ``ReservationsConfig`` (where the store lives).
 """
@@ -262,10 +263,18 @@ class _Reader:
             config.keys[name] = ",".join(keys)
 
     def _health(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
-        for name, _k, v, full in self.mapping(vnode, key):
+        # The health rules own the names and limits; checking here gives the error a line.
+        from gputop.analysis.health import Thresholds
+
+        for name, k, v, full in self.mapping(vnode, key):
             value = self.scalar(v, full)
             if value is None or isinstance(value, (list, dict)):
                 raise self.fail(v, full, "expected a number, true/false or a string")
+            try:
+                Thresholds.from_config({name: value})
+            except ValueError as err:
+                problem = str(err).split(": ", 1)[-1]
+                raise self.fail(k if "unknown key" in problem else v, full, problem) from None
             config.health[name] = value
 
     def _reclaim(self, knode: Any, vnode: Any, key: str, config: Config) -> None:

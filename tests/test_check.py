@@ -83,7 +83,7 @@ def test_bad_health_key_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1
-    assert str(config) in result.stderr and "mem_precent" in result.stderr
+    assert f"{config}:2: key 'health.mem_precent': unknown key" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -117,3 +117,40 @@ def test_report_neutralises_terminal_escapes() -> None:
     text = out.getvalue()
     assert "\x1b" not in text and "\x07" not in text
     assert "mallory" in text
+
+
+def test_check_and_topo_never_import_textual() -> None:
+    code = (
+        "import sys, contextlib, io\n"
+        "from gputop.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = main(['check', '--demo', 'faulty'])\n"
+        "    main(['topo', '--demo', 'lab', '--json'])\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'gputop.ui'))\n"
+        "bad += sorted(m for m in sys.modules if m.startswith('gputop.ui'))\n"
+        "print(rc, bad)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2 []"
+
+
+def _has_nvml() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_has_nvml(), reason="this machine has an NVIDIA driver")
+def test_no_driver_here_is_exit_3_in_one_line() -> None:
+    # Without an NVIDIA driver local collection cannot start.
+    for command in ("check", "topo"):
+        result = gputop(command)
+        assert result.returncode == 3, (command, result.stdout, result.stderr)
+        assert result.stderr.count("\n") == 1 and "--demo" in result.stderr
+        assert not result.stderr.startswith("gputop check: gputop")

@@ -351,8 +351,8 @@ def test_process_utilization_not_supported_is_none() -> None:
     assert snap.processes and all(p.sm_util is None for p in snap.processes)
 
 
-def _garbage_v3(result: list[Any]) -> list[Any]:
-    # What drivers 535.43-535.86 returned through the mismatched _v3 struct.
+def _zero_pids(result: list[Any]) -> list[Any]:
+    # What drivers 535.43-535.86 returned through the mismatched _v3 struct: fields shifted.
     return [
         sim.c_nvmlProcessInfo_t(
             pid=0, usedGpuMemory=(1 << 63) + i, gpuInstanceId=0, computeInstanceId=0
@@ -361,10 +361,21 @@ def _garbage_v3(result: list[Any]) -> list[Any]:
     ]
 
 
-def test_v3_struct_mismatch_falls_back_to_v2() -> None:
+def _huge_memory(result: list[Any]) -> list[Any]:
+    # Plausible pids but memory sizes no card has: still garbage.
+    return [
+        sim.c_nvmlProcessInfo_t(
+            pid=p.pid, usedGpuMemory=p.pid << 32, gpuInstanceId=0, computeInstanceId=0
+        )
+        for p in result
+    ]
+
+
+@pytest.mark.parametrize("garbage", [_zero_pids, _huge_memory])
+def test_v3_struct_mismatch_falls_back_to_v2(garbage) -> None:
     corrupt = {
-        "nvmlDeviceGetComputeRunningProcesses_v3": _garbage_v3,
-        "nvmlDeviceGetGraphicsRunningProcesses_v3": _garbage_v3,
+        "nvmlDeviceGetComputeRunningProcesses_v3": garbage,
+        "nvmlDeviceGetGraphicsRunningProcesses_v3": garbage,
     }
     good, _, _, _ = make("lab")
     collector, _, counting, clock = make("lab", corrupt=corrupt)
@@ -405,7 +416,7 @@ def test_graphics_and_compute_merge_into_c_plus_g() -> None:
 
 
 def test_clock_event_reasons_from_the_throttled_card() -> None:
-    collector, nvml, _, _ = make("lab")
+    collector, _, _, _ = make("lab")
     snap = snap_of(collector)
     throttled = [g for g in snap.gpus if "sw_thermal_slowdown" in (g.clock_event_reasons or ())]
     assert throttled

@@ -23,8 +23,8 @@ keys:
   kill: "k,f9"
   quit: q
 health:
-  temp_warn: 83
-  pcie_width: true
+  mem_percent: 83
+  fan_hot_temp: 55
 reclaim:
   idle_minutes: 45
   kill_grace_s: 2.5
@@ -60,7 +60,7 @@ def test_every_section_read() -> None:
     assert c.colors["crit"] == "#ff0000" and c.colors["ok"] == "green"
     assert c.columns == ("gpu", "pid", "user", "command")
     assert c.keys == {"kill": "k,f9", "quit": "q"}
-    assert c.health == {"temp_warn": 83, "pcie_width": True}
+    assert c.health == {"mem_percent": 83, "fan_hot_temp": 55}
     assert c.reclaim.idle_minutes == 45 and c.reclaim.kill_grace_s == 2.5
     assert c.reclaim.idle_min_mem_mib == 1024
     assert c.reservations.dir == "/tmp/res"

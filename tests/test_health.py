@@ -96,7 +96,7 @@ def test_gpu_unreadable_is_a_warning() -> None:
         ({"remap_failure": True}, "remap-failure"),
         ({"remap_pending": True}, "remap-pending"),
         ({"retired_pages_pending": True}, "retired-pages-pending"),
-        ({"temp": 91}, "temp-shutdown"),  # shutdown 95, margin 5
+        ({"temp": 93}, "temp-shutdown"),  # shutdown 95, margin 2
     ],
 )
 def test_critical_rules(changes: dict, code: str) -> None:
@@ -109,6 +109,9 @@ def test_critical_rules(changes: dict, code: str) -> None:
 def test_temp_shutdown_replaces_near_slowdown() -> None:
     found = codes(health.warnings(snap(healthy(temp=93))))
     assert found == {"temp-shutdown": CRITICAL}
+    # an A100 (slowdown 89, shutdown 92) at 88 C is hot, not about to shut down
+    a100 = healthy(temp=88, temp_slowdown=89, temp_shutdown=92)
+    assert codes(health.warnings(snap(a100))) == {"temp-near-slowdown": WARNING}
 
 
 def test_temp_near_slowdown() -> None:
@@ -202,8 +205,7 @@ def test_persistence_off_on_data_centre_cards_only() -> None:
 
 
 def test_persistence_off_on_many_cards_is_one_host_line() -> None:
-    gpus = [healthy(i, persistence_mode=i != 3) for i in range(6)]
-    gpus = [dataclasses.replace(g, persistence_mode=g.index == 3) for g in gpus]
+    gpus = [healthy(i, persistence_mode=i == 3) for i in range(6)]  # only GPU 3 has it on
     found = health.warnings(snap(*gpus))
     assert [(w.code, w.gpu) for w in found] == [("persistence-off", None)]
     assert "5 data-centre cards (GPU 0-2,4-5)" in found[0].message
@@ -465,3 +467,37 @@ def test_tracker_holds_xids_longer_and_keeps_hosts_apart() -> None:
 def test_tracker_from_thresholds() -> None:
     tracker = WarningTracker.from_thresholds(Thresholds(linger_seconds=5, xid_hold_minutes=2))
     assert (tracker.linger, tracker.xid_hold) == (5, 120)
+
+
+def test_tracker_keeps_gpu_warnings_while_the_host_is_unreachable() -> None:
+    tracker = WarningTracker(linger=30)
+    tracker.update("node1", health.warnings(snap(healthy(2, remap_pending=True)), now=NOW), NOW)
+    down = error_snapshot("node1", NOW + 10, HOST_UNREACHABLE, "timed out")
+    for t in (NOW + 10, NOW + 100):
+        shown = tracker.update("node1", health.warnings(down, now=t), t)
+    assert [w.code for w in shown] == ["remap-pending", "host-state"]
+    assert not tracker.clearing(shown[0]) and tracker.log == []
+    assert shown[0].since == NOW
+    # back, and repaired: now the remap warning clears, and so does the host state
+    fine = snap(healthy(2), time=NOW + 110)
+    tracker.update("node1", health.warnings(fine), NOW + 110)
+    tracker.expire(NOW + 140)
+    assert sorted(c.warning.code for c in tracker.log) == ["host-state", "remap-pending"]
+
+
+def test_reservation_warnings_are_included() -> None:
+    from gputop.model import Reservation
+
+    reservation = Reservation(gpu=0, user="bob", until=NOW + 3600, since=NOW - 60)
+    intruder = proc(user="alice", sm_util=80, gpu_mem=GIB)
+    found = health.warnings(
+        snap(healthy(0), processes=(intruder,), reservations=(reservation,)), me="bob"
+    )
+    ours = [w for w in found if w.code == "reserved-by-other"]
+    assert len(ours) == 1
+    assert ours[0].severity == WARNING and ours[0].gpu == 0 and "alice" in ours[0].message
+    expired = dataclasses.replace(reservation, until=NOW - 1)
+    quiet = health.warnings(
+        snap(healthy(0), processes=(intruder,), reservations=(expired,)), me="bob"
+    )
+    assert not [w for w in quiet if w.code == "reserved-by-other"]

@@ -199,3 +199,30 @@ def test_same_card_thermally_throttled_is_flagged() -> None:
         ("pcie-gen", WARNING),  # busy at gen 1 of 4 is now a fault
         ("thermal-slowdown", WARNING),
     ]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "xml-gtx-1660-ti.xml",
+        "xml-rtx-4000-sff-ada-595.xml",
+        "xml-rtx-3080-536.xml",
+        "xml-a100-sxm4-mig-535.xml",
+        "xml-tesla-t4-515.xml",
+    ],
+)
+def test_fallback_parser_gives_the_same_verdict(name: str) -> None:
+    # Hosts without Python are read through gputop/sources/smi.py's XML parser: the
+    # rules must reach the same verdict on what it produces, processes included.
+    from gputop.model import HOST_FALLBACK
+    from gputop.sources import smi
+
+    gpus, _host, procs = smi.parse_xml((FIXTURES / name).read_text())
+    snap = HostSnapshot.from_dict(
+        {"host": "capture", "time": 1.0, "state": HOST_FALLBACK, "gpus": gpus,
+         "processes": procs}
+    )
+    assert snap.ok and snap.gpus
+    ours = [(w.code, w.severity) for w in check(name)]
+    theirs = [(w.code, w.severity) for w in health.warnings(snap, None, Thresholds(), 1.0)]
+    assert theirs == ours

@@ -117,3 +117,29 @@ def test_log_text_empty_and_order() -> None:
     lines = log_text(tracker.log).plain.splitlines()
     assert len(lines) == 3
     assert all("from " in line for line in lines)
+
+
+class SmallPanelApp(App[None]):
+    CSS = "WarningsPanel { max-height: 4; }"
+
+    def compose(self) -> ComposeResult:
+        yield WarningsPanel(id="panel")
+        yield Static("below", id="below")
+
+
+async def test_panel_says_how_many_did_not_fit() -> None:
+    many = [w(WARNING, f"code-{n}", n, f"message {n}") for n in range(9)]
+    app = SmallPanelApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        panel = app.query_one(WarningsPanel)
+        panel.show([*many, SAMPLE[1]], now=NOW)
+        await pilot.pause()
+        assert panel.size.height == 4
+        lines = panel.render().plain.splitlines()  # type: ignore[union-attr]
+        assert len(lines) == 4
+        assert lines[0].startswith("CRIT")  # the most severe always stays visible
+        assert lines[-1].startswith("… 7 more")
+        # few warnings: the panel shrinks to fit them
+        panel.show(SAMPLE[:1], now=NOW)
+        await pilot.pause()
+        assert panel.size.height == 1

@@ -65,7 +65,8 @@ def test_mapping_of_hosts() -> None:
 
 
 def test_paths_are_expanded() -> None:
-    (spec,) = parse_text("hosts:\n  - name: a\n    identity_file: ~/.ssh/k\n    known_hosts: ~/kh\n")
+    text = "hosts:\n  - name: a\n    identity_file: ~/.ssh/k\n    known_hosts: ~/kh\n"
+    (spec,) = parse_text(text)
     assert not spec.identity_file.startswith("~")
     assert spec.known_hosts and not spec.known_hosts[0].startswith("~")
 

@@ -309,9 +309,20 @@ def test_reclaimable_mine_only_unless_root_and_largest_first():
     theirs = _proc(pid=200, user="bob", uid=1002, gpu_mem=20 * GIB, ppid=1)
     busy = _proc(pid=102, gpu_mem=30 * GIB)  # parent alive, not idle
     zombie = _proc(pid=103, state="Z", ppid=1)
-    snap = _snap([mine_a, mine_a_gpu1, mine_b, theirs, busy, zombie])
+    nohup = _proc(pid=104, gpu_mem=40 * GIB, ppid=1, sm_util=87)  # orphan, but computing
+    snap = _snap([mine_a, mine_a_gpu1, mine_b, theirs, busy, zombie, nohup])
     flags = classify_snapshot(snap, None)
     mine = reclaimable(snap, flags, "alice", is_root=False)
     assert [(r.pid, r.mem, r.gpus) for r in mine] == [(101, 10 * GIB, (0,)), (100, 8 * GIB, (0, 1))]
     assert [r.pid for r in reclaimable(snap, flags, 1001, is_root=False)] == [101, 100]
     assert [r.pid for r in reclaimable(snap, flags, "root", is_root=True)] == [200, 101, 100]
+
+
+def test_busy_orphan_is_flagged_but_not_offered_unless_a_kernel():
+    nohup = _proc(pid=104, ppid=1, sm_util=87)
+    flags = classify(nohup, _snap([nohup]), None)
+    assert flags.orphan and flags.busy and not flags.reclaimable
+    assert dict(flags.reasons)["orphan"].endswith("(still computing: started with nohup?)")
+    kernel = _proc(pid=105, ppid=1, sm_util=20,
+                   cmdline=("python", "-m", "ipykernel_launcher", "-f", "/r/kernel-2.json"))
+    assert classify(kernel, _snap([kernel]), None).reclaimable

@@ -279,6 +279,7 @@ def test_index_keys_without_uuids(directory: str) -> None:
         ([0], 3600, "line\nbreak", "control character"),
         ([0], 3600, "abc\u202etxt.exe", "control character"),
         ([0], 3600, "x" * 201, "the note is too long"),
+        (list(range(65)), 3600, "", "at most 64 GPUs at once"),
     ],
 )
 def test_validation_errors(directory: str, gpus: list, until: float, note: str, expected: str):
@@ -362,6 +363,22 @@ def test_corrupt_and_foreign_files_are_reported_and_skipped(directory: str) -> N
     out = store.reserve(directory, [1], now + 600, "", gpu_uuids=UUIDS, now=now)
     assert out["ok"], out
     assert f"{UUIDS[1]}.2.json" in os.listdir(directory)
+
+
+def test_a_file_that_jumps_ahead_does_not_take_an_active_card(
+    directory: str, workers: WorkerPool
+) -> None:
+    now = time.time()
+    assert workers[10001].call("reserve", gpus=[0], until=now + 600, note="first")["ok"]
+    # root plays a user who writes a later generation by hand, around the lock
+    record = {"gpu": 0, "uuid": None, "user": "root", "uid": 0, "since": now,
+              "until": now + 9000, "note": "cut in line", "host": "x"}
+    Path(directory, "index-0.7.json").write_text(json.dumps(record))
+    found = store.scan(directory, now)
+    assert [(r["gpu"], r["uid"]) for r in found["reservations"]] == [(0, 10001)]
+    assert any("index-0.7.json: conflicts with index-0.1.json" in p for p in found["problems"])
+    out = workers[NOBODY].call("reserve", gpus=[0], until=now + 60, note="")
+    assert out["ok"] is False and out["holder"] == "uid 10001"
 
 
 def test_existing_directory_must_be_safe(base: str) -> None:

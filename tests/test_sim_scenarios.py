@@ -183,3 +183,13 @@ def test_synthetic_scenario_for_benchmarks(count: int) -> None:
     # The same seed builds the same scenario; another seed another one.
     assert sim.synthetic_scenario(8, count, seed=0).processes == scenario.processes
     assert sim.synthetic_scenario(8, count, seed=1).processes != scenario.processes
+
+
+def test_lab_has_a_card_holding_memory_at_zero_utilization() -> None:
+    nv = sim.SimNvml(sim.load_scenario("lab"), clock=lambda: T0)
+    nv.nvmlInit()
+    h = nv.nvmlDeviceGetHandleByIndex(2)
+    for step in range(0, 600, 60):
+        nv.clock = lambda step=step: T0 + step
+        assert nv.nvmlDeviceGetUtilizationRates(h).gpu == 0
+        assert nv.nvmlDeviceGetMemoryInfo(h).used > 20 * 1024 * sim.MIB

@@ -66,3 +66,16 @@ async def test_screen_shows_hosts_in_turn_and_closes() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is not screen
+
+
+def test_topology_screen_picture(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    # A fixed snapshot, no clock: the picture changes only when the screen does.
+    gpus = tuple(
+        Gpu(index=i, cpu_affinity="0-11,24-35" if i < 3 else "12-23,36-47",
+            numa_node=0 if i < 3 else 1)
+        for i in range(4)
+    )
+    links = (Link(0, 1, "PIX"), Link(0, 2, "NODE"), Link(1, 2, "NODE"), Link(0, 3, "SYS"),
+             Link(1, 3, "SYS"), Link(2, 3, "SYS"))
+    snap = HostSnapshot(host="lab-gpu-03", time=0.0, gpus=gpus, topology=links, demo=True)
+    assert snap_compare(TopoApp(TopologyScreen(snap)), terminal_size=(110, 30))

@@ -92,21 +92,41 @@ def _kill(request: dict, env: ActionEnv) -> dict:
 
 def _sim_kill(pid: int, start_ticks: int, sig: str, env: ActionEnv) -> dict:
     """--demo: the simulation decides; never a real signal for a simulated pid."""
-    if env.procs is None or not hasattr(env.procs, "signal"):
+    procs = env.procs
+    if procs is None or not hasattr(procs, "signal"):
         raise BadRequest("demo mode without a simulated process table")
-    answer = env.procs.signal(pid, start_ticks, sig)
+    info = procs.process(pid)
+    if info is not None and info.get("start_ticks") == start_ticks and info.get("state") == "Z":
+        return _sim_result(
+            {"outcome": kill.ZOMBIE, "owner": info.get("user"),
+             "message": f"zombie: its parent {info.get('ppid')} must reap it (signals do nothing)"},
+            pid, sig,
+        )
+    answer = _sim_answer(procs.signal(pid, start_ticks, sig))
+    if answer.get("outcome") == kill.STILL_ALIVE and sig in ("TERM", "INT"):
+        # Simulated time does not wait out a grace period (and the feed holds the
+        # simulation's lock meanwhile): escalate at once, as the real kill would later.
+        second = _sim_answer(procs.signal(pid, start_ticks, "KILL"))
+        if second.get("outcome") == kill.KILLED:
+            second["message"] = f"pid {pid} ignored SIG{sig}; killed with SIGKILL (simulated)"
+            answer = second
+    return _sim_result(answer, pid, sig)
+
+
+def _sim_answer(answer: Any) -> dict:
     if isinstance(answer, dict):
-        result = dict(answer)
-        outcome = result.get("outcome")
-    else:
-        outcome = str(answer)
-        result = {}
-    result.setdefault("outcome", outcome)
-    result.setdefault("ok", outcome in (kill.EXITED, kill.KILLED, kill.ALREADY_GONE))
+        return dict(answer)
+    return {"outcome": str(answer)}
+
+
+def _sim_result(result: dict, pid: int, sig: str) -> dict:
+    outcome = result.get("outcome")
+    result["ok"] = outcome in (kill.EXITED, kill.KILLED, kill.ALREADY_GONE)
     result.setdefault("message", f"pid {pid} (simulated): {outcome}")
     result.setdefault("owner", None)
-    result.setdefault("pid", pid)
-    result.setdefault("signal", sig)
+    result["pid"] = pid
+    result["signal"] = sig
+    result["simulated"] = True
     return result
 
 

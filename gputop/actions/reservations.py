@@ -42,6 +42,7 @@ FILE_MODE = 0o644
 MAX_NOTE_CHARS = 200
 MAX_RESERVATION_S = 31 * 86400
 MAX_FILE_BYTES = 4096
+MAX_GPUS = 64  # per request: a request may come from anyone over SSH
 LOCK_NAME = ".lock"
 TMP_PREFIX = ".tmp-"
 LOCK_TIMEOUT_S = 10.0
@@ -210,7 +211,7 @@ def handle_request(
     if op == "reserve":
         gpus = request.get("gpus")
         until = request.get("until")
-        note = request.get("note", "")
+        note = request.get("note") or ""
         if not isinstance(gpus, list):
             return {"ok": False, "message": "reserve: 'gpus' must be a list", "reservations": []}
         if isinstance(until, bool) or not isinstance(until, (int, float)):
@@ -260,6 +261,8 @@ def resolve_gpus(
     """GPU indexes or UUIDs -> targets. With the host's GPU list, unknown ones are errors."""
     if gpus is None or isinstance(gpus, (str, bytes)):
         raise ReservationError("GPUs must be a list of indexes or UUIDs")
+    if len(gpus) > MAX_GPUS:
+        raise ReservationError(f"at most {MAX_GPUS} GPUs at once")
     known = _uuid_map(gpu_uuids)
     targets: list[_Target] = []
     for gpu in gpus:

@@ -28,6 +28,8 @@ from gputop.model import Warning as HealthWarning
 GIB = 1024**3
 MIB = 1024**2
 
+HOST_STATE = "host-state"  # the code of "this host cannot be seen"
+
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
@@ -35,7 +37,9 @@ class Thresholds:
 
     mem_percent: float = 80.0  # warn above this share of a card's memory
     temp_slowdown_margin: float = 5.0  # warn this close (C) to the slowdown threshold
-    temp_shutdown_margin: float = 5.0  # critical this close (C) to the shutdown threshold
+    # critical this close (C) to the shutdown threshold; small, because slowdown is often
+    # only 3 C below shutdown (A100: 89/92 C) and a throttling card is a warning, not a page
+    temp_shutdown_margin: float = 2.0
     fan_hot_temp: float = 60.0  # a stopped fan (0 %) is a problem at or above this (C)
     busy_util: float = 20.0  # a card at or above this util % is busy (PCIe gen rule)
     idle_minutes: float = 30.0  # a process at 0 % SM this long while holding memory
@@ -122,7 +126,7 @@ def warnings(
         if snapshot.state != model.HOST_CONNECTING:
             add(
                 WARNING,
-                "host-state",
+                HOST_STATE,
                 f"host {snapshot.state}" + (f": {snapshot.error}" if snapshot.error else ""),
                 hint="gputop cannot see this host's GPUs; check the host and the connection",
             )
@@ -439,7 +443,7 @@ def _process_rules(
         add(
             INFO,
             "orphan-memory",
-            f"{who} holds {_gib(proc.gpu_mem)} GiB and is orphaned: {reason}",
+            f"{who} holds {_gib(proc.gpu_mem)} GiB, orphaned: {reason}",
             gpu=proc.gpu,
             pid=proc.pid,
             hint="if nobody uses it any more, stop it (reclaim view) to free the card",
@@ -553,9 +557,16 @@ class WarningTracker:
                 w = dataclasses.replace(w, since=since)
             self._active[key] = w
             self._gone.pop(key, None)
+        # A host we cannot see says nothing about its GPUs: keep their warnings (with
+        # their first-seen time) until it answers again, instead of logging them as cleared.
+        blind = any(w.code == HOST_STATE for w in self._active.values()
+                    if w.host == host and w.key in present)
         for key, w in self._active.items():
-            if w.host == host and key not in present and key not in self._gone:
-                self._gone[key] = now
+            if w.host != host or key in present or key in self._gone:
+                continue
+            if blind and w.code != HOST_STATE:
+                continue
+            self._gone[key] = now
         return self.expire(now)
 
     def expire(self, now: float) -> list[HealthWarning]:

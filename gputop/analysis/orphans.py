@@ -73,6 +73,7 @@ class ProcessFlags:
     reasons: tuple[tuple[str, str], ...] = ()
     idle_since: float | None = None  # start of the observed idle streak
     server_pid: int | None = None  # a kernel's notebook server, when it is its parent
+    busy: bool = False  # computing right now (SM > 0 % in this snapshot)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -80,8 +81,14 @@ class ProcessFlags:
 
     @property
     def reclaimable(self) -> bool:
-        """Worth offering in the reclaim view: the memory is held for nobody."""
-        return (self.orphan or self.idle) and not self.zombie and not self.hidden
+        """Worth offering in the reclaim view: the memory is held for nobody.
+
+        A busy orphan that is not a kernel is most likely a job started with nohup whose
+        shell has gone: it is flagged, but not offered.
+        """
+        if self.zombie or self.hidden:
+            return False
+        return self.idle or (self.orphan and (self.kernel or not self.busy))
 
     def explain(self) -> list[str]:
         return [f"{name}: {text}" for name, text in self.reasons]
@@ -232,6 +239,13 @@ def classify(
                 f"while holding {format_bytes(held)}"
             )
 
+    busy = any(
+        (p.sm_util or 0) > 0
+        for p in snapshot.processes
+        if p.pid == process.pid and p.start_ticks == process.start_ticks
+    )
+    if busy and "orphan" in reasons and not kernel:
+        reasons["orphan"] += " (still computing: started with nohup?)"
     ordered = tuple((name, reasons[name]) for name in FLAG_NAMES if name in reasons)
     return ProcessFlags(
         kernel=kernel,
@@ -242,6 +256,7 @@ def classify(
         reasons=ordered,
         idle_since=idle_since,
         server_pid=server_pid,
+        busy=busy,
     )
 
 

@@ -14,14 +14,9 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from gputop.cli import EXIT_CRITICAL, EXIT_NO_DRIVER, EXIT_OK, EXIT_USAGE, EXIT_WARNING
 from gputop.model import CRITICAL, HOST_NO_GPU, INFO, WARNING, HostSnapshot
 from gputop.model import Warning as HealthWarning
-
-EXIT_OK = 0
-EXIT_WARNING = 1
-EXIT_CRITICAL = 2
-EXIT_USAGE = 2
-EXIT_NO_DRIVER = 3
 
 _COLOURS = {CRITICAL: "\x1b[1;31m", WARNING: "\x1b[33m", INFO: "\x1b[36m"}
 _RESET = "\x1b[0m"
@@ -35,7 +30,7 @@ def run_check(args: argparse.Namespace) -> int:
         thresholds = _thresholds(config)
         snapshots = _collect(args, config)
     except _Failure as exc:
-        print(f"gputop check: {exc}", file=sys.stderr)
+        _error("check", str(exc))
         return exc.code
     me = _me()
     found: list[HealthWarning] = []
@@ -94,7 +89,7 @@ def run_topo(args: argparse.Namespace) -> int:
     try:
         snapshots = _collect(args, _config(args))
     except _Failure as exc:
-        print(f"gputop topo: {exc}", file=sys.stderr)
+        _error("topo", str(exc))
         return exc.code
     wanted = getattr(args, "host", None)
     if wanted:
@@ -114,11 +109,14 @@ def run_topo(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         for n, snap in enumerate(usable):
-            if len(usable) > 1 or n:
-                print(f"{'' if n == 0 else chr(10)}== {_clean(snap.host)} ==")
+            if n:
+                print()
+            if len(usable) > 1:
+                print(f"== {_clean(snap.host)} ==")
             if snap.demo:
                 print("DEMO (simulated GPUs)")
-            print(topology.render_text(snap), end="")
+            for line in topology.render_text(snap).splitlines():
+                print(_clean(line))
     if usable:
         return EXIT_OK
     if snapshots and all(s.state == HOST_NO_GPU for s in snapshots):
@@ -162,6 +160,12 @@ def _collect(args: argparse.Namespace, config: Any) -> list[HostSnapshot]:
         raise _Failure(str(exc), EXIT_NO_DRIVER) from None
     except SourceError as exc:
         raise _Failure(str(exc)) from None
+
+
+def _error(command: str, message: str) -> None:
+    # Sources word some errors for the user already ("gputop: no NVIDIA driver ...").
+    prefix = "" if message.startswith("gputop") else f"gputop {command}: "
+    print(f"{prefix}{message}", file=sys.stderr)
 
 
 def _me() -> str | None:

@@ -39,18 +39,20 @@ MIB = 1024**2
 
 def run(args: argparse.Namespace) -> int:
     from gputop import cli
+    from gputop.config import ConfigError, load_config
     from gputop.sources.select import NoDriverError, SourceError, collect_once
 
     try:
-        snapshots = collect_once(args)
+        config = load_config(getattr(args, "config", None))
+        snapshots = collect_once(args, {"reservations_dir": config.reservations.dir})
+        now = time.time()
+        warnings = {snap.host: host_warnings(snap, now, config.health) for snap in snapshots}
     except NoDriverError as err:
         print(str(err), file=sys.stderr)
         return cli.EXIT_NO_DRIVER
-    except SourceError as err:
-        print(str(err), file=sys.stderr)
+    except (SourceError, ConfigError) as err:
+        print(_one_line(err), file=sys.stderr)
         return cli.EXIT_USAGE
-    now = time.time()
-    warnings = {snap.host: host_warnings(snap, now) for snap in snapshots}
     out = sys.stdout
     if args.json:
         json.dump(json_document(snapshots, now, warnings), out, indent=1, default=_json_default)
@@ -102,18 +104,32 @@ def _health_function() -> Callable[..., Any] | None:
     return fn if callable(fn) and hasattr(health, "Thresholds") else None
 
 
-def host_warnings(snap: HostSnapshot, now: float) -> list[model.Warning] | None:
-    """Health warnings of one snapshot, or None when the health rules are not available."""
+def host_warnings(
+    snap: HostSnapshot, now: float, health_config: dict | None = None
+) -> list[model.Warning] | None:
+    """Health warnings of one snapshot, or None when the health rules are not available.
+
+    A bad `health:` section of the config raises ConfigError, like any other config mistake.
+    """
     fn = _health_function()
     if fn is None:
         return None
     from gputop.analysis import health
     from gputop.analysis.history import History
+    from gputop.config import ConfigError
 
+    try:
+        thresholds = health.Thresholds.from_config(health_config or {})
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     history = History()
     history.add(snap)
-    me = _me()
-    return list(fn(snap, history, health.Thresholds(), now, me))
+    return list(fn(snap, history, thresholds, now, _me()))
+
+
+def _one_line(err: Exception) -> str:
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text if text.startswith("gputop") else f"gputop: {text}"
 
 
 def _me() -> str | None:

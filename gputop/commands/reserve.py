@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import contextlib
 import getpass
 import json
 import os
 import pwd
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from gputop import cli
+from gputop import cli, model
+from gputop.actions.reservations import ReservationError, check_note
 from gputop.analysis import pick as picking
 from gputop.analysis.durations import format_duration, parse_size, parse_until
 from gputop.model import HostSnapshot
@@ -66,11 +71,11 @@ def run(command: str, args: argparse.Namespace) -> int:
 def _pick(args: argparse.Namespace, config: dict[str, Any]) -> int:
     count = _count(args.count)
     min_free, max_util = _filters(args)
-    snapshot = _one_snapshot(args, config)
+    with _target(args, config) as target:
+        snapshot = target.snapshot
     now = time.time()
-    ranking = picking.rank(
-        snapshot, now, _me(args), min_free, max_util, _health(snapshot, now, _me(args))
-    )
+    me = _me(args)
+    ranking = picking.rank(snapshot, now, me, min_free, max_util, _health(snapshot, now, me))
     chosen = ranking.chosen[:count]
     if len(chosen) < count:
         raise ActionFailed(f"{snapshot.host}: {ranking.shortfall(count)}")
@@ -99,6 +104,10 @@ def _reserve(args: argparse.Namespace, config: dict[str, Any]) -> int:
     except ValueError as exc:
         raise UsageError(f"--for: {exc}") from None
     note = args.note or ""
+    try:
+        check_note(note)
+    except ReservationError as exc:
+        raise UsageError(f"--note: {exc}") from None
     gpus = _gpu_list(args.gpus) if args.gpus else None
     if gpus is not None and args.count is not None:
         raise UsageError("give --gpus or --count, not both")
@@ -106,19 +115,21 @@ def _reserve(args: argparse.Namespace, config: dict[str, Any]) -> int:
         raise UsageError("--min-free-mem and --max-util choose cards: use them with --count")
     count = _count(args.count) if gpus is None else 0
     min_free, max_util = _filters(args)
-    snapshot = _one_snapshot(args, config)
-    me = _me(args)
-    target = _Target(args, config, snapshot)
-
-    if gpus is not None:
-        reply = target.request({"op": "reserve", "gpus": gpus, "until": until, "note": note})
-        if not reply.get("ok"):
-            raise ActionFailed(_reply_message(reply, snapshot.host))
-        indexes = [r["gpu"] for r in reply.get("reservations", [])]
-    else:
-        indexes = _reserve_best(target, snapshot, count, until, note, me, min_free, max_util)
-        reply = target.last_reply
-    _say(f"gputop reserve: {snapshot.host}: {reply.get('message', 'reserved')}")
+    with _target(args, config) as target:
+        # The snapshot also tells the store which indexes and UUIDs this host has.
+        snapshot = target.snapshot
+        if gpus is not None:
+            _check_gpus(gpus, snapshot)
+            reply = target.request({"op": "reserve", "gpus": gpus, "until": until, "note": note})
+            if not reply.get("ok"):
+                raise ActionFailed(_reply_message(reply, target.host))
+            indexes = [r["gpu"] for r in reply.get("reservations", [])]
+        else:
+            indexes = _reserve_best(
+                target, snapshot, count, until, note, _me(args), min_free, max_util
+            )
+            reply = target.last_reply
+    _say(f"gputop reserve: {target.host}: {reply.get('message', 'reserved')}")
     _print_devices(indexes, args.export)
     return cli.EXIT_OK
 
@@ -146,18 +157,21 @@ def _reserve_best(
         reply = target.request({"op": "reserve", "gpus": chosen, "until": until, "note": note})
         if reply.get("ok"):
             return chosen
-        taken = {r.get("gpu") for r in reply.get("reservations", []) if "gpu" in r}
+        taken = {r.get("gpu") for r in reply.get("reservations", [])}
         if "holder" not in reply or not taken & set(chosen):
-            raise ActionFailed(_reply_message(reply, snapshot.host))
+            raise ActionFailed(_reply_message(reply, target.host))
+        # Someone was faster on one of our picks: try the next best cards.
         lost |= taken & set(chosen)
-        last = _reply_message(reply, snapshot.host)
+        last = _reply_message(reply, target.host)
     raise ActionFailed(last)
 
 
 def _release(args: argparse.Namespace, config: dict[str, Any]) -> int:
     gpus = _gpu_list(args.gpus) if args.gpus else None
-    target = _Target(args, config, None)
-    reply = target.request({"op": "release", "gpus": gpus})
+    with _target(args, config) as target:
+        if gpus is not None and any(isinstance(g, str) for g in gpus):
+            target.snapshot  # noqa: B018  (UUIDs need the host's GPU list)
+        reply = target.request({"op": "release", "gpus": gpus})
     if not reply.get("ok"):
         raise ActionFailed(_reply_message(reply, target.host))
     _say(f"gputop release: {target.host}: {reply.get('message', 'released')}")
@@ -168,30 +182,38 @@ def _reservations(args: argparse.Namespace, config: dict[str, Any]) -> int:
     now = time.time()
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
-    if _wants_ssh(args) and not getattr(args, "local", False) and args.host is None:
-        # Every host of the hosts file: their snapshots carry the reservations.
+    if _wants_ssh(args) and not args.host:
+        # All hosts asked for: their snapshots carry the reservations.
         for snapshot in _snapshots(args, config):
             if not snapshot.ok:
                 problems.append(f"{snapshot.host}: {snapshot.state}: {snapshot.error or ''}")
             rows.extend({**r.to_dict(), "host": snapshot.host} for r in snapshot.reservations)
     else:
-        target = _Target(args, config, None)
-        reply = target.request({"op": "reservations"})
+        with _target(args, config) as target:
+            reply = target.request({"op": "reservations"})
         if not reply.get("ok"):
             raise ActionFailed(_reply_message(reply, target.host))
         rows = [{**r, "host": target.host} for r in reply.get("reservations", [])]
-        problems = list(reply.get("problems", []))
+        problems = [str(p) for p in reply.get("problems", [])]
     rows = [r for r in rows if r.get("until", 0) > now]
     for problem in problems:
         _say(f"gputop reservations: {problem}")
     if args.json:
         print(json.dumps(rows, indent=2))
-        return cli.EXIT_OK
-    if not rows:
+    elif rows:
+        print(_table(rows, now))
+    else:
         _say("gputop reservations: none")
-        return cli.EXIT_OK
-    print(_table(rows, now))
     return cli.EXIT_OK
+
+
+@contextlib.contextmanager
+def _target(args: argparse.Namespace, config: dict[str, Any]) -> Iterator[_Target]:
+    target = _open_target(args, config)
+    try:
+        yield target
+    finally:
+        target.close()
 
 
 # ---------------------------------------------------------------------------------------
@@ -222,9 +244,12 @@ class _LocalTarget(_Target):
     def __init__(self, args: argparse.Namespace, config: dict[str, Any]) -> None:
         self.args = args
         self.config = config
-        self.host = f"demo {args.demo}" if getattr(args, "demo", None) else "localhost"
+        self.host = "localhost"
         self.last_reply = {}
         self._snapshot: HostSnapshot | None = None
+        if getattr(args, "demo", None):
+            # The simulated host's name (and GPU list) costs nothing to read: use it.
+            self.snapshot  # noqa: B018
 
     @property
     def snapshot(self) -> HostSnapshot:
@@ -353,10 +378,6 @@ class _SourceProblem(Exception):
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
-    return _config_dict(args)
-
-
-def _config_dict(args: argparse.Namespace) -> dict[str, Any]:
     try:
         from gputop.config import ConfigError, load_config
     except ImportError:  # the UI engineer's config module is optional here
@@ -378,9 +399,9 @@ def _snapshots(args: argparse.Namespace, config: dict[str, Any]) -> list[HostSna
     try:
         return select.collect_once(args, config)
     except select.NoDriverError as exc:
-        raise _SourceProblem(f"gputop: {exc}", cli.EXIT_NO_DRIVER) from None
+        raise _SourceProblem(_prefixed(str(exc)), cli.EXIT_NO_DRIVER) from None
     except select.SourceError as exc:
-        raise _SourceProblem(str(exc), cli.EXIT_USAGE) from None
+        raise _SourceProblem(_prefixed(str(exc)), cli.EXIT_USAGE) from None
 
 
 def _one_snapshot(snapshots: list[HostSnapshot], wanted: str | None) -> HostSnapshot:
@@ -422,10 +443,6 @@ def _me(args: argparse.Namespace) -> str:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         return f"uid {os.geteuid()}"
-
-
-def _local_name(args: argparse.Namespace) -> str:
-    return f"demo {args.demo}" if getattr(args, "demo", None) else "localhost"
 
 
 def _wants_ssh(args: argparse.Namespace) -> bool:
@@ -471,6 +488,16 @@ def _gpu_list(text: str) -> list[int | str]:
     return items
 
 
+def _check_gpus(gpus: list[int | str], snapshot: HostSnapshot) -> None:
+    """Name a GPU the host does not have before asking its store (which checks again)."""
+    indexes = {gpu.index for gpu in snapshot.gpus}
+    uuids = {gpu.uuid for gpu in snapshot.gpus if gpu.uuid}
+    for gpu in gpus:
+        if gpu not in indexes and gpu not in uuids:
+            have = ", ".join(str(i) for i in sorted(indexes)) or "none"
+            raise UsageError(f"--gpus: {snapshot.host} has no GPU {gpu} (it has {have})")
+
+
 def _print_devices(indexes: list[int], export: bool) -> None:
     devices = ",".join(str(i) for i in indexes)
     print(f"export CUDA_VISIBLE_DEVICES={devices}" if export else f"CUDA_VISIBLE_DEVICES={devices}")
@@ -507,6 +534,10 @@ def _table(rows: list[dict[str, Any]], now: float) -> str:
 def _printable(text: str) -> str:
     # The store refuses control characters, but a remote probe is not ours to trust.
     return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _prefixed(message: str) -> str:
+    return message if message.startswith("gputop") else f"gputop: {message}"
 
 
 def _say(message: str) -> None:

@@ -21,6 +21,15 @@ from gputop.sources.nvml import Collector, NoDriverError
 class Feed(Protocol):
     hosts: list[str]
 
+    def _learn_gpu_uuids(self, snapshot: HostSnapshot) -> None:
+        # Reservations name cards by UUID where known; the action env learns them from the
+        # first snapshot that has them, since the feed is built before any GPU was read.
+        env = self.dispatch_env
+        if env is not None and getattr(env, "gpu_uuids", False) is None:
+            uuids = {g.index: g.uuid for g in snapshot.gpus if g.uuid}
+            if uuids:
+                env.gpu_uuids = uuids
+
     async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None: ...
 
     async def request(self, host: str, request: dict) -> dict: ...
@@ -69,7 +78,9 @@ class LocalFeed:
                     data = self._collector.collect()
             else:
                 data = self._collector.collect()
-            return HostSnapshot.from_dict(data)
+            snapshot = HostSnapshot.from_dict(data)
+            self._learn_gpu_uuids(snapshot)
+            return snapshot
         except NoDriverError as err:
             return error_snapshot(self.host, time.time(), HOST_NO_GPU, str(err))
         except Exception as err:
@@ -77,6 +88,15 @@ class LocalFeed:
             # it shows as this host's state and the next poll tries again.
             message = f"collection failed: {type(err).__name__}: {err}"
             return error_snapshot(self.host, time.time(), HOST_ERROR, message)
+
+    def _learn_gpu_uuids(self, snapshot: HostSnapshot) -> None:
+        # Reservations name cards by UUID where known; the action env learns them from the
+        # first snapshot that has them, since the feed is built before any GPU was read.
+        env = self.dispatch_env
+        if env is not None and getattr(env, "gpu_uuids", False) is None:
+            uuids = {g.index: g.uuid for g in snapshot.gpus if g.uuid}
+            if uuids:
+                env.gpu_uuids = uuids
 
     async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
         # Each poll is awaited before the next is scheduled, so polls never overlap even

@@ -57,6 +57,7 @@ _NVLINK_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
 _AFFINITY_SCOPE_NODE = 0
 _EVENT_XID = 0x8
 _VALUE_NOT_AVAILABLE = (1 << 64) - 1
+_PID_MAX_LIMIT = 1 << 22  # PID_MAX_LIMIT on 64-bit Linux
 
 # Clock event (throttle) reason bits, nvml.h nvmlClocksEventReason*.
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
@@ -160,14 +161,6 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-def _read_pid_max() -> int:
-    try:
-        with open("/proc/sys/kernel/pid_max") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 1 << 22  # the kernel's upper limit for pid_max
-
-
 class Collector:
     """Reads one host: ``collect()`` returns a HostSnapshot dict (see gputop/model.py)."""
 
@@ -195,9 +188,10 @@ class Collector:
         except self._error_class as err:
             raise NoDriverError(_init_failure_message(err)) from None
         self._funcs: dict[str, Callable[..., Any] | None] = {}
-        # Simulated pids sit above any real pid_max on purpose, so only real NVML gets the
-        # upper bound in the garbage check.
-        self._pid_max: int | None = None if demo else _read_pid_max()
+        # Simulated pids sit above any real pid on purpose, so only real NVML gets the upper
+        # bound in the garbage check.  The kernel's hard limit, not today's pid_max, which an
+        # admin may raise while we run.
+        self._pid_max: int | None = None if demo else _PID_MAX_LIMIT
         self._count: int | None = None
         self._handles: dict[int, Any] = {}
         self._static: dict[int, dict[str, Any]] = {}

@@ -60,6 +60,9 @@ def _kernel_marker(cmdline: tuple[str, ...] | list[str], i: int) -> bool:
 
 def kernel_file_of(cmdline: tuple[str, ...] | list[str]) -> str | None:
     """The -f connection file of a Jupyter kernel command line, else None."""
+    # Cheap rejection first: this runs for every GPU process on every refresh.
+    if not any("kernel" in arg for arg in cmdline):
+        return None
     if not any(_kernel_marker(cmdline, i) for i in range(len(cmdline))):
         return None
     for i, arg in enumerate(cmdline):
@@ -223,8 +226,8 @@ class ProcFs:
     def _read(self, pid: int) -> dict | None:
         base = os.path.join(self.root, str(pid))
         try:
-            with open(base + "/stat") as f:
-                stat = _Stat(f.read())
+            with open(base + "/stat", "rb") as f:
+                stat = _Stat(f.read().decode("utf-8", "replace"))
             uid = os.stat(base).st_uid
         except (OSError, ValueError, IndexError):
             return None

@@ -14,11 +14,14 @@ import argparse
 import os
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gputop.model import HostSnapshot
-from gputop.sources.feed import Feed, LocalFeed
 from gputop.sources.nvml import Collector, NoDriverError, open_local
+
+if TYPE_CHECKING:
+    # The feeds pull in asyncio (~20 ms): the one-shot commands never need them.
+    from gputop.sources.feed import Feed
 
 __all__ = [
     "NoDriverError",
@@ -55,7 +58,12 @@ def reservations_dir(args: argparse.Namespace, config: dict | None = None) -> st
 
 
 def _wants_ssh(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "hosts", None) or getattr(args, "host_list", None))
+    if getattr(args, "hosts", None) or getattr(args, "host_list", None):
+        return True
+    # $GPUTOP_HOSTS or ~/.config/gputop/hosts.yaml: plain `gputop` on a login node shows them.
+    from gputop.hosts import find_hosts_file
+
+    return find_hosts_file(None)[0] is not None
 
 
 def _wants_local(args: argparse.Namespace) -> bool:
@@ -121,9 +129,8 @@ def _action_env(args: argparse.Namespace, config: dict | None, **extra: Any) -> 
 
 def _local_once(args: argparse.Namespace, config: dict | None) -> HostSnapshot:
     collector = open_local(reservations_dir=reservations_dir(args, config))
-    # Two reads a moment apart: CPU % and per-process SM % need a window.
-    collector.collect()
-    time.sleep(DEMO_WARMUP_S)
+    # One read: the driver hands its buffered per-process samples to a first call, so SM %
+    # has values; host and process CPU % stay null rather than making every script wait.
     return HostSnapshot.from_dict(collector.collect())
 
 
@@ -133,16 +140,26 @@ def _local_once(args: argparse.Namespace, config: dict | None) -> HostSnapshot:
 # loads asyncssh.
 
 
-def _ssh_once(args: argparse.Namespace, config: dict | None) -> list[HostSnapshot]:
-    from gputop.sources import ssh  # noqa: F401  (not written yet)
+def _ssh_specs(args: argparse.Namespace) -> list[Any]:
+    from gputop.hosts import HostsFileError, specs_from_args
 
-    raise SourceError("gputop: SSH hosts are not supported in this build yet")
+    try:
+        return specs_from_args(args) or []
+    except HostsFileError as err:
+        raise SourceError(f"gputop: {err}") from None
+
+
+def _ssh_once(args: argparse.Namespace, config: dict | None) -> list[HostSnapshot]:
+    from gputop.sources.ssh import collect_once_hosts
+
+    specs = _ssh_specs(args)
+    return collect_once_hosts(specs, timeout=float(getattr(args, "timeout", None) or 10.0))
 
 
 def _ssh_feeds(args: argparse.Namespace, config: dict | None) -> list[Feed]:
-    from gputop.sources import ssh  # noqa: F401  (not written yet)
+    from gputop.sources.ssh import SshFeed
 
-    raise SourceError("gputop: SSH hosts are not supported in this build yet")
+    return [SshFeed(_ssh_specs(args), readonly=bool(getattr(args, "readonly", False)))]
 
 
 # <<< SSH engineer
@@ -165,6 +182,8 @@ def collect_once(args: argparse.Namespace, config: dict | None = None) -> list[H
 
 def make_feeds(args: argparse.Namespace, config: dict | None = None) -> list[Feed]:
     """The dashboard's feeds.  Local NVML is opened here, so NoDriverError comes early."""
+    from gputop.sources.feed import LocalFeed
+
     if getattr(args, "demo", None):
         parts = _DemoParts(args.demo, time.time, reservations_dir(args, config))
         env = _action_env(args, config, sim=parts.nvml, procs=parts.procs)

@@ -14,9 +14,25 @@ ones (utilization wanders in a band, temperature lags it, power and fans follow)
 Standard library only at module level: this file is shipped to remote test hosts.
 PyYAML is imported lazily, only to read scenario files.
 
-Scenario files (gputop/scenarios/*.yaml, or any path) are documented in
-``docs/scenarios.md``-style comments at the top of each built-in file; the keys are
-checked here and a mistake raises ``ScenarioError("file:line: key: what is wrong")``.
+Scenario files (gputop/scenarios/*.yaml, or any path given to ``load_scenario``): the
+keys and their defaults are the ``_HOST_KEYS``, ``_GPU_KEYS``, ``_PROC_KEYS`` and
+``_FAULT_KEYS`` tables below; the built-in files show each in use.  In short:
+
+    name, description, hostname, driver_version, cuda_version, me (who "I" am), seed,
+    cpu_count, mem_total_gib, uptime_days
+    model: {GPU keys shared by every card}     gpus: [{GPU keys per card}, ...]
+    topology: {default: auto|PIX|PXB|PHB|NODE|SYS, pairs: {"0-1": PIX}}
+    nvswitches: [bus ids]                      (the far end of switch NVLinks)
+    processes: [{pid, user, cmdline, ppid, state, age: 3h, gpus: {index: MiB},
+                 util: [low, high], type: C|G|C+G, hidden, ignores_term,
+                 kernel_file_exists, vanish_after_list}, ...]
+    faults: {driver_not_loaded, lost: [{gpu, after}], xid: [{gpu, xid, at}],
+             not_supported: [{gpu: N|all, fields: [FanSpeed, ...]}],
+             nvlink_down: [{gpu, link}]}
+
+A field name in ``not_supported`` is the pynvml function without ``nvmlDeviceGet``
+(``FanSpeed`` covers ``nvmlDeviceGetFanSpeed`` and ``_v2``).  Every mistake raises
+``ScenarioError("file:line: key: what is wrong")``.
 """
 
 from __future__ import annotations
@@ -1143,6 +1159,7 @@ class SimNvml:
         }
         self._version = 0  # bumped when processes change: invalidates the state cache
         self._cache: dict[tuple[int, int, int], _GpuState] = {}
+        self._grid_cache: dict[tuple[int, int, float], float] = {}
         self._gpu_procs: dict[int, list[_Proc]] | None = None
 
     # ---- test and demo controls -------------------------------------------------------
@@ -1237,6 +1254,7 @@ class SimNvml:
     def _changed(self) -> None:
         self._version += 1
         self._cache.clear()
+        self._grid_cache.clear()
         self._gpu_procs = None
 
     def _check_init(self) -> None:
@@ -1266,7 +1284,7 @@ class SimNvml:
         return self._gpu_procs
 
     def _proc_util(self, proc: _Proc, gpu: int, t: float) -> float:
-        if proc.state in ("Z", "T", "X") or proc.util[1] <= 0:
+        if proc.state in ("Z", "T", "X") or proc.util[1] <= 0 or t <= proc.start_time:
             return 0.0
         lo, hi = proc.util
         return lo + (hi - lo) * wander(self.seed, proc.pid * 64 + gpu, t)
@@ -1274,6 +1292,27 @@ class SimNvml:
     def _util_at(self, gpu: int, t: float) -> float:
         total = sum(self._proc_util(p, gpu, t) for p in self._procs_by_gpu()[gpu])
         return min(total, 100.0)
+
+    def _lagged_util(self, index: int, t: float, util_now: float) -> float:
+        """Utilization smoothed over the last ~80 s: what the temperature follows.
+
+        The look-back points sit on a fixed 20 s grid so that each is computed once
+        and cached, not re-summed over every process on every call.
+        """
+        step = 20.0
+        base = math.floor(t / step) * step
+        total = 0.30 * util_now
+        for i, weight in enumerate((0.25, 0.20, 0.15, 0.10)):
+            when = base - step * i
+            key = (index, self._version, when)
+            past = self._grid_cache.get(key)
+            if past is None:
+                if len(self._grid_cache) > 4096:
+                    self._grid_cache.clear()
+                past = self._util_at(index, when)
+                self._grid_cache[key] = past
+            total += weight * past
+        return total
 
     def _state(self, index: int) -> _GpuState:
         t = self.clock()
@@ -1304,11 +1343,7 @@ class SimNvml:
             grow = 0.97 + 0.03 * (u / 100.0)
             proc_mem[proc.pid] = int(proc.gpus[index] * grow) * MIB
         util = min(total, 100.0)
-        # Temperature lags utilization: a weighted look back over the last ~80 s.
-        weights = (0.30, 0.25, 0.20, 0.15, 0.10)
-        lagged = util * weights[0] + sum(
-            w * self._util_at(index, t - 20.0 * (i + 1)) for i, w in enumerate(weights[1:])
-        )
+        lagged = self._lagged_util(index, t, util)
         throttled = 0
         for name in g["throttle"]:
             throttled |= _THROTTLE_BITS[name]

@@ -281,14 +281,19 @@ def split_fallback_output(text: str) -> list[tuple[str, int | None]]:
     return sections
 
 
-def snapshot_from_fallback(host: str, output: str, now: float) -> dict[str, Any]:
+NO_PYTHON = "no python3 on this host"
+
+
+def snapshot_from_fallback(
+    host: str, output: str, now: float, reason: str = NO_PYTHON
+) -> dict[str, Any]:
     """The whole FALLBACK_COMMAND output -> a HostSnapshot dict (state fallback)."""
     sections = split_fallback_output(output)
     while len(sections) < 3:
         sections.append(("", None))
     (gpu_text, gpu_rc), (apps_text, _apps_rc), (ps_text, _ps_rc) = sections[:3]
     if gpu_rc == 127 or (gpu_rc is None and not gpu_text):
-        return _no_gpu(host, now, "nvidia-smi not found and no python3 on this host")
+        return _no_gpu(host, now, f"nvidia-smi not found and {reason}")
     try:
         gpus, facts = gpus_from_csv(gpu_text)
     except SmiError as exc:
@@ -319,7 +324,7 @@ def snapshot_from_fallback(host: str, output: str, now: float) -> dict[str, Any]
         "host": host,
         "time": now,
         "state": model.HOST_FALLBACK,
-        "error": "no python3 on this host: nvidia-smi and ps only (fewer fields, no actions)",
+        "error": f"{reason}: nvidia-smi and ps only (fewer fields, no actions)",
         "source": "smi",
         "driver_version": facts.get("driver_version"),
         "gpus": gpus,

@@ -457,7 +457,8 @@ class SshFeed:
                 smi.FALLBACK_COMMAND, check=False, timeout=max(10.0, 3 * self._interval)
             )
             output = result.stdout if isinstance(result.stdout, str) else ""
-            data = smi.snapshot_from_fallback(host.spec.name, output, self.clock())
+            reason = "python3 on this host is older than 3.10" if host.old_python else smi.NO_PYTHON
+            data = smi.snapshot_from_fallback(host.spec.name, output, self.clock(), reason)
             data["labels"] = list(host.spec.labels)
             host.last_line = time.monotonic()
             self._publish(host, HostSnapshot.from_dict(data))
@@ -514,6 +515,10 @@ class SshFeed:
 
     def state(self, host: str) -> str:
         return self._hosts[host].state
+
+    def connected(self, host: str) -> bool:
+        """The SSH connection is up (the probe may still be starting)."""
+        return self._hosts[host].conn is not None
 
 
 def _describe(exc: BaseException) -> str:

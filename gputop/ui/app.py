@@ -46,6 +46,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container
 from textual.message import Message
+from textual.screen import Screen
 from textual.signal import Signal
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState, get_current_worker
@@ -222,13 +223,18 @@ class GputopApp(App[int]):
         yield Footer()
 
     @property
+    def _main(self) -> Screen[Any]:
+        """The dashboard's own screen, whatever is pushed on top of it."""
+        return self.screen_stack[0]
+
+    @property
     def table(self) -> ProcessTable:
-        return self.query_one(ProcessTable)
+        return self._main.query_one(ProcessTable)
 
     def on_mount(self) -> None:
         self.table.me = self.state.me
         self.table.focus()
-        self.query_one(TableHeader).set_sort(self.sort_column, self.sort_reverse)
+        self._main.query_one(TableHeader).set_sort(self.sort_column, self.sort_reverse)
         if self.feeds:
             self.run_worker(self._analysis_loop, name="analysis", group="analysis",
                             thread=True, exit_on_error=False)
@@ -305,24 +311,30 @@ class GputopApp(App[int]):
 
     # -- drawing -------------------------------------------------------------------
 
+    def _main_ready(self) -> bool:
+        # Messages and timer ticks can arrive while the app is shutting down.
+        return bool(self.screen_stack) and bool(self.screen_stack[0].query(HeaderBar))
+
     def _tick(self) -> None:
-        if self.screen is not self.screen_stack[0]:
-            return  # a dialog is open: draw nothing behind it
+        if not self._main_ready() or self.screen is not self.screen_stack[0]:
+            return  # shutting down, or a dialog is open: draw nothing behind it
         if self._dirty:
             self.refresh_view()
         else:
-            self.query_one(HeaderBar).update_data(
+            self._main.query_one(HeaderBar).update_data(
                 self.state.snapshot, self.interval, self.clock(), len(self.state.snapshots))
 
     def refresh_view(self) -> None:
         """Bring every widget of the main screen up to date with the state."""
+        if not self._main_ready():
+            return
         self._dirty = False
         state = self.state
         snap = state.snapshot
         now = self.clock()
-        self.query_one(HeaderBar).update_data(snap, self.interval, now, len(state.snapshots))
+        self._main.query_one(HeaderBar).update_data(snap, self.interval, now, len(state.snapshots))
         host_warnings = state.warnings_for(snap.host) if snap else []
-        self.query_one(HostLine).update_data(snap, host_warnings, self.filter_status())
+        self._main.query_one(HostLine).update_data(snap, host_warnings, self.filter_status())
         if snap is None:
             return
         self._update_panels(snap, now)
@@ -339,7 +351,7 @@ class GputopApp(App[int]):
         state.selected = table.selected
 
     def _update_panels(self, snap: HostSnapshot, now: float) -> None:
-        box = self.query_one("#gpus", Container)
+        box = self._main.query_one("#gpus", Container)
         indexes = tuple(g.index for g in snap.gpus)
         if indexes != self._panel_gpus:
             box.remove_children()
@@ -370,7 +382,7 @@ class GputopApp(App[int]):
             ))
 
     def _update_warnings_panel(self, now: float) -> None:
-        for panel in self.query("WarningsPanel"):
+        for panel in self._main.query("WarningsPanel"):
             tracker = self.analyser.tracker
             panel.show(  # type: ignore[attr-defined]
                 self.state.warnings, tracker.clearing if tracker is not None else None, now
@@ -386,7 +398,7 @@ class GputopApp(App[int]):
         if compact == self._compact:
             return
         self._compact = compact
-        box = self.query_one("#gpus", Container)
+        box = self._main.query_one("#gpus", Container)
         box.styles.grid_size_columns = columns
         for panel in box.query(GpuPanel):
             panel.set_class(compact, "-compact")
@@ -456,7 +468,7 @@ class GputopApp(App[int]):
         self._sorted()
 
     def _sorted(self) -> None:
-        self.query_one(TableHeader).set_sort(self.sort_column, self.sort_reverse)
+        self._main.query_one(TableHeader).set_sort(self.sort_column, self.sort_reverse)
         self.refresh_view()
 
     def action_mine(self) -> None:
@@ -488,7 +500,7 @@ class GputopApp(App[int]):
         self.refresh_view()
 
     def action_search(self) -> None:
-        box = self.query_one("#search", Input)
+        box = self._main.query_one("#search", Input)
         box.add_class("-visible")
         box.focus()
 
@@ -502,7 +514,7 @@ class GputopApp(App[int]):
         self._close_search(keep=True)
 
     def _close_search(self, keep: bool) -> None:
-        box = self.query_one("#search", Input)
+        box = self._main.query_one("#search", Input)
         if not keep:
             box.value = ""
             self.search = ""
@@ -511,12 +523,12 @@ class GputopApp(App[int]):
         self.refresh_view()
 
     def action_back(self) -> None:
-        if self.query_one("#search", Input).has_focus:
+        if self._main.query_one("#search", Input).has_focus:
             self._close_search(keep=False)
             return
         if self.search or self.mine or self.user_filter or self.state.selected_gpu is not None:
             self.search = ""
-            self.query_one("#search", Input).value = ""
+            self._main.query_one("#search", Input).value = ""
             self.mine = False
             self.user_filter = None
             self.state.selected_gpu = None
@@ -632,7 +644,7 @@ def run_app(args: argparse.Namespace) -> int:
     except Exception as err:
         kind = type(err).__name__
         if kind == "NoDriverError":
-            print(f"gputop: {err}", file=sys.stderr)
+            print(str(err) if str(err).startswith("gputop") else f"gputop: {err}", file=sys.stderr)
             return EXIT_NO_DRIVER
         if kind in ("SourceError", "ScenarioError"):
             print(f"gputop: {err}" if not str(err).startswith("gputop") else str(err),

@@ -131,8 +131,11 @@ def _ready(proc: subprocess.Popen[str]) -> None:
     assert line.strip() == "ready", f"child did not start: {line!r}"
 
 
-def start_sleeper(reaper: Reaper, user: int | None = None) -> subprocess.Popen[str]:
-    proc = _python(reaper, _SLEEPER, user=user)
+def start_sleeper(
+    reaper: Reaper, user: int | None = None, args: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
+    """A plain sleeping process; ``args`` show up in its command line."""
+    proc = _python(reaper, _SLEEPER, *args, user=user)
     _ready(proc)
     return proc
 

@@ -67,7 +67,8 @@ class WarningLogScreen(Screen[None]):
 
     DEFAULT_CSS = """
     WarningLogScreen .title { padding: 1 1 0 1; text-style: bold; }
-    WarningLogScreen #log { padding: 0 1; }
+    WarningLogScreen #log { padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    WarningLogScreen #active { max-height: 1000; }
     """
 
     def __init__(

@@ -138,9 +138,9 @@ class ReclaimScreen(Screen[None]):
             widget.add_options(
                 [Selection(entry_prompt(e), entry_key(e), entry_key(e) in chosen) for e in entries]
             )
-            if highlighted is not None and keys:
-                widget.highlighted = min(highlighted, len(keys) - 1)
-        self.entries = dict(zip(keys, entries))
+            if keys:
+                widget.highlighted = min(highlighted or 0, len(keys) - 1)
+        self.entries = dict(zip(keys, entries, strict=True))
         self._summary()
         self._why()
         self.query_one("#reclaim-ghost", Static).update(ghost_text(self.app))

@@ -21,14 +21,16 @@ from gputop.analysis import topology
 from gputop.model import HostSnapshot
 from gputop.ui import fmt
 
+# Near to far: green, cyan, blue, yellow, orange, red (fixed colours so that NODE and SYS
+# stay apart in every theme).
 KIND_STYLE = {
     "X": "dim",
-    "NV": "bold green",
-    "PIX": "cyan",
-    "PXB": "blue",
-    "PHB": "yellow",
-    "NODE": "magenta",
-    "SYS": "red",
+    "NV": "bold #5fd75f",
+    "PIX": "#5fd7ff",
+    "PXB": "#5f87ff",
+    "PHB": "#ffd75f",
+    "NODE": "#ff8700",
+    "SYS": "bold #ff5f5f",
 }
 
 
@@ -38,7 +40,8 @@ def matrix_text(snapshot: HostSnapshot) -> Text:
     out = Text(no_wrap=True)
     out.append(fmt.visible(snapshot.host), style="bold")
     if snapshot.demo:
-        out.append("  DEMO", style="bold reverse")
+        out.append("  ")
+        out.append(" DEMO ", style="bold reverse")
     out.append("\n\n")
     if not m.gpus:
         out.append("no GPUs on this host\n", style="dim")

@@ -48,21 +48,25 @@ class HeaderBar(Widget):
         if snap is None:
             out.append("  waiting for the first snapshot…", style="dim")
             return out
+        wide = self.size.width >= 110
         out.append(" ")
         out.append(fmt.visible(snap.hostname or snap.host), style="bold")
+        if snap.demo:
+            out.append(" ")
+            out.append(" DEMO ", style="bold reverse yellow")
         if self.hosts > 1:
             out.append(f" (1 of {self.hosts} hosts)", style="dim")
+        # Narrow terminals drop the words, never the data age.
+        age = max(self.now - snap.time, 0.0)
+        stale = age > max(3 * self.interval, 3.0)
+        out.append(f" · {'data ' if wide else ''}{self._age_text()} old",
+                   style="bold red" if stale else "dim")
         if snap.driver_version:
-            out.append(f" · driver {fmt.visible(snap.driver_version)}")
+            out.append(f" · {'driver ' if wide else ''}{fmt.visible(snap.driver_version)}")
         if snap.cuda_version:
             out.append(f" · CUDA {fmt.visible(snap.cuda_version)}")
         out.append(f" · {len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}")
-        out.append(f" · every {self.interval:g}s")
-        if snap.demo:
-            out.append(" DEMO ", style="bold reverse yellow")
-        age = max(self.now - snap.time, 0.0)
-        stale = age > max(3 * self.interval, 3.0)
-        out.append(f" · data {self._age_text()} old", style="bold red" if stale else "dim")
+        out.append(f" · {'every ' if wide else ''}{self.interval:g}s")
         if not snap.ok:
             out.append(f" · {snap.state}", style="bold red")
             if snap.error:

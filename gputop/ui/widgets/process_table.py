@@ -123,7 +123,7 @@ class ProcessTable(ScrollView, can_focus=True):
     }
 
     DEFAULT_CSS = """
-    ProcessTable { height: 1fr; }
+    ProcessTable { height: 1fr; overflow-x: hidden; }
     ProcessTable > .process-table--cursor { background: $accent 40%; text-style: bold; }
     ProcessTable:focus > .process-table--cursor { background: $accent; }
     ProcessTable > .process-table--tagged { color: $warning; text-style: bold; }

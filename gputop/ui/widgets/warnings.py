@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 from rich.console import RenderableType
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from gputop.model import CRITICAL, INFO, SEVERITY_ORDER, WARNING
@@ -75,7 +76,10 @@ class WarningsPanel(Widget):
     """
 
     DEFAULT_CSS = """
-    WarningsPanel { height: auto; max-height: 12; padding: 0 1; overflow-y: auto; }
+    WarningsPanel {
+        height: auto; max-height: 12; padding: 0 1;
+        text-wrap: nowrap; text-overflow: ellipsis;
+    }
     """
 
     def __init__(
@@ -118,12 +122,32 @@ class WarningsPanel(Widget):
         self.refresh(layout=True)
         return True
 
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        # Ask for every line; max-height (set by the app) caps it and render() then
+        # summarises what did not fit.
+        per_item = 2 if self.hints else 1
+        return max(1, len(self._warnings) * per_item)
+
     def render(self) -> RenderableType:
         now = self._now if self._now is not None else time.time()
-        return warning_lines(
-            self._warnings,
+        items = sorted(self._warnings, key=lambda w: SEVERITY_ORDER.get(w.severity, 9))
+        room = self.content_size.height
+        per_item = 2 if self.hints else 1
+        hidden = 0
+        if room and len(items) * per_item > room:
+            # Clipped silently, the least severe warnings would vanish without a trace.
+            keep = max(0, (room - 1) // per_item)
+            hidden = len(items) - keep
+            items = items[:keep]
+        text = warning_lines(
+            items,
             clearing=lambda w: w.key in self._clearing,
             show_host=self.show_host,
             hints=self.hints,
             now=now,
-        )
+        ) if items else Text()
+        if hidden:
+            if items:
+                text.append("\n")
+            text.append(f"… {hidden} more: press w for all warnings and hints", style="dim")
+        return text

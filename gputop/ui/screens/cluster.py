@@ -1,0 +1,585 @@
+"""The cluster overview: every host on one screen, one compact cell per GPU.
+
+``open_cluster(app)`` (key ``c``) pushes it; ``back(app)`` (Esc on the host dashboard,
+after the filters) returns to it.  Enter on a host opens that host's dashboard; ``p``
+lists the processes of all hosts in one table with a HOST column, filterable by host,
+user and label; ``/`` filters hosts (name or label).
+
+A host line: name, state (with the error, e.g. the stale age or the host-key fingerprint
+on the processes screen's detail), then per GPU ``util`` and ``memory %`` coloured by how
+busy the card is, ``!`` for a warning on it, ``R`` for an active reservation.  With more
+hosts than rows the list wraps into columns: 64 hosts x 8 GPUs fit a 200x60 terminal.
+
+Host names, users, labels and commands are untrusted text: built as ``rich.text.Text``,
+never parsed as markup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.screen import Screen
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Footer, Input, Static
+
+from gputop import model
+from gputop.model import Gpu, GpuProcess, HostSnapshot
+
+GIB = 1024**3
+NAME_WIDTH = 13
+STATE_WIDTH = 11
+COLUMN_GAP = 1
+CELL_WIDTH = 8  # "100 93!R" is 8 cells; one space between GPU cells
+FREE_UTIL = 5  # % SM at or below which a card counts as free...
+FREE_MEM = 5.0  # ...when also at most this % of its memory is used
+
+FREE, BUSY, BROKEN, RESERVED, UNKNOWN = "free", "busy", "broken", "reserved", "unknown"
+
+# Short forms so that a state fits its column; the full error is on the totals' detail.
+STATE_LABELS = {
+    model.HOST_KEY_UNKNOWN: "key unknown",
+    model.HOST_KEY_CHANGED: "KEY CHANGED",
+    model.HOST_NO_GPU: "no GPU",
+}
+STATE_STYLES = {
+    model.HOST_OK: "green",
+    model.HOST_FALLBACK: "yellow",
+    model.HOST_STALE: "yellow",
+    model.HOST_CONNECTING: "dim",
+}
+GPU_STYLES = {
+    FREE: "black on green",
+    BUSY: "black on yellow",
+    RESERVED: "black on cyan",
+    BROKEN: "white on red",
+    UNKNOWN: "dim",
+}
+
+
+def gpu_class(gpu: Gpu, snap: HostSnapshot, now: float, warned: bool = False) -> str:
+    """free / busy / reserved / broken / unknown for one card."""
+    if gpu.state != model.GPU_OK:
+        return BROKEN
+    if warned and gpu.ecc_volatile_uncorrected:
+        return BROKEN
+    if any(r.gpu == gpu.index and r.active(now) for r in snap.reservations):
+        return RESERVED
+    if gpu.util_gpu is None and gpu.mem_percent is None:
+        return UNKNOWN
+    busy_util = gpu.util_gpu is not None and gpu.util_gpu > FREE_UTIL
+    busy_mem = gpu.mem_percent is not None and gpu.mem_percent > FREE_MEM
+    held = any(p.gpu == gpu.index for p in snap.processes)
+    return BUSY if busy_util or busy_mem or held else FREE
+
+
+def _idle(proc: GpuProcess, flags: dict[tuple[int, int], Any] | None) -> bool:
+    flag = (flags or {}).get(proc.key)
+    if flag is not None:
+        return bool(getattr(flag, "idle", False) or getattr(flag, "orphan", False)
+                    or getattr(flag, "zombie", False))
+    return False
+
+
+@dataclass
+class Totals:
+    hosts: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
+    idle_mem: int = 0  # bytes held by processes the orphan rules call idle/orphan/zombie
+    idle_procs: int = 0
+
+    def text(self) -> Text:
+        out = Text()
+        out.append(f"{self.hosts} hosts", "bold")
+        parts = sorted(self.states.items(), key=lambda kv: (kv[0] != model.HOST_OK, kv[0]))
+        for state, count in parts:
+            out.append("  ")
+            out.append(f"{count} {state}", STATE_STYLES.get(state, "red"))
+        out.append("   GPUs: ", "bold")
+        for name in (FREE, BUSY, RESERVED, BROKEN, UNKNOWN):
+            count = self.gpus.get(name, 0)
+            if count or name in (FREE, BUSY, BROKEN):
+                out.append(f"{count} {name}", GPU_STYLES[name])
+                out.append(" ")
+        out.append("  idle processes hold ", "bold")
+        out.append(f"{self.idle_mem / GIB:.1f} GiB", "magenta" if self.idle_mem else "")
+        out.append(f" ({self.idle_procs})")
+        return out
+
+
+def totals(
+    snapshots: Iterable[HostSnapshot],
+    flags: dict[str, dict[tuple[int, int], Any]],
+    now: float,
+    warned: set[tuple[str, int]] | None = None,
+) -> Totals:
+    result = Totals()
+    warned = warned or set()
+    for snap in snapshots:
+        result.hosts += 1
+        result.states[snap.state] = result.states.get(snap.state, 0) + 1
+        for gpu in snap.gpus:
+            kind = gpu_class(gpu, snap, now, (snap.host, gpu.index) in warned)
+            result.gpus[kind] = result.gpus.get(kind, 0) + 1
+        host_flags = flags.get(snap.host)
+        for proc in snap.processes:
+            if _idle(proc, host_flags):
+                result.idle_procs += 1
+                result.idle_mem += proc.gpu_mem or 0
+    return result
+
+
+def host_width(max_gpus: int) -> int:
+    return NAME_WIDTH + 1 + STATE_WIDTH + 1 + max(1, max_gpus) * (CELL_WIDTH + 1)
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def gpu_cell(gpu: Gpu, kind: str, warned: bool, reserved: bool) -> Text:
+    util = "  -" if gpu.util_gpu is None else f"{min(gpu.util_gpu, 100):>3}"
+    mem = "  -" if gpu.mem_percent is None else f"{min(round(gpu.mem_percent), 100):>3}"
+    if kind == BROKEN and gpu.state != model.GPU_OK:
+        body = f"{gpu.state.upper():^6}"
+    else:
+        body = f"{util}{mem}"
+    cell = Text(body, GPU_STYLES[kind])
+    cell.append("!" if warned else " ", "bold red" if warned else "")
+    cell.append("R" if reserved else " ", "bold cyan" if reserved else "")
+    return cell
+
+
+def host_line(
+    snap: HostSnapshot, now: float, warned: set[tuple[str, int]], width: int
+) -> Text:
+    """One host: name, state, GPU cells; exactly ``width`` cells wide."""
+    line = Text(no_wrap=True, overflow="crop")
+    line.append(_fit(snap.host, NAME_WIDTH).ljust(NAME_WIDTH), "bold")
+    line.append(" ")
+    state = STATE_LABELS.get(snap.state, snap.state)
+    if state == model.HOST_STALE and snap.error:
+        state = f"stale {snap.error.split()[-2] if len(snap.error.split()) > 2 else ''}s"
+    line.append(_fit(state, STATE_WIDTH).ljust(STATE_WIDTH), STATE_STYLES.get(snap.state, "red"))
+    line.append(" ")
+    if snap.gpus:
+        for gpu in snap.gpus:
+            is_warned = (snap.host, gpu.index) in warned
+            reserved = any(r.gpu == gpu.index and r.active(now) for r in snap.reservations)
+            line.append_text(gpu_cell(gpu, gpu_class(gpu, snap, now, is_warned), is_warned,
+                                      reserved))
+            line.append(" ")
+    elif snap.error:
+        line.append(snap.error, "dim")
+    line.truncate(width, pad=True)
+    return line
+
+
+class TextLines(ScrollView, can_focus=True):
+    """Rows of rich Text with a cursor, drawn line by line; wraps into columns if asked.
+
+    Only the visible lines are rendered, and an update that changes nothing visible costs
+    one comparison per row.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "move(-1)", show=False),
+        Binding("down", "move(1)", show=False),
+        Binding("left", "move_column(-1)", show=False),
+        Binding("right", "move_column(1)", show=False),
+        Binding("pageup", "move(-20)", show=False),
+        Binding("pagedown", "move(20)", show=False),
+        Binding("home", "move(-100000)", show=False),
+        Binding("end", "move(100000)", show=False),
+        Binding("enter", "choose", "Open", show=True),
+    ]
+
+    class Chosen(Message):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
+
+    def __init__(self, column_width: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rows: list[Text] = []
+        self.cursor = 0
+        self.column_width = column_width  # 0: one column as wide as the widget
+
+    def set_rows(self, rows: list[Text], column_width: int | None = None) -> None:
+        if column_width is not None:
+            self.column_width = column_width
+        if rows == self.rows:
+            return
+        self.rows = rows
+        self.cursor = min(self.cursor, max(0, len(rows) - 1))
+        self._layout()
+        self.refresh()
+
+    def _columns(self) -> int:
+        height = max(1, self.size.height)
+        if not self.column_width or len(self.rows) <= height:
+            return 1
+        return max(1, min(self.size.width // (self.column_width + COLUMN_GAP), math.ceil(
+            len(self.rows) / height)))
+
+    def _per_column(self) -> int:
+        return max(1, math.ceil(len(self.rows) / self._columns()))
+
+    def _layout(self) -> None:
+        self.virtual_size = Size(self.size.width, self._per_column())
+
+    def on_resize(self) -> None:
+        self._layout()
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        row = y + self.scroll_offset.y
+        columns = self._columns()
+        per = self._per_column()
+        col_width = width if columns == 1 else self.column_width + COLUMN_GAP
+        segments: list[Segment] = []
+        for col in range(columns):
+            index = col * per + row
+            if row >= per or index >= len(self.rows):
+                text = Text(" " * col_width)
+            else:
+                text = self.rows[index].copy()
+                text.truncate(col_width, pad=True)
+                if index == self.cursor and self.has_focus:
+                    text.stylize(Style(reverse=True), 0, col_width)
+                elif index == self.cursor:
+                    text.stylize(Style(underline=True), 0, col_width)
+            segments.extend(text.render(self.app.console))
+        return Strip(segments).adjust_cell_length(width)
+
+    def line_text(self, y: int) -> str:
+        """The plain text of one visible line (tests, screen readers)."""
+        return self.render_line(y).text
+
+    def action_move(self, step: int) -> None:
+        if not self.rows:
+            return
+        self.cursor = max(0, min(len(self.rows) - 1, self.cursor + step))
+        self._scroll_to_cursor()
+        self.refresh()
+
+    def action_move_column(self, step: int) -> None:
+        if self._columns() > 1:
+            self.action_move(step * self._per_column())
+
+    def _scroll_to_cursor(self) -> None:
+        row = self.cursor % self._per_column()
+        top = self.scroll_offset.y
+        height = max(1, self.size.height)
+        if row < top:
+            self.scroll_to(y=row, animate=False)
+        elif row >= top + height:
+            self.scroll_to(y=row - height + 1, animate=False)
+
+    def action_choose(self) -> None:
+        if self.rows:
+            self.post_message(self.Chosen(self.cursor))
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
+
+
+def _warned(app: Any) -> set[tuple[str, int]]:
+    return {(w.host, w.gpu) for w in app.state.warnings if w.gpu is not None and w.host}
+
+
+def _matches(snap: HostSnapshot, needle: str) -> bool:
+    if not needle:
+        return True
+    low = needle.lower()
+    return low in snap.host.lower() or any(low in label.lower() for label in snap.labels)
+
+
+class ClusterScreen(Screen[None]):
+    """All hosts at a glance."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "leave", "Back", id="cluster_back"),
+        Binding("c", "leave", "Host view", show=False, id="cluster_host"),
+        Binding("p", "processes", "All processes", id="cluster_processes"),
+        Binding("slash", "filter", "Filter", id="cluster_filter"),
+        Binding("q", "app.quit", "Quit", show=False),
+    ]
+    DEFAULT_CSS = """
+    ClusterScreen #cluster-totals { height: auto; padding: 0 1; background: $boost; }
+    ClusterScreen #cluster-hosts { height: 1fr; }
+    ClusterScreen #cluster-filter { display: none; }
+    ClusterScreen #cluster-filter.-visible { display: block; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.needle = ""
+        self.order: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="cluster-totals")
+        yield TextLines(id="cluster-hosts")
+        yield Input(placeholder="host name or label; Enter keeps it, Esc clears",
+                    id="cluster-filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.app.state_changed.subscribe(self, self._state_changed)
+        self.refresh_data()
+        self.query_one(TextLines).focus()
+        self._timer = self.set_interval(max(0.5, float(getattr(self.app, "interval", 1.0))),
+                                        self.refresh_data)
+
+    def _state_changed(self, _state: Any) -> None:
+        pass  # the timer redraws at a fixed rate: many hosts must not mean many redraws
+
+    def snapshots(self) -> list[HostSnapshot]:
+        state = self.app.state
+        names = list(state.feeds) or list(state.snapshots)
+        for name in state.snapshots:
+            if name not in names:
+                names.append(name)
+        out = []
+        for name in names:
+            snap = state.snapshots.get(name)
+            if snap is None:
+                snap = model.error_snapshot(name, 0.0, model.HOST_CONNECTING, "connecting")
+            out.append(snap)
+        return out
+
+    def refresh_data(self) -> None:
+        app = self.app
+        now = app.clock() if hasattr(app, "clock") else 0.0
+        warned = _warned(app)
+        snaps = self.snapshots()
+        shown = [s for s in snaps if _matches(s, self.needle)]
+        self.order = [s.host for s in shown]
+        width = host_width(max((len(s.gpus) for s in shown), default=1))
+        rows = [host_line(s, now, warned, width) for s in shown]
+        summary = totals(shown, app.state.flags, now, warned).text()
+        if self.needle:
+            summary.append(f"   filter: {self.needle}", "italic")
+        self.query_one("#cluster-totals", Static).update(summary)
+        self.query_one(TextLines).set_rows(rows, width)
+
+    @on(TextLines.Chosen)
+    def _chosen(self, event: TextLines.Chosen) -> None:
+        if 0 <= event.index < len(self.order):
+            host = self.order[event.index]
+            self.dismiss(None)
+            self.app.show_host(host)
+
+    def action_leave(self) -> None:
+        box = self.query_one("#cluster-filter", Input)
+        if box.has_class("-visible") or self.needle:
+            self._close_filter(keep=False)
+            return
+        self.dismiss(None)
+
+    def action_processes(self) -> None:
+        self.app.push_screen(ClusterProcessesScreen())
+
+    def action_filter(self) -> None:
+        box = self.query_one("#cluster-filter", Input)
+        box.add_class("-visible")
+        box.focus()
+
+    @on(Input.Changed, "#cluster-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.needle = event.value.strip()
+        self.refresh_data()
+
+    @on(Input.Submitted, "#cluster-filter")
+    def _filter_done(self, _event: Input.Submitted) -> None:
+        self._close_filter(keep=True)
+
+    def _close_filter(self, keep: bool) -> None:
+        box = self.query_one("#cluster-filter", Input)
+        if not keep:
+            box.value = ""
+            self.needle = ""
+        box.remove_class("-visible")
+        self.query_one(TextLines).focus()
+        self.refresh_data()
+
+
+# -- processes of all hosts ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcFilter:
+    """``host:NAME user:NAME label:NAME`` terms (substring match) and free words."""
+
+    host: str = ""
+    user: str = ""
+    label: str = ""
+    words: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> ProcFilter:
+        fields: dict[str, str] = {}
+        words = []
+        for term in text.split():
+            key, sep, rest = term.partition(":")
+            if sep and key in ("host", "user", "label"):
+                fields[key] = rest.lower()
+            else:
+                words.append(term.lower())
+        return cls(words=tuple(words), **fields)
+
+    def match(self, snap: HostSnapshot, proc: GpuProcess) -> bool:
+        if self.host and self.host not in snap.host.lower():
+            return False
+        if self.user and self.user not in (proc.user or "").lower():
+            return False
+        if self.label and not any(self.label in x.lower() for x in snap.labels):
+            return False
+        for word in self.words:
+            hay = " ".join((snap.host, proc.user or "", proc.command or "", *snap.labels))
+            if word not in hay.lower():
+                return False
+        return True
+
+
+PROC_HEADER = f"{'HOST':<16} {'GPU':>3} {'PID':>8} {'USER':<12} {'GPU-MEM':>9} {'SM%':>4}  COMMAND"
+
+
+def process_line(snap: HostSnapshot, proc: GpuProcess, idle: bool) -> Text:
+    line = Text(no_wrap=True, overflow="crop")
+    line.append(_fit(snap.host, 16).ljust(16), "bold")
+    mem = "n/a" if proc.gpu_mem is None else f"{proc.gpu_mem / GIB:.1f}GiB"
+    sm = "n/a" if proc.sm_util is None else str(proc.sm_util)
+    line.append(f" {proc.gpu:>3} {proc.pid:>8} ")
+    line.append(_fit(proc.user or "?", 12).ljust(12))
+    line.append(f" {mem:>9}", "magenta" if idle else "")
+    line.append(f" {sm:>4}  ")
+    line.append(proc.command or "", "dim" if not proc.visible else "")
+    return line
+
+
+def process_rows(
+    snapshots: Iterable[HostSnapshot],
+    flags: dict[str, dict[tuple[int, int], Any]],
+    where: ProcFilter,
+) -> list[tuple[HostSnapshot, GpuProcess, Text]]:
+    rows = []
+    for snap in snapshots:
+        for proc in sorted(snap.processes, key=lambda p: -(p.gpu_mem or 0)):
+            if where.match(snap, proc):
+                idle = _idle(proc, flags.get(snap.host))
+                rows.append((snap, proc, process_line(snap, proc, idle)))
+    return rows
+
+
+class ClusterProcessesScreen(Screen[None]):
+    """Every host's GPU processes in one list with a HOST column."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "leave", "Back", id="cluster_procs_back"),
+        Binding("slash", "filter", "Filter host:/user:/label:", id="cluster_procs_filter"),
+    ]
+    DEFAULT_CSS = """
+    ClusterProcessesScreen #procs-header { height: 1; padding: 0 0; text-style: bold; }
+    ClusterProcessesScreen #procs-list { height: 1fr; }
+    ClusterProcessesScreen #procs-filter { display: none; }
+    ClusterProcessesScreen #procs-filter.-visible { display: block; }
+    """
+
+    def __init__(self, query: str = "") -> None:
+        super().__init__()
+        self.where = ProcFilter.parse(query)
+        self.query_text = query
+        self.keys: list[tuple[str, int]] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(PROC_HEADER), id="procs-header")
+        yield TextLines(id="procs-list")
+        yield Input(value=self.query_text,
+                    placeholder="host:NAME user:NAME label:NAME or words; Esc clears",
+                    id="procs-filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_data()
+        self.query_one(TextLines).focus()
+        self.set_interval(max(0.5, float(getattr(self.app, "interval", 1.0))), self.refresh_data)
+
+    def refresh_data(self) -> None:
+        state = self.app.state
+        snaps = [state.snapshots[h] for h in state.snapshots]
+        rows = process_rows(snaps, state.flags, self.where)
+        self.keys = [(snap.host, proc.pid) for snap, proc, _ in rows]
+        header = Text(PROC_HEADER)
+        header.append(f"   {len(rows)} processes", "dim")
+        if self.query_text:
+            header.append(f"   filter: {self.query_text}", "italic")
+        self.query_one("#procs-header", Static).update(header)
+        self.query_one(TextLines).set_rows([line for _, _, line in rows])
+
+    @on(TextLines.Chosen)
+    def _chosen(self, event: TextLines.Chosen) -> None:
+        if 0 <= event.index < len(self.keys):
+            host = self.keys[event.index][0]
+            # Back to the dashboard of that host, where kill and reserve act.
+            self.app.pop_screen()
+            if isinstance(self.app.screen, ClusterScreen):
+                self.app.screen.dismiss(None)
+            self.app.show_host(host)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#procs-filter", Input)
+        box.add_class("-visible")
+        box.focus()
+
+    @on(Input.Changed, "#procs-filter")
+    def _changed(self, event: Input.Changed) -> None:
+        self.query_text = event.value
+        self.where = ProcFilter.parse(event.value)
+        self.refresh_data()
+
+    @on(Input.Submitted, "#procs-filter")
+    def _submitted(self, _event: Input.Submitted) -> None:
+        self.query_one("#procs-filter", Input).remove_class("-visible")
+        self.query_one(TextLines).focus()
+
+    def action_leave(self) -> None:
+        box = self.query_one("#procs-filter", Input)
+        if box.has_class("-visible") or self.query_text:
+            box.value = ""
+            box.remove_class("-visible")
+            self.query_one(TextLines).focus()
+            return
+        self.app.pop_screen()
+
+
+# -- hooks the dashboard calls -------------------------------------------------------
+
+
+def open_cluster(app: Any) -> None:
+    if isinstance(app.screen, ClusterScreen):
+        return
+    app.push_screen(ClusterScreen())
+
+
+def back(app: Any) -> None:
+    """Esc on the host dashboard: back to the overview when there is more than one host."""
+    hosts = set(app.state.feeds) | set(app.state.snapshots)
+    if len(hosts) > 1:
+        open_cluster(app)

@@ -1,0 +1,272 @@
+"""The reserve dialog (`r`) and the release key (`R`) of the dashboard.
+
+``open_reserve(app)`` asks for the GPUs (prefilled with the selected one), a duration
+(`4h`, `30m`, `until 18:00`) and a note; mistakes are shown under the fields and nothing
+is sent until they are fixed.  The request goes through the host's feed, so the store of
+the host the cards are in does the work (locally, in --demo, or inside the remote probe).
+Reserving a card I already hold extends it.  ``release(app)`` ends my reservation of the
+selected GPU, or all of mine on the host when the selected GPU is not mine.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import time
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+from gputop.actions.reservations import ReservationError, check_note
+from gputop.analysis.durations import format_duration, parse_until
+from gputop.model import HostSnapshot, Reservation
+from gputop.ui import fmt
+
+
+def me_on(app: Any, host: str) -> str:
+    """Who the store will see as the owner: the remote login over SSH, else this uid."""
+    feed = app.state.feeds.get(host)
+    user_of = getattr(feed, "user_of", None)
+    if callable(user_of):
+        user = user_of(host)
+        if user:
+            return str(user)
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def selected_gpus(app: Any) -> list[int]:
+    """The GPU under focus, else the GPU of the selected process row."""
+    state = app.state
+    if state.selected_gpu is not None:
+        return [state.selected_gpu]
+    proc = state.selected_process()
+    return [proc.gpu] if proc is not None else []
+
+
+def parse_gpus(text: str, snapshot: HostSnapshot) -> list[int]:
+    """`0,2` -> [0, 2], each checked against the host's GPUs."""
+    known = {gpu.index for gpu in snapshot.gpus}
+    gpus: list[int] = []
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise ValueError(f"GPUs: {part!r} is not a GPU index")
+        index = int(part)
+        if index not in known:
+            raise ValueError(f"GPUs: this host has no GPU {index}")
+        if index not in gpus:
+            gpus.append(index)
+    if not gpus:
+        raise ValueError("GPUs: give at least one index, e.g. 0 or 0,2")
+    return gpus
+
+
+def describe(reservations: list[Reservation], me: str, now: float) -> Text:
+    """One line per current reservation of the chosen cards: who, how long, why."""
+    out = Text()
+    for r in reservations:
+        who = "you" if r.user == me else r.user
+        out.append(f"GPU {r.gpu}: reserved by ")
+        out.append(fmt.visible(who), style="bold")
+        out.append(f" for {format_duration(r.until - now)} more")
+        if r.note:
+            out.append(" (")
+            out.append(fmt.visible(r.note))
+            out.append(")")
+        if r.user == me:
+            out.append(" - reserving again extends it", style="dim")
+        out.append("\n")
+    return out
+
+
+class ReserveScreen(ModalScreen["dict | None"]):
+    """Dismisses with the store's reply after a successful reservation, or None."""
+
+    DEFAULT_CSS = """
+    ReserveScreen { align: center middle; }
+    ReserveScreen > Vertical {
+        width: 80%; max-width: 90; height: auto; max-height: 90%;
+        border: thick $primary; background: $surface; padding: 1 2;
+    }
+    ReserveScreen #reserve-title { text-style: bold; margin-bottom: 1; }
+    ReserveScreen Input { margin-bottom: 1; }
+    ReserveScreen #reserve-current { height: auto; }
+    ReserveScreen #reserve-error { color: $error; height: auto; }
+    ReserveScreen #reserve-buttons { height: auto; margin-top: 1; align-horizontal: right; }
+    ReserveScreen #reserve-buttons Button { margin-left: 2; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", show=True),
+    ]
+
+    def __init__(self, host: str, gpus: list[int], me: str, clock: Any = time.time) -> None:
+        super().__init__()
+        self.host = host
+        self.gpus = gpus
+        self.me = me
+        self.clock = clock
+        self.sending = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(Text(f"Reserve GPUs on {fmt.visible(self.host)}"), id="reserve-title")
+            yield Label("GPUs")
+            yield Input(",".join(map(str, self.gpus)), placeholder="0 or 0,2", id="reserve-gpus")
+            yield Label("For how long")
+            yield Input(placeholder="4h, 30m, 1h30m, until 18:00", id="reserve-for")
+            yield Label("Note (shown to everyone)")
+            yield Input(placeholder="what for", id="reserve-note")
+            yield Static(id="reserve-current")
+            yield Static(id="reserve-error")
+            with Horizontal(id="reserve-buttons"):
+                yield Button("Cancel", id="reserve-cancel")
+                yield Button("Reserve", id="reserve-confirm", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#reserve-for", Input).focus()
+        self._show_current()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _snapshot(self) -> HostSnapshot | None:
+        return self.app.state.snapshots.get(self.host)  # type: ignore[attr-defined]
+
+    def _show_current(self) -> None:
+        snapshot = self._snapshot()
+        current = self.query_one("#reserve-current", Static)
+        if snapshot is None:
+            current.update("")
+            return
+        try:
+            gpus = parse_gpus(self.query_one("#reserve-gpus", Input).value, snapshot)
+        except ValueError:
+            gpus = []
+        now = self.clock()
+        held = [r for r in snapshot.reservations if r.gpu in gpus and r.active(now)]
+        current.update(describe(held, self.me, now))
+
+    def _error(self, message: str) -> None:
+        self.query_one("#reserve-error", Static).update(Text(message))
+
+    def build_request(self) -> dict | None:
+        """The request for the fields as typed, or None after showing what is wrong."""
+        snapshot = self._snapshot()
+        if snapshot is None:
+            self._error("no data from this host yet")
+            return None
+        try:
+            gpus = parse_gpus(self.query_one("#reserve-gpus", Input).value, snapshot)
+        except ValueError as exc:
+            self._error(str(exc))
+            return None
+        now = self.clock()
+        try:
+            until = parse_until(self.query_one("#reserve-for", Input).value, now)
+        except ValueError as exc:
+            self._error(f"For how long: {exc}")
+            return None
+        note = self.query_one("#reserve-note", Input).value
+        try:
+            check_note(note)
+        except ReservationError as exc:
+            self._error(f"Note: {exc}")
+            return None
+        self._error("")
+        return {"op": "reserve", "gpus": gpus, "until": until, "note": note}
+
+    # -- events ----------------------------------------------------------------------------
+
+    @on(Input.Changed, "#reserve-gpus")
+    def _gpus_changed(self) -> None:
+        self._show_current()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_confirm()
+
+    @on(Button.Pressed, "#reserve-confirm")
+    def _confirm_pressed(self) -> None:
+        self.action_confirm()
+
+    @on(Button.Pressed, "#reserve-cancel")
+    def _cancel_pressed(self) -> None:
+        self.action_cancel()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def action_confirm(self) -> None:
+        if self.sending:
+            return
+        request = self.build_request()
+        if request is None:
+            return
+        self.sending = True
+        self.run_worker(self._send(request), name="reserve", exit_on_error=False)
+
+    async def _send(self, request: dict) -> None:
+        try:
+            reply = await self.app.request(self.host, request)  # type: ignore[attr-defined]
+        except Exception as exc:  # the feed's trouble is shown, never a crash
+            reply = {"ok": False, "message": f"{type(exc).__name__}: {exc}"}
+        finally:
+            self.sending = False
+        if reply.get("ok"):
+            message = fmt.visible(f"{self.host}: {reply.get('message', 'reserved')}")
+            self.app.notify(message, markup=False)
+            self.dismiss(reply)
+        else:
+            # A lost race names the holder; the dialog stays open to choose another card.
+            self._error(str(reply.get("message") or "the reservation failed"))
+
+
+def open_reserve(app: Any) -> None:
+    host = app.state.host
+    if host is None or app.state.snapshots.get(host) is None:
+        app.notify("reserve: no data from this host yet", severity="warning")
+        return
+    app.push_screen(ReserveScreen(host, selected_gpus(app), me_on(app, host), clock=app.clock))
+
+
+def release(app: Any) -> None:
+    """`R`: release my reservation of the selected GPU, or all of mine on this host."""
+    host = app.state.host
+    snapshot = app.state.snapshots.get(host) if host is not None else None
+    if snapshot is None:
+        app.notify("release: no data from this host yet", severity="warning")
+        return
+    me = me_on(app, host)
+    now = app.clock()
+    mine = [r for r in snapshot.reservations if r.user == me and r.active(now)]
+    if not mine:
+        app.notify(
+            fmt.visible(f"release: you hold no reservation on {host}"),
+            severity="warning",
+            markup=False,
+        )
+        return
+    chosen = set(selected_gpus(app))
+    gpus = sorted(r.gpu for r in mine if r.gpu in chosen) or None
+    request = {"op": "release", "gpus": gpus}
+
+    async def send() -> None:
+        try:
+            reply = await app.request(host, request)
+        except Exception as exc:  # the feed's trouble is shown, never a crash
+            reply = {"ok": False, "message": f"{type(exc).__name__}: {exc}"}
+        ok = bool(reply.get("ok"))
+        message = fmt.visible(f"{host}: {reply.get('message') or ('released' if ok else 'failed')}")
+        app.notify(message, severity="information" if ok else "error", markup=False)
+
+    app.run_worker(send(), name="release", exit_on_error=False)

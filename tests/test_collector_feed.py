@@ -1,0 +1,169 @@
+"""LocalFeed and select: the poll loop, error snapshots, requests, and one-shot collection."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+
+import pytest
+
+from gputop import model
+from gputop.actions.dispatch import ActionEnv
+from gputop.sources import select, sim
+from gputop.sources.feed import LocalFeed
+from gputop.sources.nvml import Collector, NoDriverError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def demo_parts(name: str = "lab"):
+    nvml = sim.SimNvml(sim.load_scenario(name))
+    procs = sim.SimProcs(nvml)
+    return nvml, procs, Collector(nvml, procs, host=name, demo=True)
+
+
+class Watched:
+    """A real Collector whose collect() records overlap and can fail on chosen calls."""
+
+    def __init__(self, inner: Collector, fail_on: set[int] = frozenset()) -> None:
+        self.inner = inner
+        self.fail_on = fail_on
+        self.calls = 0
+        self.active = 0
+        self.max_active = 0
+        self.lock = threading.Lock()
+
+    def collect(self) -> dict:
+        with self.lock:
+            self.calls += 1
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            call = self.calls
+        try:
+            if call in self.fail_on:
+                raise RuntimeError("driver hiccup")
+            # Slower than the feed's interval: a naive timer would start overlapping polls.
+            threading.Event().wait(0.03)
+            return self.inner.collect()
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+async def _run_until(feed: LocalFeed, count: int, interval: float) -> list[model.HostSnapshot]:
+    got: list[model.HostSnapshot] = []
+    done = asyncio.Event()
+
+    def emit(snap: model.HostSnapshot) -> None:
+        got.append(snap)
+        if len(got) >= count:
+            done.set()
+
+    task = asyncio.create_task(feed.run(interval, emit))
+    await asyncio.wait_for(done.wait(), timeout=30)
+    await feed.close()
+    await asyncio.wait_for(task, timeout=10)
+    return got
+
+
+async def test_polls_never_overlap_and_errors_become_snapshots() -> None:
+    _, _, collector = demo_parts()
+    watched = Watched(collector, fail_on={2})
+    feed = LocalFeed(watched, host="lab")
+    snaps = await _run_until(feed, 4, interval=0.001)
+    assert watched.max_active == 1
+    assert [s.state for s in snaps[:3]] == [model.HOST_OK, model.HOST_ERROR, model.HOST_OK]
+    assert "driver hiccup" in (snaps[1].error or "")
+    assert snaps[1].host == "lab"
+    assert all(s.gpus for s in snaps if s.state == model.HOST_OK)
+
+
+async def test_factory_without_driver_gives_a_no_gpu_snapshot() -> None:
+    def factory() -> Collector:
+        raise NoDriverError("gputop: no NVIDIA driver found on this machine.")
+
+    snaps = await _run_until(LocalFeed(factory, host="localhost"), 2, interval=0.001)
+    assert {s.state for s in snaps} == {model.HOST_NO_GPU}
+    assert snaps[0].error.startswith("gputop: no NVIDIA driver")
+
+
+async def test_kill_request_changes_only_the_simulation() -> None:
+    nvml, procs, collector = demo_parts()
+    env = ActionEnv(sim=nvml, procs=procs, reservations_dir="/nonexistent")
+    feed = LocalFeed(collector, host="lab", dispatch_env=env)
+    before = feed.poll()
+    # The env learned the cards' UUIDs, so reservations can name them.
+    assert env.gpu_uuids == {g.index: g.uuid for g in before.gpus}
+    assert len(env.gpu_uuids) == 4
+    target = next(p for p in before.processes if p.user == nvml.scenario.me and p.visible)
+    reply = await feed.request(
+        "lab", {"op": "kill", "pid": target.pid, "start_ticks": target.start_ticks,
+                "signal": "KILL"}
+    )
+    assert reply["ok"] is True, reply
+    assert target.pid not in {p.pid for p in feed.poll().processes}
+    other = await feed.request("elsewhere", {"op": "reservations"})
+    assert other["ok"] is False
+
+
+async def test_requests_without_an_env_are_refused() -> None:
+    _, _, collector = demo_parts()
+    reply = await LocalFeed(collector, host="lab").request("lab", {"op": "reservations"})
+    assert reply == {"ok": False, "message": "actions are not available for this source"}
+
+
+def args(**kw) -> argparse.Namespace:
+    base = {"demo": None, "hosts": None, "host_list": None, "local": False, "readonly": False,
+            "timeout": 5.0}
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_collect_once_demo_has_rates() -> None:
+    (snap,) = select.collect_once(args(demo="dgx-h100"))
+    assert snap.demo and snap.host == "dgx-h100-07"
+    assert all(p.sm_util is not None for p in snap.processes)
+    assert any(p.sm_util > 0 for p in snap.processes)
+
+
+def test_bad_scenario_is_a_source_error(tmp_path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\ngpus: 3\n")
+    with pytest.raises(select.SourceError) as err:
+        select.collect_once(args(demo=str(broken)))
+    assert "broken.yaml" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_make_feeds_demo_is_one_local_feed_with_actions() -> None:
+    (feed,) = select.make_feeds(args(demo="faulty", readonly=True))
+    assert isinstance(feed, LocalFeed)
+    assert feed.hosts == ["a100-node-12"]
+    assert feed.dispatch_env.readonly is True
+    assert feed.dispatch_env.sim is not None
+    assert feed.dispatch_env.reservations_dir == select.demo_reservations_dir("faulty")
+
+
+def _driver_present() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_driver_present(), reason="a real NVIDIA driver is present")
+def test_make_feeds_without_driver_raises_early() -> None:
+    with pytest.raises(NoDriverError):
+        select.make_feeds(args())
+    with pytest.raises(NoDriverError):
+        select.collect_once(args())

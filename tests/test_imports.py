@@ -1,0 +1,119 @@
+"""Import rules: Textual only under gputop/ui/, stdlib-only modules import only the stdlib.
+
+The stdlib-only modules are shipped to remote hosts over SSH (docs/architecture.md), where
+nothing but Python's standard library can be assumed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gputop"
+
+STDLIB_ONLY = (
+    "gputop.model",
+    "gputop.sources.nvml",
+    "gputop.sources.procfs",
+    "gputop.sources.devscan",
+    "gputop.sources.sim",
+    "gputop.sources.probe",
+    "gputop.actions.kill",
+    "gputop.actions.reservations",
+    "gputop.actions.dispatch",
+)
+
+
+def _path_of(module: str) -> Path:
+    return PACKAGE.parent / (module.replace(".", "/") + ".py")
+
+
+def _imported_names(tree: ast.AST, top_level_only: bool) -> list[tuple[int, str]]:
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    if top_level_only:
+        # Module-level code includes the bodies of top-level if/try blocks.
+        expanded: list[ast.AST] = []
+        todo = list(nodes)
+        while todo:
+            node = todo.pop()
+            expanded.append(node)
+            if isinstance(node, (ast.If, ast.Try)):
+                todo.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+                for handler in getattr(node, "handlers", []):
+                    todo.extend(handler.body)
+        nodes = expanded
+    names = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                # `from gputop.actions import kill` imports the module gputop.actions.kill.
+                full = f"{node.module}.{alias.name}"
+                is_module = full.startswith("gputop.") and _path_of(full).exists()
+                names.append((node.lineno, full if is_module else node.module))
+    return names
+
+
+def test_nothing_outside_ui_imports_textual() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if (PACKAGE / "ui") in path.parents:
+            continue
+        for line, name in _imported_names(ast.parse(path.read_text()), top_level_only=False):
+            if name == "textual" or name.startswith("textual."):
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {name}")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("module", STDLIB_ONLY)
+def test_stdlib_only_modules_import_only_the_stdlib(module: str) -> None:
+    path = _path_of(module)
+    if not path.exists():
+        pytest.skip(f"{module} is not written yet")
+    allowed_local = set(STDLIB_ONLY) | {"gputop"}
+    bad = []
+    for line, name in _imported_names(ast.parse(path.read_text()), top_level_only=True):
+        top = name.split(".")[0]
+        if name == "__future__" or top in sys.stdlib_module_names:
+            continue
+        if name in allowed_local:
+            continue
+        bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {name}")
+    assert bad == []
+
+
+def test_stdlib_only_modules_load_no_third_party_module_at_runtime() -> None:
+    present = [m for m in STDLIB_ONLY if _path_of(m).exists()]
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {present!r}: importlib.import_module(name)\n"
+        "tops = {m.split('.')[0] for m in sys.modules}\n"
+        "print(json.dumps(sorted(t for t in tops if t not in sys.stdlib_module_names"
+        " and not t.startswith('_') and t != 'gputop')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=PACKAGE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_one_shot_paths_do_not_load_textual() -> None:
+    code = (
+        "import sys, gputop.cli, gputop.commands.report, gputop.sources.select\n"
+        "import gputop.sources.feed\n"
+        "print('textual' in sys.modules, 'rich' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]

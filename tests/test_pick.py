@@ -1,0 +1,162 @@
+"""Ranking free cards and the reservation warnings: pure functions on snapshots.
+
+The snapshots are the simulator's (the same as --demo) or built by hand where one
+field must be exactly so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gputop import model
+from gputop.analysis.pick import pick, rank, reservation_warnings
+from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
+from gputop.sources import sim
+from gputop.sources.nvml import Collector
+
+NOW = 1_764_680_000.0
+GIB = 1 << 30
+
+
+def _gpu(index: int, used_gib: float, util: int | None, **extra: object) -> Gpu:
+    return Gpu(
+        index=index,
+        uuid=f"GPU-{index:04d}",
+        mem_total=80 * GIB,
+        mem_used=int(used_gib * GIB),
+        util_gpu=util,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _proc(gpu: int, pid: int, user: str | None) -> GpuProcess:
+    return GpuProcess(pid=pid, gpu=gpu, user=user, gpu_mem=GIB)
+
+
+def _snap(gpus, processes=(), reservations=()) -> HostSnapshot:
+    return HostSnapshot(
+        host="node",
+        time=NOW,
+        gpus=tuple(gpus),
+        processes=tuple(processes),
+        reservations=tuple(reservations),
+    )
+
+
+def _res(gpu: int, user: str, minutes: float, note: str = "") -> Reservation:
+    return Reservation(gpu=gpu, user=user, until=NOW + minutes * 60, since=NOW - 60, note=note)
+
+
+def test_best_first_most_free_memory_then_lowest_util_then_index() -> None:
+    snap = _snap([_gpu(0, 2, 0), _gpu(1, 0.5, 3), _gpu(2, 0.5, 1), _gpu(3, 0.5, 1)])
+    assert rank(snap, NOW).indexes == [2, 3, 1, 0]
+    assert [g.index for g in pick(snap, 2, NOW)] == [2, 3]
+
+
+def test_without_filters_a_card_with_a_process_is_not_free() -> None:
+    snap = _snap([_gpu(0, 30, 90), _gpu(1, 0.5, 0)], processes=[_proc(0, 100, "bob")])
+    ranking = rank(snap, NOW)
+    assert ranking.indexes == [1]
+    assert ranking.rejected == {0: "1 process(es) running"}
+
+
+def test_filters_allow_sharing_within_limits() -> None:
+    gpus = [_gpu(0, 30, 40), _gpu(1, 70, 10), _gpu(2, 10, 95), _gpu(3, 5, None)]
+    procs = [_proc(i, 100 + i, "bob") for i in range(4)]
+    snap = _snap(gpus, procs)
+    ranking = rank(snap, NOW, min_free_mem=20 * GIB, max_util=50)
+    assert ranking.indexes == [0]
+    assert ranking.rejected[1] == "10.0 GiB free"
+    assert ranking.rejected[2] == "95 % busy"
+    assert ranking.rejected[3] == "utilization unknown"
+    assert rank(snap, NOW, min_free_mem=20 * GIB).indexes == [3, 2, 0]
+
+
+def test_lost_reserved_and_critical_cards_are_never_picked() -> None:
+    gpus = [
+        _gpu(0, 0.5, 0),
+        Gpu(index=1, state=model.GPU_LOST, error="fallen off the bus"),
+        _gpu(2, 0.5, 0),
+        _gpu(3, 0.5, 0),
+        _gpu(4, 0.5, 0),
+    ]
+    critical = model.Warning(severity=model.CRITICAL, code="ecc", message="ECC errors", gpu=3)
+    minor = model.Warning(severity=model.WARNING, code="pcie-width", message="x4", gpu=4)
+    snap = _snap(gpus, reservations=[_res(0, "bob", 60), _res(2, "me", 60), _res(4, "bob", -1)])
+    ranking = rank(snap, NOW, me="me", warnings=[critical, minor])
+    # my own reservation is fine to pick; an expired one counts for nothing
+    assert ranking.indexes == [2, 4]
+    assert ranking.rejected == {
+        0: "reserved by bob",
+        1: "lost: fallen off the bus",
+        3: "ECC errors",
+    }
+    assert "only 2 of 3 requested GPUs qualify (GPU 0: reserved by bob; " in ranking.shortfall(3)
+
+
+def test_exclude() -> None:
+    snap = _snap([_gpu(0, 0.5, 0), _gpu(1, 0.5, 0)])
+    assert rank(snap, NOW, exclude=[0]).indexes == [1]
+
+
+def test_demo_scenario_free_cards() -> None:
+    """faulty: GPUs 3, 4 and 7 run nothing; the others are busy."""
+    clock = [NOW]
+    nvml = sim.SimNvml(sim.load_scenario("faulty"), clock=lambda: clock[0])
+    collector = Collector(nvml, sim.SimProcs(nvml), host="faulty", demo=True,
+                          clock=lambda: clock[0])
+    snap = HostSnapshot.from_dict(collector.collect())
+    assert sorted(rank(snap, NOW).indexes) == [3, 4, 7]
+
+
+# -- warnings ---------------------------------------------------------------------------
+
+
+def test_process_of_another_user_on_a_reserved_card() -> None:
+    snap = _snap(
+        [_gpu(0, 10, 50), _gpu(1, 10, 50)],
+        processes=[_proc(0, 11, "alice"), _proc(0, 12, "carol"), _proc(0, 13, "carol"),
+                   _proc(1, 14, "bob"), _proc(0, 15, None)],
+        reservations=[_res(0, "alice", 120), _res(1, "bob", 120)],
+    )
+    found = reservation_warnings(snap, NOW, "dave")
+    assert [(w.code, w.gpu, w.pid, w.severity) for w in found] == [
+        ("reserved-by-other", 0, 12, model.WARNING)
+    ]
+    assert found[0].message.startswith("carol runs pid 12, 13 on GPU 0, reserved by alice until")
+    assert found[0].host == "node"
+
+
+def test_my_reservation_expiring_soon() -> None:
+    snap = _snap([_gpu(0, 1, 0), _gpu(1, 1, 0)],
+                 reservations=[_res(0, "me", 14), _res(1, "me", 16)])
+    found = reservation_warnings(snap, NOW, "me")
+    assert [(w.code, w.gpu) for w in found] == [("reservation-expiring", 0)]
+    assert found[0].message == "your reservation of GPU 0 ends in 14m"
+    # someone else's expiring reservation is their business
+    assert reservation_warnings(snap, NOW, "other") == []
+    assert reservation_warnings(snap, NOW, None) == []
+
+
+def test_reservation_on_a_lost_card() -> None:
+    lost = Gpu(index=0, state=model.GPU_LOST, error="fallen off the bus")
+    snap = _snap([lost], reservations=[_res(0, "bob", 120)])
+    (warning,) = reservation_warnings(snap, NOW, "me")
+    assert warning.code == "reservation-gpu-lost"
+    assert warning.message == "GPU 0 reserved by bob is lost"
+
+
+def test_expired_reservations_give_no_warnings() -> None:
+    snap = _snap([Gpu(index=0, state=model.GPU_LOST)], processes=[_proc(0, 5, "x")],
+                 reservations=[_res(0, "me", -5)])
+    assert reservation_warnings(snap, NOW, "me") == []
+
+
+def test_health_includes_reservation_warnings() -> None:
+    from gputop.analysis import health
+
+    snap = _snap([_gpu(0, 10, 50)], processes=[_proc(0, 12, "carol")],
+                 reservations=[_res(0, "alice", 120)])
+    snap = dataclasses.replace(snap, xid_watched=True)
+    codes = [w.code for w in health.warnings(snap, None, None, NOW, "alice")]
+    assert "reserved-by-other" in codes

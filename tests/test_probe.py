@@ -1,0 +1,200 @@
+"""The probe and its bundle, run locally through the real bootstrap command (no SSH).
+
+The "remote" python is /usr/bin/python3 with an environment that has neither gputop nor
+pynvml installed, so everything it runs arrived in the bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gputop import model
+from gputop.model import HostSnapshot
+from gputop.sources import bundle
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+PY39 = "/root/.pyenv/versions/3.9.18/bin/python3"
+PY310 = "/root/.pyenv/versions/3.10.13/bin/python3"
+
+
+def _pythonpath(tmp: Path) -> str:
+    import yaml
+
+    lib = tmp / "pylib"
+    lib.mkdir(exist_ok=True)
+    if not (lib / "yaml").exists():
+        (lib / "yaml").symlink_to(Path(yaml.__file__).parent)
+    return str(lib)
+
+
+def _start(tmp: Path, python: str, env: dict[str, str], config: dict[str, Any]) -> Any:
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    link = bin_dir / "python3"
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(python)
+    full_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp), **env}
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", bundle.BOOTSTRAP],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=full_env,
+        cwd=tmp,  # `python3 -c` puts the cwd on sys.path: not the repository
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(bundle.stdin_preamble(config))
+    proc.stdin.flush()
+    return proc
+
+
+def _lines(proc: Any, count: int) -> list[dict[str, Any]]:
+    out = []
+    for _ in range(count):
+        line = proc.stdout.readline()
+        if not line:
+            break
+        out.append(json.loads(line))
+    return out
+
+
+@pytest.fixture
+def system_python() -> str:
+    if not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("no /usr/bin/python3")
+    check = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import gputop"], capture_output=True, cwd="/"
+    )
+    assert check.returncode != 0, "the system python must not have gputop installed"
+    return SYSTEM_PYTHON
+
+
+def test_shipped_modules_import_only_stdlib_and_each_other() -> None:
+    shipped = set(bundle.MODULES) | set(bundle.PACKAGES)
+    for name in bundle.MODULES:
+        for imported in bundle.non_stdlib_imports(bundle.module_source(name)):
+            assert imported in shipped, f"{name} imports {imported} at module level"
+
+
+def test_bootstrap_is_fixed_text() -> None:
+    assert "{" not in bundle.BOOTSTRAP.replace("{}", "")
+    assert bundle.BOOTSTRAP.startswith("exec python3 -u -c ")
+
+
+def test_probe_streams_answers_and_exits_on_eof(tmp_path: Path, system_python: str) -> None:
+    proc = _start(
+        tmp_path,
+        system_python,
+        {"GPUTOP_PROBE_SIM": "dgx-h100", "PYTHONPATH": _pythonpath(tmp_path),
+         "GPUTOP_RESERVATIONS_DIR": str(tmp_path / "res")},
+        {"interval": 0.2, "host": "gpu;rm -rf x"},
+    )
+    try:
+        first, second = _lines(proc, 2)
+        snap = HostSnapshot.from_dict(first)
+        assert snap.state == model.HOST_OK
+        assert snap.host == "gpu;rm -rf x"  # data, carried as it is
+        assert snap.demo is True and len(snap.gpus) > 0
+        assert second["time"] > first["time"]
+        proc.stdin.write(b'{"id": 41, "request": {"op": "reservations"}}\n')
+        proc.stdin.write(b"not json\n")
+        proc.stdin.write(b'{"id": 42, "request": {"op": "explode"}}\n')
+        proc.stdin.flush()
+        replies = {}
+        for message in _lines(proc, 20):
+            if "reply" in message:
+                replies[message["id"]] = message["reply"]
+            if len(replies) == 2:
+                break
+        assert replies[41]["ok"] is True and replies[41]["reservations"] == []
+        assert replies[42]["ok"] is False and "explode" in replies[42]["message"]
+    finally:
+        proc.stdin.close()
+        # EOF on stdin is the signal to go; a probe that ignored it would hang here.
+        assert proc.wait(timeout=10) == 0
+    assert b"Traceback" not in proc.stderr.read()
+
+
+def test_probe_without_driver_uses_shipped_pynvml(tmp_path: Path, system_python: str) -> None:
+    check = subprocess.run([system_python, "-c", "import pynvml"], capture_output=True, cwd="/")
+    if check.returncode == 0:
+        pytest.skip("the system python has its own pynvml")
+    proc = _start(tmp_path, system_python, {}, {"interval": 0.2, "host": "nogpu"})
+    try:
+        (first,) = _lines(proc, 1)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+    assert first["state"] == model.HOST_NO_GPU
+    # "none shipped" would mean the bundle's copy of nvidia-ml-py was not found.
+    assert "none shipped" not in first["error"]
+    assert "driver" in first["error"].lower() or "nvml" in first["error"].lower()
+
+
+def test_old_python_gets_a_clear_fatal_line(tmp_path: Path) -> None:
+    if not os.path.exists(PY39):
+        pytest.skip("no python 3.9 here")
+    proc = _start(tmp_path, PY39, {}, {"interval": 0.2})
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == bundle.OLD_PYTHON_STATUS
+    line = json.loads(out.splitlines()[0])
+    assert line["code"] == "old-python" and "3.9" in line["fatal"]
+    assert b"SyntaxError" not in err
+
+
+def test_python_310_runs_the_probe(tmp_path: Path) -> None:
+    if not os.path.exists(PY310):
+        pytest.skip("no python 3.10 here")
+    proc = _start(
+        tmp_path, PY310,
+        {"GPUTOP_PROBE_SIM": "dgx-h100", "PYTHONPATH": _pythonpath(tmp_path),
+         "GPUTOP_RESERVATIONS_DIR": str(tmp_path / "res")},
+        {"interval": 0.2, "host": "old"},
+    )
+    try:
+        (first,) = _lines(proc, 1)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+    assert first["state"] == model.HOST_OK, first.get("error")
+
+
+def test_probe_main_in_process_readonly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """main() with pipes: a kill request is refused in read-only mode."""
+    from gputop.sources import probe
+
+    monkeypatch.setenv("GPUTOP_PROBE_SIM", "dgx-h100")
+    monkeypatch.setenv("GPUTOP_RESERVATIONS_DIR", str(tmp_path / "res"))
+    read_fd, write_fd = os.pipe()
+    out_r, out_w = os.pipe()
+    with os.fdopen(write_fd, "wb") as feed_in:
+        feed_in.write(
+            b'{"id": 1, "request": {"op": "kill", "pid": 1234, "start_ticks": 5, '
+            b'"signal": "TERM", "grace": 0}}\n'
+        )
+    stdin = os.fdopen(read_fd, "rb")
+    stdout = os.fdopen(out_w, "wb")
+    code = probe.main({"interval": 0.05, "readonly": True}, {}, stdin=stdin, stdout=stdout)
+    stdout.close()
+    lines = [json.loads(x) for x in os.fdopen(out_r, "rb").read().splitlines()]
+    assert code == 0
+    replies = [x["reply"] for x in lines if "reply" in x]
+    # The reply may race with EOF; when it came, it must be the read-only refusal.
+    for reply in replies:
+        assert reply["ok"] is False and reply["outcome"] == "readonly"
+    assert any("gpus" in x for x in lines) or replies
+
+
+def test_payload_is_compact() -> None:
+    # The payload goes to every host on every (re)connect; keep an eye on its size.
+    size = len(bundle.build_payload())
+    assert 0 < size < 512 * 1024, size
+    assert sys.getsizeof(bundle.stdin_preamble({"interval": 1})) > size

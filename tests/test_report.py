@@ -1,0 +1,227 @@
+"""`--once` / `--json` rendering, and the real command in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import unicodedata
+
+import pytest
+
+from gputop import model
+from gputop.commands import report
+from gputop.model import Gpu, GpuProcess, HostSnapshot
+from gputop.sources import sim
+from gputop.sources.nvml import Collector
+
+T0 = 1_800_000_000.0
+GIB = 1024**3
+
+
+def cells(line: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in line)
+
+
+def sim_snapshot(name: str) -> HostSnapshot:
+    now = [T0]
+    nvml = sim.SimNvml(sim.load_scenario(name), clock=lambda: now[0])
+    collector = Collector(nvml, sim.SimProcs(nvml), host=name, demo=True, clock=lambda: now[0])
+    collector.collect()
+    now[0] += 30.0  # past the faulty scenario's lost GPU
+    return HostSnapshot.from_dict(collector.collect())
+
+
+def hand_snapshot(**extra) -> HostSnapshot:
+    gpu = Gpu(
+        index=0, name="NVIDIA GeForce RTX 3090 with a very long marketing name",
+        util_gpu=None, mem_used=5 * GIB, mem_total=24 * GIB, temp=None,
+        power_draw=None, power_limit=350.0, fan=None,
+    )
+    nasty = GpuProcess(
+        pid=4242, gpu=0, gpu_mem=512 * 1024 * 1024, sm_util=None, user="mallory\x1b[31m",
+        command="python \x1b]0;pwned\x07 " + "训练模型" * 6 + ".py --lr 3e-4",
+        start_time=T0 - 90_000,
+    )
+    hidden = GpuProcess(pid=99, gpu=0, gpu_mem=None, visible=False)
+    zombie = GpuProcess(pid=77, gpu=0, user="erin", command="[python]", state="Z")
+    return HostSnapshot(
+        host="box", time=T0, gpus=(gpu,), processes=(nasty, hidden, zombie), **extra
+    )
+
+
+@pytest.mark.parametrize("name", ["dgx-h100", "lab", "faulty"])
+def test_text_fits_80_columns_for_every_scenario(name: str) -> None:
+    snap = sim_snapshot(name)
+    text = report.render_text([snap])
+    lines = text.splitlines()
+    assert max(cells(line) for line in lines) <= 80
+    assert "DEMO" in lines[0]
+    assert "\x1b" not in text
+    gpu_lines = [line for line in lines if line[:3].strip().isdigit() and "NVIDIA" in line]
+    assert len(gpu_lines) == len(snap.gpus)
+    for proc in snap.processes:
+        assert any(str(proc.pid) in line for line in lines)
+    if name == "faulty":
+        assert any("LOST" in line for line in gpu_lines)
+
+
+def test_untrusted_text_is_inert_and_wide_text_fits() -> None:
+    text = report.render_text([hand_snapshot()], width=80)
+    assert "\x1b" not in text and "\x07" not in text
+    lines = text.splitlines()
+    assert max(cells(line) for line in lines) <= 80
+    row = next(line for line in lines if " 4242 " in line)
+    assert row.endswith("...")
+    assert "1d01h" in row  # 90,000 s of runtime
+    assert "512MiB" in row
+    assert "n/a" in row  # SM % unknown
+    gpu = next(line for line in lines if line.startswith("  0  NVIDIA"))
+    assert "n/a" in gpu and "5.0/24.0G" in gpu and "n/a/350W" in gpu
+    assert any("(not in this PID namespace)" in line for line in lines)
+    assert any("<defunct>" in line for line in lines)
+
+
+def test_wider_terminal_shows_more_of_the_command() -> None:
+    snap = hand_snapshot()
+    narrow = report.render_text([snap], width=80)
+    wide = report.render_text([snap], width=200)
+    assert "--lr 3e-4" not in narrow
+    assert "--lr 3e-4" in wide
+
+
+def test_colour_only_on_a_terminal_without_no_color(monkeypatch) -> None:
+    master, slave = os.openpty()
+    with os.fdopen(slave, "w") as tty, open(os.devnull, "w") as plain:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+        assert report.use_color(tty) is True
+        assert report.use_color(plain) is False
+        monkeypatch.setenv("NO_COLOR", "1")
+        assert report.use_color(tty) is False
+    os.close(master)
+    coloured = report.render_text([sim_snapshot("faulty")], color=True)
+    assert "\x1b[31m" in coloured  # the lost GPU in red
+
+
+def test_error_host_block_and_multiple_hosts() -> None:
+    down = model.error_snapshot("gpu-17", T0, model.HOST_UNREACHABLE, "connection refused")
+    text = report.render_text([hand_snapshot(), down])
+    blocks = text.split("\n\n")
+    assert blocks[0].startswith("box")
+    assert any(b.startswith("gpu-17  UNREACHABLE") for b in blocks)
+    assert "unreachable: connection refused" in text
+
+
+def test_warnings_section() -> None:
+    warn = model.Warning(
+        severity=model.CRITICAL, code="gpu-lost", message="GPU 6 fell off the bus",
+        gpu=6, hint="reboot the node",
+    )
+    text = report.render_text([hand_snapshot()], {"box": [warn]})
+    lines = text.splitlines()
+    at = lines.index("WARNINGS")
+    assert "CRITICAL" in lines[at + 1] and "GPU 6" in lines[at + 1]
+    assert "hint: reboot the node" in lines[at + 2]
+
+
+def test_json_document_round_trips() -> None:
+    snap = sim_snapshot("lab")
+    doc = json.loads(json.dumps(report.json_document([snap], T0)))
+    assert doc["schema"] == model.SCHEMA_VERSION
+    assert doc["generated"] == T0
+    (host,) = doc["hosts"]
+    assert host["schema"] == model.SCHEMA_VERSION
+    back = HostSnapshot.from_dict(host)
+    assert back == snap
+    assert host["gpus"][0]["ecc_mode"] is None  # missing is null, never 0 or "N/A"
+
+
+# -- the real command ---------------------------------------------------------------------------
+
+
+def run_gputop(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    code = (
+        "import sys, gputop.cli\n"
+        "rc = gputop.cli.main(sys.argv[1:])\n"
+        "sys.stdout.flush()\n"
+        "print('TEXTUAL-LOADED' if 'textual' in sys.modules else 'TEXTUAL-NOT-LOADED',"
+        " file=sys.stderr)\n"
+        "sys.exit(rc)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_once_demo_subprocess() -> None:
+    done = run_gputop("--once", "--demo", "lab")
+    assert done.returncode == 0, done.stderr
+    assert "TEXTUAL-NOT-LOADED" in done.stderr
+    lines = done.stdout.splitlines()
+    assert "DEMO" in lines[0] and "lab-gpu-03" in lines[0]
+    assert max(cells(line) for line in lines) <= 80
+    assert "\x1b" not in done.stdout  # not a terminal: no colour
+
+
+def test_json_demo_subprocess() -> None:
+    done = run_gputop("--json", "--demo", "faulty")
+    assert done.returncode == 0, done.stderr
+    assert "TEXTUAL-NOT-LOADED" in done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == 1
+    (host,) = doc["hosts"]
+    assert host["demo"] is True and host["host"] == "a100-node-12"
+    assert len(host["gpus"]) == 8
+    # Two reads 0.2 simulated seconds apart: per-process SM % has a value.
+    assert all(p["sm_util"] is not None for p in host["processes"])
+
+
+def test_demo_list_and_bad_scenario() -> None:
+    done = run_gputop("--demo", "list")
+    assert done.returncode == 0
+    names = [line.split()[0] for line in done.stdout.splitlines()]
+    assert {"dgx-h100", "lab", "faulty"} <= set(names)
+    bad = run_gputop("--once", "--demo", "no-such-scenario")
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr
+    assert "no-such-scenario" in bad.stderr.splitlines()[0]
+
+
+def _driver_present() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_driver_present(), reason="a real NVIDIA driver is present")
+def test_no_driver_is_one_sentence_and_exit_3() -> None:
+    done = run_gputop("--once")
+    assert done.returncode == 3
+    assert done.stdout == ""
+    err = [line for line in done.stderr.splitlines() if not line.startswith("TEXTUAL")]
+    assert len(err) == 1
+    assert "no NVIDIA driver" in err[0] and "--demo" in err[0] and "--hosts" in err[0]
+    assert "Traceback" not in done.stderr
+    assert run_gputop("--json").returncode == 3
+
+
+def test_bad_config_is_one_line_and_exit_2(tmp_path) -> None:
+    bad = tmp_path / "config.yaml"
+    bad.write_text("health:\n  no_such_threshold: 3\n")
+    done = run_gputop("--once", "--demo", "lab", "--config", str(bad))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("gputop:") and "no_such_threshold" in first
+    missing = run_gputop("--json", "--demo", "lab", "--config", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2
+    assert "nope.yaml" in missing.stderr.splitlines()[0]

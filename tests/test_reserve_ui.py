@@ -1,0 +1,153 @@
+"""The reserve dialog and the release key, in the real app on the real --demo feed.
+
+The feed is the one `gputop --demo faulty` uses (select.make_feeds), so the requests go
+through dispatch to a real reservation store on disk (a temp directory here) and come
+back in the next snapshot, as they do for a user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gputop.actions import reservations as store
+from gputop.sources import select
+from gputop.ui.app import GputopApp
+from gputop.ui.screens.reserve import ReserveScreen, describe, parse_gpus
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def demo_dir(monkeypatch: pytest.MonkeyPatch) -> str:
+    """--demo keeps reservations under the temp dir: give it a private one."""
+    base = tempfile.mkdtemp(prefix="gputop-ui-res-")
+    os.chmod(base, 0o755)  # another uid must reach the store for the race test
+    monkeypatch.setattr(tempfile, "tempdir", base)
+    return select.demo_reservations_dir("faulty")
+
+
+def _app() -> GputopApp:
+    args = argparse.Namespace(demo="faulty", hosts=None, host_list=None, local=False,
+                              readonly=False, config=None)
+    return GputopApp(select.make_feeds(args, {}), interval=0.2)
+
+
+async def _until(pilot, check: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.05)
+
+
+def _field(app: GputopApp, name: str):
+    return app.screen.query_one(f"#reserve-{name}")
+
+
+async def test_reserve_dialog_validates_then_reserves_and_r_releases(demo_dir: str) -> None:
+    app = _app()
+    async with app.run_test(size=(140, 50)) as pilot:
+        await _until(pilot, lambda: app.state.snapshot is not None)
+        app.state.selected_gpu = 3
+        await pilot.press("r")
+        await _until(pilot, lambda: isinstance(app.screen, ReserveScreen))
+        assert _field(app, "gpus").value == "3"
+
+        # a bad duration: shown under the fields, nothing sent, the dialog stays
+        _field(app, "for").value = "soon"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ReserveScreen)
+        assert "bad duration 'soon'" in str(_field(app, "error").render())
+        assert store.list_active(demo_dir) == []
+
+        # a note with an escape sequence is refused too
+        _field(app, "for").value = "2h"
+        _field(app, "note").value = "hi\x1b[2J"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "control character" in str(_field(app, "error").render())
+        assert store.list_active(demo_dir) == []
+
+        # a GPU the host does not have
+        _field(app, "note").value = "ui run"
+        _field(app, "gpus").value = "3,12"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "no GPU 12" in str(_field(app, "error").render())
+
+        _field(app, "gpus").value = "3,4"
+        await pilot.press("enter")
+        await _until(pilot, lambda: not isinstance(app.screen, ReserveScreen))
+        held = store.list_active(demo_dir)
+        assert [(r["gpu"], r["note"]) for r in held] == [(3, "ui run"), (4, "ui run")]
+        assert held[0]["until"] == pytest.approx(time.time() + 7200, abs=30)
+
+        # the next snapshot carries it: every user of the host sees it on the panel
+        await _until(pilot, lambda: len(app.state.snapshot.reservations) == 2)
+        panel = app.query_one("#gpu-3")
+        await _until(pilot, lambda: "RSV" in str(panel.render()))
+
+        # R on GPU 3 releases only GPU 3
+        await pilot.press("R")
+        await _until(pilot, lambda: [r["gpu"] for r in store.list_active(demo_dir)] == [4])
+        # R with no GPU of mine selected releases all of mine on the host
+        app.state.selected_gpu = 0
+        await pilot.press("R")
+        await _until(pilot, lambda: store.list_active(demo_dir) == [])
+
+
+async def test_lost_race_names_the_holder_and_keeps_the_dialog(demo_dir: str) -> None:
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root to hold a reservation as another user")
+    store.ensure_directory(demo_dir)
+    # another real user (nobody) holds GPU 4
+    code = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]);"
+        "from gputop.actions import reservations as s;"
+        "r = s.reserve(sys.argv[2], [4], time.time() + 3600, 'their run');"
+        "sys.exit(0 if r['ok'] else 1)"
+    )
+    subprocess.run(["/usr/bin/python3", "-c", code, str(REPO), demo_dir],
+                   user=65534, group=65534, extra_groups=[], cwd="/", check=True)
+    app = _app()
+    async with app.run_test(size=(140, 50)) as pilot:
+        await _until(pilot, lambda: app.state.snapshot is not None
+                     and app.state.snapshot.reservations)
+        app.state.selected_gpu = 4
+        await pilot.press("r")
+        await _until(pilot, lambda: isinstance(app.screen, ReserveScreen))
+        # the dialog says who holds the card before anything is sent
+        assert "reserved by nobody" in str(_field(app, "current").render())
+        _field(app, "for").value = "30m"
+        await pilot.press("enter")
+        await _until(pilot, lambda: "reserved by nobody" in str(_field(app, "error").render()))
+        assert isinstance(app.screen, ReserveScreen)
+        assert [r["user"] for r in store.list_active(demo_dir)] == ["nobody"]
+        await pilot.press("escape")
+        await _until(pilot, lambda: not isinstance(app.screen, ReserveScreen))
+
+
+def test_parse_gpus_and_describe() -> None:
+    from gputop.model import Gpu, HostSnapshot, Reservation
+
+    snap = HostSnapshot(host="h", time=0.0, gpus=(Gpu(index=0), Gpu(index=1)))
+    assert parse_gpus("1, 0,1", snap) == [1, 0]
+    for bad, why in (("", "at least one"), ("2", "no GPU 2"), ("x", "not a GPU index")):
+        with pytest.raises(ValueError, match=why):
+            parse_gpus(bad, snap)
+    text = describe(
+        [Reservation(gpu=1, user="bob", until=3600.0, since=0.0, note="[b]x[/b]\x1b")],
+        "alice",
+        0.0,
+    )
+    # untrusted text stays literal: no markup, control characters made visible
+    assert "GPU 1: reserved by bob for 1h00m more ([b]x[/b]\\e)" in text.plain
+    assert "\x1b" not in text.plain

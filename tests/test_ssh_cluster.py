@@ -1,0 +1,170 @@
+"""The cluster overview screen (Pilot): 64 hosts x 8 GPUs on 200x60, totals, navigation."""
+
+from __future__ import annotations
+
+import time
+
+from gputop import model
+from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
+from gputop.ui.app import GputopApp
+from gputop.ui.screens import cluster
+from gputop.ui.screens.cluster import ClusterProcessesScreen, ClusterScreen, TextLines
+
+GIB = 1024**3
+NOW = time.time()
+
+
+def _gpu(i: int, util: int, mem_gib: float, state: str = model.GPU_OK) -> Gpu:
+    return Gpu(index=i, state=state, util_gpu=util, mem_used=int(mem_gib * GIB),
+               mem_total=80 * GIB, name="NVIDIA H100 80GB HBM3")
+
+
+def _host(n: int) -> HostSnapshot:
+    name = f"node{n:02d}"
+    labels = ("a100",) if n % 2 else ("h100", "train")
+    if n == 3:
+        return model.error_snapshot(name, NOW, model.HOST_UNREACHABLE, "Connection refused",
+                                    labels=labels)
+    if n == 4:
+        return model.error_snapshot(name, NOW, model.HOST_AUTH_FAILED, "authentication failed",
+                                    labels=labels)
+    gpus = []
+    for i in range(8):
+        if i < 4:
+            gpus.append(_gpu(i, 0, 0.0))  # free
+        elif i == 7 and n == 5:
+            gpus.append(_gpu(i, 0, 0.0, state=model.GPU_LOST))
+        else:
+            gpus.append(_gpu(i, 90, 60.0))
+    procs = [GpuProcess(pid=1000 + i, gpu=i, gpu_mem=60 * GIB, sm_util=90, user=f"user{n}",
+                        command="python train.py") for i in range(4, 8)]
+    reservations = ()
+    if n == 6:
+        reservations = (Reservation(gpu=0, user="carol", until=NOW + 3600, since=NOW - 60),)
+    return HostSnapshot(host=name, time=NOW, gpus=tuple(gpus), processes=tuple(procs),
+                        reservations=reservations, labels=labels)
+
+
+def _app() -> GputopApp:
+    return GputopApp(feeds=[], clock=lambda: NOW)
+
+
+def _lines(widget: TextLines) -> list[str]:
+    return [widget.line_text(y) for y in range(widget.size.height)]
+
+
+def test_totals_count_free_busy_broken_reserved() -> None:
+    snaps = [_host(n) for n in range(64)]
+    result = cluster.totals(snaps, {}, NOW)
+    assert result.hosts == 64
+    assert result.states == {"ok": 62, "unreachable": 1, "auth failed": 1}
+    # 62 hosts x 4 free cards, minus the reserved one; host 5 lost one card.
+    assert result.gpus[cluster.RESERVED] == 1
+    assert result.gpus[cluster.FREE] == 62 * 4 - 1
+    assert result.gpus[cluster.BROKEN] == 1
+    assert result.gpus[cluster.BUSY] == 62 * 4 - 1
+
+
+def test_idle_memory_uses_orphan_flags() -> None:
+    class Flags:
+        idle = True
+        orphan = False
+        zombie = False
+
+    snap = _host(10)
+    flags = {snap.host: {snap.processes[0].key: Flags()}}
+    result = cluster.totals([snap], flags, NOW)
+    assert result.idle_procs == 1 and result.idle_mem == 60 * GIB
+
+
+async def test_64_hosts_fit_200x60() -> None:
+    app = _app()
+    async with app.run_test(size=(200, 60)) as pilot:
+        for n in range(64):
+            app.ingest(_host(n))
+        cluster.open_cluster(app)
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ClusterScreen)
+        widget = screen.query_one(TextLines)
+        text = "\n".join(_lines(widget))
+        for n in range(64):
+            assert f"node{n:02d}" in text, f"node{n:02d} not visible"
+        assert "unreachable" in text and "auth failed" in text
+        assert "LOST" in text  # the lost card on node05
+        assert widget.size.width <= 200
+        totals_text = str(screen.query_one("#cluster-totals").render())
+        assert "64 hosts" in totals_text and "broken" in totals_text
+
+
+async def test_enter_opens_host_and_escape_returns() -> None:
+    app = _app()
+    async with app.run_test(size=(200, 60)) as pilot:
+        for n in range(8):
+            app.ingest(_host(n))
+        app.action_cluster()
+        await pilot.pause()
+        assert isinstance(app.screen, ClusterScreen)
+        await pilot.press("down", "down")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, ClusterScreen)
+        assert app.state.host == "node02"
+        # Esc on the dashboard (no filters) goes back to the overview.
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, ClusterScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ClusterScreen)
+
+
+async def test_filter_hosts_by_label() -> None:
+    app = _app()
+    async with app.run_test(size=(200, 60)) as pilot:
+        for n in range(10):
+            app.ingest(_host(n))
+        app.action_cluster()
+        await pilot.pause()
+        await pilot.press("slash", *"a100", "enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ClusterScreen)
+        assert screen.order == [f"node{n:02d}" for n in range(10) if n % 2]
+
+
+async def test_host_names_are_not_markup() -> None:
+    app = _app()
+    evil = "[red]x[/]"
+    async with app.run_test(size=(200, 30)) as pilot:
+        app.ingest(HostSnapshot(host=evil, time=NOW, gpus=(_gpu(0, 0, 0),)))
+        app.ingest(_host(1))
+        app.action_cluster()
+        await pilot.pause()
+        text = "\n".join(_lines(app.screen.query_one(TextLines)))
+        assert evil in text
+
+
+async def test_all_processes_with_host_column_and_filters() -> None:
+    app = _app()
+    async with app.run_test(size=(200, 60)) as pilot:
+        for n in range(6):
+            app.ingest(_host(n))
+        app.action_cluster()
+        await pilot.pause()
+        await pilot.press("p")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ClusterProcessesScreen)
+        assert {h for h, _ in screen.keys} == {"node00", "node01", "node02", "node05"}
+        assert "HOST" in str(screen.query_one("#procs-header").render())
+        await pilot.press("slash", *"user:user1", "enter")
+        await pilot.pause()
+        assert {h for h, _ in screen.keys} == {"node01"}
+        screen.where = cluster.ProcFilter.parse("label:train")
+        screen.refresh_data()
+        assert {h for h, _ in screen.keys} == {"node00", "node02"}
+        screen.where = cluster.ProcFilter.parse("host:node05")
+        screen.refresh_data()
+        assert {h for h, _ in screen.keys} == {"node05"}
+        assert len(screen.keys) == 4

@@ -1,0 +1,61 @@
+"""Helpers for the dashboard tests (no tests here): simulated snapshots on a frozen clock."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from gputop.config import Config
+from gputop.model import GpuProcess, HostSnapshot
+from gputop.sources import sim
+from gputop.sources.nvml import Collector
+from gputop.ui.app import GputopApp
+
+START = 1_764_680_000.0  # a fixed epoch: no test depends on the real clock
+
+
+class Clock:
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def demo_snapshots(scenario: str, count: int, start: float = START,
+                   step: float = 1.0) -> list[HostSnapshot]:
+    """``count`` snapshots of a built-in scenario, ``step`` simulated seconds apart."""
+    clock = Clock(start)
+    nvml = sim.SimNvml(sim.load_scenario(scenario), clock=clock)
+    collector = Collector(nvml, sim.SimProcs(nvml), host=scenario, demo=True, clock=clock)
+    out = []
+    for _ in range(count):
+        out.append(HostSnapshot.from_dict(collector.collect()))
+        clock.now += step
+    return out
+
+
+def demo_app(scenario: str = "lab", history: int = 3, me: str = "alice",
+             config: Config | None = None, **kwargs: object) -> tuple[GputopApp, Clock]:
+    """An app without feeds, fed ``history`` snapshots by ingest() once it runs."""
+    snaps = demo_snapshots(scenario, history)
+    clock = Clock(snaps[-1].time)
+    app = GputopApp(config=config, clock=clock, me=me, **kwargs)  # type: ignore[arg-type]
+    app._test_snapshots = snaps  # type: ignore[attr-defined]
+    return app, clock
+
+
+def feed_all(app: GputopApp, snapshots: Iterable[HostSnapshot] | None = None) -> None:
+    for snap in snapshots if snapshots is not None else app._test_snapshots:  # type: ignore
+        app.ingest(snap)
+    app.refresh_view()
+
+
+def with_processes(snap: HostSnapshot, procs: Iterable[GpuProcess],
+                   dt: float = 1.0) -> HostSnapshot:
+    return dataclasses.replace(snap, time=snap.time + dt, processes=tuple(procs))
+
+
+def table_lines(app: GputopApp) -> list[str]:
+    table = app.table
+    return [table.render_line(y).text.rstrip() for y in range(len(table.rows))]
