@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from sshd import HostConf, SshdCluster  # noqa: E402
+from sshd import HostConf, SshdCluster
 
-from gputop import model  # noqa: E402
-from gputop.model import HostSnapshot  # noqa: E402
-from gputop.sources import smi  # noqa: E402
-from gputop.sources.ssh import SshFeed  # noqa: E402
+from gputop import model
+from gputop.model import HostSnapshot
+from gputop.sources import smi
+from gputop.sources.ssh import SshFeed
 
 TICK = os.sysconf("SC_CLK_TCK")
 

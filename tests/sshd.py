@@ -451,7 +451,7 @@ class Blackhole:
 
 DEFAULT_HOSTS = [
     HostConf("gpu-a", scenario="dgx-h100", labels=("h100", "train")),
-    HostConf("gpu-b", scenario="lab-4x-rtx", labels=("lab",)),
+    HostConf("gpu-b", scenario="lab", labels=("lab",)),
     HostConf("gpu-c", scenario="faulty", labels=("lab", "broken")),
 ]
 

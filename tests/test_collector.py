@@ -498,3 +498,23 @@ def test_helpers() -> None:
     assert decode_clock_events(0x60) == ("sw_thermal_slowdown", "hw_thermal_slowdown")
     assert decode_clock_events(0) == ()
     assert decode_clock_events(None) is None
+
+
+def test_unexpected_failure_on_one_gpu_is_that_gpu_error() -> None:
+    seen = []
+
+    def broken(result: Any) -> Any:
+        seen.append(result)
+        if len(seen) == 2:  # the second GPU read in the first collect
+            raise OSError("ioctl failed")
+        return result
+
+    collector, _, _, clock = make("lab", corrupt={"nvmlDeviceGetBAR1MemoryInfo": broken})
+    snap = snap_of(collector)
+    assert [g.state for g in snap.gpus] == ["ok", "error", "ok", "ok"]
+    assert "ioctl failed" in snap.gpus[1].error
+    assert snap.gpus[1].name == "NVIDIA GeForce RTX 3090"  # identity was read before
+    assert snap.state == model.HOST_OK
+    assert not any(p.gpu == 1 for p in snap.processes)
+    clock.now += 1
+    assert [g.state for g in snap_of(collector).gpus] == ["ok"] * 4  # and it recovers

@@ -162,8 +162,10 @@ def _driver_present() -> bool:
 
 
 @pytest.mark.skipif(_driver_present(), reason="a real NVIDIA driver is present")
-def test_make_feeds_without_driver_raises_early() -> None:
+def test_make_feeds_without_driver_raises_early(monkeypatch) -> None:
+    monkeypatch.delenv("GPUTOP_HOSTS", raising=False)
+    # --local: this machine is asked first even if the user has a default hosts file.
     with pytest.raises(NoDriverError):
-        select.make_feeds(args())
+        select.make_feeds(args(local=True))
     with pytest.raises(NoDriverError):
-        select.collect_once(args())
+        select.collect_once(args(local=True))

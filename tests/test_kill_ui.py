@@ -200,7 +200,7 @@ def _demo_app() -> tuple[GputopApp, sim.SimNvml, sim.SimProcs, Collector]:
 
 
 async def test_demo_kill_offers_only_my_processes_and_changes_the_sim():
-    app, nvml, procs, collector = _demo_app()
+    app, _nvml, procs, collector = _demo_app()
     async with app.run_test(size=SIZE) as pilot:
         app.ingest(HostSnapshot.from_dict(collector.collect()))
         app.refresh_view()

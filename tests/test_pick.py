@@ -60,6 +60,13 @@ def test_without_filters_a_card_with_a_process_is_not_free() -> None:
     assert ranking.rejected == {0: "1 process(es) running"}
 
 
+def test_a_display_server_alone_does_not_make_a_card_busy() -> None:
+    xorg = dataclasses.replace(_proc(0, 100, "root"), type="G")
+    both = dataclasses.replace(_proc(1, 101, "bob"), type="C+G")
+    snap = _snap([_gpu(0, 0.5, 0), _gpu(1, 0.5, 0)], processes=[xorg, both])
+    assert rank(snap, NOW).indexes == [0]
+
+
 def test_filters_allow_sharing_within_limits() -> None:
     gpus = [_gpu(0, 30, 40), _gpu(1, 70, 10), _gpu(2, 10, 95), _gpu(3, 5, None)]
     procs = [_proc(i, 100 + i, "bob") for i in range(4)]
@@ -116,7 +123,8 @@ def test_process_of_another_user_on_a_reserved_card() -> None:
     snap = _snap(
         [_gpu(0, 10, 50), _gpu(1, 10, 50)],
         processes=[_proc(0, 11, "alice"), _proc(0, 12, "carol"), _proc(0, 13, "carol"),
-                   _proc(1, 14, "bob"), _proc(0, 15, None)],
+                   _proc(1, 14, "bob"), _proc(0, 15, None),
+                   dataclasses.replace(_proc(0, 16, "root"), type="G")],
         reservations=[_res(0, "alice", 120), _res(1, "bob", 120)],
     )
     found = reservation_warnings(snap, NOW, "dave")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -105,3 +106,19 @@ def test_several_hosts_need_host(lab: tuple[SshdCluster, dict]) -> None:
     assert "several hosts (box-a, box-b): choose one with --host" in out.stderr
     out = gputop(cluster, "release", "--host", "nowhere")
     assert out.returncode == 2 and "no host 'nowhere' (hosts: box-a, box-b)" in out.stderr
+
+
+def test_unreachable_host_is_one_line_and_exit_4(lab: tuple[SshdCluster, dict]) -> None:
+    cluster, _stores = lab
+    with socket.socket() as sock:  # a port nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    hosts = cluster.tmp / "dead.yaml"
+    hosts.write_text(f"hosts:\n  - name: dead\n    hostname: 127.0.0.1\n    port: {port}\n")
+    for args in (["reserve", "--gpus", "0", "--for", "1h"], ["reservations"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "gputop.cli", *args, "--hosts", str(hosts), "--timeout", "20"],
+            env=cluster.env(), capture_output=True, text=True, timeout=60, cwd=str(REPO),
+        )
+        assert out.returncode == 4, (args, out.stderr)
+        assert "dead: unreachable" in out.stderr and out.stderr.count("\n") == 1

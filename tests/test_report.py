@@ -141,6 +141,7 @@ def test_json_document_round_trips() -> None:
 
 
 def run_gputop(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """gputop.cli.main in a fresh interpreter; env values of None remove that variable."""
     code = (
         "import sys, gputop.cli\n"
         "rc = gputop.cli.main(sys.argv[1:])\n"
@@ -149,12 +150,13 @@ def run_gputop(*args: str, env: dict | None = None) -> subprocess.CompletedProce
         " file=sys.stderr)\n"
         "sys.exit(rc)\n"
     )
+    merged = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, **(env or {})},
+        env={k: v for k, v in merged.items() if v is not None},
     )
 
 
@@ -203,15 +205,17 @@ def _driver_present() -> bool:
 
 
 @pytest.mark.skipif(_driver_present(), reason="a real NVIDIA driver is present")
-def test_no_driver_is_one_sentence_and_exit_3() -> None:
-    done = run_gputop("--once")
+def test_no_driver_is_one_sentence_and_exit_3(tmp_path) -> None:
+    # No default hosts file may turn plain `gputop --once` into an SSH run.
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path), "GPUTOP_HOSTS": None}
+    done = run_gputop("--once", env=env)
     assert done.returncode == 3
     assert done.stdout == ""
     err = [line for line in done.stderr.splitlines() if not line.startswith("TEXTUAL")]
     assert len(err) == 1
     assert "no NVIDIA driver" in err[0] and "--demo" in err[0] and "--hosts" in err[0]
     assert "Traceback" not in done.stderr
-    assert run_gputop("--json").returncode == 3
+    assert run_gputop("--json", env=env).returncode == 3
 
 
 def test_bad_config_is_one_line_and_exit_2(tmp_path) -> None:
@@ -225,3 +229,11 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path) -> None:
     missing = run_gputop("--json", "--demo", "lab", "--config", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2
     assert "nope.yaml" in missing.stderr.splitlines()[0]
+
+
+def test_reservations_are_listed_under_the_gpus() -> None:
+    res = model.Reservation(gpu=0, user="alice\x1b[2J", until=T0 + 3600, since=T0, note="x" * 200)
+    text = report.render_text([hand_snapshot(reservations=(res,))])
+    line = next(line for line in text.splitlines() if "reserved by" in line)
+    assert line.startswith("  GPU 0 reserved by alice?[2J until ")
+    assert line.endswith("...") and cells(line) <= 80

@@ -259,6 +259,19 @@ def test_index_keys_without_uuids(directory: str) -> None:
     assert "index-3.1.json" not in os.listdir(directory)
 
 
+def test_a_client_without_uuids_still_sees_and_releases_the_card(directory: str) -> None:
+    now = time.time()
+    assert store.reserve(directory, [2], now + 60, "", gpu_uuids=UUIDS, now=now)["ok"]
+    # e.g. `gputop release --gpus 2` on a machine whose driver is gone: no UUID list
+    out = store.reserve(directory, [2], now + 120, "again", now=now)
+    assert out["ok"] and "extended" in out["message"]
+    (held,) = store.list_active(directory, now)
+    assert held["gpu_uuid"] == UUIDS[2] and held["note"] == "again"
+    out = store.release(directory, [2], now=now)
+    assert [r["gpu"] for r in out["released"]] == [2]
+    assert store.list_active(directory, now) == []
+
+
 # ---------------------------------------------------------------------------------------
 # validation
 

@@ -90,6 +90,8 @@ async def test_several_hosts_once(sshd_hosts: SshdCluster) -> None:
         assert snap.gpus, snap
         assert snap.labels == host.conf.labels
         assert snap.source == "sim"
+    # Each loopback host serves its own scenario (Match LocalAddress + SetEnv).
+    assert len({(len(s.gpus), s.gpus[0].name) for s in snaps}) == len(snaps)
 
 
 async def test_feed_streams_and_carries_requests(sshd_hosts: SshdCluster) -> None:
@@ -360,3 +362,22 @@ def test_cli_json_and_once_over_ssh(lab: SshdCluster, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "ok-1" in proc.stdout and "H100" in proc.stdout
+
+
+async def test_missing_identity_file_is_a_clear_error(lab: SshdCluster, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-key"
+    spec = lab.specs(["ok-2"], identity_file=str(missing))[0]
+    (snap,) = await collect_once_hosts_async([spec], timeout=10)
+    assert snap.state == model.HOST_ERROR
+    assert str(missing) in snap.error
+
+
+async def test_request_once(sshd_hosts: SshdCluster, tmp_path: Path) -> None:
+    from gputop.sources.ssh import request_once_async
+
+    spec = sshd_hosts.specs()[0]
+    reply, snap = await request_once_async(spec, {"op": "reservations"}, timeout=20)
+    assert reply["ok"] is True and snap is not None and snap.state == model.HOST_OK
+    bad = dataclasses.replace(spec, user="nosuchuser-gputop")
+    reply, snap = await request_once_async(bad, {"op": "reservations"}, timeout=20)
+    assert reply["ok"] is False and "auth failed" in reply["message"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from gputop import model
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
@@ -168,3 +169,34 @@ async def test_all_processes_with_host_column_and_filters() -> None:
         screen.refresh_data()
         assert {h for h, _ in screen.keys} == {"node05"}
         assert len(screen.keys) == 4
+
+
+class _TwoHostFeed:
+    """A feed of two fixed snapshots (the SSH feed is tested against sshd elsewhere)."""
+
+    def __init__(self) -> None:
+        self.hosts = ["node00", "node01"]
+
+    async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
+        emit(_host(0))
+        emit(_host(1))
+
+    async def request(self, host: str, request: dict) -> dict:
+        return {"ok": False, "message": "test feed"}
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_many_hosts_start_on_the_overview() -> None:
+    app = GputopApp(feeds=[_TwoHostFeed()], clock=lambda: NOW)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, ClusterScreen)
+        for _ in range(50):
+            if len(app.state.snapshots) == 2:
+                break
+            await pilot.pause(0.05)
+        app.screen.refresh_data()
+        text = "\n".join(_lines(app.screen.query_one(TextLines)))
+        assert "node00" in text and "node01" in text

@@ -1,7 +1,8 @@
 """Choosing free cards, and the warnings that reservations give. Pure: no I/O.
 
-"Free" means, without filters: no GPU process listed on the card. With --min-free-mem or
---max-util the user says what is acceptable to share, and only those limits apply.
+"Free" means, without filters: no compute process listed on the card (a display server
+alone does not count). With --min-free-mem or --max-util the user says what is acceptable
+to share, and only those limits apply.
 A card is never picked when it is lost or in error, has a critical warning, or is
 reserved by someone else (my own reservations are fine: that is what I reserved for).
 """
@@ -65,7 +66,8 @@ def rank(
     excluded = set(exclude)
     busy: dict[int, int] = {}
     for proc in snapshot.processes:
-        busy[proc.gpu] = busy.get(proc.gpu, 0) + 1
+        if proc.type != "G":  # a display server alone does not make a card busy
+            busy[proc.gpu] = busy.get(proc.gpu, 0) + 1
     chosen: list[Gpu] = []
     rejected: dict[int, str] = {}
     for gpu in snapshot.gpus:
@@ -174,8 +176,11 @@ def _intruders(
 ) -> Sequence[model.Warning]:
     found: dict[str, list[int]] = {}
     for proc in snapshot.processes:
-        # A process whose user we cannot see (another PID namespace) is not accused.
-        if proc.gpu == index and proc.user is not None and proc.user != reservation.user:
+        # A process whose user we cannot see (another PID namespace) is not accused, nor
+        # a display server: graphics-only processes live on every card with a screen.
+        if proc.gpu != index or proc.user is None or proc.type == "G":
+            continue
+        if proc.user != reservation.user:
             found.setdefault(proc.user, []).append(proc.pid)
     return [
         model.Warning(

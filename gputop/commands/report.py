@@ -207,6 +207,11 @@ def _host_block(snap: HostSnapshot, width: int, paint: Callable[[str, str], str]
         lines.append("  no GPUs")
     for gpu in snap.gpus:
         lines.append(_gpu_line(gpu, width, paint))
+    for res in sorted(snap.reservations, key=lambda r: r.gpu):
+        until = time.strftime("%a %H:%M", time.localtime(res.until))
+        note = f"  {_clean(res.note)}" if res.note else ""
+        text = f"  GPU {res.gpu} reserved by {_clean(res.user)} until {until}{note}"
+        lines.append(_fit(text, width))
     lines.append("")
     head = (
         f"{'GPU':>3} {'PID':>8} {'USER':<10} {'GPU-MEM':>9} {'SM%':>4} {'TIME':>7}  COMMAND"

@@ -184,10 +184,14 @@ def _reservations(args: argparse.Namespace, config: dict[str, Any]) -> int:
     problems: list[str] = []
     if _wants_ssh(args) and not args.host:
         # All hosts asked for: their snapshots carry the reservations.
-        for snapshot in _snapshots(args, config):
+        snapshots = _snapshots(args, config)
+        for snapshot in snapshots:
             if not snapshot.ok:
                 problems.append(f"{snapshot.host}: {snapshot.state}: {snapshot.error or ''}")
             rows.extend({**r.to_dict(), "host": snapshot.host} for r in snapshot.reservations)
+        if snapshots and not any(s.ok for s in snapshots):
+            # Not one host could be read: "none" would be a lie.
+            raise ActionFailed("; ".join(problems))
     else:
         with _target(args, config) as target:
             reply = target.request({"op": "reservations"})
@@ -308,8 +312,8 @@ class _RemoteTarget(_Target):
             if snapshot.state == model.HOST_CONNECTING:
                 return
             self._snapshot = snapshot
-            if snapshot.state in ssh.FINAL_STATES:
-                arrived.set()
+            # retry=False: an error state is as final for this one command as a snapshot.
+            arrived.set()
 
         self._feed = ssh.SshFeed([self._spec], retry=False, warmup=0.2)
         self._runner = asyncio.create_task(self._feed.run(1.0, emit))

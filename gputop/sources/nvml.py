@@ -522,14 +522,20 @@ class Collector:
             self._dynamic_fields(gpu, handle, static)
             procs = self._processes(index, handle, gpu.get("mem_total"), now)
         except _GpuLost as lost:
-            # Keep whatever identity we already know, so the user sees which card is gone.
-            known = self._static.get(index, {})
-            for key in ("uuid", "name", "pci_bus_id", "serial"):
-                gpu[key] = known.get(key)
-            gpu = {k: v for k, v in gpu.items() if k in _LOST_KEYS}
-            gpu.update(state=lost.state, error=lost.message)
-            return gpu, []
+            return self._broken_gpu(index, lost.state, lost.message), []
+        except Exception as err:
+            # An odd card or driver must not cost the user the other cards: this GPU shows
+            # the error and the rest of the host is read as usual.
+            message = f"cannot read GPU {index}: {type(err).__name__}: {err}"
+            return self._broken_gpu(index, "error", message), []
         return gpu, procs
+
+    def _broken_gpu(self, index: int, state: str, message: str) -> dict[str, Any]:
+        # Keep whatever identity we already know, so the user sees which card is gone.
+        known = self._static.get(index, {})
+        gpu: dict[str, Any] = {key: known.get(key) for key in _IDENTITY_KEYS}
+        gpu.update(index=index, state=state, error=message)
+        return gpu
 
     def _dynamic_fields(self, gpu: dict[str, Any], handle: Any, static: dict[str, Any]) -> None:
         get = self._get
@@ -808,7 +814,7 @@ class Collector:
         return self._holders
 
 
-_LOST_KEYS = frozenset({"index", "state", "error", "uuid", "name", "pci_bus_id", "serial"})
+_IDENTITY_KEYS = ("uuid", "name", "pci_bus_id", "serial")
 
 _PROCESS_KEYS = (
     "user",

@@ -253,6 +253,9 @@ class SshFeed:
                                 f"no SSH handshake within {host.spec.connect_timeout:g} s")
                 except (OSError, asyncssh.Error) as exc:
                     self._state(host, model.HOST_UNREACHABLE, _describe(exc))
+                except Exception as exc:  # a bad key file, an option asyncssh refuses...
+                    self._state(host, model.HOST_ERROR, f"cannot connect: {_describe(exc)}")
+                    return  # a configuration problem: retrying cannot fix it
                 else:
                     failures = 0
             if host.conn is not None:
@@ -270,6 +273,9 @@ class SshFeed:
                     await self._drop(host)
                 except (OSError, asyncssh.Error) as exc:
                     self._state(host, model.HOST_UNREACHABLE, f"connection lost: {_describe(exc)}")
+                    await self._drop(host)
+                except Exception as exc:  # one host's surprise must not end the others
+                    self._state(host, model.HOST_ERROR, f"{type(exc).__name__}: {exc}")
                     await self._drop(host)
             if not self.retry or self._closed.is_set():
                 return
@@ -320,6 +326,8 @@ class SshFeed:
         if spec.port:
             options["port"] = spec.port
         if spec.identity_file:
+            if not os.path.isfile(spec.identity_file):
+                raise ValueError(f"identity_file {spec.identity_file} does not exist")
             options["client_keys"] = [spec.identity_file]
         return options, witness, files
 
@@ -568,3 +576,46 @@ async def collect_once_hosts_async(
 def collect_once_hosts(specs: Sequence[HostSpec], timeout: float = 10.0) -> list[HostSnapshot]:
     """The one-shot commands' entry: runs its own event loop."""
     return asyncio.run(collect_once_hosts_async(specs, timeout))
+
+
+async def request_once_async(
+    spec: HostSpec, request: dict[str, Any], timeout: float = 30.0
+) -> tuple[dict[str, Any], HostSnapshot | None]:
+    """Connect to one host, send one action request to its probe, close.
+
+    Returns (reply, the host's snapshot when the request was sent).  For the one-shot
+    commands (`gputop reserve --host H`, `release`, a scripted kill).
+    """
+    latest: list[HostSnapshot] = []
+    ready = asyncio.Event()
+
+    def emit(snapshot: HostSnapshot) -> None:
+        latest.append(snapshot)
+        if snapshot.state != model.HOST_CONNECTING and (
+            snapshot.state in FINAL_STATES or snapshot.state in (model.HOST_UNREACHABLE,
+                                                                 model.HOST_TIMEOUT,
+                                                                 model.HOST_ERROR)
+        ):
+            ready.set()
+
+    feed = SshFeed([spec], retry=False)
+    runner = asyncio.create_task(feed.run(1.0, emit))
+    try:
+        try:
+            await asyncio.wait_for(ready.wait(), timeout)
+        except asyncio.TimeoutError:
+            return {"ok": False, "message": f"{spec.name}: no answer within {timeout:g} s"}, None
+        snap = latest[-1]
+        if snap.state != model.HOST_OK:
+            return {"ok": False, "message": f"{spec.name}: {snap.state}: {snap.error}"}, snap
+        return await feed.request(spec.name, request), snap
+    finally:
+        await feed.close()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await runner
+
+
+def request_once(
+    spec: HostSpec, request: dict[str, Any], timeout: float = 30.0
+) -> tuple[dict[str, Any], HostSnapshot | None]:
+    return asyncio.run(request_once_async(spec, request, timeout))

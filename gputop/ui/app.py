@@ -241,6 +241,9 @@ class GputopApp(App[int]):
             for feed in self.feeds:
                 self.run_worker(self._feed_loop(feed), name=f"feed {','.join(feed.hosts)}",
                                 group="feeds", exit_on_error=False)
+            if sum(len(feed.hosts) for feed in self.feeds) > 1:
+                # A lab of hosts starts on the overview (gputop/ui/screens/cluster.py).
+                self._plugin("cluster", "open_cluster", "cluster view", quiet=True)
         self.set_interval(self.interval, self._tick, name="refresh")
 
     async def on_unmount(self) -> None:

@@ -20,6 +20,9 @@ from gputop.model import CRITICAL, GPU_OK, SEVERITY_ORDER, Gpu, Reservation
 from gputop.model import Warning as HealthWarning
 from gputop.ui import fmt
 
+# Clock events that are not a slowdown anyone should look at.
+BENIGN_CLOCK_EVENTS = frozenset({"gpu_idle", "applications_clocks_setting", "display_clock_setting"})
+
 SEVERITY_BADGE = {"critical": ("✖", "crit"), "warning": ("⚠", "warn"), "info": ("ℹ", "idle")}
 
 
@@ -151,8 +154,9 @@ class GpuPanel(Widget):
             out.append(f"  SM {gpu.clock_sm}{top} MHz")
         if gpu.clock_mem is not None:
             out.append(f"  MEM {gpu.clock_mem} MHz")
-        if gpu.clock_event_reasons:
-            out.append("  " + ",".join(gpu.clock_event_reasons), style=self._style("warn"))
+        slowed = [r for r in gpu.clock_event_reasons or () if r not in BENIGN_CLOCK_EVENTS]
+        if slowed:
+            out.append("  " + ",".join(slowed), style=self._style("warn"))
         out.append_text(self._badges(data))
         out.append("\n")
         # line 2: gauges, widths shared out over the line
