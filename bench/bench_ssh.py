@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -64,8 +68,11 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-async def first_view(cluster: SshdCluster, n: int) -> tuple[float, float]:
-    """(seconds until every SSH handshake is done, seconds until every host shows data)."""
+async def first_view(cluster: SshdCluster, n: int) -> tuple[float, float, float]:
+    """Seconds until every SSH handshake is done and until every host shows data, and the
+    CPU seconds the 'remote' side (sshd, shells, probes) spent getting there."""
+    daemons = [d.proc.pid for d in cluster.daemons if d.proc is not None]
+    cpu_before = sum(tree_cpu(pid) for pid in daemons)
     specs = cluster.specs([h.name for h in cluster.hosts[:n]])
     seen_ok: set[str] = set()
     done = asyncio.Event()
@@ -88,9 +95,11 @@ async def first_view(cluster: SshdCluster, n: int) -> tuple[float, float]:
         marks["connected"] = time.monotonic() - t0
 
     await asyncio.wait_for(asyncio.gather(done.wait(), handshakes()), 120)
+    # Read while the sessions live: their processes' own times are still there to read.
+    remote = sum(tree_cpu(pid) for pid in daemons) - cpu_before
     await feed.close()
     await task
-    return marks["connected"], marks["ok"]
+    return marks["connected"], marks["ok"], remote
 
 
 async def steady(cluster: SshdCluster, n: int, seconds: float) -> tuple[float, float, int]:
@@ -121,8 +130,9 @@ async def steady(cluster: SshdCluster, n: int, seconds: float) -> tuple[float, f
     return 100.0 * (c1 - c0) / (t1 - t0), rss, n1 - n0
 
 
-async def remote_cost(cluster: SshdCluster, polls: int) -> tuple[float, float]:
-    """ms of remote CPU per snapshot: the long-lived probe vs one-shot commands per poll."""
+async def remote_cost(cluster: SshdCluster, polls: int) -> tuple[float, float, float]:
+    """Remote CPU: probe start-up (s), ms per snapshot of the running probe, and ms per poll
+    of one-shot commands on an open connection (what a probe-less tool pays)."""
     import asyncssh
 
     probe_host = cluster.host("cost-probe")
@@ -131,16 +141,20 @@ async def remote_cost(cluster: SshdCluster, polls: int) -> tuple[float, float]:
     oneshot_daemon = cluster.daemons[oneshot_host.daemon].proc
     assert probe_daemon is not None and oneshot_daemon is not None
 
-    # Probe: `polls` snapshots at 0.2 s, then close and let sshd reap the session.
+    # Probe at 0.2 s: start-up until its first snapshot, then `polls` more snapshots.
     spec = cluster.specs(["cost-probe"])[0]
     got = 0
+    marks: dict[int, float] = {}
     enough = asyncio.Event()
 
     def emit(snap: HostSnapshot) -> None:
         nonlocal got
         if snap.state == model.HOST_OK:
             got += 1
-            if got >= polls:
+            if got in (1, 1 + polls):
+                # Read while the session lives: its processes' own times are there to read.
+                marks[got] = tree_cpu(probe_daemon.pid)
+            if got >= 1 + polls:
                 enough.set()
 
     before = tree_cpu(probe_daemon.pid)
@@ -149,21 +163,54 @@ async def remote_cost(cluster: SshdCluster, polls: int) -> tuple[float, float]:
     await asyncio.wait_for(enough.wait(), 120)
     await feed.close()
     await task
-    await asyncio.sleep(1.0)
-    probe_ms = 1000 * (tree_cpu(probe_daemon.pid) - before) / got
+    startup = marks[1] - before
+    probe_ms = 1000 * (marks[1 + polls] - marks[1]) / polls
 
-    # One-shot: the nvidia-smi + ps command per poll (what a probe-less tool does).
+    # One-shot: the nvidia-smi + ps command per poll, on an already open connection.
     spec = cluster.specs(["cost-oneshot"])[0]
-    before = tree_cpu(oneshot_daemon.pid)
     async with asyncssh.connect(
         spec.hostname, port=spec.port, username=spec.user, client_keys=[spec.identity_file],
         known_hosts=list(spec.known_hosts or ()),
     ) as conn:
+        await conn.run(smi.FALLBACK_COMMAND, check=False)
+        before = tree_cpu(oneshot_daemon.pid)
         for _ in range(polls):
             await conn.run(smi.FALLBACK_COMMAND, check=False)
-    await asyncio.sleep(1.0)
-    oneshot_ms = 1000 * (tree_cpu(oneshot_daemon.pid) - before) / polls
-    return probe_ms, oneshot_ms
+        oneshot_ms = 1000 * (tree_cpu(oneshot_daemon.pid) - before) / polls
+    return startup, probe_ms, oneshot_ms
+
+
+@contextlib.contextmanager
+def sh_user(name: str) -> Iterator[str]:
+    """A throw-away system user whose login shell is /bin/sh: no rc files at login."""
+    import pwd
+
+    created = False
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", "-p", "*", name],
+            check=True, capture_output=True,
+        )
+        created = True
+    try:
+        yield name
+    finally:
+        if created:
+            subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
+def first_view_table(cluster: SshdCluster, sizes: list[int], title: str) -> None:
+    print(title)
+    print(f"{'hosts':>6} {'all SSH connected (s)':>22} {'first complete view (s)':>24}"
+          f" {'remote CPU used (s)':>20}")
+    for n in [1, *sizes]:
+        connected, seconds, used = asyncio.run(first_view(cluster, n))
+        print(f"{n:>6} {connected:>22.2f} {seconds:>24.2f} {used:>20.2f}")
+    print(f"{'':>6} {'':>22} {'target < 3 s for 64':>24}")
+    print(f"(this machine: {os.cpu_count()} cores for the client and every 'remote' host;"
+          f" load average {os.getloadavg()[0]:.1f})")
 
 
 def main() -> int:
@@ -171,6 +218,11 @@ def main() -> int:
     parser.add_argument("--hosts", default="32,64")
     parser.add_argument("--steady", type=float, default=20.0, help="seconds of steady state")
     parser.add_argument("--polls", type=int, default=30)
+    parser.add_argument(
+        "--sh-user", metavar="NAME",
+        help="also measure the first view logging in as NAME, a system user created for the "
+        "run with /bin/sh as its shell (root's .bashrc here starts pyenv: ~0.1 s a login)",
+    )
     args = parser.parse_args()
     sizes = [int(x) for x in args.hosts.split(",")]
     biggest = max(sizes)
@@ -184,22 +236,44 @@ def main() -> int:
         with SshdCluster(main_dir, confs_main, per_daemon=10) as cluster, SshdCluster(
             cost_dir, cost, per_daemon=1, first_address=2 + biggest + 2
         ) as cost_cluster:
-            print(f"{'hosts':>6} {'all SSH connected (s)':>22} {'first complete view (s)':>24}")
-            for n in sizes:
-                connected, seconds = asyncio.run(first_view(cluster, n))
-                print(f"{n:>6} {connected:>22.2f} {seconds:>24.2f}")
-            print(f"{'':>6} {'':>22} {'target < 3 s for 64':>24}")
+            first_view_table(cluster, sizes, f"login as {cluster.user} (its shell rc files run):")
             cpu, rss, lines = asyncio.run(steady(cluster, biggest, args.steady))
             print()
             print(f"steady state, {biggest} hosts x 8 GPUs, 1 s interval, {args.steady:g} s:")
             print(f"{'client CPU (% of one core)':>32} {cpu:>8.1f}  target < 15")
             print(f"{'client RSS (MB)':>32} {rss:>8.1f}  target < 150")
             print(f"{'snapshots received':>32} {lines:>8d}")
-            probe_ms, oneshot_ms = asyncio.run(remote_cost(cost_cluster, args.polls))
+            startup, probe_ms, oneshot_ms = asyncio.run(remote_cost(cost_cluster, args.polls))
             print()
-            print(f"remote CPU per snapshot (sshd + shell + collector), {args.polls} polls:")
-            print(f"{'long-lived probe (ms)':>32} {probe_ms:>8.1f}")
-            print(f"{'one-shot nvidia-smi+ps (ms)':>32} {oneshot_ms:>8.1f}  (fake nvidia-smi: cat)")
+            print(f"remote CPU (sshd + login shell + collector), {args.polls} polls:")
+            print(f"{'probe start-up, once (ms)':>36} {1000 * startup:>8.1f}")
+            print(f"{'probe, per snapshot (ms)':>36} {probe_ms:>8.1f}")
+            print(f"{'one-shot nvidia-smi + ps, per poll (ms)':>36} {oneshot_ms:>8.1f}"
+                  "  (nvidia-smi faked by cat: a real one costs more)")
+        if args.sh_user and os.geteuid() == 0 and shutil.which("useradd"):
+            # The hosts' files must be readable by that user: sshd reads authorized_keys
+            # and the probe runs as the user.
+            plain = Path(tmp) / "plain"
+            plain.mkdir()
+            for path in (Path(tmp), plain):
+                path.chmod(0o755)
+            with sh_user(args.sh_user) as user, SshdCluster(
+                plain, confs_main, per_daemon=10, user=user
+            ) as cluster:
+                # os.walk does not follow links; chmod of a link would change its target
+                # (/usr/bin/python3...), so links are skipped too.
+                for root, dirs, files in os.walk(plain, followlinks=False):
+                    for name in dirs:
+                        if not os.path.islink(os.path.join(root, name)):
+                            os.chmod(os.path.join(root, name), 0o755)
+                    for name in files:
+                        path = os.path.join(root, name)
+                        if not os.path.islink(path) and name.endswith(
+                            (".pub", "authorized_keys", ".csv", "known_hosts")
+                        ):
+                            os.chmod(path, 0o644)
+                print()
+                first_view_table(cluster, sizes, f"login as {user} (shell /bin/sh, no rc files):")
     return 0
 
 

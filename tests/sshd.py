@@ -24,6 +24,19 @@ The remote python is the system /usr/bin/python3 (no gputop, no pynvml installed
 the tests exercise the real bundle shipping; ``PYTHONPATH`` on the remote side points at
 a directory holding only pyyaml (the sim loads YAML scenarios).
 
+Actions through SSH (kill, reserve, release)::
+
+    from gputop.sources.ssh import request_once_async      # or SshFeed(...).request()
+    spec = sshd_hosts.specs(["gpu-b"])[0]                  # gpu-b serves the "lab" scenario
+    reply, snap = await request_once_async(spec, {"op": "reservations"})
+
+A sim host's probe acts on the simulation (a kill changes SimProcs, never a real pid) and
+keeps reservations in $GPUTOP_RESERVATIONS_DIR when the host's ``env`` sets it (values
+without spaces: they go into sshd_config's SetEnv), else in a per-scenario directory under
+/tmp.  ``HostConf(scenario=None)`` runs the probe on real NVML (no driver here: state
+"no GPU/driver").  ``cluster.probe_processes(name)`` lists the python processes running
+on a host (psutil), ``cluster.stop(daemon)`` / ``start(daemon)`` take a host down and up.
+
 Root needs /run/sshd (privilege separation directory) and StrictModes off because the
 keys live under /tmp; both are handled here. When sshd cannot run, the fixtures skip.
 """

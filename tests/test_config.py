@@ -90,6 +90,8 @@ def test_empty_file_is_defaults() -> None:
         ("reclaim:\n  grace: 1\n", "c.yaml:2: key 'reclaim.grace': unknown key"),
         ("reservations:\n  dir: [a]\n", "c.yaml:2: key 'reservations.dir': expected a single"),
         ("health:\n  a: [1]\n", "c.yaml:2: key 'health.a': expected a single"),
+        ("health:\n  mem_percnt: 80\n", "c.yaml:2: key 'health.mem_percnt': unknown key"),
+        ("health:\n  mem_percent: lots\n", "c.yaml:2: key 'health.mem_percent': expected a"),
         ("interval: 1\ninterval: 2\n", "c.yaml:2: key 'interval': given twice"),
         ("- 1\n- 2\n", "c.yaml:1: key '(top level)': expected a mapping"),
         ("interval: [1\n", "c.yaml:2: YAML syntax error"),
@@ -119,3 +121,14 @@ def test_cli_bad_config_exits_2_one_line_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert f"{bad}:2: key 'colours': unknown key" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0
+
+
+def test_documented_example_parses() -> None:
+    from gputop import config
+
+    doc = config.__doc__ or ""
+    body = doc.split("::\n\n", 1)[1]
+    example = "\n".join(line[4:] for line in body.splitlines() if line.startswith("    "))
+    c = parse_config(example, "docstring")
+    assert c.interval == 2.0 and c.keys["kill"] == "x,f9"
+    assert c.thresholds["temp"] == (75.0, 85.0) and c.colors["crit"] == "#ff5f5f"

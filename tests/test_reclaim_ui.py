@@ -98,6 +98,9 @@ async def test_orphan_listed_at_once_idle_kernel_after_thirty_minutes():
         assert entry.mem > 10 * GIB
         why = str(screen.query_one("#reclaim-why").render())
         assert "orphan: its notebook server is gone; re-parented to systemd --user" in why
+        # The scenario's GPU 1 has 600 MiB that no process explains (over the driver floor).
+        ghost = str(screen.query_one("#reclaim-ghost").render())
+        assert "lab GPU 1: 600M used by no listed process" in ghost
 
         lab.observe(app, 31)
         await pilot.pause()

@@ -23,6 +23,7 @@ import pytest
 from helpers.procs import (
     Reaper,
     alive,
+    snapshot_of,
     start_sleeper,
     start_term_ignorer,
     start_ticks,
@@ -30,12 +31,17 @@ from helpers.procs import (
 )
 from sshd import HostConf, SshdCluster
 
+from gputop.config import Config, ReclaimConfig
 from gputop.model import HostSnapshot
 from gputop.sources.ssh import SshFeed
+from gputop.ui.app import GputopApp
+from gputop.ui.screens.kill import KillScreen
+from gputop.ui.state import row_key
 
 pytestmark = pytest.mark.sshd
 
 REPO = Path(__file__).resolve().parent.parent
+GIB = 1024**3
 # A host "driver" made of the simulator: imported by the probe as the host's own pynvml,
 # after the probe's bundle is installed, so gputop.sources.sim resolves to the shipped copy.
 FAKE_PYNVML = f'''
@@ -152,3 +158,80 @@ async def test_remote_demo_kill_changes_only_the_simulation(cluster):
         await seen.wait(lambda: seen.latest["gpu-lab"].time > before + 0.3)
         pids = {p.pid for p in seen.latest["gpu-lab"].processes}
         assert 5100034 not in pids and 5100021 in pids
+
+
+# -- the same through the dashboard ---------------------------------------------------------
+
+
+class LocalView:
+    """An SshFeed whose snapshots the test replaces with its own (a real local process
+    shown as if on the remote host); requests still travel to the remote probe."""
+
+    def __init__(self, inner: SshFeed) -> None:
+        self.inner = inner
+        self.hosts = inner.hosts
+
+    def user_of(self, host: str) -> str | None:
+        return self.inner.user_of(host)
+
+    async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
+        await self.inner.run(interval, lambda _snap: None)
+
+    async def request(self, host: str, request: dict) -> dict:
+        return await self.inner.request(host, request)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def notes_of(app: GputopApp) -> list[str]:
+    return [f"{n.title} | {n.message}" for n in app._notifications]
+
+
+async def wait_until(pilot: Any, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await pilot.pause(0.05)
+
+
+async def test_dashboard_kill_over_ssh_real_process(cluster, reaper):
+    feed = SshFeed(cluster.specs(["gpu-real"]))
+    config = Config(reclaim=ReclaimConfig(kill_grace_s=0.3))
+    app = GputopApp([LocalView(feed)], config, interval=0.2, me="root")
+    proc = start_term_ignorer(reaper)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_until(pilot, lambda: feed.state("gpu-real") == "ok")
+        app.ingest(snapshot_of({proc.pid: 3 * GIB}, host="gpu-real"))
+        snap = app.state.snapshots["gpu-real"]
+        app.state.tagged = {row_key("gpu-real", snap.processes[0])}
+        await pilot.press("k")
+        await pilot.pause()
+        assert isinstance(app.screen, KillScreen)
+        assert app.screen.targets[0].host == "gpu-real"
+        assert alive(proc.pid)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: any("killed" in n for n in notes_of(app)))
+        assert proc.wait(5) == -9
+
+
+async def test_dashboard_remote_denial_names_the_owner(cluster):
+    feed = SshFeed(cluster.specs(["gpu-lab"]))
+    app = GputopApp([feed], Config(), interval=0.2, me="root")
+    async with app.run_test(size=(150, 45)) as pilot:
+        await wait_until(pilot, lambda: "gpu-lab" in app.state.snapshots
+                     and app.state.snapshots["gpu-lab"].ok)
+        rows = {p.pid: p for p in app.state.snapshots["gpu-lab"].processes}
+        # Connected as root: both offered; the host (here its simulation, whose user is
+        # alice) refuses carol's and says whose it is.
+        app.state.tagged = {row_key("gpu-lab", rows[pid]) for pid in (5100021, 5100034)}
+        await pilot.press("k")
+        await pilot.pause()
+        assert isinstance(app.screen, KillScreen)
+        assert sorted(t.pid for t in app.screen.targets) == [5100021, 5100034]
+        await pilot.press("y")
+        await wait_until(pilot, lambda: len([n for n in notes_of(app) if "gpu-lab: pid" in n]) == 2)
+        notes = "\n".join(notes_of(app))
+        assert "gpu-lab: pid 5100021 permission denied | pid 5100021 belongs to carol" in notes
+        assert "gpu-lab: pid 5100034 exited" in notes

@@ -122,7 +122,6 @@ async def test_restarted_sshd_reconnects(lab: SshdCluster) -> None:
         await rec.wait(lambda: "ok" in rec.states("ok-1") and "ok" in rec.states("ok-2"))
         lab.stop(daemon)  # the host goes down: sshd and every session it had
         await rec.wait(lambda: rec.last("ok-1").state in ("unreachable", "error", "stale"))
-        assert lab.probe_processes("ok-1") == []
         down = len(rec.events)
         lab.start(daemon)
         await rec.wait(lambda: any(
@@ -274,6 +273,11 @@ def test_shell_metacharacters_in_cli_host_list(lab: SshdCluster, tmp_path: Path)
     )
     assert not marker.exists()
     assert "Traceback" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    states = [h["state"] for h in json.loads(proc.stdout)["hosts"]]
+    assert states == [model.HOST_AUTH_FAILED, model.HOST_UNREACHABLE]
 
 
 async def test_no_probe_left_behind_after_close(lab: SshdCluster) -> None:
@@ -381,3 +385,58 @@ async def test_request_once(sshd_hosts: SshdCluster, tmp_path: Path) -> None:
     bad = dataclasses.replace(spec, user="nosuchuser-gputop")
     reply, snap = await request_once_async(bad, {"op": "reservations"}, timeout=20)
     assert reply["ok"] is False and "auth failed" in reply["message"]
+
+
+async def test_silent_probe_goes_stale_then_recovers(lab: SshdCluster) -> None:
+    spec = lab.specs(["ok-2"])[0]
+    feed = SshFeed([spec])
+    rec, task = await _running(feed, 0.2)
+    try:
+        await rec.wait(lambda: "ok" in rec.states("ok-2"))
+        (probe,) = lab.probe_processes("ok-2")
+        probe.suspend()  # SIGSTOP: the connection lives, the lines stop
+        try:
+            await rec.wait(lambda: rec.last("ok-2").state == model.HOST_STALE)
+            stale = rec.last("ok-2")
+            assert stale.error.startswith("no update for ")
+            assert stale.gpus  # the last data is still shown, marked stale
+        finally:
+            probe.resume()
+        mark = len(rec.events)
+        await rec.wait(lambda: any(s.state == "ok" for s in rec.events[mark:]))
+    finally:
+        await _stop(feed, task)
+
+
+async def test_user_of_is_the_logged_in_user(sshd_hosts: SshdCluster) -> None:
+    # No user in the spec: ~/.ssh/config or the local name decides; user_of tells which.
+    spec = dataclasses.replace(sshd_hosts.specs()[0], user=None)
+    feed = SshFeed([spec])
+    rec, task = await _running(feed, 0.3)
+    try:
+        await rec.wait(lambda: "ok" in rec.states(spec.name))
+        assert feed.user_of(spec.name) == sshd_hosts.user
+    finally:
+        await _stop(feed, task)
+
+
+async def test_handshakes_in_flight_are_capped(sshd_factory: Callable[..., SshdCluster]) -> None:
+    many = sshd_factory([HostConf(f"m{i}") for i in range(6)], per_daemon=6)
+    specs = many.specs()
+    feed = SshFeed(specs, max_inflight=2, max_inflight_per_target=10, stagger=0)
+    rec, task = await _running(feed, 0.5)
+    try:
+        await rec.wait(lambda: all("ok" in rec.states(s.name) for s in specs))
+    finally:
+        await _stop(feed, task)
+    assert feed.peak_inflight == 2  # the cap was reached and never passed
+
+
+def test_backoff_grows_with_jitter_and_a_cap() -> None:
+    from gputop.hosts import HostSpec
+
+    feed = SshFeed([HostSpec(name="x")], backoff=(1.0, 60.0))
+    for failures, full in [(1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 60.0), (20, 60.0)]:
+        delays = {feed._backoff_delay(failures) for _ in range(50)}
+        assert all(full * 0.5 <= d <= full for d in delays), (failures, delays)
+        assert len(delays) > 1  # jittered: a rack of hosts does not retry in lockstep

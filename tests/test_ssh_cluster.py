@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from gputop import model
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
@@ -200,3 +201,35 @@ async def test_many_hosts_start_on_the_overview() -> None:
         app.screen.refresh_data()
         text = "\n".join(_lines(app.screen.query_one(TextLines)))
         assert "node00" in text and "node01" in text
+
+
+async def test_dashboard_over_real_ssh(sshd_hosts: Any) -> None:
+    """The app fed by SshFeed from a hosts file via select.make_feeds, against real sshd."""
+    import argparse
+
+    from gputop.sources.select import make_feeds
+    from gputop.sources.ssh import SshFeed
+
+    args = argparse.Namespace(
+        demo=None, hosts=str(sshd_hosts.hosts_yaml()), host_list=None, local=False,
+        readonly=False, config=None, timeout=10.0,
+    )
+    feeds = make_feeds(args, {})
+    assert len(feeds) == 1 and isinstance(feeds[0], SshFeed)
+    names = [h.name for h in sshd_hosts.hosts]
+    app = GputopApp(feeds, interval=0.3)
+    async with app.run_test(size=(200, 60)) as pilot:
+        for _ in range(300):
+            snaps = app.state.snapshots
+            if all(n in snaps and snaps[n].state == model.HOST_OK for n in names):
+                break
+            await pilot.pause(0.05)
+        assert all(app.state.snapshots[n].state == model.HOST_OK for n in names)
+        screen = app.screen
+        assert isinstance(screen, ClusterScreen)
+        screen.refresh_data()
+        text = "\n".join(_lines(screen.query_one(TextLines)))
+        for name in names:
+            assert name in text
+        reply = await app.request(names[0], {"op": "reservations"})
+        assert reply["ok"] is True

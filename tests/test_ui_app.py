@@ -172,14 +172,14 @@ async def test_filters_mine_user_gpu_and_clear() -> None:
         await pilot.press("g")
         assert app.state.selected_gpu == 0
         assert {row.proc.gpu for row in app.table.rows} == {0}
-        assert app.query_one("#gpu-0", GpuPanel).has_class("-selected")
+        assert app.gpu_panel(0).has_class("-selected")
         await pilot.press("right_square_bracket")
         assert {row.proc.gpu for row in app.table.rows} == {1}
         await pilot.press("left_square_bracket", "left_square_bracket")
         assert app.state.selected_gpu is None and len(app.table.rows) == everyone
 
         # a click on a GPU panel filters to it; Esc clears every filter
-        await pilot.click("#gpu-2")
+        await pilot.click(".gpu-2")
         assert app.state.selected_gpu == 2
         assert {row.proc.gpu for row in app.table.rows} == {2}
         await pilot.press("m")
@@ -418,7 +418,7 @@ async def test_sparkline_history_shown_in_full_panels() -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         feed_all(app)
         await pilot.pause()
-        panel = app.query_one("#gpu-0", GpuPanel)
+        panel = app.gpu_panel(0)
         assert not panel.has_class("-compact")
         assert panel.data is not None and len(panel.data.util_series) >= 120
         lines = panel.render().plain.splitlines()

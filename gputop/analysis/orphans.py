@@ -196,10 +196,18 @@ def classify(
     history: object | None,
     rules: OrphanRules | None = None,
     now: float | None = None,
+    totals: Mapping[tuple[int, int | None], tuple[int, bool]] | None = None,
 ) -> ProcessFlags:
-    """Flags of one process row.  ``history`` is a History (or None: no idle verdict)."""
+    """Flags of one process row.  ``history`` is a History (or None: no idle verdict).
+
+    ``totals``: per (pid, start_ticks), the GPU memory over all its GPUs and whether it
+    computes on any; classify_snapshot computes it once for all rows.
+    """
     rules = rules or OrphanRules()
     now = snapshot.time if now is None else now
+    key = (process.pid, process.start_ticks)
+    found = totals.get(key) if totals is not None else None
+    held, busy = found if found is not None else _totals(snapshot, process)[key]
     reasons: dict[str, str] = {}
     server_pid: int | None = None
     idle_since: float | None = None
@@ -230,7 +238,7 @@ def classify(
             reasons["orphan"] = orphan
 
     if history is not None and process.visible and process.state != "Z":
-        idle_since, held = _idle(process, snapshot, history, rules, now)
+        idle_since = _idle(process, snapshot.host, history, rules, now, held)
         if idle_since is not None:
             minutes = (now - idle_since) / 60.0
             clock = time.strftime("%H:%M", time.localtime(idle_since))
@@ -239,11 +247,6 @@ def classify(
                 f"while holding {format_bytes(held)}"
             )
 
-    busy = any(
-        (p.sm_util or 0) > 0
-        for p in snapshot.processes
-        if p.pid == process.pid and p.start_ticks == process.start_ticks
-    )
     if busy and "orphan" in reasons and not kernel:
         reasons["orphan"] += " (still computing: started with nohup?)"
     ordered = tuple((name, reasons[name]) for name in FLAG_NAMES if name in reasons)
@@ -274,12 +277,15 @@ def _orphan_reason(process: GpuProcess, kernel: bool, adopted: str | None) -> st
 
 def _idle(
     process: GpuProcess,
-    snapshot: HostSnapshot,
+    host: str,
     history: object,
     rules: OrphanRules,
     now: float,
-) -> tuple[float | None, int]:
+    held: int,
+) -> float | None:
     floor = rules.idle_min_mem_mib * MIB
+    if held < floor:
+        return None
 
     def idle_sample(sample: object) -> bool:
         sm = getattr(sample, "sm_util", None)
@@ -287,21 +293,27 @@ def _idle(
         return sm == 0 and mem is not None and mem >= floor
 
     since = history.process_streak(  # type: ignore[attr-defined]
-        snapshot.host, process.pid, process.start_ticks, idle_sample
+        host, process.pid, process.start_ticks, idle_sample
     )
-    held = _held(process, snapshot)
-    if since is None or now - since < rules.idle_minutes * 60.0 or held < floor:
-        return None, held
-    return since, held
+    if since is None or now - since < rules.idle_minutes * 60.0:
+        return None
+    return since
 
 
-def _held(process: GpuProcess, snapshot: HostSnapshot) -> int:
-    """GPU memory of the process over all its GPUs in this snapshot."""
-    return sum(
-        p.gpu_mem or 0
-        for p in snapshot.processes
-        if p.pid == process.pid and p.start_ticks == process.start_ticks
-    )
+def _totals(
+    snapshot: HostSnapshot, only: GpuProcess | None = None
+) -> dict[tuple[int, int | None], tuple[int, bool]]:
+    """Per (pid, start_ticks): GPU memory over all its GPUs, and whether any SM is busy."""
+    out: dict[tuple[int, int | None], tuple[int, bool]] = {}
+    for p in snapshot.processes:
+        if only is not None and (p.pid, p.start_ticks) != (only.pid, only.start_ticks):
+            continue
+        key = (p.pid, p.start_ticks)
+        mem, busy = out.get(key, (0, False))
+        out[key] = (mem + (p.gpu_mem or 0), busy or (p.sm_util or 0) > 0)
+    if only is not None and (only.pid, only.start_ticks) not in out:
+        out[(only.pid, only.start_ticks)] = (only.gpu_mem or 0, (only.sm_util or 0) > 0)
+    return out
 
 
 def classify_snapshot(
@@ -311,7 +323,10 @@ def classify_snapshot(
     now: float | None = None,
 ) -> dict[tuple[int, int], ProcessFlags]:
     """Flags of every process row, keyed like GpuProcess.key: (gpu, pid)."""
-    return {p.key: classify(p, snapshot, history, rules, now) for p in snapshot.processes}
+    totals = _totals(snapshot)
+    return {
+        p.key: classify(p, snapshot, history, rules, now, totals) for p in snapshot.processes
+    }
 
 
 def _minutes(minutes: float) -> str:

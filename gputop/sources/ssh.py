@@ -168,6 +168,8 @@ class SshFeed:
         self._jump_locks: dict[str, asyncio.Lock] = {}
         self._closed = asyncio.Event()
         self._next_id = 0
+        self._inflight = 0
+        self.peak_inflight = 0  # most handshakes at once so far (tests, bench)
         self._interval = 1.0
         self._emit: Callable[[HostSnapshot], None] = lambda _s: None
 
@@ -253,15 +255,16 @@ class SshFeed:
                                 f"no SSH handshake within {host.spec.connect_timeout:g} s")
                 except (OSError, asyncssh.Error) as exc:
                     self._state(host, model.HOST_UNREACHABLE, _describe(exc))
+                except UnicodeError as exc:  # the resolver's IDNA step: not a host name
+                    self._state(host, model.HOST_UNREACHABLE, f"invalid host name: {exc}")
+                    return
                 except Exception as exc:  # a bad key file, an option asyncssh refuses...
                     self._state(host, model.HOST_ERROR, f"cannot connect: {_describe(exc)}")
                     return  # a configuration problem: retrying cannot fix it
-                else:
-                    failures = 0
             if host.conn is not None:
+                seen = host.last_line
                 try:
                     await self._stream(host)
-                    failures = 0
                 except _ProbeGone as exc:
                     if host.conn.is_closed():
                         self._state(host, model.HOST_UNREACHABLE, "connection lost")
@@ -277,6 +280,10 @@ class SshFeed:
                 except Exception as exc:  # one host's surprise must not end the others
                     self._state(host, model.HOST_ERROR, f"{type(exc).__name__}: {exc}")
                     await self._drop(host)
+                if host.last_line != seen:
+                    # It worked for a while: this is a new incident, not the same one again
+                    # (a probe that dies at start-up keeps backing off).
+                    failures = 0
             if not self.retry or self._closed.is_set():
                 return
             failures += 1
@@ -340,6 +347,8 @@ class SshFeed:
             options["tunnel"] = tunnel
         async with self._target_gate(spec), self._gate:
             host.connect_attempts += 1
+            self._inflight += 1
+            self.peak_inflight = max(self.peak_inflight, self._inflight)
             try:
                 # asyncssh's connect_timeout covers TCP and the SSH handshake; the outer
                 # limit also covers a jump host that stalls the forwarded channel.
@@ -348,6 +357,8 @@ class SshFeed:
                 )
             except asyncssh.HostKeyNotVerifiable:
                 raise _host_key_error(spec, witness, files) from None
+            finally:
+                self._inflight -= 1
 
     async def _jump(self, spec: HostSpec) -> asyncssh.SSHClientConnection:
         """One shared connection per jump host, opened on first use, reopened if lost."""
@@ -392,7 +403,8 @@ class SshFeed:
         }
         try:
             process.stdin.write(bundle.stdin_preamble(config))
-            first_timeout = self.first_line_timeout or max(10.0, 3 * self._interval + 5)
+            # Generous: python start-up on a loaded host, NVML init on 8 cards, a slow disk.
+            first_timeout = self.first_line_timeout or max(30.0, 3 * self._interval + 5)
             first = True
             while True:
                 timeout = first_timeout if first else None
@@ -515,6 +527,21 @@ class SshFeed:
         for conn in list(self._jumps.values()):
             conn.close()
         self._jumps.clear()
+
+    def user_of(self, host: str) -> str | None:
+        """The user the probe on ``host`` runs as (None before the first connection).
+
+        The kill dialog offers only that user's processes (all for root); the probe
+        checks again on the host."""
+        entry = self._hosts.get(host)
+        if entry is None:
+            return None
+        if entry.conn is not None:
+            # The name asyncssh logged in with: also right when ~/.ssh/config chose it.
+            name = entry.conn.get_extra_info("username")
+            if name:
+                return str(name)
+        return entry.spec.user
 
     # -- introspection (tests, bench) -----------------------------------------------
 

@@ -204,6 +204,7 @@ class GputopApp(App[int]):
         self._dirty = False
         self._compact: bool | None = None
         self._panel_gpus: tuple[int, ...] = ()
+        self._panels: dict[int, GpuPanel] = {}
         if self.config.keys:
             self.set_keymap(self.config.keys)
 
@@ -357,21 +358,21 @@ class GputopApp(App[int]):
         box = self._main.query_one("#gpus", Container)
         indexes = tuple(g.index for g in snap.gpus)
         if indexes != self._panel_gpus:
+            # No widget ids: a panel being removed would still hold its id while the
+            # next host's panel of the same index is mounted.
             box.remove_children()
-            box.mount_all(
-                GpuPanel(i, self.config.thresholds, self.config.colors, id=f"gpu-{i}")
+            self._panels = {
+                i: GpuPanel(i, self.config.thresholds, self.config.colors, classes=f"gpu-{i}")
                 for i in indexes
-            )
+            }
+            box.mount_all(self._panels.values())
             self._panel_gpus = indexes
             self._compact = None
         self._arrange_panels(len(indexes))
         history = self.state.history
         span = min(history.seconds, max(120.0, 60 * self.interval))
         for gpu in snap.gpus:
-            try:
-                panel = box.query_one(f"#gpu-{gpu.index}", GpuPanel)
-            except Exception:
-                continue  # mounted on the next refresh
+            panel = self._panels[gpu.index]
             panel.set_class(self.state.selected_gpu == gpu.index, "-selected")
             panel.update_data(PanelData(
                 gpu=gpu,
@@ -391,7 +392,10 @@ class GputopApp(App[int]):
                 self.state.warnings, tracker.clearing if tracker is not None else None, now
             )
             # Warnings matter, but at 80x24 they must leave room for the processes.
-            panel.styles.max_height = max(2, self.size.height // 8)
+            # Set only on change: a style write costs a layout pass.
+            limit = max(2, self.size.height // 8)
+            if panel.styles.max_height is None or panel.styles.max_height.value != limit:
+                panel.styles.max_height = limit
 
     def _arrange_panels(self, count: int) -> None:
         width, height = self.size
@@ -403,9 +407,13 @@ class GputopApp(App[int]):
         self._compact = compact
         box = self._main.query_one("#gpus", Container)
         box.styles.grid_size_columns = columns
-        for panel in box.query(GpuPanel):
+        for panel in self._panels.values():
             panel.set_class(compact, "-compact")
         box.set_class(compact, "-compact")
+
+    def gpu_panel(self, index: int) -> GpuPanel | None:
+        """The panel of a GPU of the host on the main screen."""
+        return self._panels.get(index)
 
     def on_resize(self) -> None:
         self._compact = None
@@ -640,20 +648,18 @@ def run_app(args: argparse.Namespace) -> int:
     if not 0.1 <= interval <= 3600:
         print(f"gputop: --interval {interval:g}: expected 0.1 to 3600 seconds", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        from gputop.ui.feeds import make_feeds
+    from gputop.sources.select import NoDriverError, SourceError
+    from gputop.ui.feeds import make_feeds
 
+    try:
         feeds = make_feeds(args, config_for_sources(config))
-    except Exception as err:
-        kind = type(err).__name__
-        if kind == "NoDriverError":
-            print(str(err) if str(err).startswith("gputop") else f"gputop: {err}", file=sys.stderr)
-            return EXIT_NO_DRIVER
-        if kind in ("SourceError", "ScenarioError"):
-            print(f"gputop: {err}" if not str(err).startswith("gputop") else str(err),
-                  file=sys.stderr)
-            return EXIT_USAGE
-        raise
+    except NoDriverError as err:
+        print(f"gputop: {err}", file=sys.stderr)
+        return EXIT_NO_DRIVER
+    except SourceError as err:
+        text = str(err)
+        print(text if text.startswith("gputop") else f"gputop: {text}", file=sys.stderr)
+        return EXIT_USAGE
     app = GputopApp(feeds, config, interval=interval, readonly=args.readonly)
     result = app.run()
     return int(result or 0)

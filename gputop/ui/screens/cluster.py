@@ -17,6 +17,7 @@ never parsed as markup.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -116,6 +117,11 @@ class Totals:
         out.append("  idle processes hold ", "bold")
         out.append(f"{self.idle_mem / GIB:.1f} GiB", "magenta" if self.idle_mem else "")
         out.append(f" ({self.idle_procs})")
+        out.append("\ncell: util% mem%  ", "dim")
+        out.append("!", "bold red")
+        out.append(" warning  ", "dim")
+        out.append("R", "bold cyan")
+        out.append(" reserved   Enter: host  p: all processes  /: filter  Esc: back", "dim")
         return out
 
 
@@ -170,8 +176,9 @@ def host_line(
     line.append(_fit(snap.host, NAME_WIDTH).ljust(NAME_WIDTH), "bold")
     line.append(" ")
     state = STATE_LABELS.get(snap.state, snap.state)
-    if state == model.HOST_STALE and snap.error:
-        state = f"stale {snap.error.split()[-2] if len(snap.error.split()) > 2 else ''}s"
+    age = re.search(r"(\d+) s", snap.error or "")
+    if snap.state == model.HOST_STALE and age:
+        state = f"stale {age.group(1)}s"
     line.append(_fit(state, STATE_WIDTH).ljust(STATE_WIDTH), STATE_STYLES.get(snap.state, "red"))
     line.append(" ")
     if snap.gpus:

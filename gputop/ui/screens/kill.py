@@ -10,6 +10,7 @@ right before the signal, locally or inside the remote probe.
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -77,10 +78,11 @@ def identity_for(app: Any, host: str) -> tuple[str | int | None, bool]:
 
 def _remote_user(feed: Any, host: str) -> str | None:
     user_of = getattr(feed, "user_of", None)
-    if callable(user_of):
-        user = user_of(host)
-        return str(user) if user else None
-    return None
+    if not callable(user_of):
+        return None
+    # Without a user in the hosts file, ssh logs in with ~/.ssh/config's or our own
+    # name; a wrong guess only changes what is offered: the probe decides.
+    return str(user_of(host) or getpass.getuser())
 
 
 def targets_from_rows(

@@ -45,6 +45,11 @@ def entry_key(entry: Reclaimable) -> EntryKey:
     return (entry.host, entry.pid, entry.start_ticks or 0)
 
 
+def _shown(entry: Reclaimable) -> tuple[Any, ...]:
+    """What a row displays: rebuild the list only when this changes."""
+    return (entry_key(entry), entry.mem, entry.flags.names, entry.command, entry.user)
+
+
 def entry_prompt(entry: Reclaimable) -> Text:
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(fmt.visible(entry.host)[:14].ljust(15))
@@ -125,6 +130,11 @@ class ReclaimScreen(Screen[None]):
         if self.is_current:
             self.reload()
 
+    def on_screen_resume(self) -> None:
+        # Snapshots that came while the kill dialog was on top were not shown.
+        if self.is_mounted:
+            self.reload()
+
     def reload(self) -> None:
         """Rebuild from the latest snapshots, keeping what was selected."""
         self._seen_version = getattr(self.app.state, "version", 0)
@@ -132,7 +142,7 @@ class ReclaimScreen(Screen[None]):
         keys = [entry_key(e) for e in entries]
         widget = self.selection
         chosen = set(widget.selected)
-        if keys != list(self.entries):
+        if [_shown(e) for e in entries] != [_shown(e) for e in self.entries.values()]:
             highlighted = widget.highlighted
             widget.clear_options()
             widget.add_options(

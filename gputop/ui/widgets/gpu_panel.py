@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.message import Message
+from textual.strip import Strip
 from textual.widget import Widget
 
 from gputop.config import DEFAULT_COLORS, DEFAULT_THRESHOLDS
@@ -21,7 +24,9 @@ from gputop.model import Warning as HealthWarning
 from gputop.ui import fmt
 
 # Clock events that are not a slowdown anyone should look at.
-BENIGN_CLOCK_EVENTS = frozenset({"gpu_idle", "applications_clocks_setting", "display_clock_setting"})
+BENIGN_CLOCK_EVENTS = frozenset(
+    {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
+)
 
 SEVERITY_BADGE = {"critical": ("✖", "crit"), "warning": ("⚠", "warn"), "info": ("ℹ", "idle")}
 
@@ -75,6 +80,8 @@ class GpuPanel(Widget):
         self.palette = colors or dict(DEFAULT_COLORS)
         self.data: PanelData | None = None
         self._signature: Any = None
+        self._strips: list[Strip] = []
+        self._strips_key: Any = None
 
     def update_data(self, data: PanelData) -> None:
         self.data = data
@@ -94,6 +101,18 @@ class GpuPanel(Widget):
         self.post_message(self.Clicked(self.index))
 
     # -- drawing -------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        # Line API with cached strips: Textual's conversion of a Text full of styled spans
+        # cost more than everything else in a tick.
+        base = self.rich_style
+        key = (self._signature, self.size, self.has_class("-compact"), base)
+        if key != self._strips_key:
+            self._strips = text_strips(self.render(), max(self.size.width, 1), base)
+            self._strips_key = key
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, base)
 
     def render(self) -> Text:
         if self.data is None:
@@ -238,3 +257,38 @@ def worst(warnings: list[HealthWarning]) -> str | None:
         return None
     return min((w.severity for w in warnings), key=lambda s: SEVERITY_ORDER.get(s, 9),
                default=CRITICAL)
+
+
+_STYLES: dict[str, Style] = {}
+
+
+def _style_of(style: str | Style) -> Style:
+    if isinstance(style, Style):
+        return style
+    parsed = _STYLES.get(style)
+    if parsed is None:
+        parsed = _STYLES[style] = Style.parse(style) if style else Style()
+    return parsed
+
+
+def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
+    """A Text of non-overlapping spans (what the panel builds) as one Strip per line."""
+    plain = text.plain
+    pieces: list[tuple[str, Style]] = []
+    pos = 0
+    for span in sorted(text.spans, key=lambda sp: sp.start):
+        if span.start > pos:
+            pieces.append((plain[pos:span.start], base))
+        pieces.append((plain[span.start:span.end], base + _style_of(span.style)))
+        pos = max(pos, span.end)
+    if pos < len(plain):
+        pieces.append((plain[pos:], base))
+    lines: list[list[Segment]] = [[]]
+    for chunk, style in pieces:
+        parts = chunk.split("\n")
+        for i, part in enumerate(parts):
+            if i:
+                lines.append([])
+            if part:
+                lines[-1].append(Segment(part, style))
+    return [Strip(line).crop_extend(0, width, base) for line in lines]

@@ -165,7 +165,9 @@ class ProcessTable(ScrollView, can_focus=True):
         else:
             # The selected process left (or is filtered out): stay at the same height.
             self.cursor = min(self.cursor, max(len(rows) - 1, 0))
-        self.virtual_size = Size(self.size.width, len(rows))
+        size = Size(self.size.width, len(rows))
+        if size != self.virtual_size:  # a new virtual size costs a layout pass
+            self.virtual_size = size
         self._set_selected(rows[self.cursor].key if rows else None)
         self.refresh()
 

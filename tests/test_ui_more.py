@@ -1,0 +1,146 @@
+"""More of the dashboard: live demo feed detail view, mouse on rows, command palette,
+config columns and thresholds, reservation badges."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from rich.console import Console
+from test_ui_support import demo_app, feed_all
+from textual.command import CommandPalette
+from textual.widgets import Static
+
+from gputop.config import parse_config
+from gputop.model import Reservation
+from gputop.ui.app import GputopApp
+from gputop.ui.feeds import make_feeds
+from gputop.ui.screens.detail import DetailScreen
+from gputop.ui.widgets.gpu_panel import GpuPanel
+from gputop.ui.widgets.process_table import TableHeader
+
+SIZE = (120, 40)
+
+
+def plain(renderable: object) -> str:
+    console = Console(width=200, record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+async def wait_for(pilot: object, condition: object, tries: int = 200) -> None:
+    for _ in range(tries):
+        if condition():  # type: ignore[operator]
+            return
+        await pilot.pause(0.02)  # type: ignore[attr-defined]
+    raise AssertionError("condition never became true")
+
+
+async def test_detail_with_the_demo_feed_reads_parents_from_the_source() -> None:
+    args = argparse.Namespace(demo="lab", hosts=None, host_list=None, local=False,
+                              readonly=False)
+    app = GputopApp(make_feeds(args, {}), interval=0.2, me="alice")
+    async with app.run_test(size=(120, 50)) as pilot:
+        await wait_for(pilot, lambda: len(app.table.rows) > 3)
+        kernel = next(i for i, r in enumerate(app.table.rows)
+                      if "ipykernel" in (r.proc.command or "") and r.proc.ppid not in (None, 1))
+        app.table.move_to(kernel)
+        proc = app.state.selected_process()
+        assert proc is not None
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, DetailScreen)
+        await wait_for(pilot, lambda: screen.chain is not None)
+        parents = plain(screen.query_one("#detail-parents", Static).content)
+        assert str(proc.ppid) in parents and "jupyter" in parents
+        assert len(screen.chain or []) >= 1
+        facts = plain(screen.query_one("#detail-facts", Static).content)
+        assert "cwd" in facts and "kernel: Jupyter kernel" in facts
+
+
+async def test_mouse_click_selects_a_row_and_double_click_opens_detail() -> None:
+    app, _ = demo_app("lab")
+    async with app.run_test(size=SIZE) as pilot:
+        feed_all(app)
+        await pilot.press("N", "home")
+        table_y = app.table.region.y
+        await pilot.click(offset=(10, table_y + 2))
+        assert app.table.cursor == 2
+        assert app.state.selected == app.table.rows[2].key
+        await pilot.click(offset=(10, table_y + 2), times=2)
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        assert app.screen.key == app.table.rows[2].key
+
+
+async def test_command_palette_opens() -> None:
+    app, _ = demo_app("lab")
+    async with app.run_test(size=SIZE) as pilot:
+        feed_all(app)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, CommandPalette)
+
+
+async def test_columns_from_config() -> None:
+    config = parse_config("columns: [pid, user, command]\n", "c.yaml")
+    app, _ = demo_app("lab", config=config)
+    async with app.run_test(size=SIZE) as pilot:
+        feed_all(app)
+        header = app.query_one(TableHeader).render_line(0).text
+        assert header.split() == ["PID", "USER", "COMMAND"]
+        await pilot.press("f6")  # sorting cycles over the shown columns only
+        assert app.sort_column in ("pid", "user", "command")
+
+
+async def test_threshold_colours_from_config_and_reservation_badge() -> None:
+    config = parse_config(
+        "thresholds:\n  util: [10, 20]\ncolors:\n  crit: magenta\n", "c.yaml"
+    )
+    app, clock = demo_app("lab", config=config)
+    async with app.run_test(size=(160, 50)) as pilot:
+        feed_all(app)
+        snap = app.state.snapshot
+        assert snap is not None
+        busy = next(g for g in snap.gpus if (g.util_gpu or 0) >= 20)
+        reservation = Reservation(gpu=busy.index, user="[b]bob", until=clock.now + 3600,
+                                  since=clock.now - 60, note="tonight")
+        expired = Reservation(gpu=busy.index, user="carol", until=clock.now - 1,
+                              since=clock.now - 99)
+        app.ingest(dataclasses.replace(snap, reservations=(reservation, expired)))
+        app.refresh_view()
+        await pilot.pause()
+        panel = app.gpu_panel(busy.index)
+        text = panel.render()
+        util_figure = f"{busy.util_gpu}%"
+        start = text.plain.index(util_figure)
+        styles = [str(span.style) for span in text.spans if span.start <= start < span.end]
+        assert "magenta" in styles
+        assert "RSV [b]bob 1:00:00" in text.plain
+        assert "carol" not in text.plain  # an expired reservation counts for nothing
+
+
+async def test_switching_hosts_rebuilds_the_gpu_panels() -> None:
+    from test_ui_support import demo_snapshots
+
+    app, _ = demo_app("lab")
+    async with app.run_test(size=SIZE) as pilot:
+        feed_all(app)
+        for snap in demo_snapshots("dgx-h100", 2):
+            app.ingest(snap)
+        assert set(app.state.snapshots) == {"lab", "dgx-h100"}
+        assert len(app.query(GpuPanel)) == 4
+        app.show_host("dgx-h100")
+        await pilot.pause()
+        assert len(app.query(GpuPanel)) == 8
+        assert all(r.key[0] == "dgx-h100" for r in app.table.rows)
+        app.show_host("lab")
+        await pilot.pause()
+        app.show_host("dgx-h100")
+        app.show_host("lab")
+        await pilot.pause()
+        assert len(app.query(GpuPanel)) == 4
+        assert "(1 of 2 hosts)" in app.query_one("#header").render().plain
