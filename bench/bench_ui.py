@@ -5,9 +5,10 @@
 
 Per tick = what the app does with one new snapshot: analysis (History.add, the health
 rules, the orphan flags; a worker thread in the app), the view update (rows filtered and
-sorted, panels) and Textual drawing the frame (headless driver), each shown apart.  Collection itself is the collector's
-bench (bench/bench_collector.py).  Targets from issue 3: < 20 ms at 8 GPUs x 200
-processes, < 40 ms at 8 x 2,000; idle < 3 % of one core; first frame < 1.0 s.
+sorted, panels) and Textual drawing the frame (headless driver), each shown apart.
+Collection itself is the collector's bench (bench/bench_collector.py).  Targets from
+issue 3: < 20 ms at 8 GPUs x 200 processes, < 40 ms at 8 x 2,000; idle < 3 % of one
+core; first frame < 1.0 s.
 """
 
 from __future__ import annotations

@@ -106,6 +106,8 @@ class HostConf:
     labels: tuple[str, ...] = ()
     # for python=None hosts: which recorded capture (tests/fixtures/nvidia-smi/) to replay
     smi_capture: str = "capture-h100-80gb-hbm3-590.txt"
+    # set: an "old driver" whose --query-gpu rejects a field; `nvidia-smi -q -x` replays this
+    smi_xml: str | None = None
 
 
 @dataclass
@@ -213,8 +215,9 @@ class SshdCluster:
             apps_csv = bin_dir.parent / "query-compute-apps.csv"
             gpu_csv.write_text(capture_section(capture, "load :: query-gpu"))
             apps_csv.write_text(capture_section(capture, "load :: query-compute-apps"))
+            xml = SMI_FIXTURES / conf.smi_xml if conf.smi_xml else None
             smi = bin_dir / "nvidia-smi"
-            smi.write_text(_fake_smi_script(gpu_csv, apps_csv))
+            smi.write_text(_fake_smi_script(gpu_csv, apps_csv, xml))
             smi.chmod(0o755)
         return bin_dir
 
@@ -589,16 +592,25 @@ def capture_section(text: str, title: str) -> str:
     raise KeyError(title)
 
 
-def _fake_smi_script(gpu: Path, apps: Path) -> str:
-    """nvidia-smi that replays recorded CSV output, whatever fields are asked for."""
+def _fake_smi_script(gpu: Path, apps: Path, xml: Path | None = None) -> str:
+    """nvidia-smi that replays recorded output, whatever fields are asked for.
+
+    With ``xml`` it plays an older driver: --query-gpu fails the way nvidia-smi does for
+    a field it does not know, and ``-q -x`` prints the XML capture.
+    """
+    if xml is None:
+        query_gpu = f"exec /bin/cat '{gpu}'"
+    else:
+        query_gpu = "echo 'Field \"clocks.max.sm\" is not a valid field to query.'; exit 2"
     return (
         "#!/bin/sh\n"
         "# Replays a recorded capture; which table depends on the query asked for.\n"
         'for arg in "$@"; do\n'
         "  case \"$arg\" in\n"
-        f"    --query-gpu=*) exec /bin/cat '{gpu}' ;;\n"
+        f"    --query-gpu=*) {query_gpu} ;;\n"
         f"    --query-compute-apps=*) exec /bin/cat '{apps}' ;;\n"
-        "  esac\n"
+        + (f"    -x) exec /bin/cat '{xml}' ;;\n" if xml is not None else "")
+        + "  esac\n"
         "done\n"
         "echo 'nvidia-smi (fake): unsupported arguments' >&2\n"
         "exit 2\n"

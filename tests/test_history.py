@@ -182,3 +182,15 @@ def test_concurrent_writer_thread_and_readers() -> None:
     assert not errors
     assert reads > 0
     assert len(h.process_series("h1", 3, 7, "sm_util")) == 51
+
+
+def test_runs_left_over_between_trims_never_leak_out_of_the_window() -> None:
+    h = History(seconds=10)
+    # 21 samples: the last trim walk ran at sample 16, so old runs are still stored
+    for t in range(21):
+        h.add(snap(float(t), [proc(sm=t % 2)] if t < 9 else [proc(pid=200)]))
+    assert h.process_series("h1", 100, 7, "sm_util") == []
+    assert h.process_samples("h1", 100, 7) == []
+    assert h.process_streak("h1", 100, 7, lambda s: True) is None
+    assert h.first_seen("h1", 100, 7) is None
+    assert h.process_streak("h1", 200, 7, lambda s: True) == 10.0

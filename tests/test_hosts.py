@@ -177,3 +177,35 @@ def test_cli_bad_hosts_file_is_one_line_exit_2(tmp_path: Path) -> None:
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1, proc.stderr
     assert f"{bad}:3: key 'prot': unknown key" in lines[0]
+
+
+def test_select_uses_env_and_default_hosts_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gputop.sources import select
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("GPUTOP_HOSTS", raising=False)
+    args = argparse.Namespace(hosts=None, host_list=None, local=False, demo=None)
+    assert select._wants_ssh(args) is False
+    hosts = tmp_path / "lab.yaml"
+    hosts.write_text("- gpu01\n")
+    monkeypatch.setenv("GPUTOP_HOSTS", str(hosts))
+    assert select._wants_ssh(args) is True
+    assert select._wants_local(args) is False  # --local adds this machine
+    monkeypatch.delenv("GPUTOP_HOSTS")
+    default = tmp_path / ".config" / "gputop" / "hosts.yaml"
+    default.parent.mkdir(parents=True)
+    default.write_text("- gpu01\n")
+    assert select._wants_ssh(args) is True
+
+
+def test_select_bad_hosts_file_is_a_source_error(tmp_path: Path) -> None:
+    from gputop.sources import select
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts:\n  - name: a\n    port: x\n")
+    args = argparse.Namespace(hosts=str(bad), host_list=None, local=False, demo=None,
+                              timeout=1.0, readonly=False)
+    with pytest.raises(select.SourceError, match=r"bad.yaml:3: key 'port'"):
+        select.make_feeds(args, {})

@@ -188,3 +188,19 @@ def test_xml_ada_types_and_new_power_tags() -> None:
     assert gpus[0]["fan"] == 30
     assert "gpu_idle" in gpus[0]["clock_event_reasons"]
     assert {"G", "C", "C+G"} <= {p["type"] for p in procs}
+
+
+def test_old_driver_switches_to_xml() -> None:
+    error = 'Field "clocks.max.sm" is not a valid field to query.\n'
+    csv_out = f"{error}{smi.MARK} 2\n{smi.MARK} 0\n{smi.MARK} 0\n"
+    data = smi.snapshot_from_fallback("old", csv_out, 5.0)
+    assert data["state"] == model.HOST_NO_GPU and smi.wants_xml(data)
+    xml = (FIXTURES / "xml-tesla-t4-515.xml").read_text()
+    out = smi.snapshot_from_xml_fallback("old", f"{xml}\n{smi.MARK} 0\n{smi.MARK} 0\n", 5.0)
+    snap = HostSnapshot.from_dict(out)
+    assert snap.state == model.HOST_FALLBACK
+    assert snap.driver_version == "515.105.01" and snap.cuda_version == "11.7"
+    assert snap.gpus[0].name == "Tesla T4"
+    assert all(not p.visible for p in snap.processes)  # no ps lines: not in our namespace
+    broken = smi.snapshot_from_xml_fallback("old", f"garbage\n{smi.MARK} 9\n{smi.MARK} 0\n", 5.0)
+    assert broken["state"] == model.HOST_NO_GPU and "garbage" in broken["error"]

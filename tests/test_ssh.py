@@ -43,7 +43,7 @@ class Recorder:
                 return snap
         return None
 
-    async def wait(self, condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    async def wait(self, condition: Callable[[], bool], timeout: float = 40.0) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
@@ -71,12 +71,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
         HostConf("ok-1", labels=("lab",)),
         HostConf("ok-2"),
         HostConf("nopython", python=None),
+        HostConf("olddriver", python=None, smi_xml="xml-rtx-3080-536.xml"),
         HostConf("untrusted", trusted=False),
         HostConf("rekeyed", changed_key=True),
         HostConf("py310", python="/root/.pyenv/versions/3.10.13/bin/python3"),
+        HostConf("py39", python="/root/.pyenv/versions/3.9.18/bin/python3"),
     ]
-    if not os.path.exists(confs[-1].python or ""):
-        confs.pop()
+    confs = [c for c in confs if c.python is None or os.path.exists(c.python)]
     with SshdCluster(tmp_path_factory.mktemp("lab"), confs) as cluster:
         yield cluster
 
@@ -139,7 +140,9 @@ async def test_black_hole_times_out_without_delaying_others(lab: SshdCluster) ->
     with Blackhole() as hole:
         good = lab.specs(["ok-2"])[0]
         hung = dataclasses.replace(
-            good, name="hung", hostname=hole.address, port=hole.port, connect_timeout=1.5
+            # Long enough that the good host's first data (a login and a python start-up on
+            # this shared machine) comes first even under load.
+            good, name="hung", hostname=hole.address, port=hole.port, connect_timeout=4.0
         )
         feed = SshFeed([hung, good], retry=False)
         rec, task = await _running(feed)
@@ -440,3 +443,48 @@ def test_backoff_grows_with_jitter_and_a_cap() -> None:
         delays = {feed._backoff_delay(failures) for _ in range(50)}
         assert all(full * 0.5 <= d <= full for d in delays), (failures, delays)
         assert len(delays) > 1  # jittered: a rack of hosts does not retry in lockstep
+
+
+async def test_concurrent_requests_are_matched_by_id(sshd_hosts: SshdCluster) -> None:
+    spec = sshd_hosts.specs()[1]
+    feed = SshFeed([spec])
+    rec, task = await _running(feed, 0.3)
+    try:
+        await rec.wait(lambda: "ok" in rec.states(spec.name))
+        ops = [f"op-{i}" for i in range(8)]
+        replies = await asyncio.gather(
+            *(feed.request(spec.name, {"op": op}) for op in ops),
+            feed.request(spec.name, {"op": "reservations"}),
+        )
+    finally:
+        await _stop(feed, task)
+    for op, reply in zip(ops, replies[:-1], strict=True):
+        assert reply["ok"] is False and op in reply["message"]  # its own answer, no other's
+    assert replies[-1]["ok"] is True
+
+
+async def test_too_old_python_falls_back_to_nvidia_smi(lab: SshdCluster) -> None:
+    if "py39" not in [h.name for h in lab.hosts]:
+        pytest.skip("no python 3.9 here")
+    (snap,) = await collect_once_hosts_async(lab.specs(["py39"]), timeout=15)
+    # No nvidia-smi on that host either: the fallback says so, naming the old python.
+    assert snap.state == model.HOST_NO_GPU, snap
+    assert "older than 3.10" in snap.error
+
+
+async def test_alias_resolved_through_an_ssh_config(sshd_hosts: SshdCluster) -> None:
+    from gputop.hosts import HostSpec
+
+    # Only the alias: HostName, Port, User and IdentityFile all come from the config file.
+    name = sshd_hosts.hosts[2].name
+    spec = HostSpec(name=name, ssh_config=str(sshd_hosts.ssh_config),
+                    known_hosts=(str(sshd_hosts.known_hosts),))
+    (snap,) = await collect_once_hosts_async([spec], timeout=20)
+    assert snap.state == model.HOST_OK, snap.error
+
+
+async def test_old_driver_fallback_reads_xml(lab: SshdCluster) -> None:
+    (snap,) = await collect_once_hosts_async(lab.specs(["olddriver"]), timeout=20)
+    assert snap.state == model.HOST_FALLBACK, snap.error
+    assert snap.gpus[0].name == "NVIDIA GeForce RTX 3080"  # from the XML capture
+    assert len(snap.processes) == 5

@@ -123,6 +123,10 @@ async def test_threshold_colours_from_config_and_reservation_badge() -> None:
         assert "carol" not in text.plain  # an expired reservation counts for nothing
 
 
+def shown_panels(app: GputopApp) -> list[GpuPanel]:
+    return [p for p in app.query(GpuPanel) if p.display and p.region.height]
+
+
 async def test_switching_hosts_rebuilds_the_gpu_panels() -> None:
     from test_ui_support import demo_snapshots
 
@@ -132,15 +136,87 @@ async def test_switching_hosts_rebuilds_the_gpu_panels() -> None:
         for snap in demo_snapshots("dgx-h100", 2):
             app.ingest(snap)
         assert set(app.state.snapshots) == {"lab", "dgx-h100"}
-        assert len(app.query(GpuPanel)) == 4
+        await pilot.pause()
+        assert len(shown_panels(app)) == 4
         app.show_host("dgx-h100")
         await pilot.pause()
-        assert len(app.query(GpuPanel)) == 8
+        assert len(shown_panels(app)) == 8
         assert all(r.key[0] == "dgx-h100" for r in app.table.rows)
         app.show_host("lab")
         await pilot.pause()
         app.show_host("dgx-h100")
         app.show_host("lab")
         await pilot.pause()
-        assert len(app.query(GpuPanel)) == 4
+        assert len(shown_panels(app)) == 4
+        assert app.gpu_panel(5) is None
+        assert [p.index for p in shown_panels(app)] == [0, 1, 2, 3]
+        assert all(p.data is not None and p.data.gpu.name == "NVIDIA GeForce RTX 3090"
+                   for p in shown_panels(app))
         assert "(1 of 2 hosts)" in app.query_one("#header").render().plain
+
+
+async def test_resize_switches_between_full_and_compact_panels() -> None:
+    app, _ = demo_app("dgx-h100")
+    async with app.run_test(size=(160, 50)) as pilot:
+        feed_all(app)
+        await pilot.pause()
+        panel = app.gpu_panel(0)
+        assert panel is not None and not panel.has_class("-compact")
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        await pilot.pause()
+        assert panel.has_class("-compact") and panel.size.height == 1
+        await pilot.resize_terminal(160, 50)
+        await pilot.pause()
+        await pilot.pause()
+        assert not panel.has_class("-compact")
+
+
+async def test_navigation_keys_end_page_home() -> None:
+    app, _ = demo_app("lab")
+    async with app.run_test(size=(120, 30)) as pilot:
+        feed_all(app)
+        last = len(app.table.rows) - 1
+        await pilot.press("end")
+        assert app.table.cursor == last
+        await pilot.press("home")
+        assert app.table.cursor == 0
+        await pilot.press("pagedown")
+        assert app.table.cursor == min(last, app.table.scrollable_content_region.height - 1)
+        await pilot.press("pageup")
+        assert app.table.cursor == 0
+        await pilot.press("up")  # stays at the top
+        assert app.table.cursor == 0
+
+
+async def test_screen_keys_open_something_or_say_why() -> None:
+    app, _ = demo_app("lab")
+    async with app.run_test(size=SIZE) as pilot:
+        feed_all(app)
+        main = app.screen
+        for key in ("o", "t", "w", "c", "r"):
+            before = len(app._notifications)
+            await pilot.press(key)
+            await pilot.pause()
+            opened = app.screen is not main
+            told = len(app._notifications) > before
+            assert opened or told, key
+            while app.screen is not main:
+                await pilot.press("escape")
+                await pilot.pause()
+        assert app.is_running
+
+
+async def test_command_palette_runs_dashboard_commands() -> None:
+    app, _ = demo_app("lab")
+    async with app.run_test(size=SIZE) as pilot:
+        feed_all(app)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Sort by PID" in titles and "Mine" in titles and "Kill" in titles
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"sort by pid")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert app.sort_column == "pid"

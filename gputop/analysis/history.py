@@ -34,6 +34,8 @@ ProcessKey = tuple[str, int, "int | None"]  # (host, pid, start_ticks)
 # written for a GpuProcess works on a sample too.
 PROCESS_FIELDS = ("gpu_mem", "sm_util", "mem_util", "state")
 
+TRIM_EVERY = 16  # samples between walks that drop process runs older than the window
+
 
 class ProcessSample(NamedTuple):
     """One observed sample of a process, merged over the GPUs it uses."""
@@ -149,7 +151,11 @@ class History:
         for proc in snap.processes:
             rows.setdefault((host, proc.pid, proc.start_ticks), []).append(proc)
         for key, procs in rows.items():
-            values = _merge(procs)
+            if len(procs) == 1:  # the common case: one GPU, nothing to merge
+                p = procs[0]
+                values: tuple[Any, ...] = (p.gpu_mem, p.sm_util, p.mem_util, p.state)
+            else:
+                values = _merge(procs)
             runs = procs_of_host.get(key)
             if runs is None:
                 runs = procs_of_host[key] = deque()
@@ -159,7 +165,10 @@ class History:
                 last.last = seq
             else:
                 runs.append(_Run(seq, values))
-        self._trim_processes(procs_of_host, times, snap.time)
+        # Every run is clamped to the window when read, so trimming can wait a few
+        # samples: walking 2,000 processes on every add is most of the cost.
+        if seq % TRIM_EVERY == 0:
+            self._trim_processes(procs_of_host, times, snap.time)
 
     def _trim_processes(
         self, procs: dict[ProcessKey, deque[_Run]], times: _HostTimes, now: float
@@ -291,7 +300,7 @@ class History:
             start_seq = None
             expect = times.latest
             for run in reversed(runs):
-                if run.last != expect:
+                if run.last != expect or run.last < times.base:
                     break
                 sample = ProcessSample(times.time_of(run.last), *run.values)
                 if not predicate(sample):
@@ -301,8 +310,12 @@ class History:
             return None if start_seq is None else times.time_of(start_seq)
 
     def first_seen(self, host: str, pid: int, start_ticks: int | None) -> float | None:
-        """When gputop first observed this process (within the process window), or None."""
+        """When gputop first observed this process; None once unseen for the process window."""
         with self._lock:
+            runs = self._procs.get(host, {}).get((host, pid, start_ticks))
+            times = self._times.get(host)
+            if not runs or times is None or runs[-1].last < times.base:
+                return None  # not seen within the window (its runs await the next trim)
             return self._first_seen.get((host, pid, start_ticks))
 
     def latest_time(self, host: str) -> float | None:

@@ -37,11 +37,19 @@ APP_FIELDS = "pid,gpu_uuid,process_name,used_memory"
 PS_FORMAT = "pid=,ppid=,uid=,user:32=,stat=,etimes=,pcpu=,rss=,args="
 MARK = "@@gputop-smi"
 
-# One fixed string: nothing from any host name, user or label ever goes into it.
-FALLBACK_COMMAND = (
+# One fixed string: nothing from any host name, user or label ever goes into it.  Run by
+# sh whatever the login shell is (csh and fish spell `2>&1` and `$?` differently).
+_FALLBACK_SCRIPT = (
     f"nvidia-smi --query-gpu={GPU_FIELDS} --format=csv 2>&1; echo \"{MARK} $?\"; "
     f"nvidia-smi --query-compute-apps={APP_FIELDS} --format=csv 2>&1; echo \"{MARK} $?\"; "
     f"ps -eo {PS_FORMAT} 2>&1; echo \"{MARK} $?\""
+)
+assert "'" not in _FALLBACK_SCRIPT
+FALLBACK_COMMAND = f"exec sh -c '{_FALLBACK_SCRIPT}'"
+# For drivers too old for a field of GPU_FIELDS ("... is not a valid field to query").
+XML_FALLBACK_COMMAND = (
+    f"exec sh -c 'nvidia-smi -q -x 2>&1; echo \"{MARK} $?\"; "
+    f"ps -eo {PS_FORMAT} 2>&1; echo \"{MARK} $?\"'"
 )
 
 # What a snapshot from nvidia-smi + ps cannot contain (shown in the UI and --json).
@@ -306,6 +314,41 @@ def snapshot_from_fallback(
         procs = apps_from_csv(apps_text, uuids)
     except SmiError:
         procs = []
+    return _fallback_snapshot(host, now, reason, gpus, facts, procs, ps_text)
+
+
+def wants_xml(data: dict[str, Any]) -> bool:
+    """The CSV query failed because this driver lacks a field: `nvidia-smi -q -x` instead."""
+    return data.get("state") == model.HOST_NO_GPU and "valid field" in (data.get("error") or "")
+
+
+def snapshot_from_xml_fallback(
+    host: str, output: str, now: float, reason: str = NO_PYTHON
+) -> dict[str, Any]:
+    """XML_FALLBACK_COMMAND output (``nvidia-smi -q -x`` and ps) -> a HostSnapshot dict."""
+    sections = split_fallback_output(output)
+    while len(sections) < 2:
+        sections.append(("", None))
+    (xml_text, xml_rc), (ps_text, _ps_rc) = sections[:2]
+    if xml_rc == 127:
+        return _no_gpu(host, now, f"nvidia-smi not found and {reason}")
+    try:
+        gpus, facts, procs = parse_xml(xml_text)
+    except ET.ParseError:
+        lines = xml_text.strip().splitlines()
+        return _no_gpu(host, now, f"nvidia-smi -q -x: {lines[0] if lines else 'no output'}")
+    return _fallback_snapshot(host, now, reason, gpus, facts, procs, ps_text)
+
+
+def _fallback_snapshot(
+    host: str,
+    now: float,
+    reason: str,
+    gpus: list[dict[str, Any]],
+    facts: dict[str, Any],
+    procs: list[dict[str, Any]],
+    ps_text: str,
+) -> dict[str, Any]:
     ps = parse_ps(ps_text, now)
     for proc in procs:
         info = ps.get(proc["pid"])
@@ -327,6 +370,7 @@ def snapshot_from_fallback(
         "error": f"{reason}: nvidia-smi and ps only (fewer fields, no actions)",
         "source": "smi",
         "driver_version": facts.get("driver_version"),
+        "cuda_version": facts.get("cuda_version"),
         "gpus": gpus,
         "processes": procs,
         "missing": list(MISSING),

@@ -143,7 +143,7 @@ class SshFeed:
         backoff: tuple[float, float] = (1.0, 60.0),
         max_inflight: int = MAX_INFLIGHT,
         max_inflight_per_target: int = MAX_INFLIGHT_PER_TARGET,
-        stagger: float = 0.005,
+        stagger: float = 0.003,
         warmup: float = 0.0,
         first_line_timeout: float | None = None,
         clock: Callable[[], float] = time.time,
@@ -471,14 +471,22 @@ class SshFeed:
     async def _fallback(self, host: _Host) -> None:
         """No python3 on the host: one nvidia-smi + ps command per poll."""
         assert host.conn is not None
+        xml = False
+        reason = "python3 on this host is older than 3.10" if host.old_python else smi.NO_PYTHON
         while not self._closed.is_set():
             started = time.monotonic()
+            command = smi.XML_FALLBACK_COMMAND if xml else smi.FALLBACK_COMMAND
             result = await host.conn.run(
-                smi.FALLBACK_COMMAND, check=False, timeout=max(10.0, 3 * self._interval)
+                command, check=False, timeout=max(10.0, 3 * self._interval)
             )
             output = result.stdout if isinstance(result.stdout, str) else ""
-            reason = "python3 on this host is older than 3.10" if host.old_python else smi.NO_PYTHON
-            data = smi.snapshot_from_fallback(host.spec.name, output, self.clock(), reason)
+            if xml:
+                data = smi.snapshot_from_xml_fallback(host.spec.name, output, self.clock(), reason)
+            else:
+                data = smi.snapshot_from_fallback(host.spec.name, output, self.clock(), reason)
+                if smi.wants_xml(data):
+                    xml = True  # an older driver: its CSV lacks a field we ask for
+                    continue
             data["labels"] = list(host.spec.labels)
             host.last_line = time.monotonic()
             self._publish(host, HostSnapshot.from_dict(data))

@@ -39,10 +39,11 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 from textual import on
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Container
 from textual.message import Message
@@ -358,14 +359,17 @@ class GputopApp(App[int]):
         box = self._main.query_one("#gpus", Container)
         indexes = tuple(g.index for g in snap.gpus)
         if indexes != self._panel_gpus:
-            # No widget ids: a panel being removed would still hold its id while the
-            # next host's panel of the same index is mounted.
-            box.remove_children()
-            self._panels = {
-                i: GpuPanel(i, self.config.thresholds, self.config.colors, classes=f"gpu-{i}")
-                for i in indexes
-            }
-            box.mount_all(self._panels.values())
+            # Panels are kept and hidden, never removed: a removed panel keeps its id
+            # until the removal completes, and the next host may need that id at once.
+            for i in sorted(indexes):
+                if i not in self._panels:
+                    panel = GpuPanel(i, self.config.thresholds, self.config.colors,
+                                     id=f"gpu-{i}", classes=f"gpu-{i}")
+                    after = [p for j, p in self._panels.items() if j > i]
+                    self._panels[i] = panel
+                    box.mount(panel, before=min(after, key=lambda p: p.index) if after else None)
+            for i, panel in self._panels.items():
+                panel.display = i in indexes
             self._panel_gpus = indexes
             self._compact = None
         self._arrange_panels(len(indexes))
@@ -413,11 +417,13 @@ class GputopApp(App[int]):
 
     def gpu_panel(self, index: int) -> GpuPanel | None:
         """The panel of a GPU of the host on the main screen."""
-        return self._panels.get(index)
+        return self._panels.get(index) if index in self._panel_gpus else None
 
     def on_resize(self) -> None:
         self._compact = None
         self._dirty = True
+        # Re-arrange once the new size is laid out, not a whole interval later.
+        self.call_after_refresh(self.refresh_view)
 
     def filter_status(self) -> str:
         parts = []
@@ -584,6 +590,22 @@ class GputopApp(App[int]):
         rows = [(", ".join(dict.fromkeys(keys)), desc) for (_n, desc), keys in merged.items()]
         rows.append(("ctrl+p", "Command palette"))
         return rows
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if screen is not self._main:
+            return
+        # Every dashboard binding is also a palette command, for keys nobody remembers.
+        seen = {"quit", "command_palette"}  # the system commands have these
+        for bindings in self._bindings.key_to_bindings.values():
+            for b in bindings:
+                if b.description and b.action not in seen:
+                    seen.add(b.action)
+                    yield SystemCommand(b.description, f"key: {self.get_key_display(b)}",
+                                        partial(self.run_action, b.action))
+        for column in table_model.COLUMNS.values():
+            yield SystemCommand(f"Sort by {column.title}", "also: click the column title",
+                                partial(self.action_sort, column.id), discover=False)
 
     def _plugin(self, module: str, function: str, what: str, quiet: bool = False) -> None:
         mod = _optional(f"gputop.ui.screens.{module}")

@@ -5,10 +5,11 @@ after the filters) returns to it.  Enter on a host opens that host's dashboard; 
 lists the processes of all hosts in one table with a HOST column, filterable by host,
 user and label; ``/`` filters hosts (name or label).
 
-A host line: name, state (with the error, e.g. the stale age or the host-key fingerprint
-on the processes screen's detail), then per GPU ``util`` and ``memory %`` coloured by how
-busy the card is, ``!`` for a warning on it, ``R`` for an active reservation.  With more
-hosts than rows the list wraps into columns: 64 hosts x 8 GPUs fit a 200x60 terminal.
+A host line: name, state (a stale host with its age), then per GPU ``util`` and
+``memory %`` coloured by how busy the card is, ``!`` for a warning on it, ``R`` for an
+active reservation; a host without data shows its error instead (e.g. the host-key
+fingerprint and the command to trust it).  With more hosts than rows the list wraps into
+columns: 64 hosts x 8 GPUs fit a 200x60 terminal.
 
 Host names, users, labels and commands are untrusted text: built as ``rich.text.Text``,
 never parsed as markup.
@@ -348,14 +349,10 @@ class ClusterScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.app.state_changed.subscribe(self, self._state_changed)
         self.refresh_data()
         self.query_one(TextLines).focus()
-        self._timer = self.set_interval(max(0.5, float(getattr(self.app, "interval", 1.0))),
-                                        self.refresh_data)
-
-    def _state_changed(self, _state: Any) -> None:
-        pass  # the timer redraws at a fixed rate: many hosts must not mean many redraws
+        # A fixed redraw rate, not one per snapshot: 64 hosts must not mean 64 redraws a second.
+        self.set_interval(max(0.5, float(getattr(self.app, "interval", 1.0))), self.refresh_data)
 
     def snapshots(self) -> list[HostSnapshot]:
         state = self.app.state
