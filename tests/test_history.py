@@ -194,3 +194,33 @@ def test_runs_left_over_between_trims_never_leak_out_of_the_window() -> None:
     assert h.process_streak("h1", 100, 7, lambda s: True) is None
     assert h.first_seen("h1", 100, 7) is None
     assert h.process_streak("h1", 200, 7, lambda s: True) == 10.0
+
+
+def test_busy_process_is_compacted_but_idle_streak_stays_exact() -> None:
+    from gputop.analysis import history as hist
+
+    h = History(seconds=60, process_seconds=3600)
+    for t in range(1500):
+        sm = 30 + t % 7 if t < 1000 else 0  # busy, always changing; then idle
+        h.add(snap(float(t), [proc(sm=sm)]))
+    runs = h._procs["h1"][("h1", 100, 7)]
+    busy_runs = (1000 - 0) // hist.MERGE_SAMPLES + 1
+    assert len(runs) <= busy_runs + hist.FINE_SAMPLES
+    assert len(runs) < 400  # not one per sample
+    assert h.process_streak("h1", 100, 7, idle) == 1000.0
+    series = h.process_series("h1", 100, 7, "sm_util")
+    assert len(series) == 1500  # still one point per observed sample
+    # merged samples show the highest utilization of what they merged
+    assert max(v for t, v in series if t < 1000) == 36
+    assert all(v == 0 for t, v in series if t >= 1000)
+
+
+def test_compaction_never_makes_a_process_look_idler() -> None:
+    h = History(seconds=60, process_seconds=3600)
+    for t in range(400):
+        # zero SM throughout, memory dips below the idle floor once, early on
+        mem = GIB // 2 if t == 50 else 2 * GIB
+        h.add(snap(float(t), [proc(sm=0, mem=mem)]))
+    # the dip breaks the idle run; merging keeps the lowest memory, so it still does
+    assert h.process_streak("h1", 100, 7, idle) is not None
+    assert h.process_streak("h1", 100, 7, idle) > 50.0

@@ -12,7 +12,9 @@ snapshot continues the run, with its own time).
 
 Process samples are stored run-length encoded (an idle kernel holding memory for hours
 is one run), so the process window can be long enough for the idle rule while the GPU
-window, which keeps whole Gpu records for any field, stays short.
+window, which keeps whole Gpu records for any field, stays short.  Beyond the last
+FINE_SAMPLES samples, a process's samples are merged a few at a time (lowest memory,
+highest utilization: never more idle than observed), so a busy process is cheap too.
 
 Thread safety: ``add`` may run in a worker thread while the UI reads, so one lock guards
 every public method.
@@ -23,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import Any, NamedTuple
 
 from gputop.model import Gpu, GpuProcess, HostSnapshot
@@ -34,7 +37,12 @@ ProcessKey = tuple[str, int, "int | None"]  # (host, pid, start_ticks)
 # written for a GpuProcess works on a sample too.
 PROCESS_FIELDS = ("gpu_mem", "sm_util", "mem_util", "state")
 
-TRIM_EVERY = 16  # samples between walks that drop process runs older than the window
+TRIM_EVERY = 16  # samples between two tidyings of one process (drop old runs, merge)
+# Process samples older than FINE_SAMPLES are merged into runs of up to MERGE_SAMPLES with
+# the same coarse shape (SM zero or not, same state): a busy process then costs tens of
+# runs per hour instead of thousands, and the idle rule still sees every zero-SM stretch.
+FINE_SAMPLES = 120
+MERGE_SAMPLES = 10
 
 
 class ProcessSample(NamedTuple):
@@ -47,15 +55,72 @@ class ProcessSample(NamedTuple):
     state: str | None
 
 
-class _Run:
-    """Consecutive samples (by host sequence number) with identical values."""
+# A run of consecutive samples (by host sequence number) with identical values:
+# (first seq, last seq, values).  A plain tuple of plain values, not an object: the
+# garbage collector stops tracking such tuples, and with 2,000 processes of history a
+# full collection over objects took 100-200 ms, in every thread, every few seconds.
+_Run = tuple[int, int, tuple[Any, ...]]
 
-    __slots__ = ("first", "last", "values")
 
-    def __init__(self, seq: int, values: tuple[Any, ...]) -> None:
-        self.first = seq
-        self.last = seq
-        self.values = values
+class _Runs:
+    """One process's runs: ``old`` ones already merged, ``fine`` ones exact.
+
+    Runs move from ``fine`` to ``old`` once they are FINE_SAMPLES behind, merging as
+    they go, so each run is merged once and a trim never rebuilds anything.
+    """
+
+    __slots__ = ("fine", "old")
+
+    def __init__(self) -> None:
+        self.old: deque[_Run] = deque()
+        self.fine: deque[_Run] = deque()
+
+    def __iter__(self) -> Iterator[_Run]:
+        return chain(self.old, self.fine)
+
+    def __reversed__(self) -> Iterator[_Run]:
+        return chain(reversed(self.fine), reversed(self.old))
+
+    def __bool__(self) -> bool:
+        return bool(self.old) or bool(self.fine)
+
+    def __len__(self) -> int:
+        return len(self.old) + len(self.fine)
+
+    def last(self) -> _Run:
+        return self.fine[-1] if self.fine else self.old[-1]
+
+    def add(self, seq: int, values: tuple[Any, ...]) -> None:
+        ring = self.fine or self.old
+        if ring:
+            first, last, old_values = ring[-1]
+            if last == seq - 1 and old_values == values:
+                ring[-1] = (first, seq, old_values)
+                return
+        self.fine.append((seq, seq, values))
+
+    def settle(self, fine_seq: int) -> None:
+        """Move runs that ended before ``fine_seq`` to ``old``, merging neighbours."""
+        fine, old = self.fine, self.old
+        while len(fine) > 1 and fine[0][1] < fine_seq:
+            run = fine.popleft()
+            prev = old[-1] if old else None
+            if prev is not None and _mergeable(prev, run):
+                a, b = prev[2], run[2]
+                merged = (_lowest(a[0], b[0]), _highest(a[1], b[1]), _highest(a[2], b[2]), a[3])
+                old[-1] = (prev[0], run[1], merged)
+            else:
+                old.append(run)
+
+    def trim(self, oldest_seq: int) -> None:
+        for ring in (self.old, self.fine):
+            while ring and ring[0][1] < oldest_seq:
+                ring.popleft()
+            if ring:
+                first, last, values = ring[0]
+                if first < oldest_seq:
+                    ring[0] = (oldest_seq, last, values)
+                return
 
 
 class _HostTimes:
@@ -114,8 +179,10 @@ class History:
         self._hosts: dict[str, deque[tuple[int, HostSnapshot]]] = {}
         self._gpus: dict[tuple[str, int], deque[tuple[int, Gpu]]] = {}
         # per host, so that trimming one host's processes never walks the others'
-        self._procs: dict[str, dict[ProcessKey, deque[_Run]]] = {}
+        self._procs: dict[str, dict[ProcessKey, _Runs]] = {}
         self._first_seen: dict[ProcessKey, float] = {}
+        # per host, TRIM_EVERY sets of process keys: each add tidies one of them
+        self._buckets: dict[str, list[set[ProcessKey]]] = {}
 
     # -- feeding -------------------------------------------------------------------
 
@@ -147,6 +214,7 @@ class History:
             _trim_records(ring, times, snap.time - self.seconds)
 
         procs_of_host = self._procs.setdefault(host, {})
+        buckets = self._buckets.setdefault(host, [set() for _ in range(TRIM_EVERY)])
         rows: dict[ProcessKey, list[GpuProcess]] = {}
         for proc in snap.processes:
             rows.setdefault((host, proc.pid, proc.start_ticks), []).append(proc)
@@ -158,31 +226,34 @@ class History:
                 values = _merge(procs)
             runs = procs_of_host.get(key)
             if runs is None:
-                runs = procs_of_host[key] = deque()
+                runs = procs_of_host[key] = _Runs()
+                buckets[len(procs_of_host) % TRIM_EVERY].add(key)
                 self._first_seen[key] = snap.time
-            last = runs[-1] if runs else None
-            if last is not None and last.last == seq - 1 and last.values == values:
-                last.last = seq
-            else:
-                runs.append(_Run(seq, values))
-        # Every run is clamped to the window when read, so trimming can wait a few
-        # samples: walking 2,000 processes on every add is most of the cost.
-        if seq % TRIM_EVERY == 0:
-            self._trim_processes(procs_of_host, times, snap.time)
+            runs.add(seq, values)
+        # Every run is clamped to the window when read, so tidying can wait a few
+        # samples; each add tidies one TRIM_EVERY-th of the processes, so that no add
+        # pays for all of them at once.
+        self._trim_processes(procs_of_host, buckets[seq % TRIM_EVERY], times, snap.time)
 
     def _trim_processes(
-        self, procs: dict[ProcessKey, deque[_Run]], times: _HostTimes, now: float
+        self,
+        procs: dict[ProcessKey, _Runs],
+        bucket: set[ProcessKey],
+        times: _HostTimes,
+        now: float,
     ) -> None:
         oldest_seq = _first_seq_after(times, now - self.process_seconds)
+        fine_seq = times.latest - FINE_SAMPLES
         gone = []
-        for key, runs in procs.items():
-            while runs and runs[0].last < oldest_seq:
-                runs.popleft()
+        for key in bucket:
+            runs = procs[key]
+            runs.trim(oldest_seq)
             if runs:
-                runs[0].first = max(runs[0].first, oldest_seq)
+                runs.settle(fine_seq)
             else:
                 gone.append(key)
         for key in gone:
+            bucket.discard(key)
             del procs[key]
             del self._first_seen[key]
 
@@ -255,11 +326,11 @@ class History:
             runs = self._procs.get(host, {}).get((host, pid, start_ticks), ())
             times = self._times.get(host)
             out = []
-            for run in runs:
-                value = run.values[index]
+            for first, last, values in runs:
+                value = values[index]
                 if value is None or times is None:
                     continue
-                for seq in range(max(run.first, times.base), run.last + 1):
+                for seq in range(max(first, times.base), last + 1):
                     out.append((times.time_of(seq), value))
             return out
 
@@ -273,9 +344,9 @@ class History:
             if times is None:
                 return []
             return [
-                ProcessSample(times.time_of(seq), *run.values)
-                for run in runs
-                for seq in range(max(run.first, times.base), run.last + 1)
+                ProcessSample(times.time_of(seq), *values)
+                for first, last, values in runs
+                for seq in range(max(first, times.base), last + 1)
             ]
 
     def process_streak(
@@ -295,18 +366,17 @@ class History:
         with self._lock:
             runs = self._procs.get(host, {}).get((host, pid, start_ticks))
             times = self._times.get(host)
-            if not runs or times is None or runs[-1].last != times.latest:
+            if not runs or times is None or runs.last()[1] != times.latest:
                 return None
             start_seq = None
             expect = times.latest
-            for run in reversed(runs):
-                if run.last != expect or run.last < times.base:
+            for first, last, values in reversed(runs):
+                if last != expect or last < times.base:
                     break
-                sample = ProcessSample(times.time_of(run.last), *run.values)
-                if not predicate(sample):
+                if not predicate(ProcessSample(times.time_of(last), *values)):
                     break
-                start_seq = max(run.first, times.base)
-                expect = run.first - 1
+                start_seq = max(first, times.base)
+                expect = first - 1
             return None if start_seq is None else times.time_of(start_seq)
 
     def first_seen(self, host: str, pid: int, start_ticks: int | None) -> float | None:
@@ -314,7 +384,7 @@ class History:
         with self._lock:
             runs = self._procs.get(host, {}).get((host, pid, start_ticks))
             times = self._times.get(host)
-            if not runs or times is None or runs[-1].last < times.base:
+            if not runs or times is None or runs.last()[1] < times.base:
                 return None  # not seen within the window (its runs await the next trim)
             return self._first_seen.get((host, pid, start_ticks))
 
@@ -322,6 +392,34 @@ class History:
         with self._lock:
             times = self._times.get(host)
             return times.times[-1] if times and times.times else None
+
+
+def _coarse(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    sm = values[1]
+    return (sm is None, sm == 0, values[3])
+
+
+def _lowest(a: Any, b: Any) -> Any:
+    return None if a is None or b is None else min(a, b)
+
+
+def _highest(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+def _mergeable(prev: _Run, run: _Run) -> bool:
+    """Neighbours of the same coarse shape, merged into at most MERGE_SAMPLES samples.
+
+    The merged values are the cautious ones for a rule asking "idle while holding
+    memory": the lowest memory and the highest utilization of the merged samples.
+    """
+    return (
+        prev[1] + 1 == run[0]
+        and _coarse(prev[2]) == _coarse(run[2])
+        and run[1] - prev[0] < MERGE_SAMPLES
+    )
 
 
 def _without_bulk(snap: HostSnapshot) -> HostSnapshot:

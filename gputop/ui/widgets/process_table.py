@@ -152,6 +152,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self.me: str | None = None
         self.now = 0.0
         self._index: dict[RowKey, int] = {}
+        self._columns_at: tuple[int, list[tuple[Column, int]]] | None = None
 
     # -- data ----------------------------------------------------------------------
 
@@ -229,7 +230,7 @@ class ProcessTable(ScrollView, can_focus=True):
         if index >= len(self.rows):
             return Strip.blank(width, base)
         row = self.rows[index]
-        cols = layout(self.columns, max(width - 1, 1))
+        cols = self._layout(max(width - 1, 1))
         values = [cell(col.id, row, self.now) for col, _w in cols]
         tagged = row.key in self.tagged
         text = ("*" if tagged else " ") + _cells(cols, values)
@@ -245,6 +246,12 @@ class ProcessTable(ScrollView, can_focus=True):
         if index == self.cursor:
             style += self.get_component_rich_style("process-table--cursor")
         return Strip([Segment(text, style)]).adjust_cell_length(width, style)
+
+    def _layout(self, width: int) -> list[tuple[Column, int]]:
+        # Once per width, not once per drawn line.
+        if self._columns_at is None or self._columns_at[0] != width:
+            self._columns_at = (width, layout(self.columns, width))
+        return self._columns_at[1]
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
