@@ -64,17 +64,20 @@ async def per_tick(gpus: int, processes: int) -> dict[str, float]:
             t0 = time.process_time()
             an.history.add(snap)
             t1 = time.process_time()
-            fresh = an.health.warnings(snap, an.history, an.thresholds, snap.time, an.me)
-            warnings = an.tracker.update(snap.host, fresh, snap.time)
-            t2 = time.process_time()
+            # In the app's order: the flags first, then the health rules reuse them.
             flags = an.orphans.classify_snapshot(snap, an.history, an.rules, snap.time)
+            t2 = time.process_time()
+            fresh = an.health.warnings(snap, an.history, an.thresholds, snap.time, an.me,
+                                       an.shared_flags(flags))
+            warnings = an.tracker.update(snap.host, fresh, snap.time)
             t3 = time.process_time()
             app._apply_result(Analysed(snap, warnings, flags))
             app.refresh_view()
             await pilot.pause()  # lets Textual lay out and draw the frame
             t4 = time.process_time()
             if i >= WARMUP:
-                for name, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                steps = (t1 - t0, t3 - t2, t2 - t1, t4 - t3)  # in the order of `parts`
+                for name, dt in zip(parts, steps, strict=True):
                     parts[name].append(dt * 1000)
     total = [sum(p) for p in zip(*parts.values(), strict=True)]
     out = {name: statistics.median(values) for name, values in parts.items()}

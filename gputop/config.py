@@ -42,7 +42,7 @@ BINDING_IDS = (
     "sort_user", "sort_mem", "sort_sm", "sort_cpu", "sort_time", "mine", "user_filter",
     "gpu_filter", "clear_filters", "detail", "tag", "kill", "reserve", "release",
     "topology", "warnings_log", "cluster", "back", "cursor_down", "cursor_up",
-    "next_gpu", "prev_gpu", "palette", "reclaim",
+    "next_gpu", "prev_gpu", "palette", "reclaim", "all_processes",
 )
 
 # Process table columns, in their default order.

@@ -5,13 +5,19 @@ from __future__ import annotations
 from textual.app import App
 from textual.widgets import Static
 
-from gputop.model import HOST_UNREACHABLE, Gpu, HostSnapshot, Link, error_snapshot
+from gputop.model import HOST_UNREACHABLE, Gpu, HostSnapshot, Link, NvLink, error_snapshot
 from gputop.ui.screens.topology import KIND_STYLE, TopologyScreen, matrix_text
 
 
 def pcie_box(host: str = "lab") -> HostSnapshot:
+    # GPU 0 and 1 share 4 NVLinks; GPU 1's link 3 is down.
+    nvlinks = {
+        0: tuple(NvLink(n, True) for n in range(4)),
+        1: tuple(NvLink(n, n != 3) for n in range(4)),
+    }
     gpus = tuple(
-        Gpu(index=i, cpu_affinity="0-15" if i < 2 else "16-31", numa_node=i // 2)
+        Gpu(index=i, cpu_affinity="0-15" if i < 2 else "16-31", numa_node=i // 2,
+            nvlinks=nvlinks.get(i, ()))
         for i in range(4)
     )
     links = (Link(0, 1, "NV4", 4), Link(2, 3, "PXB"), Link(0, 2, "SYS"), Link(0, 3, "SYS"),
@@ -23,7 +29,7 @@ def test_matrix_text_colours_by_kind() -> None:
     text = matrix_text(pcie_box())
     plain = text.plain
     assert "DEMO" in plain and "CPU Affinity" in plain and "NUMA Affinity" in plain
-    assert "NVLinks per GPU: GPU0 4, GPU1 4" in plain
+    assert "NVLinks up per GPU: GPU0 4/4, GPU1 3/4\n" in plain
     assert "NV#  = Connection traversing a bonded set of # NVLinks" in plain
 
     def style_of(word: str) -> str:

@@ -1,4 +1,5 @@
-"""Pictures of the main screen (pytest-textual-snapshot), lab and dgx-h100, 80x24 and 160x50.
+"""Pictures (pytest-textual-snapshot): the main screen of lab and dgx-h100 at 80x24 and
+160x50, with three minutes of simulated history; the cluster overview of several hosts.
 
 Deterministic: the simulator on a frozen clock, a fixed user, default config, no cursor
 blink (the table has focus; the search box is hidden).  Regenerate with
@@ -12,10 +13,23 @@ from typing import Any
 
 import pytest
 
-from gputop.ui.screenshots import demo_app, load
+from gputop.ui.screenshots import CLUSTER, demo_app, load
 
 
 @pytest.mark.parametrize("scenario", ["lab", "dgx-h100"])
 @pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
 def test_main_screen(snap_compare: Any, scenario: str, size: tuple[int, int]) -> None:
     assert snap_compare(demo_app(scenario), terminal_size=size, run_before=load)
+
+
+async def _cluster_overview(pilot: Any) -> None:
+    await load(pilot)
+    await pilot.press("c")
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
+def test_cluster_overview(snap_compare: Any, size: tuple[int, int]) -> None:
+    # Short history: the overview shows only the latest snapshot of each host.
+    assert snap_compare(demo_app(CLUSTER, seconds=30), terminal_size=size,
+                        run_before=_cluster_overview)

@@ -111,12 +111,16 @@ def warnings(
     thresholds: Thresholds | None = None,
     now: float | None = None,
     me: str | None = None,
+    flags: Mapping[tuple[int, int], orphans.ProcessFlags] | None = None,
 ) -> list[HealthWarning]:
     """Every warning for one host, most severe first.
 
     ``history`` is a ``gputop.analysis.history.History`` (or None for one-shot commands,
     which then skip the rules that need minutes of observation: idle memory, input
-    bound); ``me`` is the user name for the reservation rules.
+    bound); ``me`` is the user name for the reservation rules.  ``flags`` are the
+    snapshot's ``orphans.classify_snapshot`` verdicts, classified with
+    ``orphan_rules(thresholds)``, when the caller has them already (the dashboard shows
+    them in the process table); without them they are computed here, once.
     """
     th = thresholds or Thresholds()
     now = snapshot.time if now is None else now
@@ -143,10 +147,22 @@ def warnings(
     for gpu in snapshot.gpus:
         _gpu_rules(gpu, th, add, any_nvlink_up=up)
     _persistence_rule(snapshot.gpus, add)
-    for proc in snapshot.processes:
-        _process_rules(snapshot, proc, history, th, add)
+    if snapshot.processes:
+        # One pass over all processes: classifying each row on its own rescans the
+        # snapshot per row, which is what made 2,000 processes cost a quarter second.
+        if flags is None or any(p.key not in flags for p in snapshot.processes):
+            flags = orphans.classify_snapshot(snapshot, history, orphan_rules(th), now)
+        for proc in snapshot.processes:
+            _process_rules(snapshot, proc, history, th, add, flags)
     out.extend(_foreign_warnings(snapshot, now, me))
     return sort_warnings(out)
+
+
+def orphan_rules(thresholds: Thresholds) -> orphans.OrphanRules:
+    """The orphan/idle rules the health warnings use: the ``flags`` ``warnings`` expects."""
+    return orphans.OrphanRules(
+        idle_minutes=thresholds.idle_minutes, idle_min_mem_mib=thresholds.idle_memory_mib
+    )
 
 
 def sort_warnings(items: Iterable[HealthWarning]) -> list[HealthWarning]:
@@ -415,22 +431,29 @@ def _any_nvlink_up(gpus: Iterable[Gpu]) -> bool:
 
 
 def _process_rules(
-    snapshot: HostSnapshot, proc: GpuProcess, history: Any, th: Thresholds, add: _Adder
+    snapshot: HostSnapshot,
+    proc: GpuProcess,
+    history: Any,
+    th: Thresholds,
+    add: _Adder,
+    all_flags: Mapping[tuple[int, int], orphans.ProcessFlags],
 ) -> None:
     if proc.state == "Z":
         return  # a zombie's memory is the reclaim view's business: its parent must reap it
-    who = _who(proc)
     # The reclaim engineer's rules decide "orphan" and "idle", so the process table's
     # flags and these warnings never disagree.
-    rules = orphans.OrphanRules(idle_minutes=th.idle_minutes, idle_min_mem_mib=th.idle_memory_mib)
-    flags = orphans.classify(proc, snapshot, history, rules, add.now)
+    flags = all_flags[proc.key]
     held = proc.gpu_mem is not None and proc.gpu_mem >= th.idle_memory_mib * MIB
+    if not (flags.idle or (flags.orphan and held)) and (
+        proc.cpu_percent is None or proc.cpu_percent < th.input_bound_cpu_percent
+    ):
+        return  # the common case: nothing to say, and no need to format the process
     what = ", orphaned" if flags.orphan else ""
     if flags.idle and flags.idle_since is not None:
         add(
             INFO,
             "idle-memory",
-            f"{who} holds {_gib(proc.gpu_mem)} GiB at 0% SM for "
+            f"{_who(proc)} holds {_gib(proc.gpu_mem)} GiB at 0% SM for "
             f"{_minutes(add.now - flags.idle_since)} (as observed){what}",
             gpu=proc.gpu,
             pid=proc.pid,
@@ -443,7 +466,7 @@ def _process_rules(
         add(
             INFO,
             "orphan-memory",
-            f"{who} holds {_gib(proc.gpu_mem)} GiB, orphaned: {reason}",
+            f"{_who(proc)} holds {_gib(proc.gpu_mem)} GiB, orphaned: {reason}",
             gpu=proc.gpu,
             pid=proc.pid,
             hint="if nobody uses it any more, stop it (reclaim view) to free the card",
@@ -453,6 +476,8 @@ def _process_rules(
         return
     if proc.cpu_percent < th.input_bound_cpu_percent:
         return
+    if proc.sm_util is not None and proc.sm_util > th.input_bound_sm_percent:
+        return  # computing now, so no starving streak: spare the history walk
 
     def starving(sample: Any) -> bool:
         if sample.sm_util is None or sample.sm_util > th.input_bound_sm_percent:
@@ -466,7 +491,7 @@ def _process_rules(
         add(
             INFO,
             "input-bound",
-            f"{who} at {_pct(proc.sm_util)} SM with {proc.cpu_percent:.0f}% CPU for "
+            f"{_who(proc)} at {_pct(proc.sm_util)} SM with {proc.cpu_percent:.0f}% CPU for "
             f"{_minutes(add.now - start)}: probably waiting for input data",
             gpu=proc.gpu,
             pid=proc.pid,

@@ -15,6 +15,7 @@ says "not available yet".  So you only fill in your module:
     t          topology       gputop.ui.screens.topology.open_topology(app)
     w          warnings_log   gputop.ui.screens.log.open_log(app)
     c          cluster        gputop.ui.screens.cluster.open_cluster(app)
+    p          all_processes  gputop.ui.screens.cluster.open_processes(app)
     Esc        back           (filters first) gputop.ui.screens.cluster.back(app)
 
 kill/reserve/release are refused here already when ``app.state.readonly``.
@@ -63,6 +64,12 @@ from gputop.ui.widgets.header import HeaderBar, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
 
 SORT_ORDER = tuple(table_model.COLUMNS)
+# The dashboard's own actions: they act on its table and host, so only while it shows.
+DASHBOARD_ACTIONS = frozenset({
+    "search", "sort_next", "sort_prev", "sort_reverse", "sort", "detail", "tag", "mine",
+    "user_filter", "gpu_filter", "step_gpu", "back", "kill", "reclaim", "reserve", "release",
+    "topology", "warnings_log", "cluster", "all_processes",
+})
 
 
 @dataclass
@@ -112,14 +119,26 @@ class Analyser:
 
     def __call__(self, snap: HostSnapshot) -> Analysed:
         self.history.add(snap)
-        warnings = None
-        if self.health is not None and self.tracker is not None:
-            fresh = self.health.warnings(snap, self.history, self.thresholds, snap.time, self.me)
-            warnings = self.tracker.update(snap.host, fresh, snap.time)
         flags: dict[tuple[int, int], Any] = {}
         if self.orphans is not None and snap.ok:
             flags = self.orphans.classify_snapshot(snap, self.history, self.rules, snap.time)
+        warnings = None
+        if self.health is not None and self.tracker is not None:
+            fresh = self.health.warnings(snap, self.history, self.thresholds, snap.time,
+                                         self.me, self.shared_flags(flags))
+            warnings = self.tracker.update(snap.host, fresh, snap.time)
         return Analysed(snap, warnings, flags)
+
+    def shared_flags(self, flags: dict[tuple[int, int], Any]) -> dict[tuple[int, int], Any] | None:
+        """The table's flags when the health rules would classify the same way, else None.
+
+        Classifying is the costly part of the analysis, so it is done once per snapshot;
+        only a config whose health: idle limits differ from reclaim:'s needs a second
+        pass (inside health.warnings) to honour both.
+        """
+        if self.health.orphan_rules(self.thresholds) == self.rules:
+            return flags
+        return None
 
 
 def history_for(config: Config) -> History:
@@ -165,6 +184,7 @@ class GputopApp(App[int]):
         Binding("t", "topology", "Topology", show=False, id="topology"),
         Binding("w", "warnings_log", "Warnings log", show=False, id="warnings_log"),
         Binding("c", "cluster", "Cluster", show=False, id="cluster"),
+        Binding("p", "all_processes", "All hosts' processes", show=False, id="all_processes"),
     ]
 
     def __init__(
@@ -374,7 +394,7 @@ class GputopApp(App[int]):
             self._compact = None
         self._arrange_panels(len(indexes))
         history = self.state.history
-        span = min(history.seconds, max(120.0, 60 * self.interval))
+        span = min(history.seconds, max(180.0, 60 * self.interval))
         for gpu in snap.gpus:
             panel = self._panels[gpu.index]
             panel.set_class(self.state.selected_gpu == gpu.index, "-selected")
@@ -607,6 +627,15 @@ class GputopApp(App[int]):
             yield SystemCommand(f"Sort by {column.title}", "also: click the column title",
                                 partial(self.action_sort, column.id), discover=False)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The dashboard's keys act on the dashboard's table and host: on top of another
+        # screen (cluster, topology...) they would act on something the user cannot see,
+        # and the footer there would list them.  Screens keep their own bindings.
+        # Other app actions (pop_screen, quit...) are what screens' own bindings call.
+        if action not in DASHBOARD_ACTIONS or not self.screen_stack:
+            return True
+        return self.screen is self.screen_stack[0]
+
     def _plugin(self, module: str, function: str, what: str, quiet: bool = False) -> None:
         mod = _optional(f"gputop.ui.screens.{module}")
         target = getattr(mod, function, None) if mod is not None else None
@@ -646,8 +675,18 @@ class GputopApp(App[int]):
     def action_cluster(self) -> None:
         self._plugin("cluster", "open_cluster", "cluster view")
 
+    def action_all_processes(self) -> None:
+        self._plugin("cluster", "open_processes", "all hosts' processes")
+
     def action_quit(self) -> None:  # type: ignore[override]
         self.exit(0)
+
+    def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
+        svg = super().export_screenshot(title=title, simplify=simplify)
+        # Rich writes each styled run as its own <text> with spaces as &#160;; librsvg (and
+        # so every PNG made from our screenshots) drops a run's leading spaces unless told
+        # to keep them, which glued "16%" to "of 48" in every picture.
+        return svg.replace("<svg ", '<svg xml:space="preserve" ', 1)
 
 
 # -- entry point -----------------------------------------------------------------------

@@ -1,14 +1,18 @@
 """`gputop --screenshot DIR`: the main screens rendered headless into SVG files.
 
 Deterministic: a frozen simulated clock (the simulator's values are pure functions of
-time), a fixed user, built-in defaults instead of the user's config, and no blinking
-cursor on screen, so the same build writes the same files.
+time) stepped one second at a time through three minutes of history, so the sparklines
+show what three minutes of that scenario look like; a fixed user, built-in defaults
+instead of the user's config, and no blinking cursor on screen, so the same build writes
+the same files.  The cluster pictures are several simulated hosts (and two that are down)
+fed to one app, the SSH feed's picture without SSH.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -17,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from gputop.config import Config
-from gputop.model import HostSnapshot
+from gputop.model import HostSnapshot, Reservation, error_snapshot
 from gputop.ui.app import GputopApp
 
 START = 1_764_680_000.0  # 2025-12-02 12:53:20 UTC
-HISTORY_S = 150  # a little more than the sparklines' two minutes
+HISTORY_S = 180  # the sparklines show three minutes
 ME = "alice"
 
 
@@ -33,14 +37,22 @@ class FrozenClock:
         return self.now
 
 
-def demo_history(scenario: str, seconds: int = HISTORY_S,
-                 start: float = START) -> list[HostSnapshot]:
-    """One snapshot per simulated second of a built-in scenario, oldest first."""
+def demo_history(scenario: str, seconds: int = HISTORY_S, start: float = START,
+                 hostname: str | None = None, seed: int | None = None) -> list[HostSnapshot]:
+    """One snapshot per simulated second of a built-in scenario, oldest first.
+
+    ``hostname`` and ``seed`` make another machine of the same kind (cluster pictures).
+    """
     from gputop.sources import sim
     from gputop.sources.nvml import Collector
 
     clock = FrozenClock(start)
-    nvml = sim.SimNvml(sim.load_scenario(scenario), clock=clock)
+    scenario_obj = sim.load_scenario(scenario)
+    if hostname is not None:
+        scenario_obj.host["hostname"] = hostname
+    if seed is not None:
+        scenario_obj.seed = seed
+    nvml = sim.SimNvml(scenario_obj, clock=clock)
     host = str(nvml.scenario.host.get("hostname") or scenario)
     collector = Collector(nvml, sim.SimProcs(nvml), host=host, demo=True, clock=clock)
     snaps = []
@@ -52,8 +64,57 @@ def demo_history(scenario: str, seconds: int = HISTORY_S,
 
 def demo_app(scenario: str, seconds: int = HISTORY_S) -> GputopApp:
     """A dashboard over ``seconds`` of a scenario's history, frozen at its last snapshot."""
+    if scenario == CLUSTER:
+        return demo_cluster_app(seconds)
     snaps = demo_history(scenario, seconds)
     app = GputopApp(config=Config(), clock=FrozenClock(snaps[-1].time), me=ME)
+    app.pending_snapshots = snaps  # type: ignore[attr-defined]
+    return app
+
+
+CLUSTER = "cluster"  # the pseudo-scenario of several simulated hosts
+
+# (scenario, host name, seed, labels): machines of the built-in kinds under other names.
+CLUSTER_HOSTS: list[tuple[str, str, int | None, tuple[str, ...]]] = [
+    ("dgx-h100", "dgx-h100-07", None, ("h100", "train")),
+    ("dgx-h100", "dgx-h100-08", 8, ("h100", "train")),
+    ("faulty", "a100-node-12", None, ("a100",)),
+    ("lab", "lab-gpu-03", None, ("rtx3090", "lab")),
+    ("lab", "lab-gpu-04", 4, ("rtx3090", "lab")),
+]
+# Hosts without data, as the SSH feed reports them.
+CLUSTER_DOWN: list[tuple[str, str, str, tuple[str, ...]]] = [
+    ("lab-gpu-05", "unreachable", "connect: Connection refused", ("rtx3090", "lab")),
+    ("gpu-old-01", "host key unknown",
+     "host key not in known_hosts: ssh-keyscan gpu-old-01 >> ~/.ssh/known_hosts", ("old",)),
+]
+
+
+def cluster_history(seconds: int = HISTORY_S) -> list[HostSnapshot]:
+    """Several simulated hosts side by side, in time order, plus two hosts that are down."""
+    per_host = []
+    for scenario, hostname, seed, labels in CLUSTER_HOSTS:
+        snaps = demo_history(scenario, seconds, hostname=hostname, seed=seed)
+        extra: dict[str, Any] = {"labels": labels}
+        if hostname == "lab-gpu-04":
+            # One card reserved, so the overview shows what a reservation looks like.
+            held = Reservation(gpu=2, user="dave", until=snaps[-1].time + 5 * 3600,
+                               since=snaps[0].time, note="ablation run tonight",
+                               host=hostname)
+            extra["reservations"] = (held,)
+        per_host.append([dataclasses.replace(s, **extra) for s in snaps])
+    ordered = [snap for step in zip(*per_host, strict=True) for snap in step]
+    last = ordered[-1].time
+    for host, state, error, labels in CLUSTER_DOWN:
+        ordered.append(error_snapshot(host, last - 42.0, state, error, labels=labels))
+    return ordered
+
+
+def demo_cluster_app(seconds: int = HISTORY_S) -> GputopApp:
+    """A dashboard holding several hosts, the SSH feed's picture without SSH."""
+    snaps = cluster_history(seconds)
+    now = max(s.time for s in snaps)
+    app = GputopApp(config=Config(), clock=FrozenClock(now), me=ME)
     app.pending_snapshots = snaps  # type: ignore[attr-defined]
     return app
 
@@ -91,6 +152,13 @@ SHOTS: list[tuple[str, str, tuple[int, int], list[Step], str | None]] = [
     ("topology-dgx-h100", "dgx-h100", (160, 50), [_press("t")], "TopologyScreen"),
     ("warnings-log-faulty", "faulty", (160, 50), [_press("w")], "WarningLogScreen"),
     ("kill-lab", "lab", (120, 40), [_press("k")], "KillScreen"),
+    ("reclaim-lab", "lab", (120, 40), [_press("o")], "ReclaimScreen"),
+    ("reserve-lab", "lab", (120, 40), [_press("r")], "ReserveScreen"),
+    ("cluster-160x50", CLUSTER, (160, 50), [_press("c")], "ClusterScreen"),
+    ("cluster-80x24", CLUSTER, (80, 24), [_press("c")], "ClusterScreen"),
+    ("cluster-processes", CLUSTER, (160, 50), [_press("c"), _press("p")],
+     "ClusterProcessesScreen"),
+    ("main-cluster-host-160x50", CLUSTER, (160, 50), [], None),
 ]
 
 

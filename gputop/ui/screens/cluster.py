@@ -38,12 +38,15 @@ from textual.widgets import Footer, Input, Static
 
 from gputop import model
 from gputop.model import Gpu, GpuProcess, HostSnapshot
+from gputop.ui import fmt
+from gputop.ui.table_model import FLAG_SHORT
 
 GIB = 1024**3
 NAME_WIDTH = 13
 STATE_WIDTH = 11
 COLUMN_GAP = 1
 CELL_WIDTH = 8  # "100 93!R" is 8 cells; one space between GPU cells
+NARROW_CELL_WIDTH = 5  # "100!R": util only, when the full cells do not fit the terminal
 FREE_UTIL = 5  # % SM at or below which a card counts as free...
 FREE_MEM = 5.0  # ...when also at most this % of its memory is used
 
@@ -102,7 +105,7 @@ class Totals:
     idle_mem: int = 0  # bytes held by processes the orphan rules call idle/orphan/zombie
     idle_procs: int = 0
 
-    def text(self) -> Text:
+    def text(self, narrow: bool = False) -> Text:
         out = Text()
         out.append(f"{self.hosts} hosts", "bold")
         parts = sorted(self.states.items(), key=lambda kv: (kv[0] != model.HOST_OK, kv[0]))
@@ -118,7 +121,7 @@ class Totals:
         out.append("  idle processes hold ", "bold")
         out.append(f"{self.idle_mem / GIB:.1f} GiB", "magenta" if self.idle_mem else "")
         out.append(f" ({self.idle_procs})")
-        out.append("\ncell: util% mem%  ", "dim")
+        out.append("\ncell: util%  " if narrow else "\ncell: util% mem%  ", "dim")
         out.append("!", "bold red")
         out.append(" warning  ", "dim")
         out.append("R", "bold cyan")
@@ -148,29 +151,34 @@ def totals(
     return result
 
 
-def host_width(max_gpus: int) -> int:
-    return NAME_WIDTH + 1 + STATE_WIDTH + 1 + max(1, max_gpus) * (CELL_WIDTH + 1)
+def host_width(max_gpus: int, narrow: bool = False) -> int:
+    cell = NARROW_CELL_WIDTH if narrow else CELL_WIDTH
+    return NAME_WIDTH + 1 + STATE_WIDTH + 1 + max(1, max_gpus) * (cell + 1)
 
 
 def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def gpu_cell(gpu: Gpu, kind: str, warned: bool, reserved: bool) -> Text:
+def gpu_cell(gpu: Gpu, kind: str, warned: bool, reserved: bool, narrow: bool = False) -> Text:
     util = "  -" if gpu.util_gpu is None else f"{min(gpu.util_gpu, 100):>3}"
     mem = "  -" if gpu.mem_percent is None else f"{min(round(gpu.mem_percent), 100):>3}"
     if kind == BROKEN and gpu.state != model.GPU_OK:
-        body = f"{gpu.state.upper():^6}"
+        body = "OFF" if narrow else f"{gpu.state.upper():^6}"
     else:
-        body = f"{util}{mem}"
-    cell = Text(body, GPU_STYLES[kind])
+        body = util if narrow else f"{util}{mem}"
+    # The card's colour on its numbers only: as the Text's base style it would also paint
+    # the markers, and a cyan "R" on a reserved (cyan) card disappeared.
+    cell = Text()
+    cell.append(body, GPU_STYLES[kind])
     cell.append("!" if warned else " ", "bold red" if warned else "")
     cell.append("R" if reserved else " ", "bold cyan" if reserved else "")
     return cell
 
 
 def host_line(
-    snap: HostSnapshot, now: float, warned: set[tuple[str, int]], width: int
+    snap: HostSnapshot, now: float, warned: set[tuple[str, int]], width: int,
+    narrow: bool = False,
 ) -> Text:
     """One host: name, state, GPU cells; exactly ``width`` cells wide."""
     line = Text(no_wrap=True, overflow="crop")
@@ -187,7 +195,7 @@ def host_line(
             is_warned = (snap.host, gpu.index) in warned
             reserved = any(r.gpu == gpu.index and r.active(now) for r in snap.reservations)
             line.append_text(gpu_cell(gpu, gpu_class(gpu, snap, now, is_warned), is_warned,
-                                      reserved))
+                                      reserved, narrow))
             line.append(" ")
     elif snap.error:
         line.append(snap.error, "dim")
@@ -375,13 +383,19 @@ class ClusterScreen(Screen[None]):
         snaps = self.snapshots()
         shown = [s for s in snaps if _matches(s, self.needle)]
         self.order = [s.host for s in shown]
-        width = host_width(max((len(s.gpus) for s in shown), default=1))
-        rows = [host_line(s, now, warned, width) for s in shown]
-        summary = totals(shown, app.state.flags, now, warned).text()
+        most = max((len(s.gpus) for s in shown), default=1)
+        # Every card must show: when the full cells do not fit, drop the memory figure.
+        narrow = host_width(most) > (self.size.width or app.size.width)
+        width = host_width(most, narrow)
+        rows = [host_line(s, now, warned, width, narrow) for s in shown]
+        summary = totals(shown, app.state.flags, now, warned).text(narrow)
         if self.needle:
             summary.append(f"   filter: {self.needle}", "italic")
         self.query_one("#cluster-totals", Static).update(summary)
         self.query_one(TextLines).set_rows(rows, width)
+
+    def on_resize(self) -> None:
+        self.refresh_data()
 
     @on(TextLines.Chosen)
     def _chosen(self, event: TextLines.Chosen) -> None:
@@ -462,19 +476,28 @@ class ProcFilter:
         return True
 
 
-PROC_HEADER = f"{'HOST':<16} {'GPU':>3} {'PID':>8} {'USER':<12} {'GPU-MEM':>9} {'SM%':>4}  COMMAND"
+PROC_HEADER = (f"{'HOST':<16} {'GPU':>3} {'PID':>8} {'USER':<12} {'GPU-MEM':>7} {'SM%':>4} "
+               f"{'FLAGS':<9} COMMAND")
 
 
-def process_line(snap: HostSnapshot, proc: GpuProcess, idle: bool) -> Text:
+def process_line(snap: HostSnapshot, proc: GpuProcess, idle: bool,
+                 flags: tuple[str, ...] = ()) -> Text:
+    """One row of the all-hosts table: the dashboard's columns (and words) plus HOST."""
     line = Text(no_wrap=True, overflow="crop")
-    line.append(_fit(snap.host, 16).ljust(16), "bold")
-    mem = "n/a" if proc.gpu_mem is None else f"{proc.gpu_mem / GIB:.1f}GiB"
-    sm = "n/a" if proc.sm_util is None else str(proc.sm_util)
+    line.append(_fit(fmt.visible(snap.host), 16).ljust(16), "bold")
+    sm = "-" if proc.sm_util is None else str(proc.sm_util)
     line.append(f" {proc.gpu:>3} {proc.pid:>8} ")
-    line.append(_fit(proc.user or "?", 12).ljust(12))
-    line.append(f" {mem:>9}", "magenta" if idle else "")
-    line.append(f" {sm:>4}  ")
-    line.append(proc.command or "", "dim" if not proc.visible else "")
+    line.append(_fit(fmt.visible(proc.user) or "-", 12).ljust(12))
+    line.append(" ")
+    line.append(f"{fmt.size(proc.gpu_mem):>7}", "magenta" if idle else "")
+    line.append(f" {sm:>4} ")
+    short = " ".join(FLAG_SHORT.get(f, f.upper()) for f in flags)
+    line.append(_fit(short, 9).ljust(9), "magenta" if idle else "")
+    line.append(" ")
+    if proc.command:
+        line.append(fmt.visible(proc.command))
+    else:
+        line.append("(not in this PID namespace)" if not proc.visible else "?", "dim")
     return line
 
 
@@ -485,10 +508,12 @@ def process_rows(
 ) -> list[tuple[HostSnapshot, GpuProcess, Text]]:
     rows = []
     for snap in snapshots:
+        host_flags = flags.get(snap.host) or {}
         for proc in sorted(snap.processes, key=lambda p: -(p.gpu_mem or 0)):
             if where.match(snap, proc):
-                idle = _idle(proc, flags.get(snap.host))
-                rows.append((snap, proc, process_line(snap, proc, idle)))
+                idle = _idle(proc, host_flags)
+                names = tuple(getattr(host_flags.get(proc.key), "names", ()) or ())
+                rows.append((snap, proc, process_line(snap, proc, idle, names)))
     return rows
 
 
@@ -580,6 +605,12 @@ def open_cluster(app: Any) -> None:
     if isinstance(app.screen, ClusterScreen):
         return
     app.push_screen(ClusterScreen())
+
+
+def open_processes(app: Any) -> None:
+    """``p`` on the dashboard: the processes of every host (the main table shows one)."""
+    if not isinstance(app.screen, ClusterProcessesScreen):
+        app.push_screen(ClusterProcessesScreen())
 
 
 def back(app: Any) -> None:

@@ -72,6 +72,12 @@ def identity_for(app: Any, host: str) -> tuple[str | int | None, bool]:
     remote_user = _remote_user(feed, host)
     if remote_user is not None:
         return remote_user, remote_user == "root"
+    snap = app.state.snapshots.get(host)
+    if feed is None and snap is not None and snap.demo:
+        # Replayed simulated snapshots (screenshots, tests): the app's user, so that what
+        # they show does not depend on who runs them.
+        me = app.state.me
+        return me, me == "root"
     uid = os.geteuid()
     return uid, uid == 0
 

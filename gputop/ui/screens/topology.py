@@ -64,9 +64,9 @@ def matrix_text(snapshot: HostSnapshot) -> Text:
         out.append(fmt.visible(m.numa_affinity[n]))
         out.append("\n")
     out.append("\n")
-    counts = _nvlink_summary(m)
+    counts = _nvlink_summary(snapshot)
     if counts:
-        out.append("NVLinks per GPU: ", style="bold")
+        out.append("NVLinks up per GPU: ", style="bold")
         out.append(counts)
         out.append("\n\n")
     out.append("Legend:\n", style="bold")
@@ -77,12 +77,14 @@ def matrix_text(snapshot: HostSnapshot) -> Text:
     return out
 
 
-def _nvlink_summary(m: topology.Matrix) -> str:
+def _nvlink_summary(snapshot: HostSnapshot) -> str:
+    # Count each GPU's own links: summing the pair matrix would count a link once per peer
+    # behind an NVSwitch (an H100 has 18 links, shared by all 7 peers).
     parts = []
-    for n, gpu in enumerate(m.gpus):
-        total = sum(m.nvlinks[n])
-        if total:
-            parts.append(f"GPU{gpu} {total}")
+    for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
+        if gpu.nvlinks:
+            up = sum(1 for link in gpu.nvlinks if link.active)
+            parts.append(f"GPU{gpu.index} {up}/{len(gpu.nvlinks)}")
     return ", ".join(parts)
 
 

@@ -28,6 +28,9 @@ BENIGN_CLOCK_EVENTS = frozenset(
     {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
 )
 
+# Memory history in its own colour: a full card is not a warning in itself.
+HISTORY_MEM_STYLE = "cyan dim"
+
 SEVERITY_BADGE = {"critical": ("✖", "crit"), "warning": ("⚠", "warn"), "info": ("ℹ", "idle")}
 
 
@@ -39,7 +42,7 @@ class PanelData:
     warnings: list[HealthWarning] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     now: float = 0.0
-    span: float = 120.0  # seconds of history the sparkline covers
+    span: float = 180.0  # seconds of history the sparkline covers
 
 
 def short_name(name: str | None) -> str:
@@ -88,6 +91,9 @@ class GpuPanel(Widget):
         signature = (
             data.gpu,
             fmt.sparkline(data.util_series, 60, data.now, data.span),
+            fmt.sparkline(data.mem_series, 60, data.now, data.span),
+            history_stats(data.util_series, data.now, data.span),
+            history_stats(data.mem_series, data.now, data.span),
             tuple(w.key for w in data.warnings),
             tuple(data.reservations),
             self.size.width,
@@ -201,15 +207,23 @@ class GpuPanel(Widget):
         out.append(fmt.percent(gpu.fan) if gpu.fan is not None else "N/A",
                    style=self._style(fan_level) if gpu.fan is not None else "dim")
         out.append("\n")
-        # line 3: history, fixed 0-100
-        half = max((width - 12) // 2, 4)
-        out.append("UTIL ", style="bold")
-        out.append(fmt.sparkline(data.util_series, half, data.now, data.span),
-                   style=self._style("ok"))
-        out.append(" MEM ", style="bold")
-        out.append(fmt.sparkline(data.mem_series, half, data.now, data.span),
-                   style=self._style("warn"))
+        # line 3: history on a fixed 0-100 scale, labelled with the window it covers
+        half = max((width - 2) // 2, 12)
+        # Muted: the history is context for the gauges above it, not a second set of gauges.
+        self._history(out, "util", data.util_series, data, half, f"{self._style('ok')} dim")
+        out.append("  ")
+        self._history(out, "mem", data.mem_series, data, half, HISTORY_MEM_STYLE)
         return out
+
+    def _history(self, out: Text, label: str, series: list[tuple[float, float]],
+                 data: PanelData, width: int, style: str) -> None:
+        window = span_label(data.span)
+        stat = history_stats(series, data.now, data.span)
+        spark_w = max(width - len(label) - len(window) - 2 - len(stat), 4)
+        out.append(label, style="bold")
+        out.append(f" {window} ", style="dim")
+        out.append(fmt.sparkline(series, spark_w, data.now, data.span), style=style)
+        out.append(stat, style="dim")
 
     def _compact(self, data: PanelData, width: int) -> Text:
         gpu = data.gpu
@@ -240,6 +254,28 @@ class GpuPanel(Widget):
                        style=self._style("ok"))
         out.append_text(self._badges(data))
         return out
+
+
+def span_label(seconds: float) -> str:
+    """The history window as people say it: '3m', '90s', '1h'."""
+    whole = round(seconds)
+    if whole >= 3600 and whole % 3600 == 0:
+        return f"{whole // 3600}h"
+    if whole >= 60 and whole % 60 == 0:
+        return f"{whole // 60}m"
+    return f"{whole}s"
+
+
+def history_stats(series: list[tuple[float, float]], now: float, span: float) -> str:
+    """' min  92 avg  95 max 100%' over the window: the numbers behind a fixed-scale line.
+
+    Fixed width, so the panels' history rows line up.
+    """
+    values = [v for t, v in series if now - span <= t <= now]
+    if not values:
+        return " min   - avg   - max   - "
+    low, mean, high = min(values), sum(values) / len(values), max(values)
+    return f" min{low:>4.0f} avg{mean:>4.0f} max{high:>4.0f}%"
 
 
 def _frac(value: float | None, top: float) -> float | None:

@@ -55,7 +55,9 @@ class HeaderBar(Widget):
             out.append(" ")
             out.append(" DEMO ", style="bold reverse yellow")
         if self.hosts > 1:
-            out.append(f" (1 of {self.hosts} hosts)", style="dim")
+            # The table below lists this host only: say where the others are.
+            hint = " · c: cluster, p: all processes" if wide else ""
+            out.append(f" (one of {self.hosts} hosts{hint})", style="dim")
         # Narrow terminals drop the words, never the data age.
         age = max(self.now - snap.time, 0.0)
         stale = age > max(3 * self.interval, 3.0)

@@ -116,17 +116,23 @@ class WarningsPanel(Widget):
         old_minute = None if self._now is None else int(self._now // 60)
         if items == self._warnings and faded == self._clearing and minute == old_minute:
             return False
+        # A layout pass of the whole screen costs tens of ms; only a change in the number
+        # of lines can move the widgets below, so a changed text is a plain repaint.
+        resized = self._lines(items) != self._lines(self._warnings)
         self._warnings = items
         self._clearing = faded
         self._now = now
-        self.refresh(layout=True)
+        self.refresh(layout=resized)
         return True
+
+    def _lines(self, items: list[HealthWarning]) -> int:
+        per_item = 2 if self.hints else 1
+        return max(1, len(items) * per_item)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         # Ask for every line; max-height (set by the app) caps it and render() then
         # summarises what did not fit.
-        per_item = 2 if self.hints else 1
-        return max(1, len(self._warnings) * per_item)
+        return self._lines(self._warnings)
 
     def render(self) -> RenderableType:
         now = self._now if self._now is not None else time.time()
