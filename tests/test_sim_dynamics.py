@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,7 +120,10 @@ def test_a_frozen_clock_freezes_every_value() -> None:
 
 def test_utilization_wanders_within_the_process_band() -> None:
     clock = Clock()
-    nv = start("dgx-h100", clock)
+    scenario = sim.load_scenario("dgx-h100")
+    for proc in scenario.processes:
+        proc["dips"] = []  # the checkpoint dips have their own tests below
+    nv = start(scenario, clock)
     utils = []
     for step in range(0, 1800, 10):
         clock.t = T0 + step
@@ -289,3 +293,80 @@ def test_a_reader_thread_and_a_writer_thread_do_not_trip_each_other() -> None:
     stop.set()
     thread.join(timeout=30)
     assert errors == []
+
+
+DIPPING = """\
+name: dipping
+gpus: [{}]
+processes:
+  - pid: 100
+    user: a
+    cmdline: "python train.py"
+    age: 1h
+    gpus: {0: 1000}
+    util: [80, 90]
+    dips:
+      - {every: 10m, duration: 30s, util: [0, 10], at: 100s}
+      - {every: 30m, duration: 90s, util: [40, 50], at: 25m}
+"""
+
+
+def test_periodic_dips_replace_the_band_for_their_duration(tmp_path: Path) -> None:
+    path = tmp_path / "dipping.yaml"
+    path.write_text(DIPPING)
+    clock = Clock()
+    nv = start(sim.load_scenario(str(path)), clock)
+    started = T0 - 3600
+    seen = {"ckpt": 0, "eval": 0, "train": 0}
+    for step in range(0, 3 * 3600, 5):
+        clock.t = T0 + step
+        r = read(nv, 0)
+        since = clock.t - started
+        if (since - 100) % 600 < 30:
+            seen["ckpt"] += 1
+            assert r["util"] <= 10, step
+        elif (since - 1500) % 1800 < 90:
+            seen["eval"] += 1
+            assert 40 <= r["util"] <= 50, step
+        else:
+            seen["train"] += 1
+            assert 80 <= r["util"] <= 90, step
+    # 18 checkpoints of 6 samples, 6 evals of 18 samples (less what overlaps a checkpoint)
+    assert seen["ckpt"] == 18 * 6
+    assert 80 <= seen["eval"] <= 6 * 18
+    # power follows the dip at once
+    clock.t = started + 600 * 7 + 110
+    low = read(nv, 0)["power"]
+    clock.t = started + 600 * 7 + 200
+    assert read(nv, 0)["power"] > low * 3
+
+
+def test_dgx_h100_ranks_pause_together_in_the_screenshot_window() -> None:
+    # gputop --screenshot steps 180 s from when the simulator starts; the checkpoint dip
+    # sits 100-130 s in, so the pictures show one.
+    clock = Clock()
+    nv = start("dgx-h100", clock)
+    clock.t = T0 + 60
+    assert all(read(nv, i)["util"] >= 85 for i in range(8))
+    for at in (101, 115, 129):
+        clock.t = T0 + at
+        assert all(read(nv, i)["util"] <= 15 for i in range(8)), at
+    clock.t = T0 + 140
+    assert all(read(nv, i)["util"] >= 85 for i in range(8))
+
+
+@pytest.mark.parametrize(
+    ("dips", "message"),
+    [
+        ("{every: 30s, duration: 40s}", "dips.duration: expected 0 < duration < every"),
+        ("{duration: 40s}", "dips.every: missing (required)"),
+        ("[{every: 1m, duration: 5s, when: 3}]", "dips.0.when: unknown key"),
+        ("{every: 1m, duration: 5s, util: [9, 1]}", "dips.util: expected [low, high]"),
+    ],
+)
+def test_bad_dips_name_file_line_and_key(tmp_path: Path, dips: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(DIPPING.split("    dips:")[0] + f"    dips: {dips}\n")
+    with pytest.raises(sim.ScenarioError) as err:
+        sim.load_scenario(str(path))
+    assert str(err.value).startswith(f"{path}:10: processes.0.{message}")  # the dips line

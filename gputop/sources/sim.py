@@ -25,7 +25,8 @@ keys and their defaults are the ``_HOST_KEYS``, ``_GPU_KEYS``, ``_PROC_KEYS`` an
     nvswitches: [bus ids]                      (the far end of switch NVLinks)
     processes: [{pid, user, cmdline, ppid, state, age: 3h, gpus: {index: MiB},
                  util: [low, high], type: C|G|C+G, hidden, ignores_term,
-                 kernel_file_exists, vanish_after_list}, ...]
+                 kernel_file_exists, vanish_after_list,
+                 dips: [{every: 10m, duration: 30s, util: [low, high], at: 100s}]}, ...]
     faults: {driver_not_loaded, lost: [{gpu, after}], xid: [{gpu, xid, at}],
              not_supported: [{gpu: N|all, fields: [FanSpeed, ...]}],
              nvlink_down: [{gpu, link}]}
@@ -573,6 +574,17 @@ _PROC_KEYS: dict[str, tuple[str, Any]] = {
     "rss_mib": ("int", 512),
     "kernel_file_exists": ("bool", None),
     "vanish_after_list": ("bool", False),
+    "dips": ("dips", []),
+}
+
+# A periodic dip in a process's utilization (a checkpoint save, an evaluation pass):
+# `duration` seconds out of every `every`, starting `at` seconds into each period counted
+# from the process's start.
+_DIP_KEYS: dict[str, tuple[str, Any]] = {
+    "every": ("duration", None),
+    "duration": ("duration", None),
+    "util": ("band", [0, 0]),
+    "at": ("duration", 0.0),
 }
 
 _FAULT_KEYS: dict[str, tuple[str, Any]] = {
@@ -687,6 +699,8 @@ class _Checker:
                 return parse_duration(value)
             except ValueError as exc:
                 raise self.fail(path, str(exc)) from None
+        if kind == "dips":
+            return self.dips(value, path)
         if kind == "cmdline":
             if isinstance(value, str):
                 return value.split()
@@ -706,6 +720,24 @@ class _Checker:
                 out[k] = float(v)
             return out
         raise AssertionError(kind)
+
+    def dips(self, value: Any, path: tuple[Any, ...]) -> list[dict[str, Any]]:
+        """One dip mapping or a list of them, each with every > duration > 0."""
+        items = value if isinstance(value, list) else [value]
+        out = []
+        for i, item in enumerate(items):
+            where = (*path, i) if isinstance(value, list) else path
+            dip = self.mapping(item, where, _DIP_KEYS)
+            for key in ("every", "duration"):
+                if dip.get(key) is None:
+                    raise self.fail((*where, key), "missing (required)")
+            if not 0 < dip["duration"] < dip["every"]:
+                raise self.fail((*where, "duration"),
+                                f"expected 0 < duration < every ({dip['every']:g} s), "
+                                f"got {dip['duration']:g} s")
+            out.append({k: (dip[k] if dip.get(k) is not None else d)
+                        for k, (_, d) in _DIP_KEYS.items()})
+        return out
 
 
 def _line_map(
@@ -1100,6 +1132,7 @@ class _Proc:
     rss_mib: int = 512
     kernel_file_exists: bool | None = None
     vanish_after_list: bool = False
+    dips: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -1160,6 +1193,7 @@ class SimNvml:
                 rss_mib=spec["rss_mib"],
                 kernel_file_exists=spec["kernel_file_exists"],
                 vanish_after_list=spec["vanish_after_list"],
+                dips=[dict(d) for d in spec["dips"]],
             )
         faults = scenario.faults
         self.driver_not_loaded: bool = faults["driver_not_loaded"]
@@ -1309,6 +1343,10 @@ class SimNvml:
         if proc.state in ("Z", "T", "X") or proc.util[1] <= 0 or t <= proc.start_time:
             return 0.0
         lo, hi = proc.util
+        for n, dip in enumerate(proc.dips):
+            if (t - proc.start_time - dip["at"]) % dip["every"] < dip["duration"]:
+                lo, hi = dip["util"]
+                return lo + (hi - lo) * wander(self.seed, (proc.pid * 64 + gpu) * 8 + n + 1, t)
         return lo + (hi - lo) * wander(self.seed, proc.pid * 64 + gpu, t)
 
     def _util_at(self, gpu: int, t: float) -> float:

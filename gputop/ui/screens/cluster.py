@@ -50,6 +50,8 @@ NARROW_CELL_WIDTH = 5  # "100!R": util only, when the full cells do not fit the 
 FREE_UTIL = 5  # % SM at or below which a card counts as free...
 FREE_MEM = 5.0  # ...when also at most this % of its memory is used
 
+ROW_BACKGROUND = Style(bgcolor="grey27")  # the cursor's row; cells keep their colours
+
 FREE, BUSY, BROKEN, RESERVED, UNKNOWN = "free", "busy", "broken", "reserved", "unknown"
 
 # Short forms so that a state fits its column; the full error is on the totals' detail.
@@ -274,12 +276,21 @@ class TextLines(ScrollView, can_focus=True):
             else:
                 text = self.rows[index].copy()
                 text.truncate(col_width, pad=True)
-                if index == self.cursor and self.has_focus:
-                    text.stylize(Style(reverse=True), 0, col_width)
-                elif index == self.cursor:
-                    text.stylize(Style(underline=True), 0, col_width)
+                if index == self.cursor:
+                    self._highlight(text, col_width)
             segments.extend(text.render(self.app.console))
         return Strip(segments).adjust_cell_length(width)
+
+    def _highlight(self, text: Text, width: int) -> None:
+        # Only the host name is reversed: reversing the GPU cells turned their colours
+        # (the point of the overview) into something else.  The rest of the line gets a
+        # background under the cells' own, so the eye can follow the row across.
+        name = min(NAME_WIDTH, width)
+        if self.has_focus:
+            text.stylize_before(ROW_BACKGROUND, 0, width)
+            text.stylize(Style(reverse=True, bold=True), 0, name)
+        else:
+            text.stylize(Style(underline=True), 0, name)
 
     def line_text(self, y: int) -> str:
         """The plain text of one visible line (tests, screen readers)."""

@@ -33,16 +33,25 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,q,question_mark,f1", "dismiss", "Close", id="help_close"),
     ]
 
-    def __init__(self, rows: list[tuple[str, str]]) -> None:
+    def __init__(self, rows: list[tuple[str, str]],
+                 navigation: list[tuple[str, str]] | None = None) -> None:
         super().__init__()
-        self.rows = rows
+        self.own = rows
+        self.navigation = navigation or []
+        self.rows = rows + self.navigation
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, show_header=True, header_style="bold", expand=True)
         table.add_column("Keys", style="bold cyan", no_wrap=True)
         table.add_column("Action")
-        for keys, description in self.rows:
+        for keys, description in self.own:
             table.add_row(Text(keys), Text(description))
+        if self.navigation:
+            # The table's own scrolling keys: everyone knows them, so they come last.
+            table.add_row(Text(""), Text(""))
+            table.add_row(Text("Navigation", style="bold"), Text(""))
+            for keys, description in self.navigation:
+                table.add_row(Text(keys), Text(description))
         with VerticalScroll():
             yield Static(Text("gputop help", style="bold"), id="help-title")
             yield Static(table, id="help-keys")

@@ -43,6 +43,7 @@ class PanelData:
     reservations: list[Reservation] = field(default_factory=list)
     now: float = 0.0
     span: float = 180.0  # seconds of history the sparkline covers
+    kept: float = 0.0  # seconds of history kept; a compact row may show up to this much
 
 
 def short_name(name: str | None) -> str:
@@ -88,16 +89,19 @@ class GpuPanel(Widget):
 
     def update_data(self, data: PanelData) -> None:
         self.data = data
+        compact = self.has_class("-compact")
         signature = (
             data.gpu,
             fmt.sparkline(data.util_series, 60, data.now, data.span),
+            # A compact row's line reaches further back than the span above.
+            compact_sparkline(data, self.size.width) if compact else None,
             fmt.sparkline(data.mem_series, 60, data.now, data.span),
             history_stats(data.util_series, data.now, data.span),
             history_stats(data.mem_series, data.now, data.span),
             tuple(w.key for w in data.warnings),
             tuple(data.reservations),
             self.size.width,
-            self.has_class("-compact"),
+            compact,
         )
         if signature != self._signature:
             self._signature = signature
@@ -247,13 +251,32 @@ class GpuPanel(Widget):
         out.append(f" {power:>4}W", style=self._style(power_level))
         if gpu.pstate is not None:
             out.append(f" P{gpu.pstate}")
-        spark_w = max(width - out.cell_len - 2 - self._badges(data).cell_len, 0)
+        badges = self._badges(data)
+        spark_w = max(width - out.cell_len - 1 - badges.cell_len, 0)
         if spark_w >= 4:
             out.append(" ")
-            out.append(fmt.sparkline(data.util_series, min(spark_w, 40), data.now, data.span),
-                       style=self._style("ok"))
-        out.append_text(self._badges(data))
+            line = compact_sparkline(data, spark_w)
+            # Slots before the first sample are a dim track, not blank: at startup the
+            # line is there, only still empty, rather than a gap in the row.
+            seen = len(line) - len(line.lstrip(" "))
+            out.append("·" * seen, style="dim")
+            out.append(line[seen:], style=self._style("ok"))
+        out.append_text(badges)
         return out
+
+
+def compact_sparkline(data: PanelData, width: int) -> str:
+    """The compact row's history: all the row's free cells at the full panel's resolution.
+
+    A cell is span/60 seconds, as on the full panel's 60-cell signature, so a wider
+    terminal shows further back (up to the history kept) instead of the same minutes
+    stretched thinner.
+    """
+    step = data.span / 60
+    cells = width
+    if data.kept > 0:
+        cells = min(width, max(int(data.kept / step), 1))
+    return fmt.sparkline(data.util_series, cells, data.now, cells * step).rjust(width)
 
 
 def span_label(seconds: float) -> str:
