@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint screenshots bench clean
+.PHONY: demo test lint screenshots bench bench-ssh clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,17 @@ lint: $(STAMP)
 screenshots: $(STAMP)
 	$(BIN)/gputop --screenshot screenshots
 
+# Benchmarks print tables; run by hand, never part of `make test`.
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/bench_once.py
+	$(BIN)/python bench/bench_collector.py
+	$(BIN)/python bench/health_rules.py
+	$(BIN)/python bench/orphans.py
+	$(BIN)/python bench/bench_ui.py
+
+# Starts real sshd daemons on 127.0.0.x (root, openssh-server installed).
+bench-ssh: $(STAMP)
+	$(BIN)/python bench/bench_ssh.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
