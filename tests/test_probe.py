@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +206,86 @@ def test_probe_main_in_process_readonly(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_payload_is_compact() -> None:
     # The payload goes to every host on every (re)connect; keep an eye on its size.
-    size = len(bundle.build_payload())
-    assert 0 < size < 512 * 1024, size
-    assert sys.getsizeof(bundle.stdin_preamble({"interval": 1})) > size
+    # The loader is small; the blob after it (sources and bytecode) is most of it.
+    loader = len(bundle.build_payload())
+    size = len(bundle.stdin_preamble({"interval": 1}))
+    assert 0 < loader < 16 * 1024, loader
+    assert loader < size < 512 * 1024, size
+
+
+# Runs the real bootstrap's code with compile() and imports recorded, and prints what
+# it saw when the probe exits (EOF on stdin).
+_WATCHED_BOOTSTRAP = r"""
+import atexit, builtins, json, sys, zlib
+compiled = []
+real_compile = builtins.compile
+def counting_compile(source, filename, *args, **kwargs):
+    compiled.append(str(filename))
+    return real_compile(source, filename, *args, **kwargs)
+builtins.compile = counting_compile
+def report():
+    loaded = sorted(n for n in sys.modules if n.startswith(("gputop", "pynvml")))
+    sys.stderr.write("WATCH " + json.dumps({"compiled": compiled, "loaded": loaded}) + "\n")
+atexit.register(report)
+b = sys.stdin.buffer
+n = int(b.readline())
+exec(real_compile(zlib.decompress(b.read(n)), "gputop-probe", "exec"))
+"""
+
+
+def _watched_run(tmp: Path, python: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "GPUTOP_PROBE_SIM": "dgx-h100",
+           "PYTHONPATH": _pythonpath(tmp), "GPUTOP_RESERVATIONS_DIR": str(tmp / "res")}
+    proc = subprocess.Popen(
+        [python, "-u", "-c", _WATCHED_BOOTSTRAP], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(bundle.stdin_preamble({"interval": 0.2, "host": "watched"}))
+    proc.stdin.flush()
+    try:
+        (first,) = _lines(proc, 1)
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0
+    err = proc.stderr.read().decode()
+    (watch,) = [line[6:] for line in err.splitlines() if line.startswith("WATCH ")]
+    return first, json.loads(watch)
+
+
+def _magic(python: str) -> str:
+    return subprocess.run(
+        [python, "-c", "import importlib.util; print(importlib.util.MAGIC_NUMBER.hex())"],
+        capture_output=True, text=True, check=True, cwd="/",
+    ).stdout.strip()
+
+
+def test_same_bytecode_host_compiles_nothing_and_skips_pynvml(
+    tmp_path: Path, system_python: str
+) -> None:
+    import importlib.util
+
+    if _magic(system_python) != importlib.util.MAGIC_NUMBER.hex():
+        pytest.skip("the system python reads other bytecode than this one")
+    first, watch = _watched_run(tmp_path, system_python)
+    assert first["state"] == model.HOST_OK, first.get("error")
+    assert "gputop.sources.sim" in watch["loaded"]
+    assert not [f for f in watch["compiled"] if f.startswith("/gputop-bundle/")]
+    # A sim host never needs the shipped nvidia-ml-py: it stays compressed, unimported.
+    assert "pynvml" not in watch["loaded"]
+    # The snapshot model's dataclasses are for the client; a healthy probe never loads them.
+    assert "gputop.model" not in watch["loaded"]
+
+
+def test_other_bytecode_host_compiles_the_shipped_source(tmp_path: Path) -> None:
+    import importlib.util
+
+    if not os.path.exists(PY310):
+        pytest.skip("no python 3.10 here")
+    assert _magic(PY310) != importlib.util.MAGIC_NUMBER.hex()
+    first, watch = _watched_run(tmp_path, PY310)
+    assert first["state"] == model.HOST_OK, first.get("error")
+    compiled = set(watch["compiled"])
+    assert "/gputop-bundle/gputop/sources/sim.py" in compiled
+    assert "/gputop-bundle/gputop/sources/probe.py" in compiled
+    assert not any("pynvml" in f for f in compiled)

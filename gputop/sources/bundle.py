@@ -6,12 +6,19 @@ and runs it; stdin stays open for the probe's config line and JSON requests.  (`
 -`` would read all of stdin before running anything, so it cannot serve a long-lived
 probe.)
 
-The loader holds the source of the stdlib-only modules as text and installs an import
-hook (a ``MetaPathFinder``) in front of ``sys.meta_path``, so the shipped modules import
-each other by their usual names; a copy of the local nvidia-ml-py ``pynvml`` goes in a
-second hook at the *end* of ``sys.meta_path``, used only when the host has no pynvml of
-its own (the host's matches its driver).  Old pythons get a clear "fatal" line instead of
-a SyntaxError.
+The loader is small: it reads a blob of separately compressed entries that follows it on
+stdin (its size and an index are written into the loader) and installs an import hook (a
+``MetaPathFinder``) in front of ``sys.meta_path``, so the shipped stdlib-only modules
+import each other by their usual names; a copy of the local nvidia-ml-py ``pynvml`` goes
+in a second hook at the *end* of ``sys.meta_path``, used only when the host has no pynvml
+of its own (the host's matches its driver).  Old pythons get a clear "fatal" line instead
+of a SyntaxError.
+
+Start-up cost is what 64 hosts pay at once, so an entry is decompressed only when its
+module is imported (pynvml and sim cost nothing on hosts that do not use them), and each
+module travels both as source and as bytecode compiled here: a host whose python reads
+the same bytecode (same ``importlib.util.MAGIC_NUMBER``) skips compiling, any other
+compiles the source.  Nothing is written or cached on the host.
 """
 
 from __future__ import annotations
@@ -21,9 +28,11 @@ import contextlib
 import functools
 import importlib.util
 import json
+import marshal
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 # The remote command.  A module constant: no host name, user or label can reach it.
 BOOTSTRAP = (
@@ -54,25 +63,38 @@ PACKAGES = ("gputop", "gputop.sources", "gputop.actions")
 
 _LOADER = r'''
 import sys
+# Read before anything can exit: the client writes the whole preamble at once, and unread
+# bytes beyond the pipe's buffer would make its write fail instead of showing our answer.
+_BLOB = sys.stdin.buffer.read({blob_size})
 if sys.version_info < {min_python!r}:
     sys.stdout.write('{{"fatal": "python3 %d.%d on this host is too old (gputop needs '
                      '{min_text}+)", "code": "old-python"}}\n' % sys.version_info[:2])
     sys.stdout.flush()
     sys.exit({old_status})
-import importlib.abc
 import importlib.util
 import json
+import marshal
+import zlib
+
+# Not importlib.abc: it pulls in importlib.resources (~15 ms of start-up), and the import
+# system only needs these methods, not the base classes.
+# Bytecode compiled by the client is only good for a python that reads the same bytecode.
+_SAME_BYTECODE = importlib.util.MAGIC_NUMBER.hex() == {magic!r}
 
 
-class _Bundle(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Modules from source text carried in this script."""
+def _unpack(where):
+    return zlib.decompress(_BLOB[where[0]:where[0] + where[1]])
 
-    def __init__(self, sources, packages):
-        self.sources = sources
+
+class _Bundle:
+    """Modules carried in the blob after this script, each unpacked when imported."""
+
+    def __init__(self, index, packages):
+        self.index = index
         self.packages = packages
 
     def find_spec(self, name, path=None, target=None):
-        if name not in self.sources:
+        if name not in self.index:
             return None
         return importlib.util.spec_from_loader(
             name, self, origin="gputop-bundle", is_package=name in self.packages
@@ -82,20 +104,37 @@ class _Bundle(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def exec_module(self, module):
-        name = module.__name__
-        tail = "/__init__.py" if name in self.packages else ".py"
-        module.__file__ = "/gputop-bundle/" + name.replace(".", "/") + tail
-        exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
+        entry = self.index[module.__name__]
+        module.__file__ = entry["file"]
+        if _SAME_BYTECODE and "code" in entry:
+            code = marshal.loads(_unpack(entry["code"]))
+        else:
+            code = compile(_unpack(entry["source"]), entry["file"], "exec", dont_inherit=True)
+        exec(code, module.__dict__)
 
 
-_SOURCES = json.loads({sources!r})
-_FALLBACK = json.loads({fallback!r})
-sys.meta_path.insert(0, _Bundle(_SOURCES, set({packages!r})))
-sys.meta_path.append(_Bundle(_FALLBACK, set()))
+class _Texts:
+    """The sim scenarios by name, each unpacked only when asked for."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def __contains__(self, name):
+        return name in self.index
+
+    def __getitem__(self, name):
+        return _unpack(self.index[name]).decode("utf-8")
+
+    def __len__(self):
+        return len(self.index)
+
+
+sys.meta_path.insert(0, _Bundle(json.loads({modules!r}), set({packages!r})))
+sys.meta_path.append(_Bundle(json.loads({fallback!r}), set()))
 _CONFIG = json.loads(sys.stdin.buffer.readline() or b"{{}}")
 from gputop.sources import probe as _probe
 
-sys.exit(_probe.main(_CONFIG, scenarios=json.loads({scenarios!r})))
+sys.exit(_probe.main(_CONFIG, scenarios=_Texts(json.loads({scenarios!r}))))
 '''
 
 
@@ -131,29 +170,66 @@ def _scenarios() -> dict[str, str]:
     return {p.stem: p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.yaml"))}
 
 
+class _Blob:
+    """The bytes that follow the loader: separately compressed entries, by offset."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> list[int]:
+        packed = zlib.compress(data, 6)
+        where = [self.size, len(packed)]
+        self.parts.append(packed)
+        self.size += len(packed)
+        return where
+
+
+def _bundle_file(name: str, package: bool) -> str:
+    tail = "/__init__.py" if package else ".py"
+    return "/gputop-bundle/" + name.replace(".", "/") + tail
+
+
+def _module_entry(blob: _Blob, name: str, source: str, package: bool) -> dict[str, Any]:
+    path = _bundle_file(name, package)
+    # optimize=0: what the remote's plain `python3` would compile, asserts kept.
+    code = compile(source, path, "exec", dont_inherit=True, optimize=0)
+    return {"file": path, "source": blob.add(source.encode("utf-8")),
+            "code": blob.add(marshal.dumps(code))}
+
+
 @functools.lru_cache(maxsize=1)
-def build_payload() -> bytes:
-    """The compressed loader: what follows the length line on the probe's stdin."""
-    sources = {name: "" for name in PACKAGES}
+def _build() -> tuple[bytes, bytes]:
+    """The compressed loader and the blob of modules and scenarios it unpacks."""
+    blob = _Blob()
+    modules = {name: _module_entry(blob, name, "", True) for name in PACKAGES}
     for name in MODULES:
-        sources[name] = module_source(name)
-    fallback: dict[str, str] = {}
+        modules[name] = _module_entry(blob, name, module_source(name), False)
+    fallback: dict[str, Any] = {}
     # Without a local nvidia-ml-py, hosts that lack their own pynvml report "no driver".
     with contextlib.suppress(ImportError):
-        fallback["pynvml"] = module_source("pynvml")
+        fallback["pynvml"] = _module_entry(blob, "pynvml", module_source("pynvml"), False)
+    scenarios = {name: blob.add(text.encode("utf-8")) for name, text in _scenarios().items()}
     script = _LOADER.format(
         min_python=MIN_PYTHON,
         min_text=".".join(map(str, MIN_PYTHON)),
         old_status=OLD_PYTHON_STATUS,
-        sources=json.dumps(sources),
+        blob_size=blob.size,
+        magic=importlib.util.MAGIC_NUMBER.hex(),
+        modules=json.dumps(modules),
         fallback=json.dumps(fallback),
         packages=list(PACKAGES),
-        scenarios=json.dumps(_scenarios()),
+        scenarios=json.dumps(scenarios),
     )
-    return zlib.compress(script.encode("utf-8"), 6)
+    return zlib.compress(script.encode("utf-8"), 6), b"".join(blob.parts)
+
+
+def build_payload() -> bytes:
+    """The compressed loader: what follows the length line on the probe's stdin."""
+    return _build()[0]
 
 
 def stdin_preamble(config: dict) -> bytes:
     """Everything the probe's stdin needs before requests: length, loader, config line."""
-    payload = build_payload()
-    return b"%d\n" % len(payload) + payload + json.dumps(config).encode("ascii") + b"\n"
+    payload, blob = _build()
+    return b"%d\n" % len(payload) + payload + blob + json.dumps(config).encode("ascii") + b"\n"

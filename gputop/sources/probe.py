@@ -24,12 +24,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
-from typing import Any, BinaryIO
-
-from gputop import model
+from typing import Any, BinaryIO, Protocol
 
 SIM_ENV = "GPUTOP_PROBE_SIM"
 RESERVATIONS_ENV = "GPUTOP_RESERVATIONS_DIR"
@@ -76,11 +73,23 @@ class _Source:
             return handle(request, self.env)
 
 
+class Texts(Protocol):
+    """Scenario texts by name: a dict, or the bundle's lazily unpacked ones."""
+
+    def __contains__(self, name: object) -> bool: ...
+
+    def __getitem__(self, name: str) -> str: ...
+
+    def __len__(self) -> int: ...
+
+
 def _reservations_dir(sim_name: str | None) -> str:
     configured = os.environ.get(RESERVATIONS_ENV)
     if configured:
         return configured
     if sim_name:
+        import tempfile  # only simulated hosts need it: not paid on every host's start-up
+
         # A simulated host must never write the host's real reservation store.
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in sim_name)
         return os.path.join(
@@ -91,7 +100,9 @@ def _reservations_dir(sim_name: str | None) -> str:
     return DEFAULT_RESERVATIONS_DIR
 
 
-def _load_scenario(name: str, scenarios: dict[str, str]) -> Any:
+def _load_scenario(name: str, scenarios: Texts) -> Any:
+    import tempfile
+
     from gputop.sources import sim
 
     if os.path.isfile(name) or name not in scenarios:
@@ -104,7 +115,7 @@ def _load_scenario(name: str, scenarios: dict[str, str]) -> Any:
         return sim.load_scenario(path)
 
 
-def open_source(config: dict[str, Any], scenarios: dict[str, str]) -> _Source:
+def open_source(config: dict[str, Any], scenarios: Texts) -> _Source:
     """The collector for this host; raises NoDriverError when there is no GPU to read."""
     from gputop.actions.dispatch import ActionEnv
     from gputop.sources.nvml import Collector, NoDriverError
@@ -134,7 +145,13 @@ def open_source(config: dict[str, Any], scenarios: dict[str, str]) -> _Source:
     return _Source(collector, env, None)
 
 
-def _error(host: str, state: str, message: str) -> dict[str, Any]:
+def _error(host: str, message: str, no_gpu: bool = False) -> dict[str, Any]:
+    """A snapshot for a host that could not be read."""
+    # gputop.model is imported only here: its dataclasses cost each host's start-up ~8 ms,
+    # and the probe needs nothing from it but these two names.
+    from gputop import model
+
+    state = model.HOST_NO_GPU if no_gpu else model.HOST_ERROR
     return {"host": host, "time": time.time(), "state": state, "error": message,
             "source": "probe"}
 
@@ -175,7 +192,7 @@ def _answer(message: dict[str, Any], out: _Out, source: _Source | None) -> None:
 
 def main(
     config: dict[str, Any] | None = None,
-    scenarios: dict[str, str] | None = None,
+    scenarios: Texts | None = None,
     stdin: BinaryIO | None = None,
     stdout: BinaryIO | None = None,
 ) -> int:
@@ -194,8 +211,8 @@ def main(
     try:
         source = open_source(config, scenarios)
     except Exception as exc:  # NoDriverError above all; anything else is shown the same way
-        state = model.HOST_NO_GPU if type(exc).__name__ == "NoDriverError" else model.HOST_ERROR
-        failure = _error(host, state, str(exc) or type(exc).__name__)
+        no_gpu = type(exc).__name__ == "NoDriverError"
+        failure = _error(host, str(exc) or type(exc).__name__, no_gpu)
 
     reader = threading.Thread(
         target=_serve_requests, args=(stdin, out, source, stop, hard_exit), daemon=True
@@ -226,7 +243,7 @@ def _safe_collect(source: _Source, host: str) -> dict[str, Any]:
     try:
         return source.collect()
     except Exception as exc:  # one bad poll is this host's state, not the probe's end
-        return _error(host, model.HOST_ERROR, f"collection failed: {type(exc).__name__}: {exc}")
+        return _error(host, f"collection failed: {type(exc).__name__}: {exc}")
 
 
 if __name__ == "__main__":  # local run: python -m gputop.sources.probe '{"interval": 1}'
