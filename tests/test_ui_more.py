@@ -119,7 +119,7 @@ async def test_threshold_colours_from_config_and_reservation_badge() -> None:
         start = text.plain.index(util_figure)
         styles = [str(span.style) for span in text.spans if span.start <= start < span.end]
         assert "magenta" in styles
-        assert "RSV [b]bob 1:00:00" in text.plain
+        assert "RSV [b]bob 1:00:00 tonight" in text.plain
         assert "carol" not in text.plain  # an expired reservation counts for nothing
 
 

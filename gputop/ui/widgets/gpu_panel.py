@@ -159,6 +159,10 @@ class GpuPanel(Widget):
             out.append(" RSV ", style="bold reverse")
             out.append(fmt.visible(r.user))
             out.append(f" {left}", style="dim")
+            if r.note:
+                # The note is the reason colleagues read; it is untrusted text like a command.
+                out.append(" ")
+                out.append(fmt.visible(r.note), style="italic")
         return out
 
     def _lost(self, gpu: Gpu, width: int) -> Text:
