@@ -2,8 +2,7 @@
 
 Every key is checked; an unknown key or a bad value is a ``ConfigError`` whose message
 is "FILE:LINE: key 'a.b': problem", so a typo in a file edited months ago is found at
-once.  Line numbers come from the YAML node tree (``yaml.compose``), not the loaded
-dict, which has none.
+once.  Line numbers come from the YAML node tree (gputop/yamlnodes.py).
 
 Sections other modules read:
 - ``health``: a plain dict for ``gputop.analysis.health.Thresholds.from_config``; the
@@ -30,10 +29,12 @@ An example with every section::
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
 
 # The ids of the dashboard's bindings; the ``keys:`` section remaps them.  A screen that
 # wants its binding remappable adds its id here.
@@ -122,19 +123,10 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 
 def parse_config(text: str, name: str = "<config>") -> Config:
-    import yaml  # lazily: `gputop --once` without a config file never pays for it
-
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"{mark.line + 1}:" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{name}:{line} YAML syntax error: {problem}") from None
+    root = compose(text, name, ConfigError)
     config = Config(path=name)
-    if root is None or (isinstance(root, yaml.ScalarNode) and root.value == ""):
-        return config
-    _Reader(name).apply(root, config)
+    if root is not None and root.value != "":  # `---` alone: an empty scalar, no settings
+        _Reader(name).apply(root, config)
     return config
 
 
@@ -145,33 +137,15 @@ class _Reader:
         self.name = name
 
     def fail(self, node: Any, key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{self.name}:{node.start_mark.line + 1}: key '{key}': {problem}")
+        return ConfigError(f"{self.name}:{line_of(node)}: key '{key}': {problem}")
 
-    def mapping(self, node: Any, key: str) -> list[tuple[str, Any, Any, str]]:
-        """[(name, key node, value node, dotted key)] of a mapping node."""
-        import yaml
-
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, key or "(top level)", "expected a mapping")
-        out = []
-        seen = set()
-        for knode, vnode in node.value:
-            if not isinstance(knode, yaml.ScalarNode):
-                raise self.fail(knode, key or "(top level)", "keys must be plain names")
-            name = knode.value
-            full = f"{key}.{name}" if key else name
-            if name in seen:
-                raise self.fail(knode, full, "given twice")
-            seen.add(name)
-            out.append((name, knode, vnode, full))
-        return out
+    def mapping(self, node: Any, key: str, known: Collection[str] = ()) -> list[Any]:
+        return mapping_items(node, self.name, ConfigError, key, known)
 
     def scalar(self, node: Any, key: str) -> Any:
-        import yaml
-
-        if not isinstance(node, yaml.ScalarNode):
+        if node.id != "scalar":
             raise self.fail(node, key, "expected a single value")
-        return yaml.safe_load(yaml.serialize(node)) if node.value != "" else None
+        return scalar_value(node, self.name, ConfigError) if node.value != "" else None
 
     def number(self, node: Any, key: str, low: float, high: float) -> float:
         value = self.scalar(node, key)
@@ -199,11 +173,8 @@ class _Reader:
             "reclaim": self._reclaim,
             "reservations": self._reservations,
         }
-        for name, knode, vnode, full in self.mapping(root, ""):
-            handler = sections.get(name)
-            if handler is None:
-                raise self.fail(knode, full, f"unknown key (known: {', '.join(sections)})")
-            handler(knode, vnode, full, config)
+        for name, knode, vnode, full in self.mapping(root, "", sections):
+            sections[name](knode, vnode, full, config)
 
     def _interval(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         config.interval = self.number(vnode, key, 0.1, 3600)
@@ -212,26 +183,21 @@ class _Reader:
         config.history_minutes = self.number(vnode, key, 2, 24 * 60)
 
     def _thresholds(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
-        import yaml
-
         for name, k, v, full in self.mapping(vnode, key):
             if name not in DEFAULT_THRESHOLDS:
                 known = ", ".join(DEFAULT_THRESHOLDS)
                 raise self.fail(k, full, f"unknown gauge (known: {known})")
             warn, crit = DEFAULT_THRESHOLDS[name]
-            if isinstance(v, yaml.SequenceNode):
+            if v.id == "sequence":
                 if len(v.value) != 2:
                     raise self.fail(v, full, "expected [warn, crit]")
                 warn = self.number(v.value[0], full, 0, 1000)
                 crit = self.number(v.value[1], full, 0, 1000)
             else:
-                for part, pk, pv, pfull in self.mapping(v, full):
-                    if part == "warn":
-                        warn = self.number(pv, pfull, 0, 1000)
-                    elif part == "crit":
-                        crit = self.number(pv, pfull, 0, 1000)
-                    else:
-                        raise self.fail(pk, pfull, "unknown key (known: warn, crit)")
+                parts = {"warn": warn, "crit": crit}
+                for part, _pk, pv, pfull in self.mapping(v, full, parts):
+                    parts[part] = self.number(pv, pfull, 0, 1000)
+                warn, crit = parts["warn"], parts["crit"]
             if warn > crit:
                 raise self.fail(v, full, f"warn ({warn:g}) is above crit ({crit:g})")
             config.thresholds[name] = (warn, crit)
@@ -239,9 +205,7 @@ class _Reader:
     def _colors(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         from rich.color import Color, ColorParseError
 
-        for name, k, v, full in self.mapping(vnode, key):
-            if name not in DEFAULT_COLORS:
-                raise self.fail(k, full, f"unknown colour (known: {', '.join(DEFAULT_COLORS)})")
+        for name, _k, v, full in self.mapping(vnode, key, DEFAULT_COLORS):
             value = self.string(v, full)
             try:
                 Color.parse(value)
@@ -250,9 +214,7 @@ class _Reader:
             config.colors[name] = value
 
     def _columns(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
-        import yaml
-
-        if not isinstance(vnode, yaml.SequenceNode) or not vnode.value:
+        if vnode.id != "sequence" or not vnode.value:
             raise self.fail(vnode, key, "expected a non-empty list of column names")
         columns = []
         for item in vnode.value:
@@ -297,13 +259,9 @@ class _Reader:
             "idle_min_mem_mib": (0, 1 << 30),
             "kill_grace_s": (0, 600),
         }
-        for name, k, v, full in self.mapping(vnode, key):
-            if name not in limits:
-                raise self.fail(k, full, f"unknown key (known: {', '.join(limits)})")
+        for name, _k, v, full in self.mapping(vnode, key, limits):
             setattr(config.reclaim, name, self.number(v, full, *limits[name]))
 
     def _reservations(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
-        for name, k, v, full in self.mapping(vnode, key):
-            if name != "dir":
-                raise self.fail(k, full, "unknown key (known: dir)")
+        for _name, _k, v, full in self.mapping(vnode, key, ("dir",)):
             config.reservations.dir = os.path.expanduser(self.string(v, full))

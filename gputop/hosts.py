@@ -16,9 +16,8 @@ Two shapes are accepted (see hosts.example.yaml for every option)::
       train: [gpu01, gpu02]      # a group is a label given to several hosts
 
 Every problem is a ``HostsFileError`` whose message is ``FILE:LINE: key 'x': problem``;
-the line numbers come from ``yaml.compose`` (the node tree keeps its marks, plain
-``yaml.safe_load`` would lose them).  Host names, users and labels are data: they are
-handed to asyncssh as arguments and never reach a shell.
+the lines come from the YAML node tree (gputop/yamlnodes.py).  Host names, users and
+labels are data: they are handed to asyncssh as arguments and never reach a shell.
 """
 
 from __future__ import annotations
@@ -28,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
 
 DEFAULT_PATH = "~/.config/gputop/hosts.yaml"
 ENV_VAR = "GPUTOP_HOSTS"
@@ -67,48 +68,27 @@ _TOP_KEYS = ("defaults", "hosts", "groups")
 
 @dataclass
 class _Node:
-    """A YAML value with the line it started on (1-based)."""
+    """A YAML value with the line it started on (1-based) and the node it came from."""
 
     value: Any
     line: int
+    source: Any = None
 
 
 def _convert(node: Any, path: str) -> _Node:
-    import yaml
-
-    line = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[str, tuple[_Node, _Node]] = {}
-        for key_node, value_node in node.value:
-            key = _convert(key_node, path)
-            if not isinstance(key.value, str):
-                raise HostsFileError(f"{path}:{key.line}: key {key.value!r}: keys must be text")
-            if key.value in out:
-                raise HostsFileError(f"{path}:{key.line}: key '{key.value}': duplicate key")
-            out[key.value] = (key, _convert(value_node, path))
-        return _Node(out, line)
-    if isinstance(node, yaml.SequenceNode):
-        return _Node([_convert(item, path) for item in node.value], line)
-    # A scalar: let the safe constructor give it its type (int, bool, None, str...).
-    loader = yaml.SafeLoader("")
-    try:
-        value = loader.construct_object(node, deep=True)
-    finally:
-        loader.dispose()
-    return _Node(value, line)
+    if node.id == "mapping":
+        items = mapping_items(node, path, HostsFileError)
+        value: Any = {k: (_Node(k, line_of(kn)), _convert(vn, path)) for k, kn, vn, _ in items}
+    elif node.id == "sequence":
+        value = [_convert(item, path) for item in node.value]
+    else:
+        value = scalar_value(node, path, HostsFileError)
+    return _Node(value, line_of(node), node)
 
 
 def parse_text(text: str, path: str = "<hosts>") -> list[HostSpec]:
     """Parse hosts-file text; ``path`` is only used in error messages."""
-    import yaml
-
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise HostsFileError(f"{path}:{line}: not valid YAML: {problem}") from None
+    root = compose(text, path, HostsFileError)
     if root is None:
         raise HostsFileError(f"{path}:1: the file is empty: list at least one host")
     doc = _convert(root, path)
@@ -117,12 +97,7 @@ def parse_text(text: str, path: str = "<hosts>") -> list[HostSpec]:
     if isinstance(doc.value, list):
         host_items = doc
     elif isinstance(doc.value, dict):
-        for key, (knode, _v) in doc.value.items():
-            if key not in _TOP_KEYS:
-                raise HostsFileError(
-                    f"{path}:{knode.line}: key '{key}': unknown key "
-                    f"(expected one of: {', '.join(_TOP_KEYS)})"
-                )
+        mapping_items(root, path, HostsFileError, known=_TOP_KEYS)  # only for the key check
         if "defaults" in doc.value:
             dnode = doc.value["defaults"][1]
             if dnode.value is not None:
@@ -231,13 +206,8 @@ def _options(node: _Node, path: str, where: str, allowed: tuple[str, ...]) -> di
             f"got {_kind(node.value)}"
         )
     out: dict[str, Any] = {}
-    for key, (knode, vnode) in node.value.items():
-        shown = f"{where}.{key}" if where else key
-        if key not in allowed:
-            raise HostsFileError(
-                f"{path}:{knode.line}: key '{shown}': unknown key "
-                f"(expected one of: {', '.join(allowed)})"
-            )
+    for key, _k, _v, shown in mapping_items(node.source, path, HostsFileError, where, allowed):
+        vnode = node.value[key][1]
         if key == "name":
             continue
         try:

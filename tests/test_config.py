@@ -92,9 +92,9 @@ def test_empty_file_is_defaults() -> None:
         ("health:\n  a: [1]\n", "c.yaml:2: key 'health.a': expected a single"),
         ("health:\n  mem_percnt: 80\n", "c.yaml:2: key 'health.mem_percnt': unknown key"),
         ("health:\n  mem_percent: lots\n", "c.yaml:2: key 'health.mem_percent': expected a"),
-        ("interval: 1\ninterval: 2\n", "c.yaml:2: key 'interval': given twice"),
+        ("interval: 1\ninterval: 2\n", "c.yaml:2: key 'interval': duplicate key (first on line 1)"),
         ("- 1\n- 2\n", "c.yaml:1: key '(top level)': expected a mapping"),
-        ("interval: [1\n", "c.yaml:2: YAML syntax error"),
+        ("interval: [1\n", "c.yaml:2: not valid YAML"),
     ],
 )
 def test_errors_name_file_line_and_key(text: str, expected: str) -> None:
