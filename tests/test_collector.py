@@ -341,7 +341,7 @@ def test_no_new_process_samples_means_zero_not_none() -> None:
     collector.collect()
     # Same instant again: NVML has no samples newer than the last timestamp (NotFound).
     snap = snap_of(collector)
-    assert all(p.sm_util == 0 for p in snap.processes)
+    assert snap.processes and all(p.sm_util == 0 for p in snap.processes)
 
 
 def test_process_utilization_not_supported_is_none() -> None:
@@ -413,6 +413,104 @@ def test_graphics_and_compute_merge_into_c_plus_g() -> None:
     row = next(p for p in snap.processes if p.pid == 5_900_010)
     # The simulated allocator grows a little with activity, like a real one.
     assert row.gpu_mem == pytest.approx(900 * 1024 * 1024, rel=0.05)
+
+
+PID_CG = 5_900_010
+
+
+def _shrink_cg(result: list[Any]) -> list[Any]:
+    # The compute list under-reports the C+G process: the graphics list has the real size.
+    return [
+        sim.c_nvmlProcessInfo_t(pid=p.pid, usedGpuMemory=(p.usedGpuMemory // 4)
+                                if p.pid == PID_CG else p.usedGpuMemory,
+                                gpuInstanceId=0, computeInstanceId=0)
+        for p in result
+    ]
+
+
+def _cg_not_available(result: list[Any]) -> list[Any]:
+    # NVML_VALUE_NOT_AVAILABLE (all ones) in usedGpuMemory: unknown, not 16 EiB.
+    return [
+        sim.c_nvmlProcessInfo_t(pid=p.pid, usedGpuMemory=(1 << 64) - 1
+                                if p.pid == PID_CG else p.usedGpuMemory,
+                                gpuInstanceId=0, computeInstanceId=0)
+        for p in result
+    ]
+
+
+@pytest.mark.parametrize("compute", [_shrink_cg, _cg_not_available])
+def test_c_plus_g_memory_is_the_larger_known_reading(compute) -> None:
+    collector, nvml, _, _ = make("lab", corrupt={
+        "nvmlDeviceGetComputeRunningProcesses_v3": compute})
+    nvml.add_process(PID_CG, "bob", "blender --render", {0: 900}, (10, 20), type="C+G")
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    graphics = {p.pid: p.usedGpuMemory for p in nvml.nvmlDeviceGetGraphicsRunningProcesses_v3(h)}
+    row = next(p for p in snap_of(collector).processes if p.pid == PID_CG)
+    assert row.type == "C+G"
+    assert row.gpu_mem == graphics[PID_CG]
+
+
+def test_memory_not_available_is_none() -> None:
+    corrupt = {f"nvmlDevice{name}": _cg_not_available for name in (
+        "GetComputeRunningProcesses_v3", "GetGraphicsRunningProcesses_v3")}
+    collector, nvml, _, _ = make("lab", corrupt=corrupt)
+    nvml.add_process(PID_CG, "bob", "blender --render", {0: 900}, (10, 20), type="C+G")
+    snap = snap_of(collector)
+    row = next(p for p in snap.processes if p.pid == PID_CG)
+    assert row.gpu_mem is None
+    assert [p for p in snap.processes if p.pid != PID_CG and p.gpu_mem is not None]
+
+
+def _one_zero_pid(result: list[Any]) -> list[Any]:
+    return [*result, sim.c_nvmlProcessInfo_t(pid=0, usedGpuMemory=1 << 62, gpuInstanceId=0,
+                                            computeInstanceId=0)]
+
+
+def test_every_variant_garbled_keeps_only_the_plausible_entries() -> None:
+    corrupt = {f"nvmlDeviceGetComputeRunningProcesses{v}": _one_zero_pid
+               for v in ("_v3", "_v2", "")}
+    good, _, _, _ = make("lab")
+    collector, _, _, _ = make("lab", corrupt=corrupt)
+    expected = {(p.gpu, p.pid, p.gpu_mem) for p in snap_of(good).processes}
+    got = {(p.gpu, p.pid, p.gpu_mem) for p in snap_of(collector).processes}
+    assert got == expected and got
+    assert all(pid > 0 for _, pid, _ in got)
+
+
+def test_stale_utilization_samples_are_ignored() -> None:
+    def with_stale(result: list[Any]) -> list[Any]:
+        # A sample older than the timestamp we passed: counted before, or never ours.
+        stale = [sim.c_nvmlProcessUtilizationSample_t(
+            pid=p.pid, timeStamp=1, smUtil=100, memUtil=100, encUtil=0, decUtil=0)
+            for p in result]
+        return [*result, *stale]
+
+    good, _, _, good_clock = make("dgx-h100")
+    collector, _, _, clock = make(
+        "dgx-h100", corrupt={"nvmlDeviceGetProcessUtilization": with_stale})
+    for c, k in ((good, good_clock), (collector, clock)):
+        c.collect()
+        k.now += 2
+    expected = {(p.gpu, p.pid): (p.sm_util, p.mem_util) for p in snap_of(good).processes}
+    got = {(p.gpu, p.pid): (p.sm_util, p.mem_util) for p in snap_of(collector).processes}
+    assert got == expected
+    assert any(sm and sm < 100 for sm, _ in got.values())
+
+
+def test_reserved_memory_and_per_process_memory_utilization() -> None:
+    collector, nvml, _, clock = make("dgx-h100")
+    collector.collect()
+    clock.now += 2
+    snap = snap_of(collector)
+    for gpu in snap.gpus:
+        info = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(gpu.index),
+                                            sim.nvmlMemory_v2)
+        assert gpu.mem_reserved == info.reserved and gpu.mem_reserved > 0
+    h0 = nvml.nvmlDeviceGetHandleByIndex(0)
+    samples = {s.pid: s.memUtil for s in nvml.nvmlDeviceGetProcessUtilization(h0, 0)}
+    rows = [p for p in snap.processes if p.gpu == 0 and p.pid in samples]
+    assert rows and any(samples[p.pid] > 0 for p in rows)
+    assert all(p.mem_util == samples[p.pid] for p in rows)
 
 
 def test_clock_event_reasons_from_the_throttled_card() -> None:

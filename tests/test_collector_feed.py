@@ -129,7 +129,7 @@ def args(**kw) -> argparse.Namespace:
 def test_collect_once_demo_has_rates() -> None:
     (snap,) = select.collect_once(args(demo="dgx-h100"))
     assert snap.demo and snap.host == "dgx-h100-07"
-    assert all(p.sm_util is not None for p in snap.processes)
+    assert snap.processes and all(p.sm_util is not None for p in snap.processes)
     assert any(p.sm_util > 0 for p in snap.processes)
 
 

@@ -3,6 +3,8 @@ inside the simulation."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from helpers.procs import Reaper, alive, start_sleeper, start_term_ignorer, start_ticks
 
@@ -61,7 +63,16 @@ def test_readonly_signals_nothing(reaper):
     result = handle(req, ActionEnv(readonly=True))
     assert result["outcome"] == "readonly" and result["ok"] is False
     assert alive(proc.pid)
-    assert handle({"op": "release", "gpus": [0]}, ActionEnv(readonly=True))["ok"] is False
+    released = handle({"op": "release", "gpus": [0]}, ActionEnv(readonly=True))
+    assert released["ok"] is False and released["outcome"] == "readonly"
+
+
+def test_readonly_reserves_nothing(tmp_path):
+    env = ActionEnv(reservations_dir=str(tmp_path / "res"), readonly=True)
+    req = {"op": "reserve", "gpus": [0], "until": time.time() + 600}
+    result = handle(req, env)
+    assert result["ok"] is False and result["outcome"] == "readonly"
+    assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())
 
 
 def test_real_kill_with_escalation_through_dispatch(reaper):
@@ -117,16 +128,21 @@ def test_demo_guards_reuse_permission_and_zombies():
     kernel = procs.process(5100032)
     assert kernel is not None
     reused = {"op": "kill", "pid": 5100032, "start_ticks": kernel["start_ticks"] + 1}
-    assert handle(reused, env)["outcome"] == "pid reused"
+    reused_result = handle(reused, env)
+    assert reused_result["outcome"] == "pid reused" and reused_result["ok"] is False
     carol = procs.process(5100021)  # the scenario's user is alice
     assert carol is not None
     denied = handle({"op": "kill", "pid": 5100021, "start_ticks": carol["start_ticks"]}, env)
     assert denied["outcome"] == "permission denied" and denied["owner"] == "carol"
+    assert denied["ok"] is False
     zombie = procs.process(5100041)
     assert zombie is not None and zombie["state"] == "Z"
     result = handle({"op": "kill", "pid": 5100041, "start_ticks": zombie["start_ticks"]}, env)
-    assert result["outcome"] == "zombie"
+    assert result["outcome"] == "zombie" and result["ok"] is False
     assert result["message"].startswith("zombie: its parent 5100040 must reap it")
+    # A stale start time is a reused pid, even when the pid is now a zombie.
+    stale = {"op": "kill", "pid": 5100041, "start_ticks": zombie["start_ticks"] + 1}
+    assert handle(stale, env)["outcome"] == "pid reused"
     assert procs.process(5100032) is not None and procs.process(5100021) is not None
 
 
@@ -134,3 +150,16 @@ def test_reservation_ops_reach_the_store(tmp_path):
     env = ActionEnv(reservations_dir=str(tmp_path / "res"), gpu_uuids=["GPU-aaaa", "GPU-bbbb"])
     result = handle({"op": "reservations"}, env)
     assert result["ok"] is True and result["reservations"] == []
+    until = time.time() + 3600
+    made = handle({"op": "reserve", "gpus": [1], "until": until, "note": "sweep"}, env)
+    assert made["ok"] is True, made
+    listed = handle({"op": "reservations"}, env)["reservations"]
+    assert [(r["gpu"], r["gpu_uuid"], r["note"]) for r in listed] == [(1, "GPU-bbbb", "sweep")]
+    assert listed[0]["until"] == pytest.approx(until)
+    assert any((tmp_path / "res").iterdir())  # it went to disk, not to memory
+    # A readonly env over the same directory still reads what is there.
+    ro = ActionEnv(reservations_dir=str(tmp_path / "res"), readonly=True)
+    assert len(handle({"op": "reservations"}, ro)["reservations"]) == 1
+    gone = handle({"op": "release", "gpus": [1]}, env)
+    assert gone["ok"] is True and gone["released"]
+    assert handle({"op": "reservations"}, env)["reservations"] == []

@@ -64,6 +64,8 @@ def test_until_a_date() -> None:
         parse_until("until 2026-12-01 08:15", now, BERLIN)
     with pytest.raises(ValueError, match="bad date"):
         parse_until("until 2026-02-30 08:15", now, BERLIN)
+    with pytest.raises(ValueError, match="in the past"):  # the very minute it is now
+        parse_until("until 2026-12-02 14:00", now, BERLIN)
 
 
 def test_until_errors() -> None:
@@ -93,7 +95,7 @@ def test_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "G", "20X", "-1G", "twenty"])
+@pytest.mark.parametrize("text", ["", "G", "20X", "-1G", "twenty", "9" * 400 + "G"])
 def test_bad_sizes(text: str) -> None:
     with pytest.raises(ValueError, match="bad size"):
         parse_size(text)

@@ -191,6 +191,9 @@ def test_nvlinks_all_down_everywhere_is_not_a_fault() -> None:
 
 def test_fan_stopped_on_hot_card() -> None:
     assert codes(health.warnings(snap(healthy(fan=0, temp=70)))) == {"fan-stopped": WARNING}
+    # docs/health.md: temp >= fan_hot_temp (default 60)
+    assert codes(health.warnings(snap(healthy(fan=0, temp=60)))) == {"fan-stopped": WARNING}
+    assert health.warnings(snap(healthy(fan=0, temp=59))) == []
     # consumer cards stop their fans when cool: not a fault
     assert health.warnings(snap(healthy(fan=0, temp=40))) == []
     assert health.warnings(snap(healthy(fan=None, temp=70))) == []
@@ -363,6 +366,29 @@ def test_input_bound_process() -> None:
     last = feed(short, minutes=2, sm_util=3, cpu_percent=100.0)
     assert not [w for w in health.warnings(current, short, Thresholds(), last)
                 if w.code == "input-bound"]
+
+
+def test_orphan_with_a_calm_cpu_is_not_input_bound() -> None:
+    # Orphaned and holding memory gets past the early exit; a calm CPU must still stop it.
+    history = History(seconds=3600)
+    calm = {"sm_util": 3, "cpu_percent": 2.0, "gpu_mem": 2 * GIB, "ppid": 1,
+            "parent_command": "/sbin/init"}
+    last = feed(history, minutes=10, **calm)
+    current = snap(healthy(util_gpu=3), processes=(proc(**calm),), time=last)
+    found = codes(health.warnings(current, history, Thresholds(), last))
+    assert found == {"orphan-memory": INFO}
+
+
+def test_zombie_holding_idle_memory_gets_no_process_warning() -> None:
+    history = History(seconds=3600)
+    last = feed(history, minutes=45, state="Z")
+    current = snap(healthy(util_gpu=0), processes=(proc(state="Z"),), time=last)
+    assert health.warnings(current, history, Thresholds(), last) == []
+    # the same process alive is reported: the zombie rule is what keeps it quiet
+    living = History(seconds=3600)
+    feed(living, minutes=45)
+    alive = snap(healthy(util_gpu=0), processes=(proc(),), time=last)
+    assert codes(health.warnings(alive, living, Thresholds(), last)) == {"idle-memory": INFO}
 
 
 def test_orphaned_kernel_holding_memory_is_reported_without_history() -> None:

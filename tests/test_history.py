@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -213,6 +214,20 @@ def test_busy_process_is_compacted_but_idle_streak_stays_exact() -> None:
     # merged samples show the highest utilization of what they merged
     assert max(v for t, v in series if t < 1000) == 36
     assert all(v == 0 for t, v in series if t >= 1000)
+
+
+def test_compaction_keeps_the_highest_memory_utilization() -> None:
+    h = History(seconds=60, process_seconds=3600)
+    for t in range(400):
+        busy = dataclasses.replace(proc(sm=30 + t % 7), mem_util=10 + t % 5)
+        h.add(snap(float(t), [busy]))
+    series = h.process_series("h1", 100, 7, "mem_util")
+    assert len(series) == 400
+    old = [(t, v) for t, v in series if t < 200]  # long merged by now
+    assert old and max(v for _, v in old) == 14
+    # a merged sample is never below what was observed at its time, and merging happened
+    assert all(v >= 10 + int(t) % 5 for t, v in old)
+    assert sum(v != 10 + int(t) % 5 for t, v in old) > len(old) // 2
 
 
 def test_compaction_never_makes_a_process_look_idler() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,8 @@ def test_paths_are_expanded() -> None:
     (spec,) = parse_text(text)
     assert not spec.identity_file.startswith("~")
     assert spec.known_hosts and not spec.known_hosts[0].startswith("~")
+    assert spec.identity_file == os.path.expanduser("~/.ssh/k")
+    assert tuple(spec.known_hosts) == (os.path.expanduser("~/kh"),)
 
 
 @pytest.mark.parametrize(

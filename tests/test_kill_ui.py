@@ -15,13 +15,13 @@ from helpers.procs import Reaper, alive, snapshot_of, start_sleeper, start_term_
 
 from gputop.actions.dispatch import ActionEnv
 from gputop.config import Config, ReclaimConfig
-from gputop.model import HostSnapshot
+from gputop.model import GpuProcess, HostSnapshot
 from gputop.sources import sim
 from gputop.sources.feed import LocalFeed
 from gputop.sources.nvml import Collector
 from gputop.sources.procfs import ProcFs
 from gputop.ui.app import GputopApp
-from gputop.ui.screens.kill import KillScreen, targets_table
+from gputop.ui.screens.kill import KillScreen, refusal, targets_table
 from gputop.ui.state import row_key
 
 GIB = 1024**3
@@ -221,3 +221,15 @@ async def test_demo_kill_offers_only_my_processes_and_changes_the_sim():
         await _wait_note(pilot, app, "killed")
         assert procs.process(5100033) is None
         assert procs.process(5100021) is not None
+
+
+def test_only_processes_whose_identity_can_be_checked_are_offered():
+    mine = GpuProcess(pid=700, gpu=0, user="alice", uid=1001, start_ticks=55, state="S")
+    assert refusal(mine, "alice", False) is None
+    # Seen by NVML but not in our PID namespace: /proc cannot confirm who it is.
+    hidden = dataclasses.replace(mine, visible=False)
+    assert "not in this PID namespace" in (refusal(hidden, "alice", True) or "")
+    # Without a start time the pid-reuse guard has nothing to compare: never offered.
+    unknown = dataclasses.replace(mine, start_ticks=None)
+    assert "start time unknown" in (refusal(unknown, "alice", True) or "")
+    assert refusal(mine, "bob", False) == "pid 700 belongs to alice, not you"

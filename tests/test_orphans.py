@@ -191,6 +191,19 @@ def test_idle_needs_enough_memory_held():
     assert classify(small.processes[0], small, history, rules, t0 + 2340).idle
 
 
+def test_idle_clock_starts_when_the_memory_floor_is_reached():
+    history = History(process_seconds=7200)
+    t0 = 1_700_000_000.0
+    # 40 idle minutes holding only 300 MiB, then 2 GiB: idle with little memory held
+    # does not count towards the window, so the clock starts at the jump.
+    samples = [(t0 + 60 * m, _proc(gpu_mem=300 * MIB)) for m in range(40)]
+    samples += [(t0 + 60 * m, _proc(gpu_mem=2 * GIB)) for m in range(40, 45)]
+    snap = _feed(history, samples)
+    assert not classify(snap.processes[0], snap, history, OrphanRules(), t0 + 2640).idle
+    rules = OrphanRules(idle_minutes=4)
+    assert classify(snap.processes[0], snap, history, rules, t0 + 2640).idle_since == t0 + 2400
+
+
 def test_unknown_sm_util_never_counts_as_idle():
     history = History(process_seconds=7200)
     t0 = 1_700_000_000.0

@@ -79,6 +79,15 @@ def test_filters_allow_sharing_within_limits() -> None:
     assert rank(snap, NOW, min_free_mem=20 * GIB).indexes == [3, 2, 0]
 
 
+def test_filter_limits_are_inclusive_and_unknown_memory_is_refused() -> None:
+    # 20 GiB free exactly, 50 % exactly: "at least 20G free", "at most 50 % busy".
+    gpus = [_gpu(0, 60, 50), _gpu(1, 60.5, 10), _gpu(2, 0, 51),
+            dataclasses.replace(_gpu(3, 0, 0), mem_used=None)]
+    ranking = rank(_snap(gpus), NOW, min_free_mem=20 * GIB, max_util=50)
+    assert ranking.indexes == [0]
+    assert ranking.rejected == {1: "19.5 GiB free", 2: "51 % busy", 3: "free memory unknown"}
+
+
 def test_lost_reserved_and_critical_cards_are_never_picked() -> None:
     gpus = [
         _gpu(0, 0.5, 0),

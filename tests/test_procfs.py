@@ -197,3 +197,53 @@ def test_parses_a_comm_with_parentheses_and_spaces(tmp_path: Path) -> None:
     assert info["command"] == "[evil) S 1 (x y]"
     assert info["start_time"] == pytest.approx(1000 + 9000 / os.sysconf("SC_CLK_TCK"))
     assert info["rss"] == 25 * os.sysconf("SC_PAGE_SIZE")
+
+
+def _fake_proc(root: Path, pid: int, ppid: int, utime: int = 0, stime: int = 0) -> Path:
+    pid_dir = root / str(pid)
+    pid_dir.mkdir(exist_ok=True)
+    fields = ["S", str(ppid)] + ["0"] * 9 + [str(utime), str(stime)] + ["0"] * 6
+    fields += ["9000", "0", "25"]
+    (pid_dir / "stat").write_text(f"{pid} (fake) {' '.join(fields)} 0 0\n")
+    (pid_dir / "cmdline").write_bytes(b"fake\0")
+    if not (root / "stat").exists():
+        (root / "stat").write_text("cpu 1 2 3 4 5 6 7 8\nbtime 1000\n")
+    return pid_dir
+
+
+def test_cpu_time_counts_system_time_too(tmp_path: Path) -> None:
+    procs = ProcFs(root=str(tmp_path))
+    _fake_proc(tmp_path, 4242, 1, utime=150, stime=50)
+    assert procs.process_info([4242])[4242]["cpu_percent"] is None  # no earlier reading
+    time.sleep(0.05)
+    _fake_proc(tmp_path, 4242, 1, utime=150, stime=50 + os.sysconf("SC_CLK_TCK"))
+    # one second of kernel time, user time unchanged: a process in syscalls is busy too
+    assert procs.process_info([4242])[4242]["cpu_percent"] > 0
+
+
+def test_uid_without_a_passwd_entry_shows_the_number(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown")
+    uid = 43210
+    if uid in {entry.pw_uid for entry in pwd.getpwall()}:
+        pytest.skip(f"uid {uid} has a passwd entry here")
+    os.chown(_fake_proc(tmp_path, 4242, 1), uid, uid)
+    info = ProcFs(root=str(tmp_path)).process_info([4242])[4242]
+    assert (info["user"], info["uid"]) == (str(uid), uid)
+
+
+def test_parent_chain_stops_on_a_loop(tmp_path: Path) -> None:
+    # A /proc read across a pid reuse can make two entries name each other as parent.
+    _fake_proc(tmp_path, 10, 11)
+    _fake_proc(tmp_path, 11, 10)
+    assert [e["pid"] for e in ProcFs(root=str(tmp_path)).parent_chain(10)] == [11]
+
+
+def test_relative_kernel_file_is_relative_to_the_kernels_cwd(spawn, tmp_path: Path) -> None:
+    child = spawn("-c", SLEEPER, "ipykernel_launcher", "-f", "kernel-rel.json", cwd=tmp_path)
+    procs = ProcFs()
+    _wait_for(lambda: "ipykernel_launcher" in procs.process(child.pid)["cmdline"])
+    assert procs.process_info([child.pid])[child.pid]["kernel_file_exists"] is False
+    (tmp_path / "kernel-rel.json").write_text("{}")
+    info = procs.process_info([child.pid])[child.pid]
+    assert info["kernel_file"] == "kernel-rel.json" and info["kernel_file_exists"] is True

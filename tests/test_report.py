@@ -180,7 +180,7 @@ def test_json_demo_subprocess() -> None:
     assert host["demo"] is True and host["host"] == "a100-node-12"
     assert len(host["gpus"]) == 8
     # Two reads 0.2 simulated seconds apart: per-process SM % has a value.
-    assert all(p["sm_util"] is not None for p in host["processes"])
+    assert host["processes"] and all(p["sm_util"] is not None for p in host["processes"])
 
 
 def test_demo_list_and_bad_scenario() -> None:
@@ -237,3 +237,37 @@ def test_reservations_are_listed_under_the_gpus() -> None:
     line = next(line for line in text.splitlines() if "reserved by" in line)
     assert line.startswith("  GPU 0 reserved by alice?[2J until ")
     assert line.endswith("...") and cells(line) <= 80
+
+
+def test_hot_card_in_yellow_and_hostname_when_it_differs() -> None:
+    hot = Gpu(index=0, name="A100", temp=88, temp_slowdown=88, mem_used=GIB, mem_total=GIB)
+    cool = Gpu(index=1, name="A100", temp=87, temp_slowdown=88, mem_used=GIB, mem_total=GIB)
+    snap = HostSnapshot(host="alias", hostname="node7.example", time=T0, gpus=(hot, cool))
+    lines = report.render_text([snap], color=True).splitlines()
+    assert "alias" in lines[0] and "(node7.example)" in lines[0]
+    gpu_lines = [line for line in lines if "A100" in line]
+    assert len(gpu_lines) == 2
+    assert gpu_lines[0].startswith("\x1b[33m")  # at the slowdown threshold
+    assert "\x1b[" not in gpu_lines[1]
+
+
+def test_warnings_are_listed_most_severe_first() -> None:
+    found = [
+        model.Warning(severity=sev, code=f"c{i}", message=f"m{i}", gpu=i)
+        for i, sev in enumerate((model.INFO, model.WARNING, model.CRITICAL))
+    ]
+    lines = report.render_text([hand_snapshot()], {"box": found}).splitlines()
+    at = lines.index("WARNINGS")
+    assert [line.split()[0] for line in lines[at + 1 : at + 4]] == [
+        "CRITICAL", "WARNING", "INFO"
+    ]
+
+
+def test_combining_marks_take_no_cell_and_runtime_has_seconds() -> None:
+    # "e" + COMBINING ACUTE is one cell: 60 of them must not be cut at 30.
+    command = "python " + "e\u0301" * 60
+    proc = GpuProcess(pid=1, gpu=0, user="u", command=command, start_time=T0 - 605)
+    snap = HostSnapshot(host="h", time=T0, gpus=(Gpu(index=0),), processes=(proc,))
+    (line,) = [x for x in report.render_text([snap], width=120).splitlines() if "python" in x]
+    assert line.endswith(command)
+    assert " 10m05s " in line

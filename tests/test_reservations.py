@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import random
 import shutil
 import signal
@@ -376,6 +377,24 @@ def test_corrupt_and_foreign_files_are_reported_and_skipped(directory: str) -> N
     out = store.reserve(directory, [1], now + 600, "", gpu_uuids=UUIDS, now=now)
     assert out["ok"], out
     assert f"{UUIDS[1]}.2.json" in os.listdir(directory)
+
+
+def test_a_file_whose_name_and_content_disagree_is_skipped(directory: str) -> None:
+    now = time.time()
+    store.ensure_directory(directory)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    record = {"user": me, "uid": os.getuid(), "since": now, "until": now + 600,
+              "note": "", "host": "x"}
+    d = Path(directory)
+    # Well-formed records by our own uid, but each under another card's name.
+    (d / "index-1.1.json").write_text(json.dumps({**record, "gpu": 3, "uuid": None}))
+    (d / f"{UUIDS[0]}.1.json").write_text(json.dumps({**record, "gpu": 0, "uuid": UUIDS[2]}))
+    found = store.scan(directory, now)
+    assert found["reservations"] == []
+    problems = "\n".join(found["problems"])
+    assert "index-1.1.json: " in problems and "does not match its 'gpu'" in problems
+    assert f"{UUIDS[0]}.1.json: " in problems and "does not match its 'uuid'" in problems
+    assert len(found["problems"]) == 2
 
 
 def test_a_file_that_jumps_ahead_does_not_take_an_active_card(

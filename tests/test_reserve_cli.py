@@ -158,6 +158,8 @@ def test_reserve_count_skips_cards_of_others_and_a_lost_race_exits_4(
         (["reserve", "--gpus", "9", "--for", "1h"], 2, "has no GPU 9 (it has 0, 1, 2"),
         (["reserve", "--gpus", "3,x", "--for", "1h"], 2, "'x' is neither an index nor"),
         (["reserve", "--gpus", "3", "--count", "1", "--for", "1h"], 2, "not both"),
+        (["reserve", "--gpus", "3", "--max-util", "10", "--for", "1h"], 2,
+         "--min-free-mem and --max-util choose cards: use them with --count"),
         (["reserve", "--gpus", "3", "--for", "1h", "--note", "a\x07b"], 2, "--note: the note"),
         (["pick", "--count", "0"], 2, "--count must be 1 or more"),
         (["pick", "--min-free-mem", "20X"], 2, "--min-free-mem: bad size '20X'"),

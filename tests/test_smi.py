@@ -63,6 +63,12 @@ def test_consumer_card_fields() -> None:
         (5022, "ffmpeg", 503 * MIB),
         (5021, "ffmpeg", 360 * MIB),
     ]
+    # A process on a card the query-gpu list did not name has no GPU index: left out.
+    other = smi.apps_from_csv(
+        _capture("capture-rtx-4080-super-595.txt", "load :: query-compute-apps"),
+        {"GPU-not-this-card": 0},
+    )
+    assert other == []
 
 
 def test_values() -> None:
@@ -77,6 +83,14 @@ def test_values() -> None:
     assert smi.flag("Enabled") is True and smi.flag("Disabled") is False
     assert smi.flag("[N/A]") is None
     assert smi.pstate("P8") == 8 and smi.pstate("N/A") is None
+    # nvidia-smi's other spellings: "Yes"/"No" (pending), "Active"/"Not Active" (clock
+    # event reasons), "On"/"Off" (persistence in the default table)
+    for word in ("Yes", "Active", "On", "true"):
+        assert smi.flag(word) is True, word
+    for word in ("No", "Not Active", "Off", "FALSE"):
+        assert smi.flag(word) is False, word
+    assert smi.flag("Maybe") is None
+    assert smi.pstate("X8") is None and smi.pstate("P") is None
 
 
 def test_header_with_and_without_units_reads_the_same() -> None:
@@ -201,6 +215,7 @@ def test_old_driver_switches_to_xml() -> None:
     assert snap.state == model.HOST_FALLBACK
     assert snap.driver_version == "515.105.01" and snap.cuda_version == "11.7"
     assert snap.gpus[0].name == "Tesla T4"
-    assert all(not p.visible for p in snap.processes)  # no ps lines: not in our namespace
+    # no ps lines: not in our namespace
+    assert snap.processes and all(not p.visible for p in snap.processes)
     broken = smi.snapshot_from_xml_fallback("old", f"garbage\n{smi.MARK} 9\n{smi.MARK} 0\n", 5.0)
     assert broken["state"] == model.HOST_NO_GPU and "garbage" in broken["error"]

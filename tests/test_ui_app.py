@@ -72,6 +72,8 @@ async def test_sort_keys_and_header_click() -> None:
 
         await pilot.press("S")
         assert app.sort_column == "sm"
+        sms = [-1 if row.proc.sm_util is None else row.proc.sm_util for row in app.table.rows]
+        assert sms == sorted(sms, reverse=True) and len(set(sms)) > 1
 
         await pilot.press("f6")  # next column after SM%
         assert app.sort_column == "cpu"
@@ -88,6 +90,8 @@ async def test_sort_keys_and_header_click() -> None:
         assert app.sort_column == "user" and users == sorted(users)
         await pilot.click(TableHeader, offset=(x + 1, 0))
         assert app.sort_reverse is True
+        users = [row.proc.user or "" for row in app.table.rows]
+        assert users == sorted(users, reverse=True) and len(set(users)) > 1
         assert "USER▼" in header.render_line(0).text
 
 

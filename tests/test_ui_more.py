@@ -94,6 +94,11 @@ async def test_columns_from_config() -> None:
         assert header.split() == ["PID", "USER", "COMMAND"]
         await pilot.press("f6")  # sorting cycles over the shown columns only
         assert app.sort_column in ("pid", "user", "command")
+        visited = [app.sort_column]
+        for _ in range(3):
+            await pilot.press("f6")
+            visited.append(app.sort_column)
+        assert set(visited) == {"pid", "user", "command"} and visited[3] == visited[0]
 
 
 async def test_threshold_colours_from_config_and_reservation_badge() -> None:
@@ -141,7 +146,7 @@ async def test_switching_hosts_rebuilds_the_gpu_panels() -> None:
         app.show_host("dgx-h100")
         await pilot.pause()
         assert len(shown_panels(app)) == 8
-        assert all(r.key[0] == "dgx-h100" for r in app.table.rows)
+        assert app.table.rows and all(r.key[0] == "dgx-h100" for r in app.table.rows)
         app.show_host("lab")
         await pilot.pause()
         app.show_host("dgx-h100")
