@@ -46,6 +46,10 @@ def test_healthy_nvlink_node_is_not_critical() -> None:
     result = gputop("check", "--demo", "dgx-h100")
     assert result.returncode in (0, 1), result.stdout + result.stderr
     assert "CRITICAL" not in result.stdout
+    # Not silent either: the scenario's full cards are reported, and the exit code agrees.
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("WARNING")]
+    assert warnings and all("memory" in line for line in warnings), result.stdout
+    assert result.returncode == 1
 
 
 def test_lab_box_exits_warning() -> None:
@@ -70,6 +74,9 @@ def test_json_output_matches_exit_code() -> None:
 def test_config_thresholds_apply(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("health:\n  mem_percent: 99.5\n")
+    # Without the config the same scenario does warn about memory: the change is the config's.
+    baseline = gputop("check", "--demo", "dgx-h100")
+    assert baseline.returncode == 1 and "memory" in baseline.stdout, baseline.stdout
     result = gputop("check", "--demo", "dgx-h100", "--config", str(config))
     # the dgx scenario's only warnings are memory above 80 %
     assert result.returncode == 0, result.stdout

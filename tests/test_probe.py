@@ -187,7 +187,10 @@ def test_probe_main_in_process_readonly(tmp_path: Path, monkeypatch: pytest.Monk
     runner.start()
     reader = os.fdopen(out_r, "rb")
     first = json.loads(reader.readline())
-    victim = first["processes"][0]
+    # One of the scenario user's (alice's) own live processes: without read-only mode this
+    # kill would succeed, so the refusal below is read-only's doing.
+    victim = next(p for p in first["processes"]
+                  if p.get("user") == "alice" and p.get("state") not in ("Z", None))
     with os.fdopen(in_w, "wb") as requests:
         kill = {"op": "kill", "pid": victim["pid"], "start_ticks": victim["start_ticks"],
                 "signal": "KILL", "grace": 0}
@@ -197,6 +200,13 @@ def test_probe_main_in_process_readonly(tmp_path: Path, monkeypatch: pytest.Monk
             message = json.loads(reader.readline())
             if "reply" in message:
                 break
+        # The next snapshot still lists the victim: nothing was signalled, not even in
+        # the simulation.
+        while True:
+            later = json.loads(reader.readline())
+            if "processes" in later:
+                break
+        assert victim["pid"] in {p["pid"] for p in later["processes"]}
     runner.join(10)
     stdout.close()
     assert result == [0]

@@ -170,6 +170,7 @@ class LocalView:
     def __init__(self, inner: SshFeed) -> None:
         self.inner = inner
         self.hosts = inner.hosts
+        self.sent: list[tuple[str, dict]] = []  # what went to the remote probe
 
     def user_of(self, host: str) -> str | None:
         return self.inner.user_of(host)
@@ -178,6 +179,7 @@ class LocalView:
         await self.inner.run(interval, lambda _snap: None)
 
     async def request(self, host: str, request: dict) -> dict:
+        self.sent.append((host, request))
         return await self.inner.request(host, request)
 
     async def close(self) -> None:
@@ -199,10 +201,12 @@ async def wait_until(pilot: Any, check: Callable[[], bool], timeout: float = 30.
 async def test_dashboard_kill_over_ssh_real_process(cluster, reaper):
     feed = SshFeed(cluster.specs(["gpu-real"]))
     config = Config(reclaim=ReclaimConfig(kill_grace_s=0.3))
-    app = GputopApp([LocalView(feed)], config, interval=0.2, me="root")
+    view = LocalView(feed)
+    app = GputopApp([view], config, interval=0.2, me="root")
     proc = start_term_ignorer(reaper)
     async with app.run_test(size=(150, 45)) as pilot:
         await wait_until(pilot, lambda: feed.state("gpu-real") == "ok")
+        ticks = start_ticks(proc.pid)
         app.ingest(snapshot_of({proc.pid: 3 * GIB}, host="gpu-real"))
         snap = app.state.snapshots["gpu-real"]
         app.state.tagged = {row_key("gpu-real", snap.processes[0])}
@@ -214,6 +218,12 @@ async def test_dashboard_kill_over_ssh_real_process(cluster, reaper):
         await pilot.press("y")
         await wait_until(pilot, lambda: any("killed" in n for n in notes_of(app)))
         assert proc.wait(5) == -9
+        # The signal was the remote probe's: the request crossed SSH with the pid's identity.
+        kills = [r for h, r in view.sent if r.get("op") == "kill"]
+        assert [(r["pid"], r["start_ticks"]) for r in kills] == [
+            (proc.pid, ticks)
+        ]
+        assert {h for h, _ in view.sent} == {"gpu-real"}
 
 
 async def test_dashboard_remote_denial_names_the_owner(cluster):

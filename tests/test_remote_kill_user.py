@@ -119,7 +119,8 @@ async def test_dashboard_offers_only_the_connected_users_processes(cluster, user
     and its kill runs on the host as that user."""
     feed = SshFeed(cluster.specs())
     config = Config(reclaim=ReclaimConfig(kill_grace_s=2.0))
-    app = GputopApp([LocalView(feed)], config, interval=0.2, me="root")
+    view = LocalView(feed)
+    app = GputopApp([view], config, interval=0.2, me="root")
     roots = start_sleeper(reaper)
     mine = start_sleeper(reaper, user=user.pw_uid)
     async with app.run_test(size=(150, 45)) as pilot:
@@ -138,3 +139,6 @@ async def test_dashboard_offers_only_the_connected_users_processes(cluster, user
         await wait_until(pilot, lambda: any(f"pid {mine.pid} exited" in n for n in notes_of(app)))
         assert mine.wait(5) == -15
         assert alive(roots.pid)
+        # Only the user's own process went to the host, and the host signalled it.
+        kills = [r for _h, r in view.sent if r.get("op") == "kill"]
+        assert [r["pid"] for r in kills] == [mine.pid]

@@ -165,6 +165,10 @@ def test_fans_follow_temperature() -> None:
         for temp_b, fan_b in pairs:
             if temp_a >= temp_b + 3:
                 assert fan_a >= fan_b
+    # And they do move: a constant fan would pass the order check above.
+    (cool_temp, cool_fan), (hot_temp, hot_fan) = min(pairs), max(pairs)
+    assert hot_temp - cool_temp >= 10, pairs
+    assert hot_fan > cool_fan, (min(pairs), max(pairs))
 
 
 def test_clocks_and_pstate_drop_when_a_card_goes_idle() -> None:
@@ -292,6 +296,7 @@ def test_a_reader_thread_and_a_writer_thread_do_not_trip_each_other() -> None:
         nv.remove_process(5_400_000 + n - 1)
     stop.set()
     thread.join(timeout=30)
+    assert not thread.is_alive()  # a deadlock would leave it waiting, with no error
     assert errors == []
 
 

@@ -181,6 +181,8 @@ def test_root_may_signal_anyone(no_real_signals: list) -> None:
     procs = sim.SimProcs(nv)
     bob = procs.process(5100012)
     assert procs.signal(5100012, bob["start_ticks"], "TERM")["outcome"] == "exited"
+    assert procs.process(5100012) is None  # gone from the simulation ...
+    assert no_real_signals == []  # ... and only from the simulation
 
 
 def test_processes_added_at_runtime_show_up_everywhere() -> None:

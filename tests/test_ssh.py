@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from sshd import Blackhole, HostConf, SshdCluster
 
@@ -107,6 +109,7 @@ async def test_feed_streams_and_carries_requests(sshd_hosts: SshdCluster) -> Non
         assert bad["ok"] is False and "no-such-op" in bad["message"]
         unknown = await feed.request("nobody-knows", {"op": "reservations"})
         assert unknown["ok"] is False
+        assert "nobody-knows" in unknown["message"]  # refused for the right reason
     finally:
         await _stop(feed, task)
     # Snapshots of one host arrive in time order.
@@ -196,11 +199,20 @@ async def test_unknown_host_key_refused_with_fingerprint(lab: SshdCluster) -> No
     assert f"ssh-keyscan -p {host.port} {host.address} >> ~/.ssh/known_hosts" in snap.error
     assert feed.connect_attempts("untrusted") == 1  # never retried on its own
     assert lab.probe_processes("untrusted") == []  # and nothing ran there
+    assert "Accepted" not in lab.log_text(host.daemon)  # nor did anyone log in
 
 
 async def test_changed_host_key_is_its_own_state(lab: SshdCluster) -> None:
     (snap,) = await collect_once_hosts_async(lab.specs(["rekeyed"]), timeout=15)
     assert snap.state == model.HOST_KEY_CHANGED
+    assert not snap.gpus  # no data from a host that may be an impostor
+    # The client hung up before authenticating: no key was offered to the impostor.
+    # sshd writes its line once it has seen the client go: wait for it.
+    deadline = time.monotonic() + 10
+    while "[preauth]" not in (log := lab.log_text(lab.daemon_of("rekeyed"))):
+        assert time.monotonic() < deadline, log
+        await asyncio.sleep(0.05)
+    assert "Accepted" not in log, log
     assert "ssh-keygen -R" in snap.error
     assert _fingerprint(Path(f"{lab.host_key}.pub")) in snap.error
 
@@ -331,6 +343,14 @@ def test_no_probe_left_behind_when_the_client_dies(lab: SshdCluster, tmp_path: P
     assert lab.probe_processes("ok-1") == []
 
 
+def _remote_ports(procs: list[psutil.Process]) -> set[int]:
+    ports: set[int] = set()
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            ports |= {c.raddr.port for c in proc.net_connections(kind="tcp") if c.raddr}
+    return ports
+
+
 async def test_shared_jump_host(lab: SshdCluster) -> None:
     jump = lab.host("ok-1")
     behind = lab.specs(["ok-2", "py310"] if "py310" in [h.name for h in lab.hosts] else ["ok-2"])
@@ -342,6 +362,12 @@ async def test_shared_jump_host(lab: SshdCluster) -> None:
     try:
         await rec.wait(lambda: all("ok" in rec.states(s.name) for s in via))
         assert len(feed._jumps) == 1  # one connection to the jump host, shared
+        # The hosts behind it are reached through it: the jump host's sshd (not this
+        # client) holds the TCP connections to their ports.
+        forwarded = _remote_ports(lab.processes(jump.daemon))
+        assert {lab.host(s.name).port for s in behind} <= forwarded, forwarded
+        ours = _remote_ports([psutil.Process()])
+        assert not {lab.host(s.name).port for s in behind} & ours, ours
     finally:
         await _stop(feed, task)
 

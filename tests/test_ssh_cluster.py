@@ -95,6 +95,9 @@ async def test_64_hosts_fit_200x60() -> None:
         assert "unreachable" in text and "auth failed" in text
         assert "LOST" in text  # the lost card on node05
         assert widget.size.width <= 200
+        # Visible, not merely laid out: the widget lies inside the 200x60 terminal.
+        assert widget.region.bottom <= 60 and widget.region.right <= 200, widget.region
+        assert widget.size.height > 0
         totals_text = str(screen.query_one("#cluster-totals").render())
         assert "64 hosts" in totals_text and "broken" in totals_text
 
