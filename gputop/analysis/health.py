@@ -22,6 +22,7 @@ from typing import Any
 from gputop import model
 from gputop.analysis import orphans
 from gputop.analysis import xid as xid_catalog
+from gputop.analysis.pick import reservation_warnings
 from gputop.model import CRITICAL, INFO, SEVERITY_ORDER, WARNING, Gpu, GpuProcess, HostSnapshot
 from gputop.model import Warning as HealthWarning
 
@@ -502,11 +503,7 @@ def _process_rules(
 
 
 def _foreign_warnings(snapshot: HostSnapshot, now: float, me: str | None) -> list[HealthWarning]:
-    """Reservation warnings, from the reservations engineer's pick module when present."""
-    try:
-        from gputop.analysis.pick import reservation_warnings
-    except ImportError:
-        return []
+    """Reservation warnings (another user on my card, mine expiring, reserved card lost)."""
     return list(reservation_warnings(snapshot, now, me))
 
 

@@ -7,7 +7,6 @@ checks sys.modules), so that `gputop --once` starts in a fraction of a second.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -86,34 +85,16 @@ def _width(stream: TextIO) -> int:
     return WIDTH
 
 
-# -- health warnings (another module, may be absent) -----------------------------------------
-
-
-def _health_function() -> Callable[..., Any] | None:
-    # gputop.analysis.health is written separately; --once must work without it, so look
-    # for it instead of importing it unconditionally.
-    try:
-        spec = importlib.util.find_spec("gputop.analysis.health")
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    from gputop.analysis import health
-
-    fn = getattr(health, "warnings", None)
-    return fn if callable(fn) and hasattr(health, "Thresholds") else None
+# -- health warnings ----------------------------------------------------------------------
 
 
 def host_warnings(
     snap: HostSnapshot, now: float, health_config: dict | None = None
-) -> list[model.Warning] | None:
-    """Health warnings of one snapshot, or None when the health rules are not available.
+) -> list[model.Warning]:
+    """Health warnings of one snapshot.
 
     A bad `health:` section of the config raises ConfigError, like any other config mistake.
     """
-    fn = _health_function()
-    if fn is None:
-        return None
     from gputop.analysis import health
     from gputop.analysis.history import History
     from gputop.config import ConfigError
@@ -124,7 +105,7 @@ def host_warnings(
         raise ConfigError(str(err)) from None
     history = History()
     history.add(snap)
-    return list(fn(snap, history, thresholds, now, _me()))
+    return list(health.warnings(snap, history, thresholds, now, _me()))
 
 
 def _one_line(err: Exception) -> str:
@@ -147,7 +128,7 @@ def _me() -> str | None:
 def json_document(
     snapshots: Sequence[HostSnapshot],
     now: float,
-    warnings: dict[str, list[model.Warning] | None] | None = None,
+    warnings: dict[str, list[model.Warning]] | None = None,
 ) -> dict[str, Any]:
     hosts = []
     for snap in snapshots:
@@ -170,7 +151,7 @@ def _json_default(value: Any) -> Any:
 
 def render_text(
     snapshots: Sequence[HostSnapshot],
-    warnings: dict[str, list[model.Warning] | None] | None = None,
+    warnings: dict[str, list[model.Warning]] | None = None,
     width: int = WIDTH,
     color: bool = False,
 ) -> str:

@@ -13,7 +13,6 @@ Rules this code keeps (see docs/design.md):
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import time
 from collections.abc import Callable
@@ -784,25 +783,14 @@ class Collector:
     def _reservations(self, now: float) -> list[dict]:
         if not self.reservations_dir:
             return []
-        # gputop.actions.reservations is written separately and may be absent from a remote
-        # probe's copy of the package: look for it without letting an ImportError escape.
-        try:
-            spec = importlib.util.find_spec("gputop.actions.reservations")
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None:
-            return []
-        from gputop.actions import reservations
+        from gputop.actions import reservations  # stdlib-only; shipped in the probe bundle
 
-        list_active = getattr(reservations, "list_active", None)
-        if not callable(list_active):
-            return []
         try:
-            found = list_active(self.reservations_dir, now)
+            found = reservations.list_active(self.reservations_dir, now)
         except (OSError, ValueError):
             # A broken reservation store must not cost the user the GPU view.
             return []
-        return [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in found]
+        return found
 
     def _device_holders(self) -> tuple[list[dict], str | None]:
         if self._collects % DEVSCAN_EVERY == 0:

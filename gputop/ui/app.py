@@ -3,9 +3,8 @@
 How to add a screen (kill, reserve, topology, warnings log, cluster, reclaim...)
 -------------------------------------------------------------------------------
 The bindings are defined here, each with an ``id`` (remappable from the config's
-``keys:`` section; add a new id to ``gputop.config.BINDING_IDS``).  Each action looks up
-a function in your module and calls it with the app; until the module exists the key
-says "not available yet".  So you only fill in your module:
+``keys:`` section; add a new id to ``gputop.config.BINDING_IDS``).  Each action imports
+its screen module when first used (so startup does not pay for it) and calls:
 
     key        binding id     calls
     k, F9      kill           gputop.ui.screens.kill.open_kill(app)
@@ -54,6 +53,7 @@ from textual.signal import Signal
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from gputop.analysis import health, orphans
 from gputop.analysis.history import History
 from gputop.config import Config, ConfigError, load_config
 from gputop.model import HostSnapshot
@@ -63,6 +63,7 @@ from gputop.ui.state import UiState
 from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
 from gputop.ui.widgets.header import HeaderBar, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
+from gputop.ui.widgets.warnings import WarningsPanel
 
 SORT_ORDER = tuple(table_model.COLUMNS)
 # The dashboard's own actions: they act on its table and host, so only while it shows.
@@ -88,46 +89,27 @@ class SnapshotAnalysed(Message):
         self.result = result
 
 
-def _optional(module: str) -> Any:
-    """A module another engineer writes, or None while it does not exist."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        if err.name is not None and module.startswith(err.name):
-            return None
-        raise
-
-
 class Analyser:
     """History, health warnings and orphan flags for each snapshot; runs in a thread."""
 
     def __init__(self, config: Config, history: History, me: str) -> None:
         self.history = history
         self.me = me
-        self.health = _optional("gputop.analysis.health")
-        self.orphans = _optional("gputop.analysis.orphans")
-        self.thresholds = None
-        self.tracker = None
-        if self.health is not None:
-            self.thresholds = self.health.Thresholds.from_config(config.health)
-            self.tracker = self.health.WarningTracker.from_thresholds(self.thresholds)
-        self.rules = None
-        if self.orphans is not None:
-            self.rules = self.orphans.OrphanRules(
-                idle_minutes=config.reclaim.idle_minutes,
-                idle_min_mem_mib=int(config.reclaim.idle_min_mem_mib),
-            )
+        self.thresholds = health.Thresholds.from_config(config.health)
+        self.tracker = health.WarningTracker.from_thresholds(self.thresholds)
+        self.rules = orphans.OrphanRules(
+            idle_minutes=config.reclaim.idle_minutes,
+            idle_min_mem_mib=int(config.reclaim.idle_min_mem_mib),
+        )
 
     def __call__(self, snap: HostSnapshot) -> Analysed:
         self.history.add(snap)
         flags: dict[tuple[int, int], Any] = {}
-        if self.orphans is not None and snap.ok:
-            flags = self.orphans.classify_snapshot(snap, self.history, self.rules, snap.time)
-        warnings = None
-        if self.health is not None and self.tracker is not None:
-            fresh = self.health.warnings(snap, self.history, self.thresholds, snap.time,
-                                         self.me, self.shared_flags(flags))
-            warnings = self.tracker.update(snap.host, fresh, snap.time)
+        if snap.ok:
+            flags = orphans.classify_snapshot(snap, self.history, self.rules, snap.time)
+        fresh = health.warnings(snap, self.history, self.thresholds, snap.time,
+                                self.me, self.shared_flags(flags))
+        warnings = self.tracker.update(snap.host, fresh, snap.time)
         return Analysed(snap, warnings, flags)
 
     def shared_flags(self, flags: dict[tuple[int, int], Any]) -> dict[tuple[int, int], Any] | None:
@@ -137,7 +119,7 @@ class Analyser:
         only a config whose health: idle limits differ from reclaim:'s needs a second
         pass (inside health.warnings) to honour both.
         """
-        if self.health.orphan_rules(self.thresholds) == self.rules:
+        if health.orphan_rules(self.thresholds) == self.rules:
             return flags
         return None
 
@@ -247,9 +229,7 @@ class GputopApp(App[int]):
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         yield HostLine(id="hostline")
-        warnings_widget = _optional("gputop.ui.widgets.warnings")
-        if warnings_widget is not None and hasattr(warnings_widget, "WarningsPanel"):
-            yield warnings_widget.WarningsPanel()
+        yield WarningsPanel()
         yield Container(id="gpus")
         yield TableHeader(self.config.columns, id="table-header")
         yield ProcessTable(self.config.columns, id="processes")
@@ -278,7 +258,7 @@ class GputopApp(App[int]):
                                 group="feeds", exit_on_error=False)
             if sum(len(feed.hosts) for feed in self.feeds) > 1:
                 # A lab of hosts starts on the overview (gputop/ui/screens/cluster.py).
-                self._plugin("cluster", "open_cluster", "cluster view", quiet=True)
+                self._open("cluster", "open_cluster")
         self.set_interval(self.interval, self._tick, name="refresh")
 
     async def on_unmount(self) -> None:
@@ -431,11 +411,8 @@ class GputopApp(App[int]):
             ))
 
     def _update_warnings_panel(self, now: float) -> None:
-        for panel in self._main.query("WarningsPanel"):
-            tracker = self.analyser.tracker
-            panel.show(  # type: ignore[attr-defined]
-                self.state.warnings, tracker.clearing if tracker is not None else None, now
-            )
+        for panel in self._main.query(WarningsPanel):
+            panel.show(self.state.warnings, self.analyser.tracker.clearing, now)
             # Warnings matter, but at 80x24 they must leave room for the processes.
             # Set only on change: a style write costs a layout pass.
             limit = max(2, self.size.height // 8)
@@ -592,7 +569,7 @@ class GputopApp(App[int]):
             self.state.selected_gpu = None
             self.refresh_view()
             return
-        self._plugin("cluster", "back", "cluster view", quiet=True)
+        self._open("cluster", "back")
 
     def action_tag(self) -> None:
         key = self.state.selected
@@ -670,14 +647,9 @@ class GputopApp(App[int]):
             return True
         return self.screen is self.screen_stack[0]
 
-    def _plugin(self, module: str, function: str, what: str, quiet: bool = False) -> None:
-        mod = _optional(f"gputop.ui.screens.{module}")
-        target = getattr(mod, function, None) if mod is not None else None
-        if target is None:
-            if not quiet:
-                self.notify(f"{what}: not available yet", severity="warning")
-            return
-        target(self)
+    def _open(self, module: str, function: str) -> None:
+        """Call ``gputop.ui.screens.<module>.<function>(app)``, importing it on first use."""
+        getattr(importlib.import_module(f"gputop.ui.screens.{module}"), function)(self)
 
     def _acting(self, what: str) -> bool:
         if self.state.readonly:
@@ -687,30 +659,30 @@ class GputopApp(App[int]):
 
     def action_kill(self) -> None:
         if self._acting("kill"):
-            self._plugin("kill", "open_kill", "kill")
+            self._open("kill", "open_kill")
 
     def action_reclaim(self) -> None:
-        self._plugin("reclaim", "open_reclaim", "reclaim view")
+        self._open("reclaim", "open_reclaim")
 
     def action_reserve(self) -> None:
         if self._acting("reserve"):
-            self._plugin("reserve", "open_reserve", "reserve")
+            self._open("reserve", "open_reserve")
 
     def action_release(self) -> None:
         if self._acting("release"):
-            self._plugin("reserve", "release", "release")
+            self._open("reserve", "release")
 
     def action_topology(self) -> None:
-        self._plugin("topology", "open_topology", "topology")
+        self._open("topology", "open_topology")
 
     def action_warnings_log(self) -> None:
-        self._plugin("log", "open_log", "warnings log")
+        self._open("log", "open_log")
 
     def action_cluster(self) -> None:
-        self._plugin("cluster", "open_cluster", "cluster view")
+        self._open("cluster", "open_cluster")
 
     def action_all_processes(self) -> None:
-        self._plugin("cluster", "open_processes", "all hosts' processes")
+        self._open("cluster", "open_processes")
 
     def action_quit(self) -> None:  # type: ignore[override]
         self.exit(0)
