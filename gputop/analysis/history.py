@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 from typing import Any, NamedTuple
 
@@ -266,16 +266,7 @@ class History:
     def host_series(self, host: str, field: str) -> list[tuple[float, Any]]:
         """(time, value) of a HostSnapshot field (e.g. cpu_percent); None values left out."""
         with self._lock:
-            ring = self._hosts.get(host, ())
-            times = self._times.get(host)
-            out = []
-            for seq, snap in ring:
-                if times is None or seq < times.base:
-                    continue
-                value = getattr(snap, field)
-                if value is not None and times is not None:
-                    out.append((times.time_of(seq), value))
-            return out
+            return self._series(host, self._hosts.get(host, ()), field)
 
     def gpu_series(self, host: str, gpu: int, field: str) -> list[tuple[float, Any]]:
         """(time, value) of a Gpu field or property (e.g. util_gpu, mem_percent).
@@ -283,16 +274,22 @@ class History:
         Samples where the value is None (not supported, GPU lost) are left out.
         """
         with self._lock:
-            ring = self._gpus.get((host, gpu), ())
-            times = self._times.get(host)
-            out = []
-            for seq, record in ring:
-                if times is None or seq < times.base:
-                    continue
+            return self._series(host, self._gpus.get((host, gpu), ()), field)
+
+    def _series(
+        self, host: str, ring: Iterable[tuple[int, Any]], field: str
+    ) -> list[tuple[float, Any]]:
+        """(time, value) of ``field`` over a ring of (seq, record); call with the lock held."""
+        times = self._times.get(host)
+        if times is None:
+            return []
+        out = []
+        for seq, record in ring:
+            if seq >= times.base:
                 value = getattr(record, field)
-                if value is not None and times is not None:
+                if value is not None:
                     out.append((times.time_of(seq), value))
-            return out
+        return out
 
     def gpu_streak(self, host: str, gpu: int, predicate: Callable[[Gpu], bool]) -> float | None:
         """Start time of the current unbroken run of GPU samples satisfying predicate.
