@@ -80,7 +80,7 @@ async def per_tick(gpus: int, processes: int) -> dict[str, float]:
             warnings = an.tracker.update(snap.host, fresh, snap.time)
             t3 = time.process_time()
             app._apply_result(Analysed(snap, warnings, flags))
-            app.refresh_view()
+            app.dashboard.refresh_view()
             await pilot.pause()  # lets Textual lay out and draw the frame
             t4 = time.process_time()
             if i >= WARMUP:
@@ -96,12 +96,11 @@ async def per_tick(gpus: int, processes: int) -> dict[str, float]:
 
 async def idle_cpu(seconds: float) -> float:
     """The real app with the dgx-h100 demo feed at 1 s for ``seconds``: % of one core."""
+    from gputop.options import SourceOptions
+    from gputop.sources.opener import open_feeds
     from gputop.ui.app import GputopApp
-    from gputop.ui.feeds import make_feeds
 
-    args = argparse.Namespace(demo="dgx-h100", hosts=None, host_list=None, local=False,
-                              readonly=False)
-    app = GputopApp(make_feeds(args, {}), Config(), interval=1.0)
+    app = GputopApp(open_feeds(SourceOptions(demo="dgx-h100"), Config()), Config(), interval=1.0)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause(3.0)  # startup and the first snapshots are not idle
         c0, w0 = time.process_time(), time.monotonic()
@@ -114,16 +113,15 @@ async def idle_cpu(seconds: float) -> float:
 STARTUP = r"""
 import time
 t0 = time.perf_counter()
-import argparse, asyncio
+import asyncio
 from gputop.ui.app import GputopApp
-from gputop.ui.feeds import make_feeds
+from gputop.options import SourceOptions
+from gputop.sources.opener import open_feeds
 from gputop.config import Config
-args = argparse.Namespace(demo="dgx-h100", hosts=None, host_list=None, local=False,
-                          readonly=False)
 async def main():
-    app = GputopApp(make_feeds(args, {}), Config())
+    app = GputopApp(open_feeds(SourceOptions(demo="dgx-h100"), Config()), Config())
     async with app.run_test(size=(160, 50)) as pilot:
-        while not app.table.rows:
+        while not app.dashboard.table.rows:
             await asyncio.sleep(0.005)
         await pilot.pause()  # the frame with the data is drawn
         print(time.perf_counter() - t0)

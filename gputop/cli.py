@@ -1,8 +1,9 @@
-"""Command line: argument parsing and dispatch.
+"""Command line: argument parsing and dispatch, nothing else.
 
-Nothing here imports Textual at module level: `gputop --once`, `--json` and the
-subcommands must start fast.  Each subcommand lives in its own module under
-``gputop/commands/`` and is imported only when used.
+The arguments become one typed ``SourceOptions`` (where snapshots come from) plus each
+command's own parameters.  Nothing here imports Textual at module level: `gputop
+--once`, `--json` and the subcommands must start fast.  Each subcommand lives in its own
+module under ``gputop/commands/`` and is imported only when used.
 """
 
 from __future__ import annotations
@@ -12,14 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from gputop import __version__
-
-# Exit codes, documented in the README.
-EXIT_OK = 0
-EXIT_WARNING = 1  # `gputop check`: warnings
-EXIT_CRITICAL = 2  # `gputop check`: critical
-EXIT_USAGE = 2  # bad arguments, bad hosts/config file (argparse uses 2 too)
-EXIT_NO_DRIVER = 3  # no NVIDIA driver / no GPU and nothing else to show
-EXIT_ACTION_FAILED = 4  # reserve lost a race, release refused, ...
+from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK
+from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations")
 
@@ -49,9 +44,9 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
         type=float,
-        default=10.0,
+        default=DEFAULT_TIMEOUT_S,
         metavar="S",
-        help="one-shot modes: give up on a host after S seconds (default 10)",
+        help="one-shot modes: give up on a host after S seconds (default %(default)g)",
     )
 
 
@@ -119,49 +114,66 @@ def build_subparser(command: str) -> argparse.ArgumentParser:
     return p
 
 
+def source_options(args: argparse.Namespace) -> SourceOptions:
+    """The source arguments every parser has, typed, for everything below the CLI."""
+    return SourceOptions(
+        demo=args.demo,
+        hosts_file=args.hosts,
+        host_list=args.host_list,
+        local=args.local,
+        timeout=args.timeout,
+        readonly=getattr(args, "readonly", False),  # the dashboard's; subcommands act
+        config_path=args.config,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         if args_list and args_list[0] in SUBCOMMANDS:
             command = args_list[0]
             args = build_subparser(command).parse_args(args_list[1:])
-            return _run_subcommand(command, args)
+            return _run_subcommand(command, source_options(args), args)
         args = build_parser().parse_args(args_list)
-        return _run_main(args)
+        return _run_main(source_options(args), args)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # `gputop --json | head`: the reader went away; that is not our error.
         sys.stderr.close()
         return EXIT_OK
 
 
-def _run_subcommand(command: str, args: argparse.Namespace) -> int:
-    if command in ("check", "topo"):
-        from gputop.commands import health
+def _run_subcommand(command: str, options: SourceOptions, args: argparse.Namespace) -> int:
+    if command == "check":
+        from gputop.commands import check
 
-        return health.run_check(args) if command == "check" else health.run_topo(args)
+        return check.run(options, args)
+    if command == "topo":
+        from gputop.commands import topo
+
+        return topo.run(options, args)
     from gputop.commands import reserve
 
-    return reserve.run(command, args)
+    return reserve.run(command, options, args)
 
 
-def _run_main(args: argparse.Namespace) -> int:
-    if args.demo == "list":
+def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
+    if options.demo == "list":
         from gputop.commands import report
 
         return report.run_demo_list()
     if args.screenshot:
         from gputop.ui.screenshots import run_screenshots
 
-        return run_screenshots(args)
+        return run_screenshots(args.screenshot)
     if args.once or args.json:
         from gputop.commands import report
 
-        return report.run(args)
+        return report.run(options, as_json=args.json)
     from gputop.ui.app import run_app
 
-    return run_app(args)
+    return run_app(options, args.interval)
 
 
 if __name__ == "__main__":

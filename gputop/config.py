@@ -32,19 +32,13 @@ import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gputop.keymap import BINDING_IDS
 from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
 
-# The ids of the dashboard's bindings; the ``keys:`` section remaps them.  A screen that
-# wants its binding remappable adds its id here.
-BINDING_IDS = (
-    "quit", "help", "search", "sort_next", "sort_reverse", "sort_gpu", "sort_pid",
-    "sort_user", "sort_mem", "sort_sm", "sort_cpu", "sort_time", "mine", "user_filter",
-    "gpu_filter", "clear_filters", "detail", "tag", "kill", "reserve", "release",
-    "topology", "warnings_log", "cluster", "back", "cursor_down", "cursor_up",
-    "next_gpu", "prev_gpu", "palette", "reclaim", "all_processes",
-)
+if TYPE_CHECKING:
+    from gputop.analysis.pipeline import Settings
 
 # Process table columns, in their default order.
 COLUMNS = (
@@ -265,3 +259,18 @@ class _Reader:
     def _reservations(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         for _name, _k, v, full in self.mapping(vnode, key, ("dir",)):
             config.reservations.dir = os.path.expanduser(self.string(v, full))
+
+
+def analysis_settings(config: Config) -> Settings:
+    """The analysis pipeline's settings from the health:, reclaim: and history keys; a
+    bad ``health:`` value raises ConfigError (the file's loader checks types only)."""
+    from gputop.analysis import health, orphans
+    from gputop.analysis.pipeline import Settings
+
+    try:
+        thresholds = health.Thresholds.from_config(config.health)
+    except ValueError as err:
+        raise ConfigError(f"{config.path or 'config'}: {err}") from None
+    rules = orphans.OrphanRules(idle_minutes=config.reclaim.idle_minutes,
+                                idle_min_mem_mib=int(config.reclaim.idle_min_mem_mib))
+    return Settings(thresholds=thresholds, rules=rules, history_minutes=config.history_minutes)

@@ -350,17 +350,3 @@ def find_hosts_file(
     if default.is_file():
         return default, "default"
     return None, ""
-
-
-def specs_from_args(args: Any, environ: Mapping[str, str] | None = None) -> list[HostSpec] | None:
-    """The hosts asked for on the command line (-H, --hosts, $GPUTOP_HOSTS, default file).
-
-    None when no remote host is configured at all.  Raises HostsFileError.
-    """
-    host_list = getattr(args, "host_list", None)
-    if host_list:
-        return parse_host_list(host_list)
-    path, _where = find_hosts_file(getattr(args, "hosts", None), environ)
-    if path is None:
-        return None
-    return load(path)

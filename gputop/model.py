@@ -258,7 +258,7 @@ class Reservation(_Record):
 
 
 @dataclass(frozen=True, slots=True)
-class Warning(_Record):  # the domain word; builtins.Warning is never needed here
+class HealthWarning(_Record):
     severity: str  # CRITICAL / WARNING / INFO
     code: str  # stable id, e.g. "gpu-lost", "xid-79", "pcie-width"
     message: str  # one line
@@ -273,7 +273,7 @@ class Warning(_Record):  # the domain word; builtins.Warning is never needed her
         return (self.host, self.gpu, self.pid, self.code)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Warning:
+    def from_dict(cls, data: dict[str, Any]) -> HealthWarning:
         return _flat(cls, data)
 
 
@@ -325,7 +325,7 @@ class HostSnapshot(_Record):
         snap = _flat(cls, data)
         return dataclasses.replace(
             snap,
-            load=tuple(snap.load) if snap.load is not None else None,
+            load=tuple(snap.load) if snap.load is not None else None,  # type: ignore[arg-type]
             gpus=tuple(Gpu.from_dict(g) for g in data.get("gpus") or ()),
             processes=tuple(GpuProcess.from_dict(p) for p in data.get("processes") or ()),
             topology=tuple(_flat(Link, t) for t in data.get("topology") or ()),

@@ -24,11 +24,12 @@ The remote python is the system /usr/bin/python3 (no gputop, no pynvml installed
 the tests exercise the real bundle shipping; ``PYTHONPATH`` on the remote side points at
 a directory holding only pyyaml (the sim loads YAML scenarios).
 
-Actions through SSH (kill, reserve, release)::
+Actions through SSH (kill, reserve, release), as the one-shot commands send them::
 
-    from gputop.sources.ssh import request_once_async      # or SshFeed(...).request()
+    from gputop.sources.oneshot import Session
     spec = sshd_hosts.specs(["gpu-b"])[0]                  # gpu-b serves the "lab" scenario
-    reply, snap = await request_once_async(spec, {"op": "reservations"})
+    async with Session([SshFeed([spec], retry=False)], timeout=20) as session:
+        reply = await session.request(spec.name, {"op": "reservations"})
 
 A sim host's probe acts on the simulation (a kill changes SimProcs, never a real pid) and
 keeps reservations in $GPUTOP_RESERVATIONS_DIR when the host's ``env`` sets it (values
@@ -626,3 +627,12 @@ if __name__ == "__main__":  # manual check: python tests/sshd.py
         print(c.ssh_config.read_text())
         sys.stdout.flush()
         subprocess.run(["ssh", "-F", str(c.ssh_config), c.hosts[0].name, "env"], check=False)
+
+
+async def collect_round(specs: list[Any], timeout: float = 10.0) -> list[Any]:
+    """Each host's first answer, as a one-shot command collects it (no retries)."""
+    from gputop.sources.oneshot import first_round
+    from gputop.sources.ssh import SshFeed
+
+    snapshots, _who = await first_round([SshFeed(specs, retry=False, warmup=0.2)], timeout)
+    return snapshots

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gputop.commands.health import exit_code, write_report
-from gputop.model import CRITICAL, INFO, WARNING, HostSnapshot
-from gputop.model import Warning as HealthWarning
+from gputop.commands.check import exit_code, write_report
+from gputop.model import CRITICAL, INFO, WARNING, HealthWarning, HostSnapshot
 
 
 def gputop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,8 +1,8 @@
-"""LocalFeed and select: the poll loop, error snapshots, requests, and one-shot collection."""
+"""LocalFeed and the opener: the poll loop, error snapshots, requests, capabilities, and
+one-shot collection."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import threading
 
@@ -10,9 +10,14 @@ import pytest
 
 from gputop import model
 from gputop.actions.dispatch import ActionEnv
-from gputop.sources import select, sim
+from gputop.config import Config
+from gputop.options import SourceOptions
+from gputop.sources import opener, sim
 from gputop.sources.feed import LocalFeed
+from gputop.sources.identity import local_identity, named_identity
 from gputop.sources.nvml import Collector, NoDriverError
+
+ME = named_identity("alice")
 
 
 class Clock:
@@ -76,7 +81,7 @@ async def _run_until(feed: LocalFeed, count: int, interval: float) -> list[model
 async def test_polls_never_overlap_and_errors_become_snapshots() -> None:
     _, _, collector = demo_parts()
     watched = Watched(collector, fail_on={2})
-    feed = LocalFeed(watched, host="lab")
+    feed = LocalFeed(watched, host="lab", identity=ME)
     snaps = await _run_until(feed, 4, interval=0.001)
     assert watched.max_active == 1
     assert [s.state for s in snaps[:3]] == [model.HOST_OK, model.HOST_ERROR, model.HOST_OK]
@@ -89,7 +94,7 @@ async def test_factory_without_driver_gives_a_no_gpu_snapshot() -> None:
     def factory() -> Collector:
         raise NoDriverError("gputop: no NVIDIA driver found on this machine.")
 
-    snaps = await _run_until(LocalFeed(factory, host="localhost"), 2, interval=0.001)
+    snaps = await _run_until(LocalFeed(factory, host="localhost", identity=ME), 2, interval=0.001)
     assert {s.state for s in snaps} == {model.HOST_NO_GPU}
     assert snaps[0].error.startswith("gputop: no NVIDIA driver")
 
@@ -97,7 +102,7 @@ async def test_factory_without_driver_gives_a_no_gpu_snapshot() -> None:
 async def test_kill_request_changes_only_the_simulation() -> None:
     nvml, procs, collector = demo_parts()
     env = ActionEnv(sim=nvml, procs=procs, reservations_dir="/nonexistent")
-    feed = LocalFeed(collector, host="lab", dispatch_env=env)
+    feed = LocalFeed(collector, host="lab", identity=ME, dispatch_env=env)
     before = feed.poll()
     # The env learned the cards' UUIDs, so reservations can name them.
     assert env.gpu_uuids == {g.index: g.uuid for g in before.gpus}
@@ -115,40 +120,62 @@ async def test_kill_request_changes_only_the_simulation() -> None:
 
 async def test_requests_without_an_env_are_refused() -> None:
     _, _, collector = demo_parts()
-    reply = await LocalFeed(collector, host="lab").request("lab", {"op": "reservations"})
+    feed = LocalFeed(collector, host="lab", identity=ME)
+    reply = await feed.request("lab", {"op": "reservations"})
     assert reply == {"ok": False, "message": "actions are not available for this source"}
 
 
-def args(**kw) -> argparse.Namespace:
-    base = {"demo": None, "hosts": None, "host_list": None, "local": False, "readonly": False,
-            "timeout": 5.0}
-    base.update(kw)
-    return argparse.Namespace(**base)
+def test_capabilities_follow_the_env() -> None:
+    nvml, procs, collector = demo_parts()
+    viewer = LocalFeed(collector, host="lab", identity=ME)
+    assert not viewer.capabilities("lab").acts
+    demo = LocalFeed(collector, host="lab", identity=ME,
+                     dispatch_env=ActionEnv(sim=nvml, procs=procs))
+    caps = demo.capabilities("lab")
+    assert caps.kill and caps.reserve and caps.simulated and caps.process_details
+    readonly = LocalFeed(collector, host="lab", identity=ME,
+                         dispatch_env=ActionEnv(sim=nvml, procs=procs, readonly=True))
+    assert not readonly.capabilities("lab").kill
+    assert "read-only" in readonly.capabilities("lab").why_not
+    # Details of a simulated process: its facts and parent chain, and nothing for a pid
+    # whose start time does not match (reused).
+    proc = next(p for p in demo.poll().processes if p.visible)
+    details = demo.process_details("lab", proc.pid, proc.start_ticks)
+    assert details.facts is not None and details.facts["start_ticks"] == proc.start_ticks
+    assert details.parents is not None
+    assert demo.process_details("lab", proc.pid, (proc.start_ticks or 0) + 1).facts is None
 
 
 def test_collect_once_demo_has_rates() -> None:
-    (snap,) = select.collect_once(args(demo="dgx-h100"))
+    found = opener.collect_once(SourceOptions(demo="dgx-h100"), Config())
+    (snap,) = found.snapshots
     assert snap.demo and snap.host == "dgx-h100-07"
     assert snap.processes and all(p.sm_util is not None for p in snap.processes)
     assert any(p.sm_util > 0 for p in snap.processes)
+    # Who acts there: the scenario's user on the simulated processes; the private
+    # reservation store's files are the real user's.
+    assert found.identities[snap.host].user == sim.load_scenario("dgx-h100").me
+    assert found.me(snap.host) == local_identity().user
 
 
 def test_bad_scenario_is_a_source_error(tmp_path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: x\ngpus: 3\n")
-    with pytest.raises(select.SourceError) as err:
-        select.collect_once(args(demo=str(broken)))
+    with pytest.raises(opener.SourceError) as err:
+        opener.collect_once(SourceOptions(demo=str(broken)), Config())
     assert "broken.yaml" in str(err.value)
     assert "\n" not in str(err.value)
 
 
-def test_make_feeds_demo_is_one_local_feed_with_actions() -> None:
-    (feed,) = select.make_feeds(args(demo="faulty", readonly=True))
+def test_open_feeds_demo_is_one_local_feed_with_actions() -> None:
+    (feed,) = opener.open_feeds(SourceOptions(demo="faulty", readonly=True), Config())
     assert isinstance(feed, LocalFeed)
     assert feed.hosts == ["a100-node-12"]
-    assert feed.dispatch_env.readonly is True
-    assert feed.dispatch_env.sim is not None
-    assert feed.dispatch_env.reservations_dir == select.demo_reservations_dir("faulty")
+    caps = feed.capabilities("a100-node-12")
+    assert caps.simulated and not caps.kill and not caps.reserve
+    assert feed.identity("a100-node-12").user == sim.load_scenario("faulty").me
+    assert opener.reservations_dir(SourceOptions(demo="faulty"), Config()) == \
+        opener.demo_reservations_dir("faulty")
 
 
 def _driver_present() -> bool:
@@ -162,10 +189,10 @@ def _driver_present() -> bool:
 
 
 @pytest.mark.skipif(_driver_present(), reason="a real NVIDIA driver is present")
-def test_make_feeds_without_driver_raises_early(monkeypatch) -> None:
+def test_open_feeds_without_driver_raises_early(monkeypatch) -> None:
     monkeypatch.delenv("GPUTOP_HOSTS", raising=False)
     # --local: this machine is asked first even if the user has a default hosts file.
     with pytest.raises(NoDriverError):
-        select.make_feeds(args(local=True))
+        opener.open_feeds(SourceOptions(local=True), Config())
     with pytest.raises(NoDriverError):
-        select.collect_once(args(local=True))
+        opener.collect_once(SourceOptions(local=True), Config())

@@ -6,20 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers.procs import Reaper, alive, start_sleeper, start_term_ignorer, start_ticks
+from helpers.procs import alive, start_sleeper, start_term_ignorer, start_ticks
 
 from gputop.actions.dispatch import ActionEnv, handle
 from gputop.sources import sim
 from gputop.sources.procfs import ProcFs
 
 START = 1_764_680_000.0
-
-
-@pytest.fixture
-def reaper():
-    r = Reaper()
-    yield r
-    r.close()
 
 
 def _lab() -> tuple[sim.SimNvml, sim.SimProcs]:

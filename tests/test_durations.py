@@ -105,12 +105,18 @@ def test_bad_sizes(text: str) -> None:
     ("seconds", "text"),
     [
         (45, "45s"),
-        (14 * 60 + 3, "14m"),
+        (14 * 60 + 3, "14m03s"),
+        (3725, "1h02m"),  # the dashboard and --once once disagreed: 1:02:05 vs 1h02m
         (2 * 3600 + 5 * 60, "2h05m"),
-        (3 * 86400 + 4 * 3600, "3d4h"),
+        (3 * 86400 + 4 * 3600, "3d04h"),
         (-5, "0s"),
-        (2 * 86400, "2d"),
+        (2 * 86400, "2d00h"),
     ],
 )
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+def test_format_duration_in_whole_minutes() -> None:
+    assert format_duration(14 * 60 + 59, minutes=True) == "14m"
+    assert format_duration(3725, minutes=True) == "1h02m"

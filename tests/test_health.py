@@ -326,7 +326,7 @@ def test_idle_memory_needs_minutes_of_history() -> None:
     assert len(idle) == 1
     w = idle[0]
     assert (w.severity, w.pid, w.gpu) == (INFO, 4242, 0)
-    assert "12.0 GiB" in w.message and "45 min" in w.message
+    assert "12.0 GiB" in w.message and "45m" in w.message
     assert w.since == pytest.approx(NOW - 45 * 60)
     # without history (one-shot commands) the rule does not guess
     assert not [w for w in health.warnings(current, None, Thresholds(), last)

@@ -31,7 +31,7 @@ async def test_dashboard_panel_topology_and_log() -> None:
     snap = faulty_snapshot()
     async with app.run_test(size=(140, 50)) as pilot:
         app.ingest(snap)
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         panel = app.query_one(WarningsPanel)
         codes = [w.code for w in panel.warnings]
@@ -55,7 +55,7 @@ async def test_dashboard_panel_topology_and_log() -> None:
         for dt in (2, 40):
             now[0] = snap.time + dt
             app.ingest(dataclasses.replace(snap, time=snap.time + dt, gpus=gpus, xid_events=()))
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         assert "ecc-uncorrected" not in [w.code for w in panel.warnings]
 

@@ -14,11 +14,11 @@ import pytest
 
 from gputop.analysis import health, orphans
 from gputop.analysis.history import History
-from gputop.config import Config
+from gputop.analysis.pipeline import Analyser
+from gputop.config import Config, analysis_settings
 from gputop.model import GpuProcess, HostSnapshot
 from gputop.sources import sim
 from gputop.sources.nvml import Collector
-from gputop.ui.app import Analyser
 
 T0 = 1_764_680_000.0
 
@@ -86,26 +86,26 @@ def test_incomplete_flags_are_recomputed(lab: tuple[HostSnapshot, History]) -> N
     assert health.warnings(snap, history, th, snap.time, "alice", {}) == expected
 
 
+def analyser(config: Config, history: History) -> Analyser:
+    return Analyser(analysis_settings(config), history, lambda _host: "alice")
+
+
 def test_flags_from_another_config_are_not_shared() -> None:
-    default = Analyser(Config(), History(), "alice")
-    flags = {(0, 1): orphans.ProcessFlags()}
-    assert default.shared_flags(flags) is flags
+    assert analyser(Config(), History()).shares_flags
     # health: idle limits that differ from reclaim:'s need their own classification.
-    stricter = Analyser(Config(health={"idle_minutes": 60.0}), History(), "alice")
-    assert stricter.shared_flags(flags) is None
-    bigger = Analyser(Config(health={"idle_memory_mib": 4096.0}), History(), "alice")
-    assert bigger.shared_flags(flags) is None
+    assert not analyser(Config(health={"idle_minutes": 60.0}), History()).shares_flags
+    assert not analyser(Config(health={"idle_memory_mib": 4096.0}), History()).shares_flags
 
 
 def test_analyser_honours_the_health_idle_limit_when_it_differs() -> None:
     snap, history = lab_after(40)
-    analyser = Analyser(Config(health={"idle_minutes": 60.0}), history, "alice")
+    stricter = analyser(Config(health={"idle_minutes": 60.0}), history)
     # The table (reclaim: 30 min) calls them idle; the health rules (60 min) do not yet.
-    flags = orphans.classify_snapshot(snap, history, analyser.rules, snap.time)
+    flags = orphans.classify_snapshot(snap, history, stricter.settings.rules, snap.time)
     assert any(f.idle for f in flags.values())
-    found = health.warnings(snap, history, analyser.thresholds, snap.time, "alice",
-                            analyser.shared_flags(flags))
-    assert not [w for w in found if w.code == "idle-memory"]
+    result = stricter(snap)
+    assert any(f.idle for f in result.flags.values())
+    assert not [w for w in result.warnings if w.code == "idle-memory"]
 
 
 def test_analyser_flags_and_warnings_agree() -> None:
@@ -113,11 +113,11 @@ def test_analyser_flags_and_warnings_agree() -> None:
     nvml = sim.SimNvml(sim.load_scenario("lab"), clock=lambda: now[0])
     collector = Collector(nvml, sim.SimProcs(nvml), host="lab", demo=True,
                           clock=lambda: now[0])
-    analyser = Analyser(Config(), History(seconds=3600, process_seconds=3600), "alice")
+    analyse = analyser(Config(), History(seconds=3600, process_seconds=3600))
     result = None
     for step in range(41):
         now[0] = T0 + 60 * step
-        result = analyser(HostSnapshot.from_dict(collector.collect()))
+        result = analyse(HostSnapshot.from_dict(collector.collect()))
     assert result is not None and result.warnings is not None
     idle_pids = {p for (_, p), f in result.flags.items() if f.idle}
     warned = {w.pid for w in result.warnings if w.code == "idle-memory"}

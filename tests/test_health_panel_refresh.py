@@ -10,8 +10,7 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 
-from gputop.model import CRITICAL, WARNING
-from gputop.model import Warning as HealthWarning
+from gputop.model import CRITICAL, WARNING, HealthWarning
 from gputop.ui.widgets.warnings import WarningsPanel
 
 NOW = 1_764_680_000.0

@@ -7,8 +7,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import Static
 
 from gputop.analysis.health import WarningTracker
-from gputop.model import CRITICAL, INFO, WARNING
-from gputop.model import Warning as HealthWarning
+from gputop.model import CRITICAL, INFO, WARNING, HealthWarning
 from gputop.ui.screens.log import WarningLogScreen, log_text
 from gputop.ui.widgets.warnings import WarningsPanel, warning_lines
 
@@ -49,7 +48,7 @@ def test_untrusted_text_is_not_markup() -> None:
 def test_age_and_clearing_marks() -> None:
     old = w(WARNING, "temp-near-slowdown", 1, "86 C")
     text = warning_lines([old], clearing=lambda _: True, now=NOW + 3600 + 120).plain
-    assert "1 h 02 min" in text and "cleared" in text
+    assert "(1h02m)" in text and "cleared" in text
 
 
 class PanelApp(App[None]):
@@ -94,7 +93,7 @@ async def test_log_screen_lists_cleared_warnings_and_closes() -> None:
         assert app.screen is screen
         log = screen.query_one("#log", Static)
         plain = str(log.render())
-        assert "persistence mode is off" in plain and "60 s)" in plain
+        assert "persistence mode is off" in plain and "1m00s)" in plain
         active = screen.query_one("#active", WarningsPanel)
         assert [x.code for x in active.warnings] == ["ecc-uncorrected", "pcie-width"]
         # new data while open

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gputop.config import Config
 from gputop.hosts import (
     HostsFileError,
     HostSpec,
@@ -17,8 +18,9 @@ from gputop.hosts import (
     load,
     parse_host_list,
     parse_text,
-    specs_from_args,
 )
+from gputop.options import SourceOptions
+from gputop.sources.opener import SourceError, narrow_to_one, open_feeds, plan_sources
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -148,15 +150,19 @@ def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     explicit.write_text("- x1\n")
     assert find_hosts_file(str(explicit), env)[0] == explicit
 
-    ns = argparse.Namespace(hosts=None, host_list=None)
-    assert [s.name for s in specs_from_args(ns, env)] == ["e1"]
-    ns.hosts = str(explicit)
-    assert [s.name for s in specs_from_args(ns, env)] == ["x1"]
-    ns.host_list = "h1,h2"
-    assert [s.name for s in specs_from_args(ns, env)] == ["h1", "h2"]
-    assert specs_from_args(argparse.Namespace(hosts=None, host_list=None), {}) == [
-        HostSpec(name="d1")
-    ]
+    # The one decision every command and the dashboard follow (sources/opener.py).
+    def planned(environ: dict[str, str], **options: Any) -> list[str]:
+        monkeypatch.delenv("GPUTOP_HOSTS", raising=False)
+        for key, value in environ.items():
+            monkeypatch.setenv(key, value)
+        return [s.name for s in plan_sources(SourceOptions(**options)).ssh_hosts]
+
+    assert planned(env) == ["e1"]
+    assert planned(env, hosts_file=str(explicit)) == ["x1"]
+    assert planned(env, hosts_file=str(explicit), host_list="h1,h2") == ["h1", "h2"]
+    assert planned({}) == ["d1"]
+    assert not plan_sources(SourceOptions()).local  # hosts configured: SSH only
+    assert plan_sources(SourceOptions(local=True)).local
 
 
 def test_example_file_parses() -> None:
@@ -182,33 +188,45 @@ def test_cli_bad_hosts_file_is_one_line_exit_2(tmp_path: Path) -> None:
     assert f"{bad}:3: key 'prot': unknown key" in lines[0]
 
 
-def test_select_uses_env_and_default_hosts_files(
+def test_plan_uses_env_and_default_hosts_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gputop.sources import select
-
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("GPUTOP_HOSTS", raising=False)
-    args = argparse.Namespace(hosts=None, host_list=None, local=False, demo=None)
-    assert select._wants_ssh(args) is False
+    plan = plan_sources(SourceOptions())
+    assert plan.local and not plan.ssh_hosts
     hosts = tmp_path / "lab.yaml"
     hosts.write_text("- gpu01\n")
     monkeypatch.setenv("GPUTOP_HOSTS", str(hosts))
-    assert select._wants_ssh(args) is True
-    assert select._wants_local(args) is False  # --local adds this machine
+    plan = plan_sources(SourceOptions())
+    assert [s.name for s in plan.ssh_hosts] == ["gpu01"]
+    assert not plan.local  # --local adds this machine
     monkeypatch.delenv("GPUTOP_HOSTS")
     default = tmp_path / ".config" / "gputop" / "hosts.yaml"
     default.parent.mkdir(parents=True)
     default.write_text("- gpu01\n")
-    assert select._wants_ssh(args) is True
+    assert [s.name for s in plan_sources(SourceOptions()).ssh_hosts] == ["gpu01"]
 
 
-def test_select_bad_hosts_file_is_a_source_error(tmp_path: Path) -> None:
-    from gputop.sources import select
+def test_narrowing_to_the_host_a_command_acts_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hosts = tmp_path / "lab.yaml"
+    hosts.write_text("- gpu01\n- gpu02\n")
+    monkeypatch.setenv("GPUTOP_HOSTS", str(hosts))
+    plan = plan_sources(SourceOptions())
+    with pytest.raises(SourceError, match=r"several hosts \(gpu01, gpu02\): choose one"):
+        narrow_to_one(plan, None)
+    assert [s.name for s in narrow_to_one(plan, "gpu02").ssh_hosts] == ["gpu02"]
+    with pytest.raises(SourceError, match=r"no host 'gpu9' \(hosts: gpu01, gpu02\)"):
+        narrow_to_one(plan, "gpu9")
+    both = plan_sources(SourceOptions(local=True))
+    assert narrow_to_one(both, None).local and not narrow_to_one(both, None).ssh_hosts
+    assert narrow_to_one(both, "localhost").local
 
+
+def test_bad_hosts_file_is_a_source_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("hosts:\n  - name: a\n    port: x\n")
-    args = argparse.Namespace(hosts=str(bad), host_list=None, local=False, demo=None,
-                              timeout=1.0, readonly=False)
-    with pytest.raises(select.SourceError, match=r"bad.yaml:3: key 'port'"):
-        select.make_feeds(args, {})
+    with pytest.raises(SourceError, match=r"bad.yaml:3: key 'port'"):
+        open_feeds(SourceOptions(hosts_file=str(bad), timeout=1.0), Config())

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from helpers.procs import (
     SYSTEM_PYTHON,
-    Reaper,
     alive,
     start_sleeper,
     start_term_ignorer,
@@ -25,13 +24,6 @@ from gputop.sources.procfs import ProcFs
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
 OTHER_UID = 43210  # no passwd entry needed: os.setuid takes any number
-
-
-@pytest.fixture
-def reaper():
-    r = Reaper()
-    yield r
-    r.close()
 
 
 def test_term_exits_a_well_behaved_process(reaper):

@@ -10,14 +10,14 @@ import dataclasses
 import io
 from typing import Any
 
-import pytest
-from helpers.procs import Reaper, alive, snapshot_of, start_sleeper, start_term_ignorer
+from helpers.procs import alive, snapshot_of, start_sleeper, start_term_ignorer
 
 from gputop.actions.dispatch import ActionEnv
 from gputop.config import Config, ReclaimConfig
 from gputop.model import GpuProcess, HostSnapshot
 from gputop.sources import sim
 from gputop.sources.feed import LocalFeed
+from gputop.sources.identity import local_identity, named_identity
 from gputop.sources.nvml import Collector
 from gputop.sources.procfs import ProcFs
 from gputop.ui.app import GputopApp
@@ -27,13 +27,6 @@ from gputop.ui.state import row_key
 GIB = 1024**3
 START = 1_764_680_000.0
 SIZE = (150, 45)
-
-
-@pytest.fixture
-def reaper():
-    r = Reaper()
-    yield r
-    r.close()
 
 
 class RealCollector:
@@ -53,7 +46,7 @@ class RealCollector:
 
 
 def _app(collector: RealCollector, grace: float = 0.3, readonly: bool = False) -> GputopApp:
-    feed = LocalFeed(collector, host=collector.host,
+    feed = LocalFeed(collector, host=collector.host, identity=local_identity(),
                      dispatch_env=ActionEnv(procs=ProcFs(), readonly=readonly))
     config = Config(reclaim=ReclaimConfig(kill_grace_s=grace))
     # A long interval: the test hands snapshots in itself with ingest().
@@ -94,7 +87,7 @@ async def test_nothing_is_signalled_before_yes_then_term_escalates(reaper):
     app = _app(collector)
     async with app.run_test(size=SIZE) as pilot:
         app.ingest(collector.snapshot())
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         _select(app, "testhost", proc.pid)
 
@@ -131,7 +124,7 @@ async def test_kill_signal_choice_and_markup_is_literal(reaper):
     app = _app(collector)
     async with app.run_test(size=SIZE) as pilot:
         app.ingest(collector.snapshot())
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         _select(app, "testhost", proc.pid)
         await pilot.press("k")
@@ -161,7 +154,7 @@ async def test_reused_pid_is_refused_from_the_ui(reaper):
     app = _app(collector)
     async with app.run_test(size=SIZE) as pilot:
         app.ingest(collector.snapshot())
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         _select(app, "testhost", proc.pid)
         await pilot.press("k")
@@ -178,7 +171,7 @@ async def test_readonly_offers_no_kill(reaper):
     app = _app(collector, readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         app.ingest(collector.snapshot())
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         _select(app, "testhost", proc.pid)
         await pilot.press("k")
@@ -195,7 +188,8 @@ def _demo_app() -> tuple[GputopApp, sim.SimNvml, sim.SimProcs, Collector]:
     nvml = sim.SimNvml(sim.load_scenario("lab"), clock=lambda: START)
     procs = sim.SimProcs(nvml)
     collector = Collector(nvml, procs, host="lab", demo=True, clock=lambda: START)
-    feed = LocalFeed(collector, host="lab", dispatch_env=ActionEnv(sim=nvml, procs=procs))
+    feed = LocalFeed(collector, host="lab", identity=named_identity(nvml.scenario.me),
+                     dispatch_env=ActionEnv(sim=nvml, procs=procs))
     return GputopApp([feed], Config(), interval=3600, me="alice"), nvml, procs, collector
 
 
@@ -203,7 +197,7 @@ async def test_demo_kill_offers_only_my_processes_and_changes_the_sim():
     app, _nvml, procs, collector = _demo_app()
     async with app.run_test(size=SIZE) as pilot:
         app.ingest(HostSnapshot.from_dict(collector.collect()))
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         snap = app.state.snapshots["lab"]
         rows = {p.pid: p for p in snap.processes}

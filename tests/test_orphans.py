@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from helpers.procs import (
-    Reaper,
     snapshot_of,
     start_fake_kernel,
     start_sleeper,
@@ -35,13 +34,6 @@ from gputop.model import DeviceHolder, Gpu, GpuProcess, HostSnapshot
 
 GIB = 1024**3
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
-
-
-@pytest.fixture
-def reaper():
-    r = Reaper()
-    yield r
-    r.close()
 
 
 def _row(snapshot: HostSnapshot, pid: int) -> GpuProcess:
@@ -121,7 +113,7 @@ def test_real_process_idle_for_the_window_is_flagged(reaper):
     flags = classify(_row(snap, pid), snap, history, OrphanRules(), now)
     assert flags.idle and flags.idle_since == t0
     text = dict(flags.reasons)["idle"]
-    assert text.startswith("0 % SM for 31 min as observed by gputop (since ")
+    assert text.startswith("0 % SM for 31m as observed by gputop (since ")
     assert text.endswith("while holding 12.0 GiB")
     assert flags.reclaimable  # idle alone is enough
 

@@ -96,8 +96,8 @@ def test_lost_reserved_and_critical_cards_are_never_picked() -> None:
         _gpu(3, 0.5, 0),
         _gpu(4, 0.5, 0),
     ]
-    critical = model.Warning(severity=model.CRITICAL, code="ecc", message="ECC errors", gpu=3)
-    minor = model.Warning(severity=model.WARNING, code="pcie-width", message="x4", gpu=4)
+    critical = model.HealthWarning(severity=model.CRITICAL, code="ecc", message="ECC errors", gpu=3)
+    minor = model.HealthWarning(severity=model.WARNING, code="pcie-width", message="x4", gpu=4)
     snap = _snap(gpus, reservations=[_res(0, "bob", 60), _res(2, "me", 60), _res(4, "bob", -1)])
     ranking = rank(snap, NOW, me="me", warnings=[critical, minor])
     # my own reservation is fine to pick; an expired one counts for nothing
@@ -149,7 +149,7 @@ def test_my_reservation_expiring_soon() -> None:
                  reservations=[_res(0, "me", 14), _res(1, "me", 16)])
     found = reservation_warnings(snap, NOW, "me")
     assert [(w.code, w.gpu) for w in found] == [("reservation-expiring", 0)]
-    assert found[0].message == "your reservation of GPU 0 ends in 14m"
+    assert found[0].message == "your reservation of GPU 0 ends in 14m00s"
     # someone else's expiring reservation is their business
     assert reservation_warnings(snap, NOW, "other") == []
     assert reservation_warnings(snap, NOW, None) == []

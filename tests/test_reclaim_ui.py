@@ -12,6 +12,7 @@ from gputop.config import Config
 from gputop.model import DeviceHolder, HostSnapshot
 from gputop.sources import sim
 from gputop.sources.feed import LocalFeed
+from gputop.sources.identity import named_identity
 from gputop.sources.nvml import Collector
 from gputop.ui.app import GputopApp
 from gputop.ui.screens.kill import KillScreen
@@ -29,7 +30,9 @@ class ManualFeed:
     def __init__(self, inner: LocalFeed) -> None:
         self.inner = inner
         self.hosts = inner.hosts
-        self.dispatch_env = inner.dispatch_env
+        self.capabilities = inner.capabilities
+        self.identity = inner.identity
+        self.process_details = inner.process_details
 
     async def run(self, interval: float, emit: Any) -> None:
         await asyncio.Event().wait()
@@ -52,7 +55,8 @@ class Lab:
         self.collector = Collector(self.nvml, self.procs, host="lab", demo=True,
                                    clock=lambda: self.now)
         env = ActionEnv(sim=self.nvml, procs=self.procs)
-        self.feed = ManualFeed(LocalFeed(self.collector, host="lab", dispatch_env=env))
+        self.feed = ManualFeed(LocalFeed(self.collector, host="lab",
+                                         identity=named_identity(me), dispatch_env=env))
 
     def app(self) -> GputopApp:
         return GputopApp([self.feed], Config(), interval=3600, me=self.nvml.scenario.me,

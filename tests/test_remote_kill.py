@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from helpers.procs import (
-    Reaper,
     alive,
     snapshot_of,
     start_sleeper,
@@ -68,13 +67,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
     ]
     with SshdCluster(tmp, confs) as c:
         yield c
-
-
-@pytest.fixture
-def reaper() -> Iterator[Reaper]:
-    r = Reaper()
-    yield r
-    r.close()
 
 
 class Snapshots:
@@ -171,9 +163,10 @@ class LocalView:
         self.inner = inner
         self.hosts = inner.hosts
         self.sent: list[tuple[str, dict]] = []  # what went to the remote probe
-
-    def user_of(self, host: str) -> str | None:
-        return self.inner.user_of(host)
+        # What the dashboard asks of the source is the SSH feed's answer.
+        self.capabilities = inner.capabilities
+        self.identity = inner.identity
+        self.process_details = inner.process_details
 
     async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
         await self.inner.run(interval, lambda _snap: None)

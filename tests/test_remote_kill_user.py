@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.procs import Reaper, alive, snapshot_of, start_sleeper, start_ticks
+from helpers.procs import alive, snapshot_of, start_sleeper, start_ticks
 from sshd import HostConf, SshdCluster
 from test_remote_kill import FAKE_PYNVML, LocalView, notes_of, wait_until
 
@@ -74,13 +74,6 @@ def cluster(user: pwd.struct_passwd) -> Iterator[SshdCluster]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@pytest.fixture
-def reaper() -> Iterator[Reaper]:
-    r = Reaper()
-    yield r
-    r.close()
-
-
 async def test_remote_probe_acts_as_the_connected_user(cluster, user, reaper):
     feed = SshFeed(cluster.specs())
     latest: dict[str, HostSnapshot] = {}
@@ -90,7 +83,7 @@ async def test_remote_probe_acts_as_the_connected_user(cluster, user, reaper):
         while feed.state("gpu-user") != "ok":
             assert time.monotonic() < deadline, latest.get("gpu-user")
             await asyncio.sleep(0.05)
-        assert feed.user_of("gpu-user") == USER
+        assert feed.identity("gpu-user").user == USER
 
         roots = start_sleeper(reaper)
         answer = await feed.request("gpu-user", {

@@ -11,7 +11,7 @@ import unicodedata
 import pytest
 
 from gputop import model
-from gputop.commands import report
+from gputop.commands import common, report
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.sources import sim
 from gputop.sources.nvml import Collector
@@ -95,10 +95,10 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch) -> None:
     master, slave = os.openpty()
     with os.fdopen(slave, "w") as tty, open(os.devnull, "w") as plain:
         monkeypatch.delenv("NO_COLOR", raising=False)
-        assert report.use_color(tty) is True
-        assert report.use_color(plain) is False
+        assert common.use_colour(tty) is True
+        assert common.use_colour(plain) is False
         monkeypatch.setenv("NO_COLOR", "1")
-        assert report.use_color(tty) is False
+        assert common.use_colour(tty) is False
     os.close(master)
     coloured = report.render_text([sim_snapshot("faulty")], color=True)
     assert "\x1b[31m" in coloured  # the lost GPU in red
@@ -114,7 +114,7 @@ def test_error_host_block_and_multiple_hosts() -> None:
 
 
 def test_warnings_section() -> None:
-    warn = model.Warning(
+    warn = model.HealthWarning(
         severity=model.CRITICAL, code="gpu-lost", message="GPU 6 fell off the bus",
         gpu=6, hint="reboot the node",
     )
@@ -235,7 +235,7 @@ def test_reservations_are_listed_under_the_gpus() -> None:
     res = model.Reservation(gpu=0, user="alice\x1b[2J", until=T0 + 3600, since=T0, note="x" * 200)
     text = report.render_text([hand_snapshot(reservations=(res,))])
     line = next(line for line in text.splitlines() if "reserved by" in line)
-    assert line.startswith("  GPU 0 reserved by alice?[2J until ")
+    assert line.startswith("  GPU 0 reserved by alice\\e[2J until ")
     assert line.endswith("...") and cells(line) <= 80
 
 
@@ -253,7 +253,7 @@ def test_hot_card_in_yellow_and_hostname_when_it_differs() -> None:
 
 def test_warnings_are_listed_most_severe_first() -> None:
     found = [
-        model.Warning(severity=sev, code=f"c{i}", message=f"m{i}", gpu=i)
+        model.HealthWarning(severity=sev, code=f"c{i}", message=f"m{i}", gpu=i)
         for i, sev in enumerate((model.INFO, model.WARNING, model.CRITICAL))
     ]
     lines = report.render_text([hand_snapshot()], {"box": found}).splitlines()

@@ -215,25 +215,36 @@ def test_reserve_count_tries_the_next_cards_after_a_lost_race(
     """Someone reserves a picked card between our look and our request."""
     if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs root to hold a reservation as another user")
-    import argparse
+    import asyncio
 
     from gputop.commands import reserve as command
+    from gputop.config import Config
+    from gputop.options import SourceOptions
+    from gputop.sources.oneshot import Session
+    from gputop.sources.opener import open_feeds
 
     monkeypatch.setattr(tempfile, "tempdir", tmpdir_env["TMPDIR"])
-    args = argparse.Namespace(demo="faulty", hosts=None, host_list=None, local=False,
-                              config=None, timeout=10.0, host=None)
-    target = command._open_target(args, {})
-    snapshot = target.snapshot  # GPUs 3, 4, 7 free and unreserved in this look
+    feeds = open_feeds(SourceOptions(demo="faulty"), Config(), one_shot=True)
+
+    async def race() -> list[int]:
+        async with Session(feeds, timeout=10.0) as session:
+            (snapshot,) = session.snapshots  # GPUs 3, 4, 7 free and unreserved in this look
+            directory = _demo_store(tmpdir_env)
+            _traversable(directory)
+            code = (
+                "import sys, time; sys.path.insert(0, sys.argv[1]);"
+                "from gputop.actions import reservations as s;"
+                "sys.exit(0 if s.reserve(sys.argv[2], [3], time.time() + 3600, 'fast')['ok']"
+                " else 1)"
+            )
+            subprocess.run(["/usr/bin/python3", "-c", code, str(REPO), directory],
+                           user=65534, group=65534, extra_groups=[], cwd="/", check=True)
+            pick = command.Pick(2, None, None, "root", [])
+            _reply, chosen = await command.reserve_best(session, snapshot, pick,
+                                                        time.time() + 600, "")
+            return chosen
+
+    assert asyncio.run(race()) == [4, 7]
     directory = _demo_store(tmpdir_env)
-    _traversable(directory)
-    code = (
-        "import sys, time; sys.path.insert(0, sys.argv[1]);"
-        "from gputop.actions import reservations as s;"
-        "sys.exit(0 if s.reserve(sys.argv[2], [3], time.time() + 3600, 'fast')['ok'] else 1)"
-    )
-    subprocess.run(["/usr/bin/python3", "-c", code, str(REPO), directory],
-                   user=65534, group=65534, extra_groups=[], cwd="/", check=True)
-    chosen = command._reserve_best(target, snapshot, 2, time.time() + 600, "", "root", None, None)
-    assert chosen == [4, 7]
     users = {r["gpu"]: r["user"] for r in store.list_active(directory)}
     assert users == {3: "nobody", 4: "root", 7: "root"}

@@ -1,13 +1,12 @@
 """The reserve dialog and the release key, in the real app on the real --demo feed.
 
-The feed is the one `gputop --demo faulty` uses (select.make_feeds), so the requests go
+The feed is the one `gputop --demo faulty` uses (opener.open_feeds), so the requests go
 through dispatch to a real reservation store on disk (a temp directory here) and come
 back in the next snapshot, as they do for a user.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import tempfile
@@ -18,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from gputop.actions import reservations as store
-from gputop.sources import select
+from gputop.config import Config
+from gputop.options import SourceOptions
+from gputop.sources import opener
 from gputop.ui.app import GputopApp
 from gputop.ui.screens.reserve import ReserveScreen, describe, parse_gpus
 
@@ -31,13 +32,11 @@ def demo_dir(monkeypatch: pytest.MonkeyPatch) -> str:
     base = tempfile.mkdtemp(prefix="gputop-ui-res-")
     os.chmod(base, 0o755)  # another uid must reach the store for the race test
     monkeypatch.setattr(tempfile, "tempdir", base)
-    return select.demo_reservations_dir("faulty")
+    return opener.demo_reservations_dir("faulty")
 
 
 def _app() -> GputopApp:
-    args = argparse.Namespace(demo="faulty", hosts=None, host_list=None, local=False,
-                              readonly=False, config=None)
-    return GputopApp(select.make_feeds(args, {}), interval=0.2)
+    return GputopApp(opener.open_feeds(SourceOptions(demo="faulty"), Config()), interval=0.2)
 
 
 async def _until(pilot, check: Callable[[], object], timeout: float = 10.0) -> None:

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from sshd import Blackhole, HostConf, SshdCluster
+from sshd import Blackhole, HostConf, SshdCluster, collect_round
 
 from gputop import model
 from gputop.model import HostSnapshot
-from gputop.sources.ssh import SshFeed, collect_once_hosts_async
+from gputop.sources.oneshot import Session
+from gputop.sources.ssh import SshFeed
 
 pytestmark = pytest.mark.sshd
 
@@ -86,7 +87,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
 
 async def test_several_hosts_once(sshd_hosts: SshdCluster) -> None:
     specs = sshd_hosts.specs()
-    snaps = await collect_once_hosts_async(specs, timeout=20)
+    snaps = await collect_round(specs, timeout=20)
     assert [s.host for s in snaps] == [h.name for h in sshd_hosts.hosts]
     for snap, host in zip(snaps, sshd_hosts.hosts, strict=True):
         assert snap.state == model.HOST_OK, snap.error
@@ -203,7 +204,7 @@ async def test_unknown_host_key_refused_with_fingerprint(lab: SshdCluster) -> No
 
 
 async def test_changed_host_key_is_its_own_state(lab: SshdCluster) -> None:
-    (snap,) = await collect_once_hosts_async(lab.specs(["rekeyed"]), timeout=15)
+    (snap,) = await collect_round(lab.specs(["rekeyed"]), timeout=15)
     assert snap.state == model.HOST_KEY_CHANGED
     assert not snap.gpus  # no data from a host that may be an impostor
     # The client hung up before authenticating: no key was offered to the impostor.
@@ -238,7 +239,7 @@ async def test_host_without_python_falls_back_to_nvidia_smi(lab: SshdCluster) ->
 async def test_python_310_host(lab: SshdCluster) -> None:
     if "py310" not in [h.name for h in lab.hosts]:
         pytest.skip("no python 3.10 here")
-    (snap,) = await collect_once_hosts_async(lab.specs(["py310"]), timeout=15)
+    (snap,) = await collect_round(lab.specs(["py310"]), timeout=15)
     assert snap.state == model.HOST_OK, snap.error
 
 
@@ -270,7 +271,7 @@ async def test_shell_metacharacters_are_never_interpreted(
     good = lab.specs(["ok-2"])[0]
     named = dataclasses.replace(good, name=evil, labels=(evil, "|&>"))
     user = dataclasses.replace(good, name="bad-user", user=f"root;touch {marker}")
-    snaps = await collect_once_hosts_async([named, user], timeout=15)
+    snaps = await collect_round([named, user], timeout=15)
     assert snaps[0].state == model.HOST_OK and snaps[0].host == evil
     assert snaps[0].labels == (evil, "|&>")
     assert snaps[1].state == model.HOST_AUTH_FAILED
@@ -400,20 +401,26 @@ def test_cli_json_and_once_over_ssh(lab: SshdCluster, tmp_path: Path) -> None:
 async def test_missing_identity_file_is_a_clear_error(lab: SshdCluster, tmp_path: Path) -> None:
     missing = tmp_path / "no-such-key"
     spec = lab.specs(["ok-2"], identity_file=str(missing))[0]
-    (snap,) = await collect_once_hosts_async([spec], timeout=10)
+    (snap,) = await collect_round([spec], timeout=10)
     assert snap.state == model.HOST_ERROR
     assert str(missing) in snap.error
 
 
-async def test_request_once(sshd_hosts: SshdCluster, tmp_path: Path) -> None:
-    from gputop.sources.ssh import request_once_async
-
+async def test_one_shot_session_requests_through_the_feed(sshd_hosts: SshdCluster) -> None:
+    """What the acting commands do: first snapshots, then requests over the same probe."""
     spec = sshd_hosts.specs()[0]
-    reply, snap = await request_once_async(spec, {"op": "reservations"}, timeout=20)
-    assert reply["ok"] is True and snap is not None and snap.state == model.HOST_OK
+    async with Session([SshFeed([spec], retry=False)], timeout=20) as session:
+        (snap,) = session.snapshots
+        assert snap.state == model.HOST_OK
+        reply = await session.request(spec.name, {"op": "reservations"})
+        assert reply["ok"] is True
+        assert session.identity(spec.name).user == sshd_hosts.user
     bad = dataclasses.replace(spec, user="nosuchuser-gputop")
-    reply, snap = await request_once_async(bad, {"op": "reservations"}, timeout=20)
-    assert reply["ok"] is False and "auth failed" in reply["message"]
+    async with Session([SshFeed([bad], retry=False)], timeout=20) as session:
+        (snap,) = session.snapshots
+        assert snap.state == model.HOST_AUTH_FAILED
+        reply = await session.request(bad.name, {"op": "reservations"})
+        assert reply["ok"] is False and "auth failed" in reply["message"]
 
 
 async def test_silent_probe_goes_stale_then_recovers(lab: SshdCluster) -> None:
@@ -437,14 +444,14 @@ async def test_silent_probe_goes_stale_then_recovers(lab: SshdCluster) -> None:
         await _stop(feed, task)
 
 
-async def test_user_of_is_the_logged_in_user(sshd_hosts: SshdCluster) -> None:
-    # No user in the spec: ~/.ssh/config or the local name decides; user_of tells which.
+async def test_identity_is_the_logged_in_user(sshd_hosts: SshdCluster) -> None:
+    # No user in the spec: ~/.ssh/config or the local name decides; identity tells which.
     spec = dataclasses.replace(sshd_hosts.specs()[0], user=None)
     feed = SshFeed([spec])
     rec, task = await _running(feed, 0.3)
     try:
         await rec.wait(lambda: "ok" in rec.states(spec.name))
-        assert feed.user_of(spec.name) == sshd_hosts.user
+        assert feed.identity(spec.name).user == sshd_hosts.user
     finally:
         await _stop(feed, task)
 
@@ -492,7 +499,7 @@ async def test_concurrent_requests_are_matched_by_id(sshd_hosts: SshdCluster) ->
 async def test_too_old_python_falls_back_to_nvidia_smi(lab: SshdCluster) -> None:
     if "py39" not in [h.name for h in lab.hosts]:
         pytest.skip("no python 3.9 here")
-    (snap,) = await collect_once_hosts_async(lab.specs(["py39"]), timeout=15)
+    (snap,) = await collect_round(lab.specs(["py39"]), timeout=15)
     # No nvidia-smi on that host either: the fallback says so, naming the old python.
     assert snap.state == model.HOST_NO_GPU, snap
     assert "older than 3.10" in snap.error
@@ -505,12 +512,12 @@ async def test_alias_resolved_through_an_ssh_config(sshd_hosts: SshdCluster) -> 
     name = sshd_hosts.hosts[2].name
     spec = HostSpec(name=name, ssh_config=str(sshd_hosts.ssh_config),
                     known_hosts=(str(sshd_hosts.known_hosts),))
-    (snap,) = await collect_once_hosts_async([spec], timeout=20)
+    (snap,) = await collect_round([spec], timeout=20)
     assert snap.state == model.HOST_OK, snap.error
 
 
 async def test_old_driver_fallback_reads_xml(lab: SshdCluster) -> None:
-    (snap,) = await collect_once_hosts_async(lab.specs(["olddriver"]), timeout=20)
+    (snap,) = await collect_round(lab.specs(["olddriver"]), timeout=20)
     assert snap.state == model.HOST_FALLBACK, snap.error
     assert snap.gpus[0].name == "NVIDIA GeForce RTX 3080"  # from the XML capture
     assert len(snap.processes) == 5

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from helpers.feeds import QueueFeed
+
 from gputop import model
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
 from gputop.ui.app import GputopApp
@@ -107,7 +109,7 @@ async def test_enter_opens_host_and_escape_returns() -> None:
     async with app.run_test(size=(200, 60)) as pilot:
         for n in range(8):
             app.ingest(_host(n))
-        app.action_cluster()
+        app.dashboard.action_cluster()
         await pilot.pause()
         assert isinstance(app.screen, ClusterScreen)
         await pilot.press("down", "down")
@@ -129,7 +131,7 @@ async def test_filter_hosts_by_label() -> None:
     async with app.run_test(size=(200, 60)) as pilot:
         for n in range(10):
             app.ingest(_host(n))
-        app.action_cluster()
+        app.dashboard.action_cluster()
         await pilot.pause()
         await pilot.press("slash", *"a100", "enter")
         await pilot.pause()
@@ -144,7 +146,7 @@ async def test_host_names_are_not_markup() -> None:
     async with app.run_test(size=(200, 30)) as pilot:
         app.ingest(HostSnapshot(host=evil, time=NOW, gpus=(_gpu(0, 0, 0),)))
         app.ingest(_host(1))
-        app.action_cluster()
+        app.dashboard.action_cluster()
         await pilot.pause()
         text = "\n".join(_lines(app.screen.query_one(TextLines)))
         assert evil in text
@@ -155,7 +157,7 @@ async def test_all_processes_with_host_column_and_filters() -> None:
     async with app.run_test(size=(200, 60)) as pilot:
         for n in range(6):
             app.ingest(_host(n))
-        app.action_cluster()
+        app.dashboard.action_cluster()
         await pilot.pause()
         await pilot.press("p")
         await pilot.pause()
@@ -175,21 +177,15 @@ async def test_all_processes_with_host_column_and_filters() -> None:
         assert len(screen.keys) == 4
 
 
-class _TwoHostFeed:
+class _TwoHostFeed(QueueFeed):
     """A feed of two fixed snapshots (the SSH feed is tested against sshd elsewhere)."""
 
     def __init__(self) -> None:
-        self.hosts = ["node00", "node01"]
+        super().__init__(["node00", "node01"])
 
     async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
         emit(_host(0))
         emit(_host(1))
-
-    async def request(self, host: str, request: dict) -> dict:
-        return {"ok": False, "message": "test feed"}
-
-    async def close(self) -> None:
-        pass
 
 
 async def test_many_hosts_start_on_the_overview() -> None:
@@ -207,17 +203,13 @@ async def test_many_hosts_start_on_the_overview() -> None:
 
 
 async def test_dashboard_over_real_ssh(sshd_hosts: Any) -> None:
-    """The app fed by SshFeed from a hosts file via select.make_feeds, against real sshd."""
-    import argparse
-
-    from gputop.sources.select import make_feeds
+    """The app fed by SshFeed from a hosts file via opener.open_feeds, against real sshd."""
+    from gputop.config import Config
+    from gputop.options import SourceOptions
+    from gputop.sources.opener import open_feeds
     from gputop.sources.ssh import SshFeed
 
-    args = argparse.Namespace(
-        demo=None, hosts=str(sshd_hosts.hosts_yaml()), host_list=None, local=False,
-        readonly=False, config=None, timeout=10.0,
-    )
-    feeds = make_feeds(args, {})
+    feeds = open_feeds(SourceOptions(hosts_file=str(sshd_hosts.hosts_yaml())), Config())
     assert len(feeds) == 1 and isinstance(feeds[0], SshFeed)
     names = [h.name for h in sshd_hosts.hosts]
     app = GputopApp(feeds, interval=0.3)

@@ -3,7 +3,6 @@ output (the real capture) and with the simulator's NVLink node and PCIe lab box.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -155,11 +154,11 @@ def test_parse_rejects_other_text() -> None:
 
 
 def demo_snapshot(name: str) -> HostSnapshot:
-    from gputop.sources.select import collect_once
+    from gputop.config import Config
+    from gputop.options import SourceOptions
+    from gputop.sources.opener import collect_once
 
-    args = argparse.Namespace(demo=name, hosts=None, host_list=None, local=False,
-                              config=None, timeout=10.0)
-    (snap,) = collect_once(args)
+    (snap,) = collect_once(SourceOptions(demo=name), Config()).snapshots
     return snap
 
 

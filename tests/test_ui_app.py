@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from helpers.feeds import QueueFeed
 from test_ui_support import (
     START,
     Clock,
@@ -19,7 +20,6 @@ from textual.widgets import Input, Static
 from gputop.config import parse_config
 from gputop.model import HostSnapshot
 from gputop.ui.app import GputopApp
-from gputop.ui.feeds import QueueFeed
 from gputop.ui.screens.detail import DetailScreen
 from gputop.ui.screens.help import HelpScreen
 from gputop.ui.widgets.gpu_panel import GpuPanel
@@ -30,7 +30,7 @@ SIZE = (120, 40)
 
 
 def pids(app: GputopApp) -> list[int]:
-    return [row.proc.pid for row in app.table.rows]
+    return [row.proc.pid for row in app.dashboard.table.rows]
 
 
 async def test_first_snapshot_fills_panels_host_line_and_table() -> None:
@@ -41,7 +41,7 @@ async def test_first_snapshot_fills_panels_host_line_and_table() -> None:
         snap = app.state.snapshot
         assert snap is not None and snap.host == "lab"
         assert len(app.query(GpuPanel)) == len(snap.gpus) == 4
-        assert len(app.table.rows) == len(snap.processes)
+        assert len(app.dashboard.table.rows) == len(snap.processes)
         header = str(app.query_one(HeaderBar).render())
         assert "DEMO" in header and "4 GPUs" in header and "0s old" in header
         assert snap.driver_version in header
@@ -53,44 +53,46 @@ async def test_sort_keys_and_header_click() -> None:
     async with app.run_test(size=SIZE) as pilot:
         feed_all(app)
         await pilot.pause()
-        mems = [row.proc.gpu_mem or -1 for row in app.table.rows]
+        mems = [row.proc.gpu_mem or -1 for row in app.dashboard.table.rows]
         assert mems == sorted(mems, reverse=True)  # default: GPU memory, biggest first
 
         await pilot.press("N")
-        assert app.sort_column == "pid" and pids(app) == sorted(pids(app))
+        assert app.dashboard.sort_column == "pid" and pids(app) == sorted(pids(app))
         await pilot.press("I")
         assert pids(app) == sorted(pids(app), reverse=True)
 
         await pilot.press("P")
-        cpus = [row.proc.cpu_percent or -1 for row in app.table.rows]
-        assert app.sort_column == "cpu" and cpus == sorted(cpus, reverse=True)
+        cpus = [row.proc.cpu_percent or -1 for row in app.dashboard.table.rows]
+        assert app.dashboard.sort_column == "cpu" and cpus == sorted(cpus, reverse=True)
 
         await pilot.press("T")
         # unknown start times (a pid in another namespace) count as just started
-        starts = [row.proc.start_time or clock.now for row in app.table.rows]
-        assert app.sort_column == "time" and starts == sorted(starts)  # longest running first
+        starts = [row.proc.start_time or clock.now for row in app.dashboard.table.rows]
+        # longest running first
+        assert app.dashboard.sort_column == "time" and starts == sorted(starts)
 
         await pilot.press("S")
-        assert app.sort_column == "sm"
-        sms = [-1 if row.proc.sm_util is None else row.proc.sm_util for row in app.table.rows]
+        assert app.dashboard.sort_column == "sm"
+        sms = [-1 if row.proc.sm_util is None else row.proc.sm_util
+               for row in app.dashboard.table.rows]
         assert sms == sorted(sms, reverse=True) and len(set(sms)) > 1
 
         await pilot.press("f6")  # next column after SM%
-        assert app.sort_column == "cpu"
+        assert app.dashboard.sort_column == "cpu"
         await pilot.press("greater_than_sign")
-        assert app.sort_column == "rss"
+        assert app.dashboard.sort_column == "rss"
         await pilot.press("less_than_sign")
-        assert app.sort_column == "cpu"
+        assert app.dashboard.sort_column == "cpu"
 
         # a click on the USER title sorts by user; a second click inverts
         header = app.query_one(TableHeader)
         x = next(x for x in range(SIZE[0]) if header.column_at(x) == "user")
         await pilot.click(TableHeader, offset=(x + 1, 0))
-        users = [row.proc.user or "" for row in app.table.rows]
-        assert app.sort_column == "user" and users == sorted(users)
+        users = [row.proc.user or "" for row in app.dashboard.table.rows]
+        assert app.dashboard.sort_column == "user" and users == sorted(users)
         await pilot.click(TableHeader, offset=(x + 1, 0))
-        assert app.sort_reverse is True
-        users = [row.proc.user or "" for row in app.table.rows]
+        assert app.dashboard.sort_reverse is True
+        users = [row.proc.user or "" for row in app.dashboard.table.rows]
         assert users == sorted(users, reverse=True) and len(set(users)) > 1
         assert "USER▼" in header.render_line(0).text
 
@@ -102,7 +104,7 @@ async def test_selection_follows_the_process_across_refreshes() -> None:
         await pilot.press("N", "home")  # by pid, from the top: a known order
         await pilot.press("j", "j", "down")
         key = app.state.selected
-        assert key is not None and app.table.cursor == 3
+        assert key is not None and app.dashboard.table.cursor == 3
         snap = app.state.snapshot
         assert snap is not None
         # next refresh: the selected process now holds the least memory, and a new
@@ -113,22 +115,22 @@ async def test_selection_follows_the_process_across_refreshes() -> None:
         moved = dataclasses.replace(chosen, gpu_mem=1)
         clock.now += 1
         app.ingest(with_processes(snap, [newcomer, *others, moved]))
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         assert app.state.selected == key
-        assert app.table.rows[app.table.cursor].key == key
-        assert app.table.cursor == 4  # shifted down by the newcomer
+        assert app.dashboard.table.rows[app.dashboard.table.cursor].key == key
+        assert app.dashboard.table.cursor == 4  # shifted down by the newcomer
         await pilot.press("M")  # re-sort by memory: it is last now, still selected
-        assert app.table.rows[app.table.cursor].key == key
-        assert app.table.cursor == len(app.table.rows) - 1
+        assert app.dashboard.table.rows[app.dashboard.table.cursor].key == key
+        assert app.dashboard.table.cursor == len(app.dashboard.table.rows) - 1
 
         # the process exits: the cursor stays at the same height, on another row
         clock.now += 1
         app.ingest(with_processes(snap, [newcomer, *others], dt=2))
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         assert app.state.selected != key
-        assert app.table.cursor == len(app.table.rows) - 1
+        assert app.dashboard.table.cursor == len(app.dashboard.table.rows) - 1
 
 
 async def test_pid_reuse_is_not_the_selected_process() -> None:
@@ -143,7 +145,7 @@ async def test_pid_reuse_is_not_the_selected_process() -> None:
         reused = [dataclasses.replace(p, start_ticks=(p.start_ticks or 0) + 1)
                   if (p.pid, p.gpu) == (key[1], key[3]) else p for p in snap.processes]
         app.ingest(with_processes(snap, reused))
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         assert app.state.selected != key
         assert app.state.selected is not None and app.state.selected[1] == key[1]
@@ -153,68 +155,68 @@ async def test_filters_mine_user_gpu_and_clear() -> None:
     app, _ = demo_app("lab", me="alice")
     async with app.run_test(size=SIZE) as pilot:
         feed_all(app)
-        everyone = len(app.table.rows)
-        users = {row.proc.user for row in app.table.rows}
+        everyone = len(app.dashboard.table.rows)
+        users = {row.proc.user for row in app.dashboard.table.rows}
         assert {"alice", "bob"} <= users
 
         await pilot.press("m")
-        assert {row.proc.user for row in app.table.rows} == {"alice"}
-        assert "mine (alice)" in app.filter_status()
+        assert {row.proc.user for row in app.dashboard.table.rows} == {"alice"}
+        assert "mine (alice)" in app.dashboard.filter_status()
         await pilot.press("m")
-        assert len(app.table.rows) == everyone
+        assert len(app.dashboard.table.rows) == everyone
 
         # u: only the selected process's user
         await pilot.press("N")
-        bob_index = next(i for i, r in enumerate(app.table.rows) if r.proc.user == "bob")
-        app.table.move_to(bob_index)
+        bob_index = next(i for i, r in enumerate(app.dashboard.table.rows) if r.proc.user == "bob")
+        app.dashboard.table.move_to(bob_index)
         await pilot.press("u")
-        assert {row.proc.user for row in app.table.rows} == {"bob"}
+        assert {row.proc.user for row in app.dashboard.table.rows} == {"bob"}
         await pilot.press("u")
-        assert len(app.table.rows) == everyone
+        assert len(app.dashboard.table.rows) == everyone
 
         # g cycles all -> GPU 0 -> GPU 1 ...; ] and [ step too
         await pilot.press("g")
         assert app.state.selected_gpu == 0
-        assert {row.proc.gpu for row in app.table.rows} == {0}
-        assert app.gpu_panel(0).has_class("-selected")
+        assert {row.proc.gpu for row in app.dashboard.table.rows} == {0}
+        assert app.dashboard.gpu_panel(0).has_class("-selected")
         await pilot.press("right_square_bracket")
-        assert {row.proc.gpu for row in app.table.rows} == {1}
+        assert {row.proc.gpu for row in app.dashboard.table.rows} == {1}
         await pilot.press("left_square_bracket", "left_square_bracket")
-        assert app.state.selected_gpu is None and len(app.table.rows) == everyone
+        assert app.state.selected_gpu is None and len(app.dashboard.table.rows) == everyone
 
         # a click on a GPU panel filters to it; Esc clears every filter
         await pilot.click(".gpu-2")
         assert app.state.selected_gpu == 2
-        assert {row.proc.gpu for row in app.table.rows} == {2}
+        assert {row.proc.gpu for row in app.dashboard.table.rows} == {2}
         await pilot.press("m")
         await pilot.press("escape")
-        assert app.state.selected_gpu is None and not app.mine
-        assert len(app.table.rows) == everyone
+        assert app.state.selected_gpu is None and not app.dashboard.mine
+        assert len(app.dashboard.table.rows) == everyone
 
 
 async def test_search_over_command_and_user() -> None:
     app, _ = demo_app("lab")
     async with app.run_test(size=SIZE) as pilot:
         feed_all(app)
-        everyone = len(app.table.rows)
+        everyone = len(app.dashboard.table.rows)
         await pilot.press("slash")
         assert app.focused is not None and app.focused.id == "search"
         await pilot.press(*"resnet")
-        assert app.search == "resnet"
-        assert app.table.rows and all("resnet" in (r.proc.command or "")
-                                      for r in app.table.rows)
+        assert app.dashboard.search == "resnet"
+        assert app.dashboard.table.rows and all("resnet" in (r.proc.command or "")
+                                      for r in app.dashboard.table.rows)
         await pilot.press("enter")  # keeps the filter, back to the table
-        assert app.focused is app.table and len(app.table.rows) < everyone
-        assert "/resnet" in app.filter_status()
+        assert app.focused is app.dashboard.table and len(app.dashboard.table.rows) < everyone
+        assert "/resnet" in app.dashboard.filter_status()
 
         await pilot.press("f3")
         assert app.focused is not None and app.focused.id == "search"
         app.query_one("#search", Input).value = "erin"  # replaces the kept text
         await pilot.pause()
-        assert {r.proc.user for r in app.table.rows} == {"erin"}  # matched by user
+        assert {r.proc.user for r in app.dashboard.table.rows} == {"erin"}  # matched by user
         await pilot.press("escape")  # in the box: clears the search and closes it
-        assert app.search == "" and len(app.table.rows) == everyone
-        assert app.focused is app.table
+        assert app.dashboard.search == "" and len(app.dashboard.table.rows) == everyone
+        assert app.focused is app.dashboard.table
 
 
 async def test_tag_several_processes() -> None:
@@ -222,11 +224,11 @@ async def test_tag_several_processes() -> None:
     async with app.run_test(size=SIZE) as pilot:
         feed_all(app)
         await pilot.press("N", "home")
-        first, second = app.table.rows[0].key, app.table.rows[1].key
+        first, second = app.dashboard.table.rows[0].key, app.dashboard.table.rows[1].key
         await pilot.press("space", "space")
         assert app.state.tagged == {first, second}
-        assert app.table.cursor == 2
-        assert "2 tagged" in app.filter_status()
+        assert app.dashboard.table.cursor == 2
+        assert "2 tagged" in app.dashboard.filter_status()
         assert table_lines(app)[0].startswith("*")
         assert [host for host, _ in app.state.tagged_processes()] == ["lab", "lab"]
         await pilot.press("up", "up", "space")
@@ -240,7 +242,9 @@ async def test_help_lists_active_bindings_with_remapped_keys() -> None:
         feed_all(app)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
-        rows = dict((desc, keys) for keys, desc in app.screen.rows)
+        rows = {desc: keys for keys, desc, _id in app.screen.rows}
+        ids = {desc: binding_id for _keys, desc, binding_id in app.screen.rows}
+        assert ids["Kill"] == "kill"  # the id the config's keys: section remaps
         assert "x" in rows["Kill"] and "k" not in rows["Kill"].split(", ")
         assert "q" in rows["Quit"] and "f10" in rows["Quit"].lower()
         assert "Command palette" in rows
@@ -325,8 +329,8 @@ async def test_readonly_refuses_actions_without_calling_them() -> None:
         await pilot.pause()
         messages = [n.message for n in app._notifications]
         assert len([m for m in messages if "read-only" in m]) == 4
-        assert app.screen is app.screen_stack[0]
-        assert "READ-ONLY" in app.filter_status()
+        assert app.screen is app.dashboard
+        assert "READ-ONLY" in app.dashboard.filter_status()
 
 
 async def test_feed_worker_delivers_snapshots_and_header_shows_age() -> None:
@@ -338,9 +342,9 @@ async def test_feed_worker_delivers_snapshots_and_header_shows_age() -> None:
         feed.put(snaps[0])
         for _ in range(100):
             await pilot.pause(0.02)
-            if app.table.rows:
+            if app.dashboard.table.rows:
                 break
-        assert len(app.table.rows) == len(snaps[0].processes)
+        assert len(app.dashboard.table.rows) == len(snaps[0].processes)
         assert app.state.feeds["dgx-h100"] is feed
         # collection hangs: no new snapshot while time passes; the header says how old
         clock.now += 12
@@ -380,27 +384,11 @@ async def test_a_failing_feed_is_reported_and_others_keep_going() -> None:
         good.put(snaps[0])
         for _ in range(100):
             await pilot.pause(0.02)
-            if app.table.rows and app._notifications:
+            if app.dashboard.table.rows and app._notifications:
                 break
         assert app.is_running
         assert any("probe fell over" in n.message for n in app._notifications)
-        assert len(app.table.rows) == len(snaps[0].processes)
-
-
-def test_every_screen_key_reaches_a_function() -> None:
-    # Screen modules are imported on first use, so a renamed function would only fail
-    # when someone presses the key: check every target named in app.py now.
-    import importlib
-    import inspect
-    import re
-
-    import gputop.ui.app as app_module
-
-    targets = set(re.findall(r'self\._open\("(\w+)", "(\w+)"\)', inspect.getsource(app_module)))
-    assert {("kill", "open_kill"), ("reserve", "release"), ("cluster", "back")} <= targets
-    for module, function in targets:
-        target = getattr(importlib.import_module(f"gputop.ui.screens.{module}"), function, None)
-        assert callable(target), f"gputop.ui.screens.{module}.{function}"
+        assert len(app.dashboard.table.rows) == len(snaps[0].processes)
 
 
 async def test_layout_80x24_compact_and_240x70_two_columns() -> None:
@@ -411,7 +399,7 @@ async def test_layout_80x24_compact_and_240x70_two_columns() -> None:
         panels = list(app.query(GpuPanel))
         assert len(panels) == 8 and all(p.has_class("-compact") for p in panels)
         assert all(p.size.height == 1 for p in panels)
-        assert app.table.size.height >= 5  # the processes still get room
+        assert app.dashboard.table.size.height >= 5  # the processes still get room
         assert all(len(line) <= 80 for line in table_lines(app))
     app, _ = demo_app("dgx-h100")
     async with app.run_test(size=(240, 70)) as pilot:
@@ -421,7 +409,7 @@ async def test_layout_80x24_compact_and_240x70_two_columns() -> None:
         assert not any(p.has_class("-compact") for p in panels)
         assert panels[0].region.y == panels[1].region.y  # side by side
         assert panels[0].size.height == 3
-        assert app.table.size.height >= 30
+        assert app.dashboard.table.size.height >= 30
 
 
 async def test_sparkline_history_shown_in_full_panels() -> None:
@@ -429,7 +417,7 @@ async def test_sparkline_history_shown_in_full_panels() -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         feed_all(app)
         await pilot.pause()
-        panel = app.gpu_panel(0)
+        panel = app.dashboard.gpu_panel(0)
         assert not panel.has_class("-compact")
         assert panel.data is not None and len(panel.data.util_series) >= 120
         lines = panel.render().plain.splitlines()
@@ -444,6 +432,6 @@ async def test_start_at_time_of_snapshot_is_frozen_clock_safe() -> None:
     snap: HostSnapshot = demo_snapshots("lab", 1)[0]
     async with app.run_test(size=SIZE) as pilot:
         app.ingest(snap)
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         assert "0s old" in app.query_one(HeaderBar).render().plain

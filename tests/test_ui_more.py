@@ -3,7 +3,6 @@ config columns and thresholds, reservation badges."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 from rich.console import Console
@@ -11,10 +10,11 @@ from test_ui_support import demo_app, feed_all
 from textual.command import CommandPalette
 from textual.widgets import Static
 
-from gputop.config import parse_config
+from gputop.config import Config, parse_config
 from gputop.model import Reservation
+from gputop.options import SourceOptions
+from gputop.sources.opener import open_feeds
 from gputop.ui.app import GputopApp
-from gputop.ui.feeds import make_feeds
 from gputop.ui.screens.detail import DetailScreen
 from gputop.ui.widgets.gpu_panel import GpuPanel
 from gputop.ui.widgets.process_table import TableHeader
@@ -37,14 +37,12 @@ async def wait_for(pilot: object, condition: object, tries: int = 200) -> None:
 
 
 async def test_detail_with_the_demo_feed_reads_parents_from_the_source() -> None:
-    args = argparse.Namespace(demo="lab", hosts=None, host_list=None, local=False,
-                              readonly=False)
-    app = GputopApp(make_feeds(args, {}), interval=0.2, me="alice")
+    app = GputopApp(open_feeds(SourceOptions(demo="lab"), Config()), interval=0.2, me="alice")
     async with app.run_test(size=(120, 50)) as pilot:
-        await wait_for(pilot, lambda: len(app.table.rows) > 3)
-        kernel = next(i for i, r in enumerate(app.table.rows)
+        await wait_for(pilot, lambda: len(app.dashboard.table.rows) > 3)
+        kernel = next(i for i, r in enumerate(app.dashboard.table.rows)
                       if "ipykernel" in (r.proc.command or "") and r.proc.ppid not in (None, 1))
-        app.table.move_to(kernel)
+        app.dashboard.table.move_to(kernel)
         proc = app.state.selected_process()
         assert proc is not None
         await pilot.press("enter")
@@ -63,14 +61,14 @@ async def test_mouse_click_selects_a_row_and_double_click_opens_detail() -> None
     async with app.run_test(size=SIZE) as pilot:
         feed_all(app)
         await pilot.press("N", "home")
-        table_y = app.table.region.y
+        table_y = app.dashboard.table.region.y
         await pilot.click(offset=(10, table_y + 2))
-        assert app.table.cursor == 2
-        assert app.state.selected == app.table.rows[2].key
+        assert app.dashboard.table.cursor == 2
+        assert app.state.selected == app.dashboard.table.rows[2].key
         await pilot.click(offset=(10, table_y + 2), times=2)
         await pilot.pause()
         assert isinstance(app.screen, DetailScreen)
-        assert app.screen.key == app.table.rows[2].key
+        assert app.screen.key == app.dashboard.table.rows[2].key
 
 
 async def test_command_palette_opens() -> None:
@@ -93,11 +91,11 @@ async def test_columns_from_config() -> None:
         header = app.query_one(TableHeader).render_line(0).text
         assert header.split() == ["PID", "USER", "COMMAND"]
         await pilot.press("f6")  # sorting cycles over the shown columns only
-        assert app.sort_column in ("pid", "user", "command")
-        visited = [app.sort_column]
+        assert app.dashboard.sort_column in ("pid", "user", "command")
+        visited = [app.dashboard.sort_column]
         for _ in range(3):
             await pilot.press("f6")
-            visited.append(app.sort_column)
+            visited.append(app.dashboard.sort_column)
         assert set(visited) == {"pid", "user", "command"} and visited[3] == visited[0]
 
 
@@ -116,15 +114,15 @@ async def test_threshold_colours_from_config_and_reservation_badge() -> None:
         expired = Reservation(gpu=busy.index, user="carol", until=clock.now - 1,
                               since=clock.now - 99)
         app.ingest(dataclasses.replace(snap, reservations=(reservation, expired)))
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
-        panel = app.gpu_panel(busy.index)
+        panel = app.dashboard.gpu_panel(busy.index)
         text = panel.render()
         util_figure = f"{busy.util_gpu}%"
         start = text.plain.index(util_figure)
         styles = [str(span.style) for span in text.spans if span.start <= start < span.end]
         assert "magenta" in styles
-        assert "RSV [b]bob 1:00:00 tonight" in text.plain
+        assert "RSV [b]bob 1h00m tonight" in text.plain
         assert "carol" not in text.plain  # an expired reservation counts for nothing
 
 
@@ -146,14 +144,15 @@ async def test_switching_hosts_rebuilds_the_gpu_panels() -> None:
         app.show_host("dgx-h100")
         await pilot.pause()
         assert len(shown_panels(app)) == 8
-        assert app.table.rows and all(r.key[0] == "dgx-h100" for r in app.table.rows)
+        rows = app.dashboard.table.rows
+        assert rows and all(r.key[0] == "dgx-h100" for r in rows)
         app.show_host("lab")
         await pilot.pause()
         app.show_host("dgx-h100")
         app.show_host("lab")
         await pilot.pause()
         assert len(shown_panels(app)) == 4
-        assert app.gpu_panel(5) is None
+        assert app.dashboard.gpu_panel(5) is None
         assert [p.index for p in shown_panels(app)] == [0, 1, 2, 3]
         assert all(p.data is not None and p.data.gpu.name == "NVIDIA GeForce RTX 3090"
                    for p in shown_panels(app))
@@ -165,7 +164,7 @@ async def test_resize_switches_between_full_and_compact_panels() -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         feed_all(app)
         await pilot.pause()
-        panel = app.gpu_panel(0)
+        panel = app.dashboard.gpu_panel(0)
         assert panel is not None and not panel.has_class("-compact")
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
@@ -181,17 +180,18 @@ async def test_navigation_keys_end_page_home() -> None:
     app, _ = demo_app("lab")
     async with app.run_test(size=(120, 30)) as pilot:
         feed_all(app)
-        last = len(app.table.rows) - 1
+        last = len(app.dashboard.table.rows) - 1
         await pilot.press("end")
-        assert app.table.cursor == last
+        assert app.dashboard.table.cursor == last
         await pilot.press("home")
-        assert app.table.cursor == 0
+        assert app.dashboard.table.cursor == 0
         await pilot.press("pagedown")
-        assert app.table.cursor == min(last, app.table.scrollable_content_region.height - 1)
+        table = app.dashboard.table
+        assert table.cursor == min(last, table.scrollable_content_region.height - 1)
         await pilot.press("pageup")
-        assert app.table.cursor == 0
+        assert app.dashboard.table.cursor == 0
         await pilot.press("up")  # stays at the top
-        assert app.table.cursor == 0
+        assert app.dashboard.table.cursor == 0
 
 
 async def test_screen_keys_open_something_or_say_why() -> None:
@@ -224,4 +224,4 @@ async def test_command_palette_runs_dashboard_commands() -> None:
         await pilot.pause(0.3)
         await pilot.press("enter")
         await pilot.pause(0.2)
-        assert app.sort_column == "pid"
+        assert app.dashboard.sort_column == "pid"

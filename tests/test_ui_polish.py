@@ -11,7 +11,7 @@ from gputop.model import Gpu, HostSnapshot, Reservation
 from gputop.ui.app import GputopApp
 from gputop.ui.screens import cluster
 from gputop.ui.screens.cluster import ClusterProcessesScreen, ClusterScreen, TextLines
-from gputop.ui.screens.kill import KillScreen, identity_for
+from gputop.ui.screens.kill import KillScreen
 from gputop.ui.screenshots import (
     CLUSTER,
     CLUSTER_DOWN,
@@ -46,7 +46,7 @@ async def test_history_rows_are_labelled_with_their_window_and_numbers() -> None
     async with app.run_test(size=(160, 50)) as pilot:
         feed_all(app)
         await pilot.pause()
-        panel = app.gpu_panel(3)
+        panel = app.dashboard.gpu_panel(3)
         assert panel is not None and not panel.has_class("-compact")
         assert panel.data is not None and panel.data.span == 180.0
         history = panel.render().plain.splitlines()[2]
@@ -94,7 +94,7 @@ async def test_p_on_the_dashboard_lists_every_host_with_a_host_column() -> None:
         header = app.query_one(HeaderBar).render().plain
         assert "one of 3 hosts" in header and "p: all processes" in header
         # The dashboard's own table is one host's.
-        assert {row.key[0] for row in app.table.rows} == {app.state.host}
+        assert {row.key[0] for row in app.dashboard.table.rows} == {app.state.host}
         await pilot.press("p")
         await pilot.pause()
         assert isinstance(app.screen, ClusterProcessesScreen)
@@ -110,7 +110,7 @@ async def test_p_on_the_dashboard_lists_every_host_with_a_host_column() -> None:
         # Enter on a row opens that host's dashboard.
         await pilot.press("end", "enter")
         await pilot.pause()
-        assert app.screen is app.screen_stack[0]
+        assert app.screen is app.dashboard
         assert app.state.host == lines[-1].split()[0]
 
 
@@ -130,7 +130,7 @@ async def test_dashboard_keys_do_not_act_under_another_screen() -> None:
         assert isinstance(app.screen, ClusterScreen)  # no kill dialog behind the overview
         await pilot.press("escape")
         await pilot.pause()
-        assert app.screen is app.screen_stack[0]
+        assert app.screen is app.dashboard
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(app.screen, KillScreen)  # the same key works on the dashboard
@@ -183,7 +183,8 @@ async def test_replayed_demo_snapshots_act_as_the_apps_user() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         feed_all(app)
         await pilot.pause()
-        assert identity_for(app, app.state.host) == ("alice", False)
+        who = app.identity(app.state.host)
+        assert (who.user, who.is_root) == ("alice", False)
 
 
 def test_cluster_demo_hosts_are_deterministic() -> None:

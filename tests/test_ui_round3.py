@@ -49,7 +49,7 @@ async def test_compact_row_uses_its_free_width_for_history() -> None:
     async with app.run_test(size=(120, 24)) as pilot:
         feed_all(app)
         await pilot.pause()
-        panel = app.gpu_panel(0)
+        panel = app.dashboard.gpu_panel(0)
         assert panel is not None and panel.has_class("-compact")
         line = panel.render().plain
         after = line.split(" P0 ", 1)[1]
@@ -64,7 +64,7 @@ async def test_compact_row_marks_the_slots_before_the_first_sample() -> None:
     async with app.run_test(size=(120, 24)) as pilot:
         feed_all(app)
         await pilot.pause()
-        panel = app.gpu_panel(0)
+        panel = app.dashboard.gpu_panel(0)
         assert panel is not None and panel.has_class("-compact")
         text = panel.render()
         line = text.plain
@@ -119,12 +119,12 @@ async def test_help_lists_gputop_actions_before_navigation() -> None:
         await pilot.press("question_mark")
         screen = app.screen
         assert isinstance(screen, HelpScreen)
-        own = [desc for _, desc in screen.own]
-        navigation = [desc for _, desc in screen.navigation]
+        own = [desc for _, desc, _id in screen.own]
+        navigation = [desc for _, desc, _id in screen.navigation]
         assert own[0] == "Quit" and "Kill" in own and "Command palette" in own
         assert "Up" in navigation and "Down" in navigation and "Page down" in navigation
         assert not set(own) & set(navigation)
-        assert [desc for _, desc in screen.rows] == own + navigation
+        assert [desc for _, desc, _id in screen.rows] == own + navigation
 
 
 async def test_startup_objects_are_frozen_once_and_handed_back_on_exit() -> None:

@@ -48,7 +48,7 @@ def demo_app(scenario: str = "lab", history: int = 3, me: str = "alice",
 def feed_all(app: GputopApp, snapshots: Iterable[HostSnapshot] | None = None) -> None:
     for snap in snapshots if snapshots is not None else app._test_snapshots:  # type: ignore
         app.ingest(snap)
-    app.refresh_view()
+    app.dashboard.refresh_view()
 
 
 def with_processes(snap: HostSnapshot, procs: Iterable[GpuProcess],
@@ -57,5 +57,5 @@ def with_processes(snap: HostSnapshot, procs: Iterable[GpuProcess],
 
 
 def table_lines(app: GputopApp) -> list[str]:
-    table = app.table
+    table = app.dashboard.table
     return [table.render_line(y).text.rstrip() for y in range(len(table.rows))]

@@ -36,19 +36,19 @@ async def test_markup_and_escapes_in_table_and_detail_are_literal() -> None:
         )
         clock.now += 1
         app.ingest(with_processes(snap, [evil, *snap.processes[1:]]))
-        app.refresh_view()
+        app.dashboard.refresh_view()
         await pilot.pause()
         line = next(line for line in table_lines(app) if "4242" in line)
         assert "[i]eve" in line
         assert SHOWN_COMMAND[:60] in line
         assert "\x1b" not in line and "\n" not in line and "\t" not in line
         # the segments carry no style taken from the text
-        index = next(i for i, r in enumerate(app.table.rows) if r.proc.pid == 4242)
-        strip = app.table.render_line(index)
+        index = next(i for i, r in enumerate(app.dashboard.table.rows) if r.proc.pid == 4242)
+        strip = app.dashboard.table.render_line(index)
         assert "4242" in strip.text
         assert not any(seg.style and seg.style.italic for seg in strip)
 
-        app.table.move_to(index)
+        app.dashboard.table.move_to(index)
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, DetailScreen)

@@ -98,16 +98,16 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
-def format_duration(seconds: float) -> str:
-    """Seconds -> `2h05m`, `14m`, `45s`, `3d4h`: short enough for a GPU panel."""
+def format_duration(seconds: float, minutes: bool = False) -> str:
+    """Seconds as every view shows them: `45s`, `14m03s`, `1h02m`, `3d04h`.
+
+    Two units at most, so a column stays narrow and a glance gives the size.  ``minutes``:
+    whole minutes (`14m`), for ages that should not repaint every second."""
     seconds = max(int(seconds), 0)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours}h" if hours else f"{days}d"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m"
-    return f"{secs}s"
+    if seconds < 60 and not minutes:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m" if minutes else f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

@@ -22,9 +22,18 @@ from typing import Any
 from gputop import model
 from gputop.analysis import orphans
 from gputop.analysis import xid as xid_catalog
+from gputop.analysis.durations import format_duration
 from gputop.analysis.pick import reservation_warnings
-from gputop.model import CRITICAL, INFO, SEVERITY_ORDER, WARNING, Gpu, GpuProcess, HostSnapshot
-from gputop.model import Warning as HealthWarning
+from gputop.model import (
+    CRITICAL,
+    INFO,
+    SEVERITY_ORDER,
+    WARNING,
+    Gpu,
+    GpuProcess,
+    HealthWarning,
+    HostSnapshot,
+)
 
 GIB = 1024**3
 MIB = 1024**2
@@ -162,7 +171,7 @@ def warnings(
 def orphan_rules(thresholds: Thresholds) -> orphans.OrphanRules:
     """The orphan/idle rules the health warnings use: the ``flags`` ``warnings`` expects."""
     return orphans.OrphanRules(
-        idle_minutes=thresholds.idle_minutes, idle_min_mem_mib=thresholds.idle_memory_mib
+        idle_minutes=thresholds.idle_minutes, idle_min_mem_mib=int(thresholds.idle_memory_mib)
     )
 
 
@@ -441,8 +450,8 @@ def _process_rules(
 ) -> None:
     if proc.state == "Z":
         return  # a zombie's memory is the reclaim view's business: its parent must reap it
-    # The reclaim engineer's rules decide "orphan" and "idle", so the process table's
-    # flags and these warnings never disagree.
+    # The orphan rules (analysis/orphans.py) decide "orphan" and "idle", so the process
+    # table's flags and these warnings never disagree.
     flags = all_flags[proc.key]
     held = proc.gpu_mem is not None and proc.gpu_mem >= th.idle_memory_mib * MIB
     if not (flags.idle or (flags.orphan and held)) and (
@@ -455,7 +464,7 @@ def _process_rules(
             INFO,
             "idle-memory",
             f"{_who(proc)} holds {_gib(proc.gpu_mem)} GiB at 0% SM for "
-            f"{_minutes(add.now - flags.idle_since)} (as observed){what}",
+            f"{format_duration(add.now - flags.idle_since, minutes=True)} (as observed){what}",
             gpu=proc.gpu,
             pid=proc.pid,
             hint="if it is a forgotten notebook or job, stop it (reclaim view) to free the card",
@@ -493,7 +502,7 @@ def _process_rules(
             INFO,
             "input-bound",
             f"{_who(proc)} at {_pct(proc.sm_util)} SM with {proc.cpu_percent:.0f}% CPU for "
-            f"{_minutes(add.now - start)}: probably waiting for input data",
+            f"{format_duration(add.now - start, minutes=True)}: probably waiting for input data",
             gpu=proc.gpu,
             pid=proc.pid,
             hint="more data-loader workers, pinned memory, prefetching, data on faster "
@@ -524,13 +533,6 @@ def _gib(value: int | None) -> str:
 
 def _pct(value: int | None) -> str:
     return "?%" if value is None else f"{value}%"
-
-
-def _minutes(seconds: float) -> str:
-    minutes = int(seconds // 60)
-    if minutes < 120:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 # ---------------------------------------------------------------- over time

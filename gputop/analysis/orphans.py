@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gputop.analysis.durations import format_duration
 from gputop.model import DeviceHolder, GpuProcess, HostSnapshot
 
 MIB = 1024 * 1024
@@ -245,10 +246,10 @@ def classify(
     if history is not None and process.visible and process.state != "Z":
         idle_since = _idle(process, snapshot.host, history, rules, now, held)
         if idle_since is not None:
-            minutes = (now - idle_since) / 60.0
+            idle_for = format_duration(now - idle_since, minutes=True)
             clock = time.strftime("%H:%M", time.localtime(idle_since))
             reasons["idle"] = (
-                f"0 % SM for {_minutes(minutes)} as observed by gputop (since {clock}) "
+                f"0 % SM for {idle_for} as observed by gputop (since {clock}) "
                 f"while holding {format_bytes(held)}"
             )
 
@@ -339,13 +340,6 @@ def classify_snapshot(
     return {
         p.key: classify(p, snapshot, history, rules, now, totals) for p in snapshot.processes
     }
-
-
-def _minutes(minutes: float) -> str:
-    if minutes < 90:
-        return f"{int(minutes)} min"
-    hours, rest = divmod(int(minutes), 60)
-    return f"{hours} h {rest:02d} min"
 
 
 def format_bytes(value: int | None) -> str:

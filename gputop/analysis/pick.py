@@ -54,7 +54,7 @@ def rank(
     me: str | None = None,
     min_free_mem: int | None = None,
     max_util: float | None = None,
-    warnings: Iterable[model.Warning] = (),
+    warnings: Iterable[model.HealthWarning] = (),
     exclude: Iterable[int] = (),
 ) -> Ranking:
     """All acceptable cards of one host, best first: most free memory, then lowest
@@ -87,7 +87,7 @@ def pick(
     me: str | None = None,
     min_free_mem: int | None = None,
     max_util: float | None = None,
-    warnings: Iterable[model.Warning] = (),
+    warnings: Iterable[model.HealthWarning] = (),
     exclude: Iterable[int] = (),
 ) -> list[Gpu]:
     """The best `count` cards, or fewer when fewer qualify (callers check the length)."""
@@ -134,17 +134,17 @@ def _rejection(
 
 def reservation_warnings(
     snapshot: HostSnapshot, now: float, me: str | None
-) -> list[model.Warning]:
+) -> list[model.HealthWarning]:
     """A process of one user on a card another user reserved; my reservation ending
     within 15 minutes; a reservation on a card that is lost or in error."""
-    out: list[model.Warning] = []
+    out: list[model.HealthWarning] = []
     reserved = active_reservations(snapshot, now)
     for index, reservation in sorted(reserved.items()):
         out.extend(_intruders(snapshot, index, reservation))
         left = reservation.until - now
         if me is not None and reservation.user == me and left < EXPIRING_SOON_S:
             out.append(
-                model.Warning(
+                model.HealthWarning(
                     severity=model.INFO,
                     code="reservation-expiring",
                     message=f"your reservation of GPU {index} ends in {format_duration(left)}",
@@ -158,7 +158,7 @@ def reservation_warnings(
         gpu = snapshot.gpu(index)
         if gpu is not None and gpu.state != model.GPU_OK:
             out.append(
-                model.Warning(
+                model.HealthWarning(
                     severity=model.WARNING,
                     code="reservation-gpu-lost",
                     message=f"GPU {index} reserved by {reservation.user} is {gpu.state}",
@@ -173,7 +173,7 @@ def reservation_warnings(
 
 def _intruders(
     snapshot: HostSnapshot, index: int, reservation: Reservation
-) -> Sequence[model.Warning]:
+) -> Sequence[model.HealthWarning]:
     found: dict[str, list[int]] = {}
     for proc in snapshot.processes:
         # A process whose user we cannot see (another PID namespace) is not accused, nor
@@ -183,7 +183,7 @@ def _intruders(
         if proc.user != reservation.user:
             found.setdefault(proc.user, []).append(proc.pid)
     return [
-        model.Warning(
+        model.HealthWarning(
             severity=model.WARNING,
             code="reserved-by-other",
             message=f"{user} runs pid {', '.join(map(str, pids))} on GPU {index}, reserved by "

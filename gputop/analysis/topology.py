@@ -42,12 +42,6 @@ LEGEND: tuple[tuple[str, str], ...] = (
 
 # Nearest first: used to rank pairs (best link for a multi-GPU job).
 _RANK = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6}
-_KIND = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS)$")
-
-
-def is_kind(text: str) -> bool:
-    """True for a cell value of `topo -m`'s vocabulary."""
-    return bool(_KIND.match(text))
 
 
 def kind_family(kind: str) -> str:

@@ -6,9 +6,7 @@ checks sys.modules), so that `gputop --once` starts in a fraction of a second.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -17,7 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from gputop import model
+from gputop.analysis.durations import format_duration
+from gputop.commands import common
+from gputop.exitcodes import EXIT_OK
 from gputop.model import Gpu, GpuProcess, HostSnapshot
+from gputop.options import SourceOptions
+from gputop.text import visible
 
 WIDTH = 80
 _ELLIPSIS = "..."
@@ -36,30 +39,31 @@ MIB = 1024**2
 # -- entry points ----------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> int:
-    from gputop import cli
-    from gputop.config import ConfigError, load_config
-    from gputop.sources.select import NoDriverError, SourceError, collect_once
+def run(options: SourceOptions, as_json: bool) -> int:
+    return common.run("", lambda: _report(options, as_json))
 
-    try:
-        config = load_config(getattr(args, "config", None))
-        snapshots = collect_once(args, {"reservations_dir": config.reservations.dir})
-        now = time.time()
-        warnings = {snap.host: host_warnings(snap, now, config.health) for snap in snapshots}
-    except NoDriverError as err:
-        print(str(err), file=sys.stderr)
-        return cli.EXIT_NO_DRIVER
-    except (SourceError, ConfigError) as err:
-        print(_one_line(err), file=sys.stderr)
-        return cli.EXIT_USAGE
+
+def _report(options: SourceOptions, as_json: bool) -> int:
+    from gputop.analysis.pipeline import warnings_once
+
+    config = common.config(options)
+    settings = common.settings(config)
+    collected = common.collect(options, config)
+    snapshots = collected.snapshots
+    now = time.time()
+    warnings = {
+        snap.host: warnings_once(snap, settings, collected.me(snap.host), now)
+        for snap in snapshots
+    }
     out = sys.stdout
-    if args.json:
+    if as_json:
         json.dump(json_document(snapshots, now, warnings), out, indent=1, default=_json_default)
         out.write("\n")
     else:
-        out.write(render_text(snapshots, warnings, width=_width(out), color=use_color(out)))
+        out.write(render_text(snapshots, warnings, width=_width(out),
+                              color=common.use_colour(out)))
     out.flush()
-    return cli.EXIT_OK
+    return EXIT_OK
 
 
 def run_demo_list() -> int:
@@ -67,15 +71,7 @@ def run_demo_list() -> int:
 
     for name, description in list_scenarios():
         print(f"{name:<14} {description}")
-    return 0
-
-
-def use_color(stream: TextIO) -> bool:
-    """Colour only for a terminal, and never when NO_COLOR is set (no-color.org)."""
-    if "NO_COLOR" in os.environ:
-        return False
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
+    return EXIT_OK
 
 
 def _width(stream: TextIO) -> int:
@@ -85,50 +81,13 @@ def _width(stream: TextIO) -> int:
     return WIDTH
 
 
-# -- health warnings ----------------------------------------------------------------------
-
-
-def host_warnings(
-    snap: HostSnapshot, now: float, health_config: dict | None = None
-) -> list[model.Warning]:
-    """Health warnings of one snapshot.
-
-    A bad `health:` section of the config raises ConfigError, like any other config mistake.
-    """
-    from gputop.analysis import health
-    from gputop.analysis.history import History
-    from gputop.config import ConfigError
-
-    try:
-        thresholds = health.Thresholds.from_config(health_config or {})
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    history = History()
-    history.add(snap)
-    return list(health.warnings(snap, history, thresholds, now, _me()))
-
-
-def _one_line(err: Exception) -> str:
-    text = str(err).splitlines()[0] if str(err) else type(err).__name__
-    return text if text.startswith("gputop") else f"gputop: {text}"
-
-
-def _me() -> str | None:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return None
-
-
 # -- JSON --------------------------------------------------------------------------------------
 
 
 def json_document(
     snapshots: Sequence[HostSnapshot],
     now: float,
-    warnings: dict[str, list[model.Warning]] | None = None,
+    warnings: dict[str, list[model.HealthWarning]] | None = None,
 ) -> dict[str, Any]:
     hosts = []
     for snap in snapshots:
@@ -151,7 +110,7 @@ def _json_default(value: Any) -> Any:
 
 def render_text(
     snapshots: Sequence[HostSnapshot],
-    warnings: dict[str, list[model.Warning]] | None = None,
+    warnings: dict[str, list[model.HealthWarning]] | None = None,
     width: int = WIDTH,
     color: bool = False,
 ) -> str:
@@ -181,7 +140,7 @@ def _host_block(snap: HostSnapshot, width: int, paint: Callable[[str, str], str]
     lines = [_fit(_host_header(snap), width)]
     if not snap.ok:
         message = snap.error or snap.state
-        lines.append(paint(_fit(f"  {snap.state}: {_clean(message)}", width), _RED))
+        lines.append(paint(_fit(f"  {snap.state}: {visible(message)}", width), _RED))
         return lines
     lines.append(paint(_fit(_GPU_HEADER, width), _BOLD))
     if not snap.gpus:
@@ -190,8 +149,8 @@ def _host_block(snap: HostSnapshot, width: int, paint: Callable[[str, str], str]
         lines.append(_gpu_line(gpu, width, paint))
     for res in sorted(snap.reservations, key=lambda r: r.gpu):
         until = time.strftime("%a %H:%M", time.localtime(res.until))
-        note = f"  {_clean(res.note)}" if res.note else ""
-        text = f"  GPU {res.gpu} reserved by {_clean(res.user)} until {until}{note}"
+        note = f"  {visible(res.note)}" if res.note else ""
+        text = f"  GPU {res.gpu} reserved by {visible(res.user)} until {until}{note}"
         lines.append(_fit(text, width))
     lines.append("")
     head = (
@@ -206,11 +165,11 @@ def _host_block(snap: HostSnapshot, width: int, paint: Callable[[str, str], str]
 
 
 def _host_header(snap: HostSnapshot) -> str:
-    parts = [_clean(snap.host)]
+    parts = [visible(snap.host)]
     if snap.demo:
         parts.append("DEMO")
     if snap.hostname and snap.hostname != snap.host:
-        parts.append(f"({_clean(snap.hostname)})")
+        parts.append(f"({visible(snap.hostname)})")
     if snap.state != model.HOST_OK:
         parts.append(snap.state.upper())
     if snap.driver_version:
@@ -222,9 +181,9 @@ def _host_header(snap: HostSnapshot) -> str:
 
 
 def _gpu_line(gpu: Gpu, width: int, paint: Callable[[str, str], str]) -> str:
-    name = _fit(_clean(gpu.name or "n/a"), 24)
+    name = _fit(visible(gpu.name or "n/a"), 24)
     if gpu.state != model.GPU_OK:
-        text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {_clean(gpu.error or '')}"
+        text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {visible(gpu.error or '')}"
         return paint(_fit(text, width), _RED)
     util = _pct(gpu.util_gpu)
     mem = f"{_gib(gpu.mem_used)}/{_gib(gpu.mem_total)}G"
@@ -241,8 +200,8 @@ def _gpu_line(gpu: Gpu, width: int, paint: Callable[[str, str], str]) -> str:
 
 
 def _process_line(proc: GpuProcess, now: float, width: int) -> str:
-    user = _fit(_clean(proc.user or ("?" if proc.visible else "(hidden)")), 10)
-    runtime = _duration(now - proc.start_time) if proc.start_time is not None else "n/a"
+    user = _fit(visible(proc.user or ("?" if proc.visible else "(hidden)")), 10)
+    runtime = format_duration(now - proc.start_time) if proc.start_time is not None else "n/a"
     sm = f"{proc.sm_util}" if proc.sm_util is not None else "n/a"
     command = proc.command if proc.visible else "(not in this PID namespace)"
     if proc.state == "Z":
@@ -250,31 +209,24 @@ def _process_line(proc: GpuProcess, now: float, width: int) -> str:
     fixed = (
         f"{proc.gpu:>3} {proc.pid:>8} {user:<10} {_mem(proc.gpu_mem):>9} {sm:>4} {runtime:>7}  "
     )
-    return fixed + _fit(_clean(command or "n/a"), max(width - _display_width(fixed), 8))
+    return fixed + _fit(visible(command or "n/a"), max(width - _display_width(fixed), 8))
 
 
 def _warning_lines(
-    warnings: list[model.Warning], width: int, paint: Callable[[str, str], str]
+    warnings: list[model.HealthWarning], width: int, paint: Callable[[str, str], str]
 ) -> list[str]:
     lines = ["", paint("WARNINGS", _BOLD)]
     styles = {model.CRITICAL: _RED, model.WARNING: _YELLOW, model.INFO: _DIM}
     for w in sorted(warnings, key=lambda w: model.SEVERITY_ORDER.get(w.severity, 9)):
         where = f"GPU {w.gpu}" if w.gpu is not None else "host"
-        text = f"{w.severity.upper():<8} {where:<6} {_clean(w.message)}"
+        text = f"{w.severity.upper():<8} {where:<6} {visible(w.message)}"
         lines.append(paint(_fit(text, width), styles.get(w.severity, "")))
         if w.hint:
-            lines.append(_fit(f"{'':<15} hint: {_clean(w.hint)}", width))
+            lines.append(_fit(f"{'':<15} hint: {visible(w.hint)}", width))
     return lines
 
 
 # -- formatting helpers ------------------------------------------------------------------------
-
-
-def _clean(text: str) -> str:
-    """Untrusted text (commands, user names) may hold escape sequences: make them inert."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _char_width(c: str) -> int:
@@ -323,14 +275,3 @@ def _mem(value: int | None) -> str:
     if value >= GIB:
         return f"{value / GIB:.1f}GiB"
     return f"{value // MIB}MiB"
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

@@ -1,8 +1,10 @@
-"""Feeds: where the dashboard and the one-shot commands get their snapshots.
+"""Feeds: where the dashboard and the commands get their snapshots, and how they act.
 
 A feed yields HostSnapshots of one or more hosts and carries action requests to them
-(docs/architecture.md).  ``LocalFeed`` is this machine (or the simulator in --demo);
-``SshFeed`` in sources/ssh.py is the remote one.
+(docs/architecture.md).  Each feed declares what it can do (``capabilities``), who acts
+on each host (``identity``) and whether it can read a process's details, so that views
+never probe a feed's internals.  ``LocalFeed`` is this machine (or the simulator in
+--demo); ``SshFeed`` in sources/ssh.py is the remote one.
 """
 
 from __future__ import annotations
@@ -12,27 +14,57 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gputop.model import HOST_ERROR, HOST_NO_GPU, HostSnapshot, error_snapshot
+from gputop.sources.identity import Identity
 from gputop.sources.nvml import Collector, NoDriverError
+
+Emit = Callable[[HostSnapshot], None]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a feed can do for one host."""
+
+    kill: bool = False  # signal processes (with the pid-reuse guard)
+    reserve: bool = False  # reserve and release cards in the host's store
+    process_details: bool = False  # read one process's facts and parent chain
+    simulated: bool = False  # --demo: every action changes only the simulation
+    why_not: str = ""  # one phrase for a user whose action is refused
+
+    @property
+    def acts(self) -> bool:
+        return self.kill or self.reserve
+
+
+# Snapshots handed to the app directly (screenshots, tests): dialogs open as they would on
+# a simulated host, and a request gets a polite refusal from the app.
+REPLAY = Capabilities(kill=True, reserve=True, simulated=True)
+READONLY_WHY = "read-only mode (--readonly)"
+
+
+@dataclass(frozen=True)
+class ProcessDetails:
+    facts: dict[str, Any] | None  # procfs' process() dict, or {"error": ...}
+    parents: list[dict[str, Any]] | None
 
 
 class Feed(Protocol):
     hosts: list[str]
 
-    def _learn_gpu_uuids(self, snapshot: HostSnapshot) -> None:
-        # Reservations name cards by UUID where known; the action env learns them from the
-        # first snapshot that has them, since the feed is built before any GPU was read.
-        env = self.dispatch_env
-        if env is not None and getattr(env, "gpu_uuids", False) is None:
-            uuids = {g.index: g.uuid for g in snapshot.gpus if g.uuid}
-            if uuids:
-                env.gpu_uuids = uuids
+    def capabilities(self, host: str) -> Capabilities: ...
 
-    async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None: ...
+    def identity(self, host: str) -> Identity: ...
 
-    async def request(self, host: str, request: dict) -> dict: ...
+    def process_details(self, host: str, pid: int, start_ticks: int | None) -> ProcessDetails:
+        """Facts and parent chain of one process; blocking (call it in a thread)."""
+        ...
+
+    async def run(self, interval: float, emit: Emit) -> None: ...
+
+    async def request(self, host: str, request: dict[str, Any]) -> dict[str, Any]: ...
 
     async def close(self) -> None: ...
 
@@ -40,16 +72,17 @@ class Feed(Protocol):
 class LocalFeed:
     """One host read by a Collector in a worker thread.
 
-    ``collector`` is a Collector, or a zero-argument factory that makes one (called in the
-    worker thread on the first poll, so a slow or failing nvmlInit never blocks the UI).
-    ``dispatch_env`` is the ``gputop.actions.dispatch.ActionEnv`` for requests; None makes
-    every request fail with a message (e.g. a read-only source).
+    ``collector`` is a Collector (or anything with ``collect() -> dict``), or a
+    zero-argument factory that makes one (called in the worker thread on the first poll, so
+    a slow or failing nvmlInit never blocks the UI).  ``dispatch_env`` is the
+    ``gputop.actions.dispatch.ActionEnv`` for requests; None makes the feed a viewer only.
     """
 
     def __init__(
         self,
         collector: Collector | Callable[[], Collector],
-        host: str = "localhost",
+        host: str,
+        identity: Identity,
         dispatch_env: Any = None,
     ) -> None:
         if hasattr(collector, "collect"):
@@ -57,15 +90,50 @@ class LocalFeed:
             self._factory: Callable[[], Collector] | None = None
         else:
             self._collector = None
-            self._factory = collector  # type: ignore[assignment]
+            self._factory = collector
         self.host = host
         self.hosts = [host]
-        self.dispatch_env = dispatch_env
+        self._identity = identity
+        self._env = dispatch_env
         self._closed = asyncio.Event()
         # In --demo the collector and the actions share one simulation, which is not
         # thread-safe: a poll and a kill must not interleave.  Real NVML and /proc need no
         # lock, and a kill's grace wait must not stall polling there.
-        self._sim_lock = threading.Lock() if getattr(dispatch_env, "sim", None) else None
+        simulated = dispatch_env is not None and dispatch_env.sim is not None
+        self._sim_lock = threading.Lock() if simulated else None
+        acts = dispatch_env is not None and not dispatch_env.readonly
+        why = "" if acts else (READONLY_WHY if dispatch_env is not None else "a viewer only")
+        self._capabilities = Capabilities(
+            kill=acts,
+            reserve=acts,
+            process_details=dispatch_env is not None and dispatch_env.procs is not None,
+            simulated=simulated,
+            why_not=why,
+        )
+
+    # -- what it declares ---------------------------------------------------------------
+
+    def capabilities(self, host: str) -> Capabilities:
+        return self._capabilities
+
+    def identity(self, host: str) -> Identity:
+        return self._identity
+
+    def process_details(self, host: str, pid: int, start_ticks: int | None) -> ProcessDetails:
+        procs = self._env.procs if self._env is not None else None
+        if host != self.host or procs is None:
+            return ProcessDetails(None, None)
+        try:
+            with self._simulation():
+                info = procs.process(pid)
+                # A pid reused since the row was drawn is another process: show nothing.
+                if info is None or info.get("start_ticks") != start_ticks:
+                    return ProcessDetails(None, None)
+                return ProcessDetails(info, procs.parent_chain(pid))
+        except Exception as err:  # a vanished pid or an unreadable /proc entry
+            return ProcessDetails({"error": f"{type(err).__name__}: {err}"}, None)
+
+    # -- snapshots ----------------------------------------------------------------------
 
     def poll(self) -> HostSnapshot:
         """One snapshot, never raising: failures become an error snapshot of this host."""
@@ -73,10 +141,7 @@ class LocalFeed:
             if self._collector is None:
                 assert self._factory is not None
                 self._collector = self._factory()
-            if self._sim_lock is not None:
-                with self._sim_lock:
-                    data = self._collector.collect()
-            else:
+            with self._simulation():
                 data = self._collector.collect()
             snapshot = HostSnapshot.from_dict(data)
             self._learn_gpu_uuids(snapshot)
@@ -92,13 +157,13 @@ class LocalFeed:
     def _learn_gpu_uuids(self, snapshot: HostSnapshot) -> None:
         # Reservations name cards by UUID where known; the action env learns them from the
         # first snapshot that has them, since the feed is built before any GPU was read.
-        env = self.dispatch_env
-        if env is not None and getattr(env, "gpu_uuids", False) is None:
+        env = self._env
+        if env is not None and env.gpu_uuids is None:
             uuids = {g.index: g.uuid for g in snapshot.gpus if g.uuid}
             if uuids:
                 env.gpu_uuids = uuids
 
-    async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
+    async def run(self, interval: float, emit: Emit) -> None:
         # Each poll is awaited before the next is scheduled, so polls never overlap even
         # when one takes longer than the interval.
         while not self._closed.is_set():
@@ -111,22 +176,26 @@ class LocalFeed:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._closed.wait(), timeout=delay)
 
-    async def request(self, host: str, request: dict) -> dict:
+    # -- actions ------------------------------------------------------------------------
+
+    async def request(self, host: str, request: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(self.handle, host, request)
+
+    def handle(self, host: str, request: dict[str, Any]) -> dict[str, Any]:
+        """``request`` without an event loop (one-shot commands on this machine)."""
         if host != self.host:
             return {"ok": False, "message": f"unknown host {host!r}"}
-        if self.dispatch_env is None:
+        if self._env is None:
             return {"ok": False, "message": "actions are not available for this source"}
-        return await asyncio.to_thread(self._handle, request)
-
-    def _handle(self, request: dict) -> dict:
         # Imported here: the dispatcher pulls in the action modules, which a pure viewer
         # never needs.
         from gputop.actions.dispatch import handle
 
-        if self._sim_lock is not None:
-            with self._sim_lock:
-                return handle(request, self.dispatch_env)
-        return handle(request, self.dispatch_env)
+        with self._simulation():
+            return handle(request, self._env)
+
+    def _simulation(self) -> contextlib.AbstractContextManager[Any]:
+        return self._sim_lock if self._sim_lock is not None else contextlib.nullcontext()
 
     async def close(self) -> None:
         self._closed.set()

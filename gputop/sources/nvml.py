@@ -466,11 +466,12 @@ class Collector:
         for index, handle in self._handles.items():
             if handle is device:
                 return index
+        found: int | None
         try:
-            index = self._get("nvmlDeviceGetIndex", device)
+            found = self._get("nvmlDeviceGetIndex", device)
         except _GpuLost:
-            index = None
-        return int(index) if index is not None else -1
+            found = None
+        return int(found) if found is not None else -1
 
     # -- every collect -----------------------------------------------------------------------
 
@@ -756,10 +757,10 @@ class Collector:
             acc[2] += 1
         self._proc_util_ts[index] = newest
         for pid, row in rows.items():
-            acc = sums.get(pid)
+            got = sums.get(pid)
             # A process without a sample in the window did not run on the GPU: 0 %, not None.
-            row["sm_util"] = round(acc[0] / acc[2]) if acc else 0
-            row["mem_util"] = round(acc[1] / acc[2]) if acc else 0
+            row["sm_util"] = round(got[0] / got[2]) if got else 0
+            row["mem_util"] = round(got[1] / got[2]) if got else 0
 
     def _add_process_facts(self, rows: list[dict]) -> list[dict]:
         pids = sorted({row["pid"] for row in rows})
@@ -847,7 +848,7 @@ def open_local(
 ) -> Collector:
     """A Collector for this machine's GPUs; NoDriverError when there are none to read."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
     from gputop.sources.procfs import ProcFs

@@ -133,7 +133,7 @@ def open_source(config: dict[str, Any], scenarios: Texts) -> _Source:
         env = ActionEnv(sim=nvml, procs=procs, reservations_dir=rdir, readonly=readonly)
         return _Source(collector, env, threading.Lock())
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         raise NoDriverError("no pynvml on this host and none shipped") from None
     from gputop.sources.procfs import ProcFs

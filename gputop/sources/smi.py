@@ -255,7 +255,7 @@ def parse_ps(text: str, now: float) -> dict[int, dict[str, Any]]:
             "user": user,
             "state": stat[:1] or None,
             "cpu_percent": number(pcpu),
-            "rss": None if integer(rss) is None else integer(rss) * 1024,  # KiB
+            "rss": _kib(integer(rss)),
             "command": args or None,
             "cmdline": args.split() if args else [],
         }
@@ -492,3 +492,8 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
                 }
             )
     return gpus, host, procs
+
+
+def _kib(value: int | None) -> int | None:
+    """ps reports sizes in KiB."""
+    return None if value is None else value * 1024

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import getpass
 import json
 import os
 import random
@@ -38,6 +39,8 @@ from gputop import model
 from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot, error_snapshot
 from gputop.sources import bundle, smi
+from gputop.sources.feed import READONLY_WHY, Capabilities, ProcessDetails
+from gputop.sources.identity import Identity, named_identity
 
 DEFAULT_KNOWN_HOSTS = (
     "~/.ssh/known_hosts",
@@ -48,16 +51,6 @@ DEFAULT_KNOWN_HOSTS = (
 MAX_INFLIGHT = 32  # handshakes at once, overall
 MAX_INFLIGHT_PER_TARGET = 10  # per sshd or jump host: sshd's MaxStartups starts at 10
 STALE_AFTER = 3  # intervals without a line
-FINAL_STATES = frozenset(
-    {
-        model.HOST_OK,
-        model.HOST_FALLBACK,
-        model.HOST_NO_GPU,
-        model.HOST_AUTH_FAILED,
-        model.HOST_KEY_UNKNOWN,
-        model.HOST_KEY_CHANGED,
-    }
-)
 
 
 class HostKeyError(Exception):
@@ -536,20 +529,37 @@ class SshFeed:
             conn.close()
         self._jumps.clear()
 
-    def user_of(self, host: str) -> str | None:
-        """The user the probe on ``host`` runs as (None before the first connection).
+    # -- what it declares ---------------------------------------------------------
+
+    def capabilities(self, host: str) -> Capabilities:
+        entry = self._hosts.get(host)
+        if entry is None:
+            return Capabilities(why_not=f"unknown host {host!r}")
+        if self.readonly:
+            return Capabilities(why_not=READONLY_WHY)
+        if entry.fallback:
+            return Capabilities(why_not="fallback mode (no python3 on the host)")
+        return Capabilities(kill=True, reserve=True)
+
+    def identity(self, host: str) -> Identity:
+        """The user the probe on ``host`` runs as.
 
         The kill dialog offers only that user's processes (all for root); the probe
         checks again on the host."""
         entry = self._hosts.get(host)
-        if entry is None:
-            return None
-        if entry.conn is not None:
-            # The name asyncssh logged in with: also right when ~/.ssh/config chose it.
-            name = entry.conn.get_extra_info("username")
-            if name:
-                return str(name)
-        return entry.spec.user
+        name = None
+        if entry is not None:
+            if entry.conn is not None:
+                # The name asyncssh logged in with: also right when ~/.ssh/config chose it.
+                name = entry.conn.get_extra_info("username")
+            name = name or entry.spec.user
+        # Without a user in the hosts file, ssh logs in with ~/.ssh/config's or our own
+        # name; a wrong guess only changes what is offered: the probe decides.
+        return named_identity(str(name or getpass.getuser()))
+
+    def process_details(self, host: str, pid: int, start_ticks: int | None) -> ProcessDetails:
+        # The probe streams snapshots only: a remote parent chain is not read.
+        return ProcessDetails(None, None)
 
     # -- introspection (tests, bench) -----------------------------------------------
 
@@ -570,87 +580,3 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__
-
-
-async def collect_once_hosts_async(
-    specs: Sequence[HostSpec], timeout: float = 10.0, *, readonly: bool = True
-) -> list[HostSnapshot]:
-    """One round of all hosts in parallel: each host's first answer, or its failure."""
-    results: dict[str, HostSnapshot] = {}
-    done = asyncio.Event()
-    names = [s.name for s in specs]
-
-    def emit(snapshot: HostSnapshot) -> None:
-        if snapshot.host in results and results[snapshot.host].state in FINAL_STATES:
-            return
-        if snapshot.state == model.HOST_CONNECTING:
-            return
-        results[snapshot.host] = snapshot
-        if all(n in results for n in names):
-            done.set()
-
-    feed = SshFeed(specs, readonly=readonly, retry=False, warmup=0.2)
-    runner = asyncio.create_task(feed.run(1.0, emit))
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(done.wait(), timeout)
-    await feed.close()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await runner
-    now = time.time()
-    out = []
-    for spec in specs:
-        snap = results.get(spec.name)
-        if snap is None:
-            snap = error_snapshot(spec.name, now, model.HOST_TIMEOUT,
-                                  f"no answer within {timeout:g} s", labels=spec.labels,
-                                  hostname=spec.target)
-        out.append(snap)
-    return out
-
-
-def collect_once_hosts(specs: Sequence[HostSpec], timeout: float = 10.0) -> list[HostSnapshot]:
-    """The one-shot commands' entry: runs its own event loop."""
-    return asyncio.run(collect_once_hosts_async(specs, timeout))
-
-
-async def request_once_async(
-    spec: HostSpec, request: dict[str, Any], timeout: float = 30.0
-) -> tuple[dict[str, Any], HostSnapshot | None]:
-    """Connect to one host, send one action request to its probe, close.
-
-    Returns (reply, the host's snapshot when the request was sent).  For the one-shot
-    commands (`gputop reserve --host H`, `release`, a scripted kill).
-    """
-    latest: list[HostSnapshot] = []
-    ready = asyncio.Event()
-
-    def emit(snapshot: HostSnapshot) -> None:
-        latest.append(snapshot)
-        if snapshot.state != model.HOST_CONNECTING and (
-            snapshot.state in FINAL_STATES or snapshot.state in (model.HOST_UNREACHABLE,
-                                                                 model.HOST_TIMEOUT,
-                                                                 model.HOST_ERROR)
-        ):
-            ready.set()
-
-    feed = SshFeed([spec], retry=False)
-    runner = asyncio.create_task(feed.run(1.0, emit))
-    try:
-        try:
-            await asyncio.wait_for(ready.wait(), timeout)
-        except asyncio.TimeoutError:
-            return {"ok": False, "message": f"{spec.name}: no answer within {timeout:g} s"}, None
-        snap = latest[-1]
-        if snap.state != model.HOST_OK:
-            return {"ok": False, "message": f"{spec.name}: {snap.state}: {snap.error}"}, snap
-        return await feed.request(spec.name, request), snap
-    finally:
-        await feed.close()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await runner
-
-
-def request_once(
-    spec: HostSpec, request: dict[str, Any], timeout: float = 30.0
-) -> tuple[dict[str, Any], HostSnapshot | None]:
-    return asyncio.run(request_once_async(spec, request, timeout))

@@ -5,28 +5,16 @@ No Textual here, only strings and rich Text, so the helpers are cheap to test.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from rich.text import Text
 
+from gputop.analysis.durations import format_duration
+from gputop.text import visible
+
 KIB = 1024
 MIB = KIB * 1024
 GIB = MIB * 1024
-
-# Any C0/C1 control character, DEL included: ESC must never reach the terminal raw,
-# and a newline or tab must not break a one-line cell.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_NAMED = {"\x1b": "\\e", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-
-
-def visible(text: str | None) -> str:
-    """Untrusted text with control characters replaced by visible escapes."""
-    if not text:
-        return ""
-    if not _CONTROL.search(text):
-        return text
-    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
 
 
 def safe_text(text: str | None, style: str = "") -> Text:
@@ -49,20 +37,8 @@ def size(value: int | None, unit: int = MIB) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """Running time like ps: 59s, 12:34, 3:04:05, 2d03h."""
-    if seconds is None:
-        return "-"
-    seconds = max(int(seconds), 0)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    if minutes:
-        return f"{minutes}:{secs:02d}"
-    return f"{secs}s"
+    """Running time as every view shows it (``format_duration``); '-' when unknown."""
+    return "-" if seconds is None else format_duration(seconds)
 
 
 def percent(value: float | None) -> str:
@@ -120,10 +96,10 @@ def sparkline(
         old = cells[i]
         cells[i] = value if old is None or value > old else old
     out = []
-    for value in cells:
-        if value is None:
+    for cell in cells:
+        if cell is None:
             out.append(" ")
         else:
-            v = min(max(value, 0.0), 100.0)
+            v = min(max(cell, 0.0), 100.0)
             out.append(_SPARK[min(int(v / 100.0 * len(_SPARK)), len(_SPARK) - 1)])
     return "".join(out)

@@ -10,7 +10,6 @@ fed to one app, the SSH feed's picture without SSH.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import os
@@ -124,7 +123,7 @@ async def load(pilot: Any) -> None:
     app = pilot.app
     for snap in app.pending_snapshots:
         app.ingest(snap)
-    app.refresh_view()
+    app.dashboard.refresh_view()
     await pilot.pause()
 
 
@@ -176,8 +175,8 @@ async def _shoot(name: str, scenario: str, size: tuple[int, int], steps: list[St
         return str(path)
 
 
-def run_screenshots(args: argparse.Namespace) -> int:
-    outdir = Path(args.screenshot)
+def run_screenshots(directory: str) -> int:
+    outdir = Path(directory)
     try:
         outdir.mkdir(parents=True, exist_ok=True)
     except OSError as err:

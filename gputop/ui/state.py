@@ -13,8 +13,7 @@ from typing import Any
 
 from gputop.analysis.history import History
 from gputop.config import Config
-from gputop.model import GpuProcess, HostSnapshot
-from gputop.model import Warning as HealthWarning
+from gputop.model import GpuProcess, HealthWarning, HostSnapshot
 
 # A process row's identity across refreshes: (host, pid, start_ticks, gpu).  A pid that
 # was reused has other start_ticks, so it is another row.

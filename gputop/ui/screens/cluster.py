@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -34,12 +34,19 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Static
 
 from gputop import model
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.ui import fmt
+from gputop.ui.keys import bindings
 from gputop.ui.table_model import FLAG_SHORT
+from gputop.ui.widgets.filter_input import FilterInput
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from gputop.ui.app import GputopApp
 
 GIB = 1024**3
 NAME_WIDTH = 13
@@ -221,7 +228,7 @@ class TextLines(ScrollView, can_focus=True):
         Binding("pagedown", "move(20)", show=False),
         Binding("home", "move(-100000)", show=False),
         Binding("end", "move(100000)", show=False),
-        Binding("enter", "choose", "Open", show=True),
+        *bindings("lines"),
     ]
 
     class Chosen(Message):
@@ -327,7 +334,7 @@ class TextLines(ScrollView, can_focus=True):
         self.refresh()
 
 
-def _warned(app: Any) -> set[tuple[str, int]]:
+def _warned(app: GputopApp) -> set[tuple[str, int]]:
     return {(w.host, w.gpu) for w in app.state.warnings if w.gpu is not None and w.host}
 
 
@@ -341,19 +348,14 @@ def _matches(snap: HostSnapshot, needle: str) -> bool:
 class ClusterScreen(Screen[None]):
     """All hosts at a glance."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "leave", "Back", id="cluster_back"),
-        Binding("c", "leave", "Host view", show=False, id="cluster_host"),
-        Binding("p", "processes", "All processes", id="cluster_processes"),
-        Binding("slash", "filter", "Filter", id="cluster_filter"),
-        Binding("q", "app.quit", "Quit", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings("cluster")
     DEFAULT_CSS = """
     ClusterScreen #cluster-totals { height: auto; padding: 0 1; background: $boost; }
     ClusterScreen #cluster-hosts { height: 1fr; }
-    ClusterScreen #cluster-filter { display: none; }
-    ClusterScreen #cluster-filter.-visible { display: block; }
     """
+
+    if TYPE_CHECKING:
+        app = getters.app(GputopApp)
 
     def __init__(self) -> None:
         super().__init__()
@@ -363,15 +365,15 @@ class ClusterScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="cluster-totals")
         yield TextLines(id="cluster-hosts")
-        yield Input(placeholder="host name or label; Enter keeps it, Esc clears",
-                    id="cluster-filter")
+        yield FilterInput(placeholder="host name or label; Enter keeps it, Esc clears",
+                          id="cluster-filter")
         yield Footer()
 
     def on_mount(self) -> None:
         self.refresh_data()
         self.query_one(TextLines).focus()
         # A fixed redraw rate, not one per snapshot: 64 hosts must not mean 64 redraws a second.
-        self.set_interval(max(0.5, float(getattr(self.app, "interval", 1.0))), self.refresh_data)
+        self.set_interval(max(0.5, self.app.interval), self.refresh_data)
 
     def snapshots(self) -> list[HostSnapshot]:
         state = self.app.state
@@ -389,7 +391,7 @@ class ClusterScreen(Screen[None]):
 
     def refresh_data(self) -> None:
         app = self.app
-        now = app.clock() if hasattr(app, "clock") else 0.0
+        now = app.clock()
         warned = _warned(app)
         snaps = self.snapshots()
         shown = [s for s in snaps if _matches(s, self.needle)]
@@ -416,9 +418,9 @@ class ClusterScreen(Screen[None]):
             self.app.show_host(host)
 
     def action_leave(self) -> None:
-        box = self.query_one("#cluster-filter", Input)
-        if box.has_class("-visible") or self.needle:
-            self._close_filter(keep=False)
+        box = self.query_one("#cluster-filter", FilterInput)
+        if box.is_open or self.needle:
+            box.close(keep=False)
             return
         self.dismiss(None)
 
@@ -426,25 +428,16 @@ class ClusterScreen(Screen[None]):
         self.app.push_screen(ClusterProcessesScreen())
 
     def action_filter(self) -> None:
-        box = self.query_one("#cluster-filter", Input)
-        box.add_class("-visible")
-        box.focus()
+        self.query_one("#cluster-filter", FilterInput).open()
 
-    @on(Input.Changed, "#cluster-filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.needle = event.value.strip()
+    @on(FilterInput.Filtered, "#cluster-filter")
+    def _filter_changed(self, event: FilterInput.Filtered) -> None:
+        self.needle = event.value
         self.refresh_data()
 
-    @on(Input.Submitted, "#cluster-filter")
-    def _filter_done(self, _event: Input.Submitted) -> None:
-        self._close_filter(keep=True)
-
-    def _close_filter(self, keep: bool) -> None:
-        box = self.query_one("#cluster-filter", Input)
-        if not keep:
-            box.value = ""
-            self.needle = ""
-        box.remove_class("-visible")
+    @on(FilterInput.Closed, "#cluster-filter")
+    def _filter_closed(self, event: FilterInput.Closed) -> None:
+        self.needle = event.value
         self.query_one(TextLines).focus()
         self.refresh_data()
 
@@ -531,16 +524,14 @@ def process_rows(
 class ClusterProcessesScreen(Screen[None]):
     """Every host's GPU processes in one list with a HOST column."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "leave", "Back", id="cluster_procs_back"),
-        Binding("slash", "filter", "Filter host:/user:/label:", id="cluster_procs_filter"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings("cluster_processes")
     DEFAULT_CSS = """
     ClusterProcessesScreen #procs-header { height: 1; padding: 0 0; text-style: bold; }
     ClusterProcessesScreen #procs-list { height: 1fr; }
-    ClusterProcessesScreen #procs-filter { display: none; }
-    ClusterProcessesScreen #procs-filter.-visible { display: block; }
     """
+
+    if TYPE_CHECKING:
+        app = getters.app(GputopApp)
 
     def __init__(self, query: str = "") -> None:
         super().__init__()
@@ -551,15 +542,15 @@ class ClusterProcessesScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(Text(PROC_HEADER), id="procs-header")
         yield TextLines(id="procs-list")
-        yield Input(value=self.query_text,
-                    placeholder="host:NAME user:NAME label:NAME or words; Esc clears",
-                    id="procs-filter")
+        yield FilterInput(value=self.query_text,
+                          placeholder="host:NAME user:NAME label:NAME or words; Esc clears",
+                          id="procs-filter")
         yield Footer()
 
     def on_mount(self) -> None:
         self.refresh_data()
         self.query_one(TextLines).focus()
-        self.set_interval(max(0.5, float(getattr(self.app, "interval", 1.0))), self.refresh_data)
+        self.set_interval(max(0.5, self.app.interval), self.refresh_data)
 
     def refresh_data(self) -> None:
         state = self.app.state
@@ -584,47 +575,46 @@ class ClusterProcessesScreen(Screen[None]):
             self.app.show_host(host)
 
     def action_filter(self) -> None:
-        box = self.query_one("#procs-filter", Input)
-        box.add_class("-visible")
-        box.focus()
+        self.query_one("#procs-filter", FilterInput).open()
 
-    @on(Input.Changed, "#procs-filter")
-    def _changed(self, event: Input.Changed) -> None:
-        self.query_text = event.value
-        self.where = ProcFilter.parse(event.value)
-        self.refresh_data()
+    @on(FilterInput.Filtered, "#procs-filter")
+    def _changed(self, event: FilterInput.Filtered) -> None:
+        self._filter(event.value)
 
-    @on(Input.Submitted, "#procs-filter")
-    def _submitted(self, _event: Input.Submitted) -> None:
-        self.query_one("#procs-filter", Input).remove_class("-visible")
+    @on(FilterInput.Closed, "#procs-filter")
+    def _filter_closed(self, event: FilterInput.Closed) -> None:
+        self._filter(event.value)
         self.query_one(TextLines).focus()
 
+    def _filter(self, text: str) -> None:
+        self.query_text = text
+        self.where = ProcFilter.parse(text)
+        self.refresh_data()
+
     def action_leave(self) -> None:
-        box = self.query_one("#procs-filter", Input)
-        if box.has_class("-visible") or self.query_text:
-            box.value = ""
-            box.remove_class("-visible")
-            self.query_one(TextLines).focus()
+        box = self.query_one("#procs-filter", FilterInput)
+        if box.is_open or self.query_text:
+            box.close(keep=False)
             return
         self.app.pop_screen()
 
 
-# -- hooks the dashboard calls -------------------------------------------------------
+# -- opened from the dashboard --------------------------------------------------------
 
 
-def open_cluster(app: Any) -> None:
+def open_cluster(app: GputopApp) -> None:
     if isinstance(app.screen, ClusterScreen):
         return
     app.push_screen(ClusterScreen())
 
 
-def open_processes(app: Any) -> None:
+def open_processes(app: GputopApp) -> None:
     """``p`` on the dashboard: the processes of every host (the main table shows one)."""
     if not isinstance(app.screen, ClusterProcessesScreen):
         app.push_screen(ClusterProcessesScreen())
 
 
-def back(app: Any) -> None:
+def back(app: GputopApp) -> None:
     """Esc on the host dashboard: back to the overview when there is more than one host."""
     hosts = set(app.state.feeds) | set(app.state.snapshots)
     if len(hosts) > 1:

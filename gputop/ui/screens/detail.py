@@ -8,19 +8,25 @@ characters made visible).
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from gputop.model import GpuProcess
 from gputop.ui import fmt
+from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey, UiState
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from gputop.ui.app import GputopApp
 
 
 def _when(epoch: float | None) -> str:
@@ -35,9 +41,10 @@ class DetailScreen(Screen[None]):
     DetailScreen .section { margin-top: 1; text-style: bold; color: $accent; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,enter", "close", "Back", id="detail_close"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings("detail")
+
+    if TYPE_CHECKING:
+        app = getters.app(GputopApp)
 
     def __init__(self, key: RowKey) -> None:
         super().__init__()
@@ -59,42 +66,25 @@ class DetailScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        app: Any = self.app
-        app.state_changed.subscribe(self, self._changed)
+        self.app.state_changed.subscribe(self, self._changed)
         self.run_worker(self._read_process, thread=True, exit_on_error=False, name="detail")
         self.redraw()
 
     def _changed(self, state: UiState) -> None:
         self.redraw()
 
-    def _procs(self) -> Any:
-        app: Any = self.app
-        feed = app.state.feeds.get(self.key[0])
-        return getattr(getattr(feed, "dispatch_env", None), "procs", None)
-
     def _read_process(self) -> None:
-        """cwd and the parent chain, read where permitted, for this very process only."""
-        procs = self._procs()
-        _host, pid, ticks, _gpu = self.key
-        facts = chain = None
-        if procs is not None:
-            try:
-                info = procs.process(pid)
-                # A pid reused since the row was drawn is another process: show nothing.
-                if info is not None and info.get("start_ticks") == ticks:
-                    facts = info
-                    chain = procs.parent_chain(pid)
-            except Exception as err:  # a vanished pid or an unreadable /proc entry
-                facts = {"error": f"{type(err).__name__}: {err}"}
-        self.app.call_from_thread(self._facts_read, facts, chain)
+        """cwd and the parent chain, read where the source can, for this very process."""
+        host, pid, ticks, _gpu = self.key
+        details = self.app.process_details(host, pid, ticks)
+        self.app.call_from_thread(self._facts_read, details.facts, details.parents)
 
     def _facts_read(self, facts: dict[str, Any] | None, chain: list[dict] | None) -> None:
         self.facts, self.chain = facts, chain
         self.redraw()
 
     def redraw(self) -> None:
-        app: Any = self.app
-        state: UiState = app.state
+        state = self.app.state
         proc = state.process(self.key)
         host, pid, _ticks, gpu = self.key
         title = Text()

@@ -1,5 +1,5 @@
-"""The help screen: built from the bindings active on the main screen, so a key remapped in
-the config shows as remapped."""
+"""The help screen: built from the bindings active on the screen it was opened from, so a
+key remapped in the config shows as remapped, with the id that remaps it."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from typing import ClassVar
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from gputop.ui.keys import bindings
 
 ABOUT = (
     "Rows: one GPU process each. Flags: KERN Jupyter kernel, ORPH parent gone, "
@@ -29,12 +31,10 @@ class HelpScreen(ModalScreen[None]):
     }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,question_mark,f1", "dismiss", "Close", id="help_close"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings("help")
 
-    def __init__(self, rows: list[tuple[str, str]],
-                 navigation: list[tuple[str, str]] | None = None) -> None:
+    def __init__(self, rows: list[tuple[str, str, str]],
+                 navigation: list[tuple[str, str, str]] | None = None) -> None:
         super().__init__()
         self.own = rows
         self.navigation = navigation or []
@@ -44,14 +44,16 @@ class HelpScreen(ModalScreen[None]):
         table = Table(box=None, show_header=True, header_style="bold", expand=True)
         table.add_column("Keys", style="bold cyan", no_wrap=True)
         table.add_column("Action")
-        for keys, description in self.own:
-            table.add_row(Text(keys), Text(description))
+        # The id is what the config's keys: section remaps (`kill: "x,f9"`).
+        table.add_column("Id (config keys:)", style="dim", no_wrap=True)
+        for keys, description, binding_id in self.own:
+            table.add_row(Text(keys), Text(description), Text(binding_id))
         if self.navigation:
             # The table's own scrolling keys: everyone knows them, so they come last.
-            table.add_row(Text(""), Text(""))
-            table.add_row(Text("Navigation", style="bold"), Text(""))
-            for keys, description in self.navigation:
-                table.add_row(Text(keys), Text(description))
+            table.add_row(Text(""), Text(""), Text(""))
+            table.add_row(Text("Navigation", style="bold"), Text(""), Text(""))
+            for keys, description, binding_id in self.navigation:
+                table.add_row(Text(keys), Text(description), Text(binding_id))
         with VerticalScroll():
             yield Static(Text("gputop help", style="bold"), id="help-title")
             yield Static(table, id="help-keys")

@@ -10,23 +10,26 @@ right before the signal, locally or inside the remote probe.
 from __future__ import annotations
 
 import asyncio
-import getpass
-import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, RadioButton, RadioSet, Static
 
 from gputop.analysis.orphans import may_signal
 from gputop.model import GpuProcess
 from gputop.ui import fmt
+from gputop.ui.keys import bindings
+
+if TYPE_CHECKING:
+    from gputop.ui.app import GputopApp
 
 SIGNALS = ("TERM", "KILL", "INT")
 Request = Callable[[str, dict], Awaitable[dict]]
@@ -55,40 +58,6 @@ class KillTarget:
 
 
 # -- who may signal what ------------------------------------------------------------------
-
-
-def identity_for(app: Any, host: str) -> tuple[str | int | None, bool]:
-    """(me, is_root) for a host: who the actions there run as.
-
-    Locally the effective uid; in --demo the scenario's user; over SSH the connected
-    user (the probe runs as that user, and the OS decides, not us).
-    """
-    feed = app.state.feeds.get(host)
-    env = getattr(feed, "dispatch_env", None)
-    sim = getattr(env, "sim", None)
-    if sim is not None:
-        me = getattr(getattr(sim, "scenario", None), "me", None)
-        return me, me == "root"
-    remote_user = _remote_user(feed, host)
-    if remote_user is not None:
-        return remote_user, remote_user == "root"
-    snap = app.state.snapshots.get(host)
-    if feed is None and snap is not None and snap.demo:
-        # Replayed simulated snapshots (screenshots, tests): the app's user, so that what
-        # they show does not depend on who runs them.
-        me = app.state.me
-        return me, me == "root"
-    uid = os.geteuid()
-    return uid, uid == 0
-
-
-def _remote_user(feed: Any, host: str) -> str | None:
-    user_of = getattr(feed, "user_of", None)
-    if not callable(user_of):
-        return None
-    # Without a user in the hosts file, ssh logs in with ~/.ssh/config's or our own
-    # name; a wrong guess only changes what is offered: the probe decides.
-    return str(user_of(host) or getpass.getuser())
 
 
 def targets_from_rows(
@@ -175,10 +144,7 @@ class KillScreen(ModalScreen["str | None"]):
     KillScreen #kill-buttons Button { margin-left: 2; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "confirm", "Kill", show=True),
-        Binding("n,escape", "cancel", "Cancel", show=True),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings("kill")
 
     def __init__(self, targets: list[KillTarget], grace: float = 5.0) -> None:
         super().__init__()
@@ -246,10 +212,10 @@ async def send_kills(
     return list(await asyncio.gather(*(one(t) for t in targets)))
 
 
-def report(app: Any, target: KillTarget, answer: dict) -> None:
+def report(app: GputopApp, target: KillTarget, answer: dict) -> None:
     outcome = answer.get("outcome") or ("done" if answer.get("ok") else "failed")
     message = answer.get("message") or outcome
-    severity = "information" if answer.get("ok") else "warning"
+    severity: SeverityLevel = "information" if answer.get("ok") else "warning"
     if outcome in ("permission denied", "pid reused", "still alive"):
         severity = "error"
     app.notify(
@@ -262,7 +228,7 @@ def report(app: Any, target: KillTarget, answer: dict) -> None:
 
 
 def confirm_and_kill(
-    app: Any,
+    app: GputopApp,
     targets: list[KillTarget],
     grace: float,
     on_done: Callable[[list[tuple[KillTarget, dict]]], None] | None = None,
@@ -287,7 +253,7 @@ def confirm_and_kill(
     app.push_screen(KillScreen(targets, grace), chosen)
 
 
-def open_kill(app: Any) -> None:
+def open_kill(app: GputopApp) -> None:
     """The app's kill key: the tagged rows (or the selected one) of any host."""
     state = app.state
     if state.readonly:
@@ -299,8 +265,8 @@ def open_kill(app: Any) -> None:
         return
     allowed: list[tuple[str, GpuProcess]] = []
     for host, proc in rows:
-        me, is_root = identity_for(app, host)
-        why = refusal(proc, me, is_root)
+        who = app.identity(host)
+        why = refusal(proc, who.me, who.is_root)
         if why is None:
             allowed.append((host, proc))
         else:

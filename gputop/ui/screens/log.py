@@ -5,35 +5,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from gputop.analysis.health import ClearedWarning
-from gputop.model import Warning as HealthWarning
+from gputop.model import HealthWarning
 from gputop.ui import fmt
+from gputop.ui.keys import bindings
 from gputop.ui.widgets.warnings import SEVERITY_LABEL, SEVERITY_STYLE, WarningsPanel
+
+if TYPE_CHECKING:
+    from gputop.ui.app import GputopApp
 
 
 def _clock(epoch: float | None) -> str:
     if epoch is None:
         return "--:--:--"
     return time.strftime("%H:%M:%S", time.localtime(epoch))
-
-
-def _span(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 120:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def log_text(log: Sequence[ClearedWarning]) -> Text:
@@ -53,7 +47,7 @@ def log_text(log: Sequence[ClearedWarning]) -> Text:
         out.append(fmt.visible(w.message))
         if w.since is not None:
             out.append(
-                f"  (from {_clock(w.since)}, {_span(entry.cleared - w.since)})", style="dim"
+                f"  (from {_clock(w.since)}, {fmt.duration(entry.cleared - w.since)})", style="dim"
             )
     return out
 
@@ -61,9 +55,7 @@ def log_text(log: Sequence[ClearedWarning]) -> Text:
 class WarningLogScreen(Screen[None]):
     """Opened by the app's `w` binding with the tracker's current list and log."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,w", "app.pop_screen", "Back", id="back"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings("log")
 
     DEFAULT_CSS = """
     WarningLogScreen .title { padding: 1 1 0 1; text-style: bold; }
@@ -96,9 +88,8 @@ class WarningLogScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        signal = getattr(self.app, "state_changed", None)
-        if self.source is not None and signal is not None:
-            signal.subscribe(self, self._pull)
+        if self.source is not None:
+            cast("GputopApp", self.app).state_changed.subscribe(self, self._pull)
 
     def _pull(self, _state: object = None) -> None:
         if self.source is not None and self.is_attached:
@@ -117,14 +108,12 @@ class WarningLogScreen(Screen[None]):
         titles[1].update(f"Cleared this session ({len(self.cleared)})")
 
 
-def open_log(app: Any) -> None:
-    """The app's `w` binding: active warnings with hints, then what cleared this session."""
-    tracker = getattr(getattr(app, "analyser", None), "tracker", None)
-    clock = getattr(app, "clock", time.time)
+def open_log(app: GputopApp) -> None:
+    """The dashboard's `w`: active warnings with hints, then what cleared this session."""
+    tracker = app.analyser.tracker
 
     def source() -> tuple[list[ClearedWarning], list[HealthWarning], float]:
-        log = list(tracker.log) if tracker is not None else []
-        return log, list(app.state.warnings), clock()
+        return list(tracker.log), list(app.state.warnings), app.clock()
 
     log, current, now = source()
     app.push_screen(WarningLogScreen(log, current, now=now, source=source))

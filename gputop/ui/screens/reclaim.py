@@ -8,11 +8,11 @@ first, with the memory each would free and why it is listed.  Select several wit
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Label, SelectionList, Static
@@ -21,22 +21,28 @@ from textual.widgets.selection_list import Selection
 from gputop.analysis import orphans
 from gputop.analysis.orphans import Reclaimable
 from gputop.ui import fmt
-from gputop.ui.screens.kill import KillTarget, confirm_and_kill, identity_for
+from gputop.ui.keys import bindings
+from gputop.ui.screens.kill import KillTarget, confirm_and_kill
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from gputop.ui.app import GputopApp
 
 EntryKey = tuple[str, int, int]  # host, pid, start_ticks
 
 FLAG_STYLE = {"orphan": "bold yellow", "idle": "cyan", "kernel": "magenta"}
 
 
-def collect(app: Any) -> list[Reclaimable]:
+def collect(app: GputopApp) -> list[Reclaimable]:
     """Reclaimable processes over all hosts, largest first."""
     state = app.state
     out: list[Reclaimable] = []
     for host, snap in state.snapshots.items():
         if not snap.ok:
             continue
-        me, is_root = identity_for(app, host)
-        out.extend(orphans.reclaimable(snap, state.flags.get(host) or {}, me, is_root))
+        who = app.identity(host)
+        out.extend(orphans.reclaimable(snap, state.flags.get(host) or {}, who.me, who.is_root))
     out.sort(key=lambda r: (-(r.mem or 0), r.host, r.pid))
     return out
 
@@ -64,7 +70,7 @@ def entry_prompt(entry: Reclaimable) -> Text:
     return line
 
 
-def ghost_text(app: Any) -> Text:
+def ghost_text(app: GputopApp) -> Text:
     """Per host: memory NVML counts as used that no listed process owns, and who holds
     the device files without being listed."""
     out = Text()
@@ -97,11 +103,10 @@ class ReclaimScreen(Screen[None]):
     ReclaimScreen #reclaim-ghost { height: auto; max-height: 8; padding: 0 1; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("k,f9", "kill", "Kill selected", id="reclaim_kill"),
-        Binding("a", "select_all", "Select all", id="reclaim_all"),
-        Binding("escape,q,o", "close", "Back", id="reclaim_back"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings("reclaim")
+
+    if TYPE_CHECKING:
+        app = getters.app(GputopApp)
 
     def __init__(self) -> None:
         super().__init__()
@@ -137,7 +142,7 @@ class ReclaimScreen(Screen[None]):
 
     def reload(self) -> None:
         """Rebuild from the latest snapshots, keeping what was selected."""
-        self._seen_version = getattr(self.app.state, "version", 0)
+        self._seen_version = self.app.state.version
         entries = collect(self.app)
         keys = [entry_key(e) for e in entries]
         widget = self.selection
@@ -157,7 +162,7 @@ class ReclaimScreen(Screen[None]):
 
     def _summary(self) -> None:
         state = self.app.state
-        root = any(identity_for(self.app, h)[1] for h in state.snapshots)
+        root = any(self.app.identity(h).is_root for h in state.snapshots)
         whose = "all users (root)" if root else "yours"
         picked = [self.entries[k] for k in self.selection.selected if k in self.entries]
         total = sum(e.mem or 0 for e in self.entries.values())
@@ -223,5 +228,5 @@ class ReclaimScreen(Screen[None]):
         confirm_and_kill(self.app, targets, grace, on_done=lambda _results: self.reload())
 
 
-def open_reclaim(app: Any) -> None:
+def open_reclaim(app: GputopApp) -> None:
     app.push_screen(ReclaimScreen())

@@ -10,15 +10,13 @@ selected GPU, or all of mine on the host when the selected GPU is not mine.
 
 from __future__ import annotations
 
-import os
-import pwd
 import time
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
@@ -27,23 +25,20 @@ from gputop.actions.reservations import ReservationError, check_note
 from gputop.analysis.durations import format_duration, parse_until
 from gputop.model import HostSnapshot, Reservation
 from gputop.ui import fmt
+from gputop.ui.keys import bindings
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from gputop.ui.app import GputopApp
 
 
-def me_on(app: Any, host: str) -> str:
-    """Who the store will see as the owner: the remote login over SSH, else this uid."""
-    feed = app.state.feeds.get(host)
-    user_of = getattr(feed, "user_of", None)
-    if callable(user_of):
-        user = user_of(host)
-        if user:
-            return str(user)
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return f"uid {os.geteuid()}"
+def me_on(app: GputopApp, host: str) -> str:
+    """Who the store will see as the owner: the remote login over SSH, else this user."""
+    return app.identity(host).reservation_owner or "?"
 
 
-def selected_gpus(app: Any) -> list[int]:
+def selected_gpus(app: GputopApp) -> list[int]:
     """The GPU under focus, else the GPU of the selected process row."""
     state = app.state
     if state.selected_gpu is not None:
@@ -106,9 +101,10 @@ class ReserveScreen(ModalScreen["dict | None"]):
     ReserveScreen #reserve-buttons Button { margin-left: 2; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "cancel", "Cancel", show=True),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings("reserve")
+
+    if TYPE_CHECKING:
+        app = getters.app(GputopApp)
 
     def __init__(self, host: str, gpus: list[int], me: str, clock: Any = time.time) -> None:
         super().__init__()
@@ -140,7 +136,7 @@ class ReserveScreen(ModalScreen["dict | None"]):
     # -- helpers ---------------------------------------------------------------------------
 
     def _snapshot(self) -> HostSnapshot | None:
-        return self.app.state.snapshots.get(self.host)  # type: ignore[attr-defined]
+        return self.app.state.snapshots.get(self.host)
 
     def _show_current(self) -> None:
         snapshot = self._snapshot()
@@ -217,7 +213,7 @@ class ReserveScreen(ModalScreen["dict | None"]):
 
     async def _send(self, request: dict) -> None:
         try:
-            reply = await self.app.request(self.host, request)  # type: ignore[attr-defined]
+            reply = await self.app.request(self.host, request)
         except Exception as exc:  # the feed's trouble is shown, never a crash
             reply = {"ok": False, "message": f"{type(exc).__name__}: {exc}"}
         finally:
@@ -231,7 +227,7 @@ class ReserveScreen(ModalScreen["dict | None"]):
             self._error(str(reply.get("message") or "the reservation failed"))
 
 
-def open_reserve(app: Any) -> None:
+def open_reserve(app: GputopApp) -> None:
     host = app.state.host
     if host is None or app.state.snapshots.get(host) is None:
         app.notify("reserve: no data from this host yet", severity="warning")
@@ -239,11 +235,11 @@ def open_reserve(app: Any) -> None:
     app.push_screen(ReserveScreen(host, selected_gpus(app), me_on(app, host), clock=app.clock))
 
 
-def release(app: Any) -> None:
+def release(app: GputopApp) -> None:
     """`R`: release my reservation of the selected GPU, or all of mine on this host."""
     host = app.state.host
     snapshot = app.state.snapshots.get(host) if host is not None else None
-    if snapshot is None:
+    if host is None or snapshot is None:
         app.notify("release: no data from this host yet", severity="warning")
         return
     me = me_on(app, host)

@@ -8,11 +8,11 @@ opened with; `tab` moves to the next host when there are several.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
@@ -20,6 +20,10 @@ from textual.widgets import Footer, Static
 from gputop.analysis import topology
 from gputop.model import HostSnapshot
 from gputop.ui import fmt
+from gputop.ui.keys import bindings
+
+if TYPE_CHECKING:
+    from gputop.ui.app import GputopApp
 
 # Near to far: green, cyan, blue, yellow, orange, red (fixed colours so that NODE and SYS
 # stay apart in every theme).
@@ -91,10 +95,7 @@ def _nvlink_summary(snapshot: HostSnapshot) -> str:
 class TopologyScreen(Screen[None]):
     """Opened by the app's `t` binding with the current snapshots (first: the shown host)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,t", "app.pop_screen", "Back", id="back"),
-        Binding("tab", "next_host", "Next host", show=True),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings("topology")
 
     DEFAULT_CSS = """
     TopologyScreen #topology { padding: 1 2; width: auto; }
@@ -127,8 +128,8 @@ class TopologyScreen(Screen[None]):
             self.query_one("#topology", Static).update(self._text())
 
 
-def open_topology(app: Any) -> None:
-    """The app's `t` binding: the shown host first, then the others by name."""
+def open_topology(app: GputopApp) -> None:
+    """The dashboard's `t`: the shown host first, then the others by name."""
     state = app.state
     snapshots = dict(state.snapshots)
     if not snapshots:

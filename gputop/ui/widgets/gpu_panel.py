@@ -19,8 +19,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gputop.config import DEFAULT_COLORS, DEFAULT_THRESHOLDS
-from gputop.model import CRITICAL, GPU_OK, SEVERITY_ORDER, Gpu, Reservation
-from gputop.model import Warning as HealthWarning
+from gputop.model import CRITICAL, GPU_OK, SEVERITY_ORDER, Gpu, HealthWarning, Reservation
 from gputop.ui import fmt
 
 # Clock events that are not a slowdown anyone should look at.

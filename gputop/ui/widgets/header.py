@@ -7,8 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from gputop.model import HostSnapshot
-from gputop.model import Warning as HealthWarning
+from gputop.model import HealthWarning, HostSnapshot
 from gputop.ui import fmt
 from gputop.ui.widgets.gpu_panel import SEVERITY_BADGE
 

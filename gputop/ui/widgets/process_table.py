@@ -23,6 +23,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gputop.config import COLUMNS as DEFAULT_COLUMNS
+from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey
 from gputop.ui.table_model import Column, Row, cell, layout
 
@@ -106,8 +107,7 @@ class ProcessTable(ScrollView, can_focus=True):
 
     # No `k` for up: k is the kill key, as in htop.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("down,j", "cursor_down", "Down", show=False, id="cursor_down"),
-        Binding("up", "cursor_up", "Up", show=False, id="cursor_up"),
+        *bindings("table"),
         Binding("pagedown", "page_down", "Page down", show=False),
         Binding("pageup", "page_up", "Page up", show=False),
         Binding("home", "first", "First", show=False),
@@ -162,7 +162,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self.now = now
         self._index = {row.key: i for i, row in enumerate(rows)}
         if self.selected in self._index:
-            self.cursor = self._index[self.selected]  # type: ignore[index]
+            self.cursor = self._index[self.selected]
         else:
             # The selected process left (or is filtered out): stay at the same height.
             self.cursor = min(self.cursor, max(len(rows) - 1, 0))

@@ -15,8 +15,8 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
-from gputop.model import CRITICAL, INFO, SEVERITY_ORDER, WARNING
-from gputop.model import Warning as HealthWarning
+from gputop.analysis.durations import format_duration
+from gputop.model import CRITICAL, INFO, SEVERITY_ORDER, WARNING, HealthWarning
 from gputop.ui import fmt
 
 SEVERITY_STYLE = {CRITICAL: "bold red", WARNING: "yellow", INFO: "cyan"}
@@ -49,23 +49,13 @@ def warning_lines(
         out.append(" ".join(where) + "  ", style="bold" if not faded else "dim")
         out.append(fmt.visible(w.message), style="dim" if faded else "")
         if w.since is not None and now is not None and now - w.since >= 60:
-            out.append(f"  ({_age(now - w.since)})", style="dim")
+            out.append(f"  ({format_duration(now - w.since, minutes=True)})", style="dim")
         if faded:
             out.append("  cleared", style="dim italic")
         if hints and w.hint:
             out.append("\n      ")
             out.append("→ " + fmt.visible(w.hint), style="dim")
     return out
-
-
-def _age(seconds: float) -> str:
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes:02d} min"
-    return f"{hours // 24} d"
 
 
 class WarningsPanel(Widget):

@@ -1,0 +1,262 @@
+"""From the command line's ``SourceOptions`` to feeds: the one place that decides.
+
+``open_feeds`` gives the dashboard and every command their feeds (the simulator in
+--demo; this machine; SSH hosts from -H, --hosts, $GPUTOP_HOSTS or the default hosts
+file).  ``collect_once`` is one round of snapshots for the one-shot commands; acting
+commands keep the feeds open in a ``gputop.sources.oneshot.Session``.
+
+Both raise ``NoDriverError`` (local NVML cannot start: the caller prints ``str(err)``
+and exits EXIT_NO_DRIVER) or ``SourceError`` (a bad scenario or hosts file: one line
+naming the file, exit EXIT_USAGE).  Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gputop.config import Config
+from gputop.hosts import HostSpec
+from gputop.model import HostSnapshot
+from gputop.options import SourceOptions
+from gputop.sources.identity import Identity, local_identity, named_identity
+from gputop.sources.nvml import Collector, NoDriverError, open_local
+
+if TYPE_CHECKING:
+    from gputop.sources.feed import Feed, LocalFeed
+
+__all__ = [
+    "NoDriverError",
+    "Round",
+    "SourceError",
+    "SourcePlan",
+    "collect_once",
+    "demo_reservations_dir",
+    "narrow_to_one",
+    "open_feeds",
+    "plan_sources",
+    "reservations_dir",
+]
+
+# In a one-shot --demo the simulation is read twice, this far apart in simulated time, so
+# that rates and per-process SM % have a window to be computed over.
+DEMO_WARMUP_S = 0.2
+
+
+class SourceError(Exception):
+    """A bad source argument (scenario file, hosts file); str() is one line for the user."""
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """Which sources the options name; every command and the dashboard follow it."""
+
+    demo: str | None
+    local: bool
+    ssh_hosts: tuple[HostSpec, ...]
+
+
+def plan_sources(options: SourceOptions) -> SourcePlan:
+    """-H wins over a hosts file; a hosts file (--hosts, $GPUTOP_HOSTS, the default one)
+    means SSH, plus this machine with --local.  Raises SourceError for a bad hosts file."""
+    if options.demo:
+        return SourcePlan(demo=options.demo, local=False, ssh_hosts=())
+    from gputop.hosts import HostsFileError, find_hosts_file, load, parse_host_list
+
+    try:
+        if options.host_list is not None:
+            specs = parse_host_list(options.host_list)
+        else:
+            path, _where = find_hosts_file(options.hosts_file)
+            specs = load(path) if path is not None else []
+    except HostsFileError as err:
+        raise SourceError(f"gputop: {err}") from None
+    return SourcePlan(demo=None, local=not specs or options.local, ssh_hosts=tuple(specs))
+
+
+LOCAL_HOST = "localhost"  # this machine's name in views and --host
+
+
+def narrow_to_one(plan: SourcePlan, host: str | None) -> SourcePlan:
+    """The one host a command acts on: ``host`` (--host), else the only one, else this
+    machine when it is among the sources.  Raises SourceError naming the choices."""
+    if plan.demo:
+        return plan
+    names = ([LOCAL_HOST] if plan.local else []) + [s.name for s in plan.ssh_hosts]
+    if host is None:
+        if plan.local:
+            return SourcePlan(demo=None, local=True, ssh_hosts=())
+        if len(plan.ssh_hosts) == 1:
+            return plan
+        raise SourceError(f"several hosts ({', '.join(names)}): choose one with --host")
+    chosen = tuple(s for s in plan.ssh_hosts if s.name == host)
+    if chosen:
+        return SourcePlan(demo=None, local=False, ssh_hosts=chosen)
+    if host == LOCAL_HOST and plan.local:
+        return SourcePlan(demo=None, local=True, ssh_hosts=())
+    raise SourceError(f"no host {host!r} (hosts: {', '.join(names) or 'none'})")
+
+
+def demo_reservations_dir(scenario: str) -> str:
+    """Where --demo keeps reservations: per user and scenario, never the real store."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(scenario))
+    return os.path.join(tempfile.gettempdir(), f"gputop-demo-{os.getuid()}", safe, "reservations")
+
+
+def reservations_dir(options: SourceOptions, config: Config) -> str:
+    """The reservation store of the local or demo source."""
+    if options.demo:
+        return demo_reservations_dir(options.demo)
+    return config.reservations.dir
+
+
+# -- the feeds ---------------------------------------------------------------------------------
+
+
+def open_feeds(
+    options: SourceOptions, config: Config, *, one_shot: bool = False,
+    plan: SourcePlan | None = None, need_driver: bool = True,
+) -> list[Feed]:
+    """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
+    Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
+    False (commands that only touch the reservation store: this machine is then a "no
+    GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
+    command (no SSH retries, a frozen simulated clock), not the dashboard's stream."""
+    plan = plan or plan_sources(options)
+    feeds: list[Feed] = []
+    if plan.demo:
+        feeds.append(_demo_feed(plan.demo, options, config, one_shot))
+    elif plan.local:
+        feeds.append(_local_feed(options, config, need_driver))
+    if plan.ssh_hosts:
+        from gputop.sources.ssh import SshFeed
+
+        if one_shot:
+            feeds.append(SshFeed(plan.ssh_hosts, readonly=options.readonly, retry=False,
+                                 warmup=DEMO_WARMUP_S))
+        else:
+            feeds.append(SshFeed(plan.ssh_hosts, readonly=options.readonly))
+    return feeds
+
+
+def _action_env(options: SourceOptions, config: Config, **extra: Any) -> Any:
+    from gputop.actions.dispatch import ActionEnv
+
+    return ActionEnv(reservations_dir=reservations_dir(options, config),
+                     readonly=options.readonly, **extra)
+
+
+def _local_feed(options: SourceOptions, config: Config, need_driver: bool = True) -> LocalFeed:
+    from gputop.sources.feed import LocalFeed
+    from gputop.sources.procfs import ProcFs
+
+    store = reservations_dir(options, config)
+    collector: Collector | Any
+    try:
+        collector = open_local(reservations_dir=store)
+        procs = collector.procs
+    except NoDriverError as err:
+        if need_driver:
+            raise
+        failure = err
+
+        def collector() -> Collector:  # each poll: a "no GPU/driver" snapshot
+            raise failure
+
+        procs = ProcFs()
+    env = _action_env(options, config, procs=procs)
+    return LocalFeed(collector, host=LOCAL_HOST, identity=local_identity(), dispatch_env=env)
+
+
+class _FrozenClock:
+    """Simulated time that moves only when told to: a one-shot needs no real sleep."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _WarmedUp:
+    """A demo collector whose first read is two reads DEMO_WARMUP_S apart in simulated
+    time, so that a one-shot has rates and SM % as the dashboard's second tick does."""
+
+    def __init__(self, collector: Collector, clock: _FrozenClock) -> None:
+        self.collector, self.clock, self.warm = collector, clock, False
+
+    def collect(self) -> dict[str, Any]:
+        if not self.warm:
+            self.warm = True
+            self.collector.collect()
+            self.clock.now += DEMO_WARMUP_S
+        return self.collector.collect()
+
+
+def _demo_feed(name: str, options: SourceOptions, config: Config, one_shot: bool) -> LocalFeed:
+    # The simulator pulls in pyyaml for scenario files: imported only when asked for.
+    from gputop.sources import sim
+    from gputop.sources.feed import LocalFeed
+
+    try:
+        scenario = sim.load_scenario(name)
+    except sim.ScenarioError as err:
+        raise SourceError(str(err)) from None
+    clock: Any = _FrozenClock(time.time()) if one_shot else time.time
+    host = str(scenario.host.get("hostname") or name)
+    nvml = sim.SimNvml(scenario, clock=clock)
+    procs = sim.SimProcs(nvml)
+    collector: Any = Collector(nvml, procs, host=host, demo=True,
+                               reservations_dir=reservations_dir(options, config), clock=clock)
+    if one_shot:
+        collector = _WarmedUp(collector, clock)
+    env = _action_env(options, config, sim=nvml, procs=procs)
+    identity = dataclasses.replace(named_identity(scenario.me),
+                                   reserves_as=local_identity().user)
+    return LocalFeed(collector, host=host, identity=identity, dispatch_env=env)
+
+
+# -- one round ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Round:
+    """One snapshot of every host, and who acts there (for the rules about "my" cards)."""
+
+    snapshots: list[HostSnapshot]
+    identities: dict[str, Identity]
+
+    def me(self, host: str) -> str | None:
+        """Who "my" reservations on ``host`` belong to, for the rules about them."""
+        identity = self.identities.get(host)
+        return identity.reservation_owner if identity is not None else None
+
+
+def collect_once(
+    options: SourceOptions, config: Config, plan: SourcePlan | None = None
+) -> Round:
+    """One round of snapshots for the one-shot commands.
+
+    This machine and the simulator are read in this thread, without an event loop
+    (asyncio costs `gputop --once` tens of ms); SSH hosts in parallel on one loop.
+    """
+    from gputop.sources.feed import LocalFeed
+
+    feeds = open_feeds(options, config, one_shot=True, plan=plan)
+    local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
+    snapshots = [feed.poll() for feed in local]
+    identities = {feed.host: feed.identity(feed.host) for feed in local}
+    remote = [feed for feed in feeds if not isinstance(feed, LocalFeed)]
+    if remote:
+        import asyncio
+
+        from gputop.sources.oneshot import first_round
+
+        found, who = asyncio.run(first_round(remote, options.timeout))
+        snapshots.extend(found)
+        identities.update(who)
+    return Round(snapshots, identities)

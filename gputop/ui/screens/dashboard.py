@@ -1,0 +1,418 @@
+"""The dashboard of one host: header, GPU panels, warnings, host line, process table.
+
+The app's default screen.  It owns what is about the view (filters, sort, the search
+box, which panels exist) and reads everything else from ``app.state``; its keys come
+from the registry (``gputop.keymap``, scope "dashboard") and act only while it is on
+screen, because a screen's bindings are active only while it is.  Other screens are
+opened from here with ``app.push_screen``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Container
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from gputop.model import HostSnapshot
+from gputop.ui import table_model
+from gputop.ui.keys import bindings
+from gputop.ui.widgets.filter_input import FilterInput
+from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
+from gputop.ui.widgets.header import HeaderBar, HostLine
+from gputop.ui.widgets.process_table import ProcessTable, TableHeader
+from gputop.ui.widgets.warnings import WarningsPanel
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from gputop.ui.app import GputopApp
+
+SORT_ORDER = tuple(table_model.COLUMNS)
+
+
+class DashboardScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = bindings("dashboard")
+
+    if TYPE_CHECKING:
+        app = getters.app(GputopApp)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Filters and sort of the process table.
+        self.mine = False
+        self.user_filter: str | None = None
+        self.search = ""
+        self.sort_column = "gpu_mem"
+        self.sort_reverse = True
+        self._dirty = False
+        self._compact: bool | None = None
+        self._panel_gpus: tuple[int, ...] = ()
+        self._panels: dict[int, GpuPanel] = {}
+
+    # -- layout ------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        config = self.app.config
+        yield HeaderBar(id="header")
+        yield HostLine(id="hostline")
+        yield WarningsPanel()
+        yield Container(id="gpus")
+        yield TableHeader(config.columns, id="table-header")
+        yield ProcessTable(config.columns, id="processes")
+        yield FilterInput(placeholder="search command or user; Enter keeps it, Esc clears",
+                          id="search")
+        yield Footer()
+
+    @property
+    def table(self) -> ProcessTable:
+        return self.query_one(ProcessTable)
+
+    @property
+    def search_box(self) -> FilterInput:
+        return self.query_one("#search", FilterInput)
+
+    def on_mount(self) -> None:
+        self.table.me = self.app.state.me
+        self.table.focus()
+        self.query_one(TableHeader).set_sort(self.sort_column, self.sort_reverse)
+
+    # -- data in -----------------------------------------------------------------------
+
+    def data_changed(self, first: bool) -> None:
+        """The app applied a snapshot; the first one is drawn at once (the first frame
+        should not wait up to one interval for the timer), later ones on the tick."""
+        self._dirty = True
+        if first:
+            self.refresh_view()
+
+    def _ready(self) -> bool:
+        # Snapshots and ticks can arrive before the widgets exist or while they go away.
+        return self.is_mounted and bool(self.query(HeaderBar))
+
+    def tick(self) -> None:
+        """The app's refresh timer, while this screen is on top: redraw only what aged."""
+        if not self._ready():
+            return
+        if self._dirty:
+            self.refresh_view()
+        else:
+            state = self.app.state
+            self.query_one(HeaderBar).update_data(
+                state.snapshot, self.app.interval, self.app.clock(), len(state.snapshots))
+
+    # -- drawing -----------------------------------------------------------------------
+
+    def refresh_view(self) -> None:
+        """Bring every widget up to date with the state."""
+        if not self._ready():
+            return
+        self._dirty = False
+        app = self.app
+        state = app.state
+        snap = state.snapshot
+        now = app.clock()
+        self.query_one(HeaderBar).update_data(snap, app.interval, now, len(state.snapshots))
+        host_warnings = state.warnings_for(snap.host) if snap else []
+        self.query_one(HostLine).update_data(snap, host_warnings, self.filter_status())
+        if snap is None:
+            return
+        self._update_panels(snap, now)
+        self._update_warnings_panel(now)
+        rows = table_model.build_rows(
+            snap.host, snap.processes, state.flags.get(snap.host),
+            mine=state.me if self.mine else None, user=self.user_filter,
+            gpu=state.selected_gpu, search=self.search,
+        )
+        rows = table_model.sort_rows(rows, self.sort_column, self.sort_reverse, now)
+        table = self.table
+        table.tagged = state.tagged
+        table.set_rows(rows, now)
+        state.selected = table.selected
+        app.first_frame_drawn()
+
+    def _update_panels(self, snap: HostSnapshot, now: float) -> None:
+        box = self.query_one("#gpus", Container)
+        config = self.app.config
+        indexes = tuple(g.index for g in snap.gpus)
+        if indexes != self._panel_gpus:
+            # Panels are kept and hidden, never removed: a removed panel keeps its id
+            # until the removal completes, and the next host may need that id at once.
+            for i in sorted(indexes):
+                if i not in self._panels:
+                    panel = GpuPanel(i, config.thresholds, config.colors,
+                                     id=f"gpu-{i}", classes=f"gpu-{i}")
+                    after = [p for j, p in self._panels.items() if j > i]
+                    self._panels[i] = panel
+                    box.mount(panel, before=min(after, key=lambda p: p.index) if after else None)
+            for i, panel in self._panels.items():
+                panel.display = i in indexes
+            self._panel_gpus = indexes
+            self._compact = None
+        self._arrange_panels(len(indexes))
+        state = self.app.state
+        history = state.history
+        span = min(history.seconds, max(180.0, 60 * self.app.interval))
+        for gpu in snap.gpus:
+            panel = self._panels[gpu.index]
+            panel.set_class(state.selected_gpu == gpu.index, "-selected")
+            panel.update_data(PanelData(
+                gpu=gpu,
+                util_series=history.gpu_series(snap.host, gpu.index, "util_gpu"),
+                mem_series=history.gpu_series(snap.host, gpu.index, "mem_percent"),
+                warnings=state.warnings_for(snap.host, gpu.index),
+                reservations=[r for r in snap.reservations
+                              if r.gpu == gpu.index and r.active(now)],
+                now=now,
+                span=span,
+                kept=history.seconds,
+            ))
+
+    def _update_warnings_panel(self, now: float) -> None:
+        app = self.app
+        for panel in self.query(WarningsPanel):
+            panel.show(app.state.warnings, app.analyser.tracker.clearing, now)
+            # Warnings matter, but at 80x24 they must leave room for the processes.
+            # Set only on change: a style write costs a layout pass.
+            limit = max(2, self.size.height // 8)
+            if panel.styles.max_height is None or panel.styles.max_height.value != limit:
+                panel.styles.max_height = limit
+
+    def _arrange_panels(self, count: int) -> None:
+        width, height = self.size
+        columns = 2 if width >= 200 and count >= 2 else 1
+        rows_full = -(-count // columns) * 3
+        compact = rows_full > (height - 6) * 0.55
+        if compact == self._compact:
+            return
+        self._compact = compact
+        box = self.query_one("#gpus", Container)
+        box.styles.grid_size_columns = columns
+        for panel in self._panels.values():
+            panel.set_class(compact, "-compact")
+        box.set_class(compact, "-compact")
+
+    def gpu_panel(self, index: int) -> GpuPanel | None:
+        """The panel of a GPU of the host shown."""
+        return self._panels.get(index) if index in self._panel_gpus else None
+
+    def on_resize(self) -> None:
+        self._compact = None
+        self._dirty = True
+        # Re-arrange once the new size is laid out, not a whole interval later.
+        self.call_after_refresh(self.refresh_view)
+
+    def filter_status(self) -> str:
+        state = self.app.state
+        parts = []
+        if self.mine:
+            parts.append(f"mine ({state.me})")
+        if self.user_filter is not None:
+            parts.append(f"user {self.user_filter}")
+        if state.selected_gpu is not None:
+            parts.append(f"GPU {state.selected_gpu}")
+        if self.search:
+            parts.append(f"/{self.search}")
+        if state.tagged:
+            parts.append(f"{len(state.tagged)} tagged")
+        if state.readonly:
+            parts.append("READ-ONLY")
+        return " · ".join(parts)
+
+    # -- table and panel events --------------------------------------------------------
+
+    @on(ProcessTable.Highlighted)
+    def _highlighted(self, event: ProcessTable.Highlighted) -> None:
+        self.app.state.selected = event.key
+
+    @on(ProcessTable.Activated)
+    def _activated(self, event: ProcessTable.Activated) -> None:
+        self.app.state.selected = event.key
+        self.action_detail()
+
+    @on(TableHeader.SortRequested)
+    def _sort_requested(self, event: TableHeader.SortRequested) -> None:
+        if event.column == self.sort_column:
+            self.action_sort_reverse()
+        else:
+            self.action_sort(event.column)
+
+    @on(GpuPanel.Clicked)
+    def _gpu_clicked(self, event: GpuPanel.Clicked) -> None:
+        state = self.app.state
+        state.selected_gpu = None if state.selected_gpu == event.index else event.index
+        self.refresh_view()
+
+    # -- actions: sorting and filtering ------------------------------------------------
+
+    def action_sort(self, column: str) -> None:
+        self.sort_column = column
+        self.sort_reverse = column in table_model.DESCENDING_BY_DEFAULT
+        self._sorted()
+
+    def action_sort_next(self, step: int = 1) -> None:
+        shown = [c for c in SORT_ORDER if c in self.app.config.columns] or list(SORT_ORDER)
+        index = shown.index(self.sort_column) if self.sort_column in shown else -1
+        self.action_sort(shown[(index + step) % len(shown)])
+
+    def action_sort_prev(self) -> None:
+        self.action_sort_next(-1)
+
+    def action_sort_reverse(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self._sorted()
+
+    def _sorted(self) -> None:
+        self.query_one(TableHeader).set_sort(self.sort_column, self.sort_reverse)
+        self.refresh_view()
+
+    def action_mine(self) -> None:
+        self.mine = not self.mine
+        self.refresh_view()
+
+    def action_user_filter(self) -> None:
+        if self.user_filter is not None:
+            self.user_filter = None
+        else:
+            proc = self.app.state.selected_process()
+            if proc is None or not proc.user:
+                self.notify("select a process of that user first", severity="warning")
+                return
+            self.user_filter = proc.user
+        self.refresh_view()
+
+    def action_gpu_filter(self) -> None:
+        self.action_step_gpu(1)
+
+    def action_step_gpu(self, step: int) -> None:
+        state = self.app.state
+        snap = state.snapshot
+        if snap is None or not snap.gpus:
+            return
+        choices: list[int | None] = [None, *(g.index for g in snap.gpus)]
+        current = choices.index(state.selected_gpu) if state.selected_gpu in choices else 0
+        state.selected_gpu = choices[(current + step) % len(choices)]
+        self.refresh_view()
+
+    def action_search(self) -> None:
+        self.search_box.open()
+
+    @on(FilterInput.Filtered, "#search")
+    def _search_changed(self, event: FilterInput.Filtered) -> None:
+        self.search = event.value
+        self.refresh_view()
+
+    @on(FilterInput.Closed, "#search")
+    def _search_closed(self, event: FilterInput.Closed) -> None:
+        self.search = event.value
+        self.table.focus()
+        self.refresh_view()
+
+    def action_back(self) -> None:
+        """Esc: close the search box, else clear the filters, else leave for the cluster
+        overview (several hosts)."""
+        state = self.app.state
+        if self.search_box.has_focus:
+            self.search_box.close(keep=False)
+            return
+        if self.search or self.mine or self.user_filter or state.selected_gpu is not None:
+            self.search = ""
+            self.search_box.clear()
+            self.mine = False
+            self.user_filter = None
+            state.selected_gpu = None
+            self.refresh_view()
+            return
+        from gputop.ui.screens import cluster
+
+        cluster.back(self.app)
+
+    def action_tag(self) -> None:
+        state = self.app.state
+        key = state.selected
+        if key is None:
+            return
+        if key in state.tagged:
+            state.tagged.discard(key)
+        else:
+            state.tagged.add(key)
+        self.table.action_cursor_down()
+        self.refresh_view()
+
+    # -- actions: other screens --------------------------------------------------------
+
+    def action_detail(self) -> None:
+        state = self.app.state
+        if state.selected is None or state.selected_process() is None:
+            return
+        from gputop.ui.screens.detail import DetailScreen
+
+        self.app.push_screen(DetailScreen(state.selected))
+
+    def _may(self, what: str, capability: str) -> bool:
+        """Whether the shown host's source can do ``what``; says why not."""
+        app = self.app
+        if app.state.readonly:
+            self.notify(f"{what}: read-only mode (--readonly)", severity="warning")
+            return False
+        host = app.state.host
+        if host is not None:
+            caps = app.capabilities(host)
+            if not getattr(caps, capability):
+                self.notify(f"{what}: {caps.why_not or 'not possible for this source'}",
+                            severity="warning")
+                return False
+        return True
+
+    def action_kill(self) -> None:
+        if self._may("kill", "kill"):
+            from gputop.ui.screens import kill
+
+            kill.open_kill(self.app)
+
+    def action_reclaim(self) -> None:
+        from gputop.ui.screens import reclaim
+
+        reclaim.open_reclaim(self.app)
+
+    def action_reserve(self) -> None:
+        if self._may("reserve", "reserve"):
+            from gputop.ui.screens import reserve
+
+            reserve.open_reserve(self.app)
+
+    def action_release(self) -> None:
+        if self._may("release", "reserve"):
+            from gputop.ui.screens import reserve
+
+            reserve.release(self.app)
+
+    def action_topology(self) -> None:
+        from gputop.ui.screens import topology
+
+        topology.open_topology(self.app)
+
+    def action_warnings_log(self) -> None:
+        from gputop.ui.screens import log
+
+        log.open_log(self.app)
+
+    def action_cluster(self) -> None:
+        from gputop.ui.screens import cluster
+
+        cluster.open_cluster(self.app)
+
+    def action_all_processes(self) -> None:
+        from gputop.ui.screens import cluster
+
+        cluster.open_processes(self.app)
+
+    def palette_commands(self) -> list[tuple[str, str, Any]]:
+        """(title, help, callback) of the sort commands the palette adds for this screen."""
+        return [(f"Sort by {column.title}", "also: click the column title",
+                 lambda c=column.id: self.action_sort(c))
+                for column in table_model.COLUMNS.values()]
