@@ -52,13 +52,20 @@ MODULES = (
     "gputop.sources.devscan",
     "gputop.sources.procfs",
     "gputop.sources.nvml",
+    # A package, with every one of its modules: its __init__ re-exports them.
     "gputop.sources.sim",
+    "gputop.sources.sim.api",
+    "gputop.sources.sim.dynamics",
+    "gputop.sources.sim.scenario",
+    "gputop.sources.sim.library",
+    "gputop.sources.sim.procs",
     "gputop.sources.probe",
     "gputop.actions.kill",
     "gputop.actions.reservations",
     "gputop.actions.dispatch",
 )
-# Their packages are shipped empty: the real __init__ files may grow imports we do not want.
+# The packages around them are shipped empty: the real __init__ files may grow imports we
+# do not want.  (A package in MODULES, like the sim, travels with its real __init__.)
 PACKAGES = ("gputop", "gputop.sources", "gputop.actions")
 
 _LOADER = r'''
@@ -145,6 +152,12 @@ def module_source(name: str) -> str:
     return Path(spec.origin).read_text(encoding="utf-8")
 
 
+def is_package(name: str) -> bool:
+    """Whether a module of MODULES is a package (an __init__.py with submodules)."""
+    spec = importlib.util.find_spec(name)
+    return spec is not None and spec.submodule_search_locations is not None
+
+
 def non_stdlib_imports(source: str) -> set[str]:
     """Top-level names a module imports at module level that are not standard library."""
     found: set[str] = set()
@@ -203,8 +216,12 @@ def _build() -> tuple[bytes, bytes]:
     """The compressed loader and the blob of modules and scenarios it unpacks."""
     blob = _Blob()
     modules = {name: _module_entry(blob, name, "", True) for name in PACKAGES}
+    packages = list(PACKAGES)
     for name in MODULES:
-        modules[name] = _module_entry(blob, name, module_source(name), False)
+        package = is_package(name)
+        modules[name] = _module_entry(blob, name, module_source(name), package)
+        if package:
+            packages.append(name)
     fallback: dict[str, Any] = {}
     # Without a local nvidia-ml-py, hosts that lack their own pynvml report "no driver".
     with contextlib.suppress(ImportError):
@@ -218,7 +235,7 @@ def _build() -> tuple[bytes, bytes]:
         magic=importlib.util.MAGIC_NUMBER.hex(),
         modules=json.dumps(modules),
         fallback=json.dumps(fallback),
-        packages=list(PACKAGES),
+        packages=packages,
         scenarios=json.dumps(scenarios),
     )
     return zlib.compress(script.encode("utf-8"), 6), b"".join(blob.parts)
