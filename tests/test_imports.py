@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gputop"
 
 STDLIB_ONLY = (
     "gputop.model",
+    "gputop.yamlnodes",
     "gputop.sources.nvml",
     "gputop.sources.procfs",
     "gputop.sources.devscan",

@@ -96,3 +96,36 @@ def test_unsafe_tags_are_refused(tmp_path: Path) -> None:
     with pytest.raises(sim.ScenarioError) as err:
         sim.load_scenario(str(path))
     assert str(err.value).startswith(f"{path}:2: not valid YAML")
+
+
+def test_a_key_given_twice_is_an_error(tmp_path: Path) -> None:
+    # yaml.safe_load would keep the last one and say nothing; the config files refuse it too.
+    path = tmp_path / "twice.yaml"
+    path.write_text(textwrap.dedent("""\
+        name: twice
+        gpus:
+          - numa: 0
+            name: H100
+            numa: 1
+        """))
+    with pytest.raises(sim.ScenarioError) as err:
+        sim.load_scenario(str(path))
+    assert str(err.value) == f"{path}:5: gpus.0.numa: duplicate key (first on line 3)"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: x\ngpus: !!int many\n", ":2: not valid YAML: 'many' is not a valid int"),
+        ("name: x\n[gpus]: 1\n", ":2: not valid YAML: found unhashable key"),
+        ("name: x\ngpus: &g [*g]\n", ":2: gpus.0: an alias inside what it names"),
+    ],
+)
+def test_yaml_that_cannot_be_built_is_a_scenario_error(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    with pytest.raises(sim.ScenarioError) as err:
+        sim.load_scenario(str(path))
+    assert str(err.value).startswith(f"{path}{expected}")

@@ -49,6 +49,7 @@ MIN_PYTHON = (3, 10)
 # The modules the probe needs, in the stdlib-only list of docs/architecture.md.
 MODULES = (
     "gputop.model",
+    "gputop.yamlnodes",
     "gputop.sources.devscan",
     "gputop.sources.procfs",
     "gputop.sources.nvml",
@@ -159,7 +160,10 @@ def is_package(name: str) -> bool:
 
 
 def non_stdlib_imports(source: str) -> set[str]:
-    """Top-level names a module imports at module level that are not standard library."""
+    """The modules a module imports at module level that are not standard library.
+
+    ``from gputop import yamlnodes`` imports both ``gputop`` and ``gputop.yamlnodes``.
+    """
     found: set[str] = set()
     stdlib = set(sys.stdlib_module_names)
     for node in ast.parse(source).body:
@@ -168,6 +172,11 @@ def non_stdlib_imports(source: str) -> set[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
+            if node.module.split(".")[0] not in stdlib and is_package(node.module):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if alias.name != "*" and importlib.util.find_spec(full) is not None:
+                        names.append(full)
         for name in names:
             if name.split(".")[0] not in stdlib and name != "__future__":
                 found.add(name)

@@ -27,11 +27,12 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gputop import yamlnodes
 from gputop.sources.sim.api import (
     _COMPUTE_MODES,
     _THROTTLE_BITS,
@@ -354,67 +355,20 @@ class _Checker:
         return out
 
 
-def _line_map(
-    node: Any, path: tuple[Any, ...], out: dict[tuple[Any, ...], int], key_of: Callable[[Any], Any]
-) -> None:
-    import yaml  # lazily: the module itself is stdlib-only
-
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_of(key_node)
-            out[(*path, key)] = key_node.start_mark.line + 1
-            _line_map(value_node, (*path, key), out, key_of)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out[(*path, i)] = item.start_mark.line + 1
-            _line_map(item, (*path, i), out, key_of)
-
-
 def _read_yaml(path: Path) -> tuple[Any, dict[tuple[Any, ...], int]]:
-    try:
-        import yaml
-    except ImportError:  # pragma: no cover - pyyaml is a dependency
-        raise ScenarioError(f"{path}: reading scenario files needs PyYAML") from None
+    """The document and the line of every key and list item in it, by path."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    # One parse gives both the node tree (for line numbers) and the data; libyaml's
-    # parser when pyyaml was built with it, because the pure-Python one costs ~30 ms
-    # per built-in scenario on the --once --demo path.
-    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    loader = loader_class(text)
-    lines: dict[tuple[Any, ...], int] = {}
-
-    # Keys get their own constructor: a key that fails to construct (the merge key "<<")
-    # must leave no state behind in the loader that builds the data.
-    keys = yaml.constructor.SafeConstructor()
-
-    def key_of(key_node: Any) -> Any:
-        if not isinstance(key_node, yaml.ScalarNode):
-            return key_node.value  # a complex key: no scenario key looks like this
-        try:
-            return keys.construct_object(key_node, deep=True)
-        except yaml.YAMLError:
-            keys.recursive_objects.clear()
-            return key_node.value
-
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, lines
-        # The line map first: constructing the data flattens merge keys in the tree.
-        _line_map(node, (), lines, key_of)
-        data = loader.construct_document(node)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{path}{line}: not valid YAML: {exc.problem}") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
-    finally:
-        loader.dispose()
-    return data, lines
+        # The reader of the config and hosts files, so a key given twice is an error here
+        # too rather than silently the last one.
+        return yamlnodes.load_with_lines(text, str(path), ScenarioError)
+    except ModuleNotFoundError as exc:  # pragma: no cover - pyyaml is a dependency
+        if exc.name != "yaml":
+            raise
+        raise ScenarioError(f"{path}: reading scenario files needs PyYAML") from None
 
 
 def scenario_from_dict(
