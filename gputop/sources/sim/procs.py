@@ -62,12 +62,12 @@ class SimProcs:
         if proc.hidden or proc.state == "X":
             return None
         parent = table.get(proc.ppid)
+        parent_command: str | None = None
+        parent_user: str | None = None
         if parent is not None:
             parent_command, parent_user = " ".join(parent.cmdline), parent.user
         elif proc.ppid == _INIT_PID:
             parent_command, parent_user = "/sbin/init", "root"
-        else:
-            parent_command = parent_user = None
         start_time = max(proc.start_time, self.boot_time + 1.0)
         cmdline = tuple(proc.cmdline)
         command = " ".join(cmdline)
