@@ -1,28 +1,45 @@
 """YAML as a node tree, whose marks let errors name FILE:LINE; nodes differ by ``node.id``.
 
-pyyaml is imported lazily: ``gputop --once`` without a config file must not load it.
+Config and hosts files walk the nodes (``compose``, ``mapping_items``, ``scalar_value``);
+sim scenarios, thousands of values checked by path, take the data with a line map
+(``load_with_lines``).  Either way a syntax error is ``FILE:LINE: not valid YAML: ...`` and
+a key given twice is an error, never silently the last one.
+
+pyyaml is imported lazily: ``gputop --once`` without a config file must not load it, and
+this module is shipped to remote hosts with the probe (stdlib only at module level).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import Any
+
+
+def _yaml() -> Any:
+    # Without pyyaml's type stubs the module is Any anyway; saying so keeps mypy quiet.
+    import yaml  # type: ignore[import-untyped, unused-ignore]
+
+    return yaml
 
 
 def line_of(node: Any) -> int:
     return int(node.start_mark.line) + 1
 
 
+def _not_valid(exc: Exception, name: str, error_cls: type[Exception]) -> Exception:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line = mark.line + 1 if mark is not None else 1
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return error_cls(f"{name}:{line}: not valid YAML: {problem}")
+
+
 def compose(text: str, name: str, error_cls: type[Exception]) -> Any | None:
     """The root node of ``text``; None for a file with no document (empty, only comments)."""
-    import yaml
-
+    yaml = _yaml()
     try:
         return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", 0) + 1
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise error_cls(f"{name}:{line}: not valid YAML: {problem}") from None
+        raise _not_valid(exc, name, error_cls) from None
 
 
 def mapping_items(
@@ -54,8 +71,7 @@ def mapping_items(
 
 def scalar_value(node: Any, name: str, error_cls: type[Exception]) -> Any:
     """A scalar node typed as ``yaml.safe_load`` types it (int, float, bool, None, str...)."""
-    import yaml
-
+    yaml = _yaml()
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_object(node, deep=True)
@@ -66,3 +82,116 @@ def scalar_value(node: Any, name: str, error_cls: type[Exception]) -> Any:
         raise error_cls(f"{name}:{line_of(node)}: not valid YAML: {problem}") from None
     finally:
         loader.dispose()
+
+
+Lines = dict[tuple[Any, ...], int]
+
+
+def load_with_lines(text: str, name: str, error_cls: type[Exception]) -> tuple[Any, Lines]:
+    """The data ``yaml.safe_load`` gives, and the line of every key and list item by path.
+
+    A path is the keys and list indexes from the top, like ``("gpus", 0, "name")``; keys
+    are typed as in the data (``1:`` is the int 1).  Errors are ``FILE:LINE: dotted.path:
+    problem``: a key given twice in one mapping, an alias inside what it names.  ``(None,
+    {})`` for a file with no document.
+    """
+    yaml = _yaml()
+    # One parse gives both the node tree (for the lines) and the data; libyaml's parser
+    # when pyyaml was built with it, because the pure-Python one costs ~30 ms per built-in
+    # scenario on the --once --demo path.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except yaml.YAMLError as exc:
+            raise _not_valid(exc, name, error_cls) from None
+        if node is None:
+            return None, {}
+        lines: Lines = {}
+        # The line map first: constructing the data flattens merge keys in the tree.
+        _LineMap(yaml, name, error_cls, lines).walk(node, (), set())
+        return _construct(yaml, loader, node, name, error_cls), lines
+    finally:
+        loader.dispose()
+
+
+def _construct(yaml: Any, loader: Any, node: Any, name: str, error_cls: type[Exception]) -> Any:
+    try:
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise _not_valid(exc, name, error_cls) from None
+    except (ValueError, TypeError, AttributeError) as exc:
+        # `!!int x` composes fine and fails only here, without a mark: find the scalar.
+        for scalar in _scalars(node):
+            scalar_value(scalar, name, error_cls)
+        raise error_cls(f"{name}:{line_of(node)}: not valid YAML: {exc}") from None
+
+
+def _scalars(root: Any) -> Iterator[Any]:
+    """The scalar nodes under ``root`` in file order, keys included, each once."""
+    todo, seen = [root], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.id == "scalar":
+            if node.tag != _MERGE:  # "<<" means something only as a key in a mapping
+                yield node
+        elif node.id == "sequence":
+            todo.extend(reversed(node.value))
+        else:
+            todo.extend(part for pair in reversed(node.value) for part in reversed(pair))
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _LineMap:
+    """Fills ``lines`` from a node tree, checking keys on the way."""
+
+    def __init__(self, yaml: Any, name: str, error_cls: type[Exception], lines: Lines) -> None:
+        self.name = name
+        self.error_cls = error_cls
+        self.lines = lines
+        self.failed = (yaml.YAMLError, ValueError, TypeError, AttributeError)
+        # Keys get their own constructor: a key that fails to construct (the merge key
+        # "<<") must leave no state behind in the loader that builds the data.
+        self.keys = yaml.constructor.SafeConstructor()
+
+    def key_of(self, key_node: Any) -> Any:
+        try:
+            return self.keys.construct_object(key_node, deep=True)
+        except self.failed:
+            # "<<", or a bad `!!int x` that constructing the data then reports.
+            self.keys.recursive_objects.clear()
+            return key_node.value
+
+    def fail(self, path: tuple[Any, ...], problem: str) -> Exception:
+        key = ".".join(str(p) for p in path)
+        return self.error_cls(f"{self.name}:{self.lines[path]}: {key}: {problem}")
+
+    def walk(self, node: Any, path: tuple[Any, ...], inside: set[int]) -> None:
+        if node.id == "scalar":
+            return
+        if id(node) in inside:
+            # safe_load builds such a list or mapping into itself; no scenario means that.
+            raise self.fail(path, "an alias inside what it names (a loop)")
+        inside.add(id(node))
+        if node.id == "mapping":
+            first: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.id != "scalar":
+                    continue  # a list or mapping as a key: constructing the data refuses it
+                key = self.key_of(key_node)
+                where = (*path, key)
+                self.lines[where] = line = line_of(key_node)
+                if key in first:
+                    raise self.fail(where, f"duplicate key (first on line {first[key]})")
+                first[key] = line
+                self.walk(value_node, where, inside)
+        else:
+            for i, item in enumerate(node.value):
+                self.lines[(*path, i)] = line_of(item)
+                self.walk(item, (*path, i), inside)
+        inside.discard(id(node))

@@ -18,10 +18,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gputop"
 
 STDLIB_ONLY = (
     "gputop.model",
+    "gputop.yamlnodes",
     "gputop.sources.nvml",
     "gputop.sources.procfs",
     "gputop.sources.devscan",
     "gputop.sources.sim",
+    "gputop.sources.sim.api",
+    "gputop.sources.sim.dynamics",
+    "gputop.sources.sim.scenario",
+    "gputop.sources.sim.library",
+    "gputop.sources.sim.procs",
     "gputop.sources.probe",
     "gputop.actions.kill",
     "gputop.actions.reservations",
@@ -30,7 +36,8 @@ STDLIB_ONLY = (
 
 
 def _path_of(module: str) -> Path:
-    return PACKAGE.parent / (module.replace(".", "/") + ".py")
+    base = PACKAGE.parent / module.replace(".", "/")
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
 
 
 def _imported_names(tree: ast.AST, top_level_only: bool) -> list[tuple[int, str]]:
@@ -85,6 +92,18 @@ def test_stdlib_only_modules_import_only_the_stdlib(module: str) -> None:
             continue
         bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {name}")
     assert bad == []
+
+
+def test_a_stdlib_only_package_lists_every_module_in_it() -> None:
+    # A module added to the sim package and forgotten here would go unchecked (and unshipped).
+    listed = set(STDLIB_ONLY)
+    for module in STDLIB_ONLY:
+        path = _path_of(module)
+        if path.name != "__init__.py":
+            continue
+        for child in sorted(path.parent.glob("*.py")):
+            if child.name != "__init__.py":
+                assert f"{module}.{child.stem}" in listed, child
 
 
 def test_what_the_ssh_source_ships_is_all_stdlib_only() -> None:

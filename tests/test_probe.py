@@ -83,6 +83,20 @@ def test_shipped_modules_import_only_stdlib_and_each_other() -> None:
             assert imported in shipped, f"{name} imports {imported} at module level"
 
 
+def test_a_shipped_package_ships_every_module_in_it() -> None:
+    import importlib.util
+
+    for name in bundle.MODULES:
+        if not bundle.is_package(name):
+            continue
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.submodule_search_locations is not None
+        folder = Path(next(iter(spec.submodule_search_locations)))
+        for path in sorted(folder.glob("*.py")):
+            if path.name != "__init__.py":
+                assert f"{name}.{path.stem}" in bundle.MODULES, path
+
+
 def test_bootstrap_is_fixed_text() -> None:
     assert "{" not in bundle.BOOTSTRAP.replace("{}", "")
     assert bundle.BOOTSTRAP.startswith("exec python3 -u -c ")
@@ -280,6 +294,7 @@ def test_same_bytecode_host_compiles_nothing_and_skips_pynvml(
     first, watch = _watched_run(tmp_path, system_python)
     assert first["state"] == model.HOST_OK, first.get("error")
     assert "gputop.sources.sim" in watch["loaded"]
+    assert "gputop.sources.sim.library" in watch["loaded"]
     assert not [f for f in watch["compiled"] if f.startswith("/gputop-bundle/")]
     # A sim host never needs the shipped nvidia-ml-py: it stays compressed, unimported.
     assert "pynvml" not in watch["loaded"]
@@ -296,6 +311,11 @@ def test_other_bytecode_host_compiles_the_shipped_source(tmp_path: Path) -> None
     first, watch = _watched_run(tmp_path, PY310)
     assert first["state"] == model.HOST_OK, first.get("error")
     compiled = set(watch["compiled"])
-    assert "/gputop-bundle/gputop/sources/sim.py" in compiled
+    # The sim is a package: its __init__ and every module in it came from the bundle.
+    assert "/gputop-bundle/gputop/sources/sim/__init__.py" in compiled
+    sim_modules = [m for m in bundle.MODULES if m.startswith("gputop.sources.sim.")]
+    assert sim_modules
+    for name in sim_modules:
+        assert "/gputop-bundle/" + name.replace(".", "/") + ".py" in compiled
     assert "/gputop-bundle/gputop/sources/probe.py" in compiled
     assert not any("pynvml" in f for f in compiled)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from gputop.sources import sim
+from gputop.sources.sim.scenario import _read_yaml
 
 
 def reference(path: Path) -> tuple[Any, dict[tuple[Any, ...], int]]:
@@ -45,7 +46,7 @@ def reference(path: Path) -> tuple[Any, dict[tuple[Any, ...], int]]:
 @pytest.mark.parametrize("name", sorted(p.stem for p in sim.scenario_dir().glob("*.yaml")))
 def test_builtin_scenarios_read_like_the_reference(name: str) -> None:
     path = sim.scenario_dir() / f"{name}.yaml"
-    data, lines = sim._read_yaml(path)
+    data, lines = _read_yaml(path)
     assert (data, lines) == reference(path)
     assert len(lines) > 50
 
@@ -62,7 +63,7 @@ def test_anchors_merge_keys_and_odd_keys(tmp_path: Path) -> None:
         "2": two
         null: nothing
         """))
-    data, lines = sim._read_yaml(path)
+    data, lines = _read_yaml(path)
     assert (data, lines) == reference(path)
     assert data["gpus"][0] == {"numa": 0, "mem_gib": 80, "name": "H100"}
     assert data["gpus"][1]["numa"] == 1
@@ -73,7 +74,7 @@ def test_anchors_merge_keys_and_odd_keys(tmp_path: Path) -> None:
 def test_empty_file_reads_as_nothing(tmp_path: Path) -> None:
     path = tmp_path / "empty.yaml"
     path.write_text("# nothing here\n")
-    assert sim._read_yaml(path) == (None, {})
+    assert _read_yaml(path) == (None, {})
 
 
 def test_errors_still_name_file_line_and_key(tmp_path: Path) -> None:
@@ -95,3 +96,36 @@ def test_unsafe_tags_are_refused(tmp_path: Path) -> None:
     with pytest.raises(sim.ScenarioError) as err:
         sim.load_scenario(str(path))
     assert str(err.value).startswith(f"{path}:2: not valid YAML")
+
+
+def test_a_key_given_twice_is_an_error(tmp_path: Path) -> None:
+    # yaml.safe_load would keep the last one and say nothing; the config files refuse it too.
+    path = tmp_path / "twice.yaml"
+    path.write_text(textwrap.dedent("""\
+        name: twice
+        gpus:
+          - numa: 0
+            name: H100
+            numa: 1
+        """))
+    with pytest.raises(sim.ScenarioError) as err:
+        sim.load_scenario(str(path))
+    assert str(err.value) == f"{path}:5: gpus.0.numa: duplicate key (first on line 3)"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: x\ngpus: !!int many\n", ":2: not valid YAML: 'many' is not a valid int"),
+        ("name: x\n[gpus]: 1\n", ":2: not valid YAML: found unhashable key"),
+        ("name: x\ngpus: &g [*g]\n", ":2: gpus.0: an alias inside what it names"),
+    ],
+)
+def test_yaml_that_cannot_be_built_is_a_scenario_error(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    with pytest.raises(sim.ScenarioError) as err:
+        sim.load_scenario(str(path))
+    assert str(err.value).startswith(f"{path}{expected}")

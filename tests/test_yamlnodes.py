@@ -1,4 +1,4 @@
-"""The shared YAML node helpers: FILE:LINE errors, key checks, typed scalars."""
+"""The shared YAML helpers: FILE:LINE errors, key checks, typed scalars, line maps."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from gputop.config import ConfigError, parse_config
 from gputop.hosts import HostsFileError, parse_text
-from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
+from gputop.yamlnodes import compose, line_of, load_with_lines, mapping_items, scalar_value
 
 
 class Bad(Exception):
@@ -131,3 +131,64 @@ def test_importing_the_readers_does_not_import_yaml() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+# load_with_lines: the data as safe_load gives it, plus a line for every key and list item.
+
+
+def load_error(text: str) -> str:
+    with pytest.raises(Bad) as info:
+        load_with_lines(text, "f.yaml", Bad)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_load_gives_the_data_and_the_line_of_every_path() -> None:
+    import yaml
+
+    text = "# head\na: 1\nb:\n  - x\n  - {c: 2,\n     d: 3}\n1: one\n'1': text\n"
+    data, lines = load_with_lines(text, "f.yaml", Bad)
+    assert data == yaml.safe_load(text)
+    assert lines == {("a",): 2, ("b",): 3, ("b", 0): 4, ("b", 1): 5, ("b", 1, "c"): 5,
+                     ("b", 1, "d"): 6, (1,): 7, ("1",): 8}
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
+def test_load_of_no_document_is_none(text: str) -> None:
+    assert load_with_lines(text, "f.yaml", Bad) == (None, {})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a: 1\nb: 2\na: 3\n", "f.yaml:3: a: duplicate key (first on line 1)"),
+        ("a:\n  - {x: 1}\n  - x: 1\n    y: 2\n    x: 3\n",
+         "f.yaml:5: a.1.x: duplicate key (first on line 3)"),
+        ("g: {0: 10, 0: 20}\n", "f.yaml:1: g.0: duplicate key (first on line 1)"),
+    ],
+)
+def test_load_refuses_a_key_given_twice(text: str, expected: str) -> None:
+    assert load_error(text) == expected
+
+
+def test_load_lets_a_merge_key_be_overridden() -> None:
+    text = "base: &b {x: 1, y: 2}\nuse: {<<: *b, x: 3}\n"
+    data, lines = load_with_lines(text, "f.yaml", Bad)
+    assert data["use"] == {"x": 3, "y": 2}
+    assert lines[("use", "x")] == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a: [1\n", "f.yaml:2: not valid YAML: did not find expected ',' or ']'"),
+        ("a: 1\nb: !!int x\n", "f.yaml:2: not valid YAML: 'x' is not a valid int"),
+        ("a: 1\n!!int x: 2\n", "f.yaml:2: not valid YAML: 'x' is not a valid int"),
+        ("b: !!python/name:os.system x\n", "f.yaml:1: not valid YAML: could not determine"),
+        ("a: 1\n[b]: 2\n", "f.yaml:2: not valid YAML: found unhashable key"),
+        ("a: &x [1, *x]\n", "f.yaml:1: a.1: an alias inside what it names"),
+    ],
+)
+def test_load_words_what_cannot_be_read(text: str, expected: str) -> None:
+    assert load_error(text).startswith(expected)

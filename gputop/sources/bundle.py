@@ -49,16 +49,24 @@ MIN_PYTHON = (3, 10)
 # The modules the probe needs, in the stdlib-only list of docs/architecture.md.
 MODULES = (
     "gputop.model",
+    "gputop.yamlnodes",
     "gputop.sources.devscan",
     "gputop.sources.procfs",
     "gputop.sources.nvml",
+    # A package, with every one of its modules: its __init__ re-exports them.
     "gputop.sources.sim",
+    "gputop.sources.sim.api",
+    "gputop.sources.sim.dynamics",
+    "gputop.sources.sim.scenario",
+    "gputop.sources.sim.library",
+    "gputop.sources.sim.procs",
     "gputop.sources.probe",
     "gputop.actions.kill",
     "gputop.actions.reservations",
     "gputop.actions.dispatch",
 )
-# Their packages are shipped empty: the real __init__ files may grow imports we do not want.
+# The packages around them are shipped empty: the real __init__ files may grow imports we
+# do not want.  (A package in MODULES, like the sim, travels with its real __init__.)
 PACKAGES = ("gputop", "gputop.sources", "gputop.actions")
 
 _LOADER = r'''
@@ -145,8 +153,17 @@ def module_source(name: str) -> str:
     return Path(spec.origin).read_text(encoding="utf-8")
 
 
+def is_package(name: str) -> bool:
+    """Whether a module of MODULES is a package (an __init__.py with submodules)."""
+    spec = importlib.util.find_spec(name)
+    return spec is not None and spec.submodule_search_locations is not None
+
+
 def non_stdlib_imports(source: str) -> set[str]:
-    """Top-level names a module imports at module level that are not standard library."""
+    """The modules a module imports at module level that are not standard library.
+
+    ``from gputop import yamlnodes`` imports both ``gputop`` and ``gputop.yamlnodes``.
+    """
     found: set[str] = set()
     stdlib = set(sys.stdlib_module_names)
     for node in ast.parse(source).body:
@@ -155,6 +172,11 @@ def non_stdlib_imports(source: str) -> set[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
+            if node.module.split(".")[0] not in stdlib and is_package(node.module):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if alias.name != "*" and importlib.util.find_spec(full) is not None:
+                        names.append(full)
         for name in names:
             if name.split(".")[0] not in stdlib and name != "__future__":
                 found.add(name)
@@ -203,8 +225,12 @@ def _build() -> tuple[bytes, bytes]:
     """The compressed loader and the blob of modules and scenarios it unpacks."""
     blob = _Blob()
     modules = {name: _module_entry(blob, name, "", True) for name in PACKAGES}
+    packages = list(PACKAGES)
     for name in MODULES:
-        modules[name] = _module_entry(blob, name, module_source(name), False)
+        package = is_package(name)
+        modules[name] = _module_entry(blob, name, module_source(name), package)
+        if package:
+            packages.append(name)
     fallback: dict[str, Any] = {}
     # Without a local nvidia-ml-py, hosts that lack their own pynvml report "no driver".
     with contextlib.suppress(ImportError):
@@ -218,7 +244,7 @@ def _build() -> tuple[bytes, bytes]:
         magic=importlib.util.MAGIC_NUMBER.hex(),
         modules=json.dumps(modules),
         fallback=json.dumps(fallback),
-        packages=list(PACKAGES),
+        packages=packages,
         scenarios=json.dumps(scenarios),
     )
     return zlib.compress(script.encode("utf-8"), 6), b"".join(blob.parts)
