@@ -17,11 +17,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@bash scripts/ensure-sshd.sh
-	$(BIN)/ruff check gputop tests bench
+	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q
 
+# Style, types, and the layer contracts of pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
 	$(BIN)/ruff check gputop tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 screenshots: $(STAMP)
 	$(BIN)/gputop --screenshot screenshots

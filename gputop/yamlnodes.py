@@ -192,6 +192,7 @@ class _LineMap:
                 self.walk(value_node, where, inside)
         else:
             for i, item in enumerate(node.value):
-                self.lines[(*path, i)] = line_of(item)
-                self.walk(item, (*path, i), inside)
+                at = (*path, i)
+                self.lines[at] = line_of(item)
+                self.walk(item, at, inside)
         inside.discard(id(node))

@@ -84,9 +84,23 @@ def test_start_ticks_change_when_a_pid_is_a_new_process(spawn) -> None:
     assert infos[a.pid]["start_ticks"] == ProcFs().process(a.pid)["start_ticks"]
 
 
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _settled(pid: int) -> bool:
+    """Asleep and no longer using CPU (Python's start-up is over), on a loaded machine too."""
+    before = _cpu_ticks(pid)
+    time.sleep(0.2)
+    return ProcFs().process(pid)["state"] == "S" and _cpu_ticks(pid) == before
+
+
 def test_cpu_percent_of_a_busy_child(spawn) -> None:
     busy = spawn("-c", "while True: pass")
     idle = spawn("-c", SLEEPER)
+    # The idle child burns CPU while Python starts; measuring then is measuring start-up.
+    _wait_for(lambda: _settled(idle.pid), timeout=60)
     procs = ProcFs()
     procs.process_info([busy.pid, idle.pid])
     time.sleep(0.5)

@@ -122,3 +122,42 @@ def test_unreachable_host_is_one_line_and_exit_4(lab: tuple[SshdCluster, dict]) 
         )
         assert out.returncode == 4, (args, out.stderr)
         assert "dead: unreachable" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_hosts_from_the_environment_are_where_reserve_acts(
+    lab: tuple[SshdCluster, dict], tmp_path: Path
+) -> None:
+    """$GPUTOP_HOSTS names the hosts for reserve as for --once and pick: the reservation
+    is written on that host, never on this machine (it once said "box-b: reserved GPU 2"
+    and wrote the local store)."""
+    cluster, stores = lab
+    hosts = cluster.hosts_yaml(tmp_path / "env-hosts.yaml", names=["box-b"])
+    local_store = tmp_path / "local-store"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"reservations:\n  dir: {local_store}\n")
+    env = {**cluster.env(), "GPUTOP_HOSTS": str(hosts)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gputop.cli", *args, "--config", str(config),
+             "--timeout", "20"],
+            env=env, capture_output=True, text=True, timeout=90, cwd=str(REPO),
+        )
+
+    out = run("reserve", "--gpus", "4", "--for", "1h", "--note", "from env")
+    assert out.returncode == 0, out.stderr
+    assert "box-b: reserved GPU 4" in out.stderr
+    assert [(r["gpu"], r["note"]) for r in store.list_active(stores["box-b"])] == [
+        (4, "from env")
+    ]
+    assert not local_store.exists() or store.list_active(str(local_store)) == []
+    # ~/.config/gputop/hosts.yaml is the same decision when $GPUTOP_HOSTS is not set.
+    default = Path(env["HOME"]) / ".config" / "gputop" / "hosts.yaml"
+    default.parent.mkdir(parents=True, exist_ok=True)
+    default.write_text(hosts.read_text())
+    del env["GPUTOP_HOSTS"]
+    rel = run("release", "--gpus", "4")
+    default.unlink()
+    assert rel.returncode == 0, rel.stderr
+    assert "box-b: released GPU 4" in rel.stderr
+    assert store.list_active(stores["box-b"]) == []

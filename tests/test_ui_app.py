@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 
 from helpers.feeds import QueueFeed
-from test_ui_support import (
+from helpers.ui import (
     START,
     Clock,
     demo_app,

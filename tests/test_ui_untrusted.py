@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from helpers.ui import demo_app, feed_all, table_lines, with_processes
 from rich.console import Console
-from test_ui_support import demo_app, feed_all, table_lines, with_processes
 from textual.widgets import Static
 
 from gputop.ui import fmt

@@ -7,13 +7,13 @@ when an analysed snapshot arrives; screens read it and subscribe to
 
 from __future__ import annotations
 
-import getpass
 from dataclasses import dataclass, field
 from typing import Any
 
 from gputop.analysis.history import History
 from gputop.config import Config
 from gputop.model import GpuProcess, HealthWarning, HostSnapshot
+from gputop.sources.identity import local_identity
 
 # A process row's identity across refreshes: (host, pid, start_ticks, gpu).  A pid that
 # was reused has other start_ticks, so it is another row.
@@ -29,7 +29,7 @@ class UiState:
     config: Config
     history: History
     readonly: bool = False
-    me: str = field(default_factory=getpass.getuser)
+    me: str = field(default_factory=lambda: local_identity().user or "?")  # the shown host's
     snapshots: dict[str, HostSnapshot] = field(default_factory=dict)  # latest per host
     feeds: dict[str, Any] = field(default_factory=dict)  # host -> the feed serving it
     warnings: list[HealthWarning] = field(default_factory=list)  # all hosts, worst first

@@ -1,9 +1,12 @@
-"""Helpers for the dashboard tests (no tests here): simulated snapshots on a frozen clock."""
+"""Helpers for the dashboard tests: simulated snapshots on a frozen clock, demo apps,
+waiting for a condition, rich renderables as plain text."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+
+from rich.console import Console
 
 from gputop.config import Config
 from gputop.model import GpuProcess, HostSnapshot
@@ -59,3 +62,33 @@ def with_processes(snap: HostSnapshot, procs: Iterable[GpuProcess],
 def table_lines(app: GputopApp) -> list[str]:
     table = app.dashboard.table
     return [table.render_line(y).text.rstrip() for y in range(len(table.rows))]
+
+
+SIZE = (120, 40)  # the terminal most dashboard tests run in
+
+
+def plain(renderable: object) -> str:
+    """What a rich renderable shows, without styles."""
+    console = Console(width=200, record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+async def wait_for(pilot: object, condition: object, tries: int = 200) -> None:
+    """Let the app run until ``condition()`` holds (a count of pauses, not a time limit)."""
+    for _ in range(tries):
+        if condition():  # type: ignore[operator]
+            return
+        await pilot.pause(0.02)  # type: ignore[attr-defined]
+    raise AssertionError("condition never became true")
+
+
+def cluster_app(n_hosts: int = 3) -> GputopApp:
+    """Several simulated hosts in one app, their snapshots in ``app._test_snapshots``."""
+    snaps: list[HostSnapshot] = []
+    for i, scenario in enumerate(["lab", "dgx-h100", "faulty"][:n_hosts]):
+        snaps += [dataclasses.replace(s, host=f"{scenario}-{i}")
+                  for s in demo_snapshots(scenario, 3)]
+    app = GputopApp(clock=lambda: max(s.time for s in snaps), me="alice")
+    app._test_snapshots = snaps  # type: ignore[attr-defined]
+    return app

@@ -1,0 +1,148 @@
+"""The cluster overview and the processes of all hosts, on replayed snapshots
+(tests/test_ssh_cluster.py has them over a real sshd)."""
+
+from __future__ import annotations
+
+from helpers.ui import START, cluster_app, feed_all
+from rich.style import Style
+
+from gputop.model import Gpu, HostSnapshot, Reservation
+from gputop.ui.app import GputopApp
+from gputop.ui.screens import cluster
+from gputop.ui.screens.cluster import ClusterProcessesScreen, TextLines
+from gputop.ui.screenshots import (
+    CLUSTER,
+    CLUSTER_DOWN,
+    CLUSTER_HOSTS,
+    cluster_history,
+    load,
+)
+from gputop.ui.screenshots import demo_app as screenshot_app
+from gputop.ui.widgets.header import HeaderBar
+
+
+def _host(name: str) -> HostSnapshot:
+    gpus = tuple(Gpu(index=i, util_gpu=90 + i, mem_used=60 * 2**30, mem_total=80 * 2**30)
+                 for i in range(4))
+    return HostSnapshot(host=name, time=START, gpus=gpus)
+
+
+async def test_cluster_cursor_reverses_the_name_and_keeps_the_cells_colours() -> None:
+    app = GputopApp(clock=lambda: START, me="alice")
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.ingest(_host("node-01"))
+        app.ingest(_host("node-02"))
+        cluster.open_cluster(app)
+        await pilot.pause()
+        widget = app.screen.query_one(TextLines)
+        widget.focus()
+        await pilot.pause()
+        assert widget.cursor == 0 and widget.has_focus
+
+        def cells(y: int) -> list[tuple[int, str, Style]]:
+            out, x = [], 0
+            for seg in widget.render_line(y):
+                out.append((x, seg.text, seg.style or Style()))
+                x += len(seg.text)
+            return out
+
+        cursor_row, other_row = cells(0), cells(1)
+        reversed_at = [x for x, text, style in cursor_row if style.reverse and text.strip()]
+        assert reversed_at and max(reversed_at) < cluster.NAME_WIDTH
+        # A GPU cell looks the same on the cursor's row as on any other row.
+        cell_style = {text: style.bgcolor for _, text, style in other_row if "90" in text}
+        cursor_cell = {text: style.bgcolor for _, text, style in cursor_row if "90" in text}
+        assert cell_style and cell_style == cursor_cell
+        # The rest of the cursor's row is marked, just not reversed.
+        blank = [style.bgcolor for x, text, style in cursor_row
+                 if x > cluster.NAME_WIDTH and not text.strip()]
+        assert blank and all(bg == cluster.ROW_BACKGROUND.bgcolor for bg in blank)
+
+
+async def test_p_on_the_dashboard_lists_every_host_with_a_host_column() -> None:
+    app = cluster_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        feed_all(app)
+        await pilot.pause()
+        header = app.query_one(HeaderBar).render().plain
+        assert "one of 3 hosts" in header and "p: all processes" in header
+        # The dashboard's own table is one host's.
+        assert {row.key[0] for row in app.dashboard.table.rows} == {app.state.host}
+        await pilot.press("p")
+        await pilot.pause()
+        assert isinstance(app.screen, ClusterProcessesScreen)
+        widget = app.screen.query_one(TextLines)
+        lines = [widget.line_text(y) for y in range(len(widget.rows))]
+        hosts = {line.split()[0] for line in lines}
+        assert hosts == {"lab-0", "dgx-h100-1", "faulty-2"}
+        expected = sum(len(app.state.snapshots[h].processes) for h in hosts)
+        assert len(lines) == expected
+        # The orphan flags reach the all-hosts table (lab has a zombie and orphans).
+        assert any(" ZOMB " in line for line in lines if line.startswith("lab-0"))
+        assert "(not in this PID namespace)" in "\n".join(lines)
+        # Enter on a row opens that host's dashboard.
+        await pilot.press("end", "enter")
+        await pilot.pause()
+        assert app.screen is app.dashboard
+        assert app.state.host == lines[-1].split()[0]
+
+
+def _eight_gpu_host(name: str, reserved: int | None = None) -> HostSnapshot:
+    gpus = tuple(Gpu(index=i, util_gpu=90 + i, mem_used=60 * 2**30, mem_total=80 * 2**30)
+                 for i in range(8))
+    held = () if reserved is None else (
+        Reservation(gpu=reserved, user="dave", until=START + 3600, since=START),)
+    return HostSnapshot(host=name, time=START, gpus=gpus, reservations=held)
+
+
+async def test_cluster_at_80_columns_shows_every_card() -> None:
+    app = GputopApp(clock=lambda: START, me="alice")
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.ingest(_eight_gpu_host("wide-node-01"))
+        app.ingest(_eight_gpu_host("wide-node-02", reserved=7))
+        cluster.open_cluster(app)
+        await pilot.pause()
+        widget = app.screen.query_one(TextLines)
+        first = widget.line_text(0)
+        assert len(first) <= 80
+        for i in range(8):
+            assert f"{90 + i}" in first, f"GPU {i} cut off: {first!r}"
+        assert widget.line_text(1).rstrip().endswith("R")
+        totals_text = str(app.screen.query_one("#cluster-totals").render())
+        assert "cell: util%" in totals_text and "mem%" not in totals_text
+    app = GputopApp(clock=lambda: START, me="alice")
+    async with app.run_test(size=(160, 40)) as pilot:
+        app.ingest(_eight_gpu_host("wide-node-01"))
+        cluster.open_cluster(app)
+        await pilot.pause()
+        # Wide enough: util and memory per card ("90 75").
+        assert " 90 75" in app.screen.query_one(TextLines).line_text(0)
+
+
+def test_reservation_marker_is_not_painted_in_the_cells_colour() -> None:
+    snap = _eight_gpu_host("n", reserved=2)
+    cell = cluster.gpu_cell(snap.gpus[2], cluster.RESERVED, warned=False, reserved=True)
+    assert cell.plain.endswith("R")
+    card_style = cluster.GPU_STYLES[cluster.RESERVED]
+    assert cell.style == ""  # no base style that would cover the markers
+    r_spans = [s for s in cell.spans if cell.plain[s.start:s.end] == "R"]
+    assert r_spans and all(str(s.style) != card_style for s in r_spans)
+
+
+def test_cluster_demo_hosts_are_deterministic() -> None:
+    first = cluster_history(5)
+    second = cluster_history(5)
+    assert [s.to_dict() for s in first] == [s.to_dict() for s in second]
+    names = {s.host for s in first}
+    assert names == {h[1] for h in CLUSTER_HOSTS} | {h[0] for h in CLUSTER_DOWN}
+    # Two machines of one kind differ (another seed), as real ones would.
+    h100 = {s.host: s for s in first if s.host.startswith("dgx-h100")}
+    assert h100["dgx-h100-07"].gpus != h100["dgx-h100-08"].gpus
+
+
+async def test_cluster_demo_app_starts_on_the_first_host() -> None:
+    app = screenshot_app(CLUSTER, seconds=3)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await load(pilot)
+        assert app.state.host == CLUSTER_HOSTS[0][1]
+        assert len(app.state.snapshots) == len(CLUSTER_HOSTS) + len(CLUSTER_DOWN)
