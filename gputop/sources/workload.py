@@ -48,9 +48,12 @@ _HEX64 = r"[0-9a-f]{64}"
 # Sites may put the node name in front of slurmstepd.scope, and cgroup v1 has
 # /slurm/uid_N/ instead, so only the job_N component is relied on.
 _SLURM = re.compile(r"/job_(\d{1,19})(?:/step_([A-Za-z0-9_]{1,32}))?(?=/|$)")
+# The systemd driver: kubepods[-qos]-pod<uid with _>.slice (kind adds a kubelet- prefix),
+# then the container's scope, or on cgroup v1 with containerd ":cri-containerd:<id>".
 _K8S_SYSTEMD = re.compile(
-    r"/kubepods(?:-(?:besteffort|burstable))?-pod([0-9a-f]{8}(?:_[0-9a-f]{4}){3}_[0-9a-f]{12})"
-    r"\.slice(?:/(?:cri-containerd|crio|docker)-(" + _HEX64 + r")\.scope)?"
+    r"kubepods(?:-(?:besteffort|burstable))?-pod([0-9a-f]{8}(?:_[0-9a-f]{4}){3}_[0-9a-f]{12})"
+    r"\.slice(?:/(?:cri-containerd|crio|docker)-(" + _HEX64 + r")\.scope"
+    r"|:(?:cri-containerd|crio|docker):(" + _HEX64 + r"))?"
 )
 _K8S_CGROUPFS = re.compile(
     r"/kubepods/(?:(?:besteffort|burstable)/)?pod([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})"
@@ -87,7 +90,8 @@ def parse_cgroup(text: str) -> dict[str, Any] | None:
     for path in paths:
         m = _K8S_SYSTEMD.search(path)
         if m:
-            return {"kind": "k8s", "id": m.group(1).replace("_", "-"), "container_id": m.group(2)}
+            uid = m.group(1).replace("_", "-")
+            return {"kind": "k8s", "id": uid, "container_id": m.group(2) or m.group(3)}
         m = _K8S_CGROUPFS.search(path)
         if m:
             return {"kind": "k8s", "id": m.group(1), "container_id": m.group(2)}
