@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gputop.analysis.durations import format_duration
 from gputop.model import INFO, GpuProcess, HealthWarning, HostSnapshot, Workload
 
 OUTSIDE_JOB = "outside-job"
@@ -184,3 +185,27 @@ def matches(proc: GpuProcess, term: str) -> bool | None:
     if w.kind != "k8s":
         return False
     return want in f"{w.namespace or ''}/{w.pod or ''}".lower() or w.id.startswith(want)
+
+
+def facts(w: Workload) -> list[tuple[str, str]]:
+    """(name, value) lines for a detail view: the label first, then what is known."""
+    rows = [("workload", w.label)]
+    if w.kind == "slurm":
+        rows.append(("job", w.id + (f", step {w.step}" if w.step else "")))
+        for name, value in (("job name", w.name), ("job user", w.user), ("account", w.account),
+                            ("partition", w.partition), ("job state", w.job_state)):
+            if value:
+                rows.append((name, value))
+        if w.time_left is not None:
+            rows.append(("time left", format_duration(w.time_left)))
+        if w.gpus is not None:
+            rows.append(("job's GPUs", ",".join(str(g) for g in w.gpus) or "none"))
+    elif w.kind == "k8s":
+        rows.append(("pod uid", w.id))
+        if w.namespace and w.pod:
+            rows.append(("pod", f"{w.namespace}/{w.pod}"))
+        if w.container_id:
+            rows.append(("container", (w.container or "?") + f" ({w.container_id[:12]})"))
+    else:
+        rows.append(("container", (w.name or "name unknown") + f" ({w.kind} {w.id[:12]})"))
+    return rows

@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from gputop.model import GpuProcess
+from gputop.analysis import workloads as workload_rules
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey, UiState
@@ -137,6 +138,8 @@ class DetailScreen(Screen[None]):
             rows.append(("flag", line))
         if not proc.visible:
             rows.append(("note", "NVML lists this pid but it is not in our PID namespace"))
+        if proc.workload is not None:  # issue 15
+            rows.extend(workload_rules.facts(proc.workload))
         for name, value in rows:
             table.add_row(name, Text(fmt.visible(value)))
         return table
