@@ -61,7 +61,7 @@ def warnings(snapshot: HostSnapshot, now: float) -> list[HealthWarning]:
             outside = proc.workload is None or proc.workload.kind != "slurm"
             if proc.visible and outside and proc.gpu_mem:
                 add(OUTSIDE_JOB,
-                    f"{_who(proc)} holds {proc.gpu_mem / GIB:.1f} GiB outside any Slurm job",
+                    f"{proc.gpu_mem / GIB:.1f} GiB outside any Slurm job: {_who(proc)}",
                     gpu=proc.gpu, pid=proc.pid,
                     hint="a run that bypassed the scheduler, or a job's leftover")
     for proc in procs:
@@ -69,8 +69,8 @@ def warnings(snapshot: HostSnapshot, now: float) -> list[HealthWarning]:
         if w is not None and w.kind == "slurm" and w.gpus is not None and proc.gpu not in w.gpus:
             given = ",".join(str(g) for g in w.gpus) or "none"
             add(FOREIGN_GPU,
-                f"job {w.id} ({w.user or proc.user or '?'}) uses GPU {proc.gpu}, "
-                f"which it was not given (given: {given})",
+                f"GPU {proc.gpu} not given to job {w.id} ({w.user or proc.user or '?'}, "
+                f"given: {given}) but used by its pid {proc.pid}",
                 gpu=proc.gpu, pid=proc.pid,
                 hint="the job ignores CUDA_VISIBLE_DEVICES, or the node lacks device cgroups")
     return out

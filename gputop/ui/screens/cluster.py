@@ -580,7 +580,8 @@ class ClusterProcessesScreen(Screen[None]):
         yield Static(Text(PROC_HEADER), id="procs-header")
         yield TextLines(id="procs-list")
         yield FilterInput(value=self.query_text,
-                          placeholder="host: user: label: job: container: pod: or words; Esc clears",
+                          placeholder="host: user: label: job: container: pod: or words; "
+                                      "Esc clears",
                           id="procs-filter")
         yield Footer()
 
