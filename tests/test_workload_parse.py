@@ -113,7 +113,8 @@ def test_squeue_json_skips_bad_jobs() -> None:
 
 
 def test_squeue_text_format() -> None:
-    found = parse_squeue_text("4242|alice|nlp|gpu|RUNNING|2025-12-03T10:00:00|gpu:4|my job|x\nbad\n")
+    found = parse_squeue_text(
+        "4242|alice|nlp|gpu|RUNNING|2025-12-03T10:00:00|gpu:4|my job|x\nbad\n")
     assert found["4242"]["name"] == "my job|x"
     assert found["4242"]["user"] == "alice"
     assert list(found) == ["4242"]
@@ -199,7 +200,8 @@ def test_name_source_notes_become_infos() -> None:
 
 def test_group_folds_steps_of_a_job_and_sums() -> None:
     procs = [_proc(1, 0, 10, JOB), _proc(2, 1, 10, {**JOB, "step": "batch"}),
-             _proc(3, 2, 4, None), _proc(4, 3, 30, {"kind": "docker", "id": DOCKER_ID, "name": "web"})]
+             _proc(3, 2, 4, None),
+             _proc(4, 3, 30, {"kind": "docker", "id": DOCKER_ID, "name": "web"})]
     groups = rules.group(procs)
     assert [(g.label, g.gpus, g.gpu_mem // GIB, g.pids) for g in groups] == [
         ("docker:web", [3], 30, [4]), ("slurm:4242", [0, 1], 20, [1, 2]), ("-", [2], 4, [3])]
@@ -210,7 +212,8 @@ def test_cluster_jobs_join_hosts() -> None:
     a = HostSnapshot(host="a", time=0.0, processes=(_proc(1, 0, 10, JOB), _proc(2, 1, 10, JOB)))
     b = HostSnapshot(host="b", time=0.0, processes=(
         _proc(7, 0, 5, JOB), _proc(8, 0, 1, {"kind": "docker", "id": DOCKER_ID})))
-    c = HostSnapshot(host="c", time=0.0, processes=(_proc(8, 0, 1, {"kind": "docker", "id": DOCKER_ID}),))
+    c = HostSnapshot(host="c", time=0.0,
+                     processes=(_proc(8, 0, 1, {"kind": "docker", "id": DOCKER_ID}),))
     jobs = rules.cluster_jobs([a, b, c])
     assert [(j.label, j.hosts, j.gpus, j.processes) for j in jobs] == [
         ("slurm:4242", ["a", "b"], 3, 3),
@@ -242,7 +245,8 @@ def test_filters(workload: dict | None, term: str, want: bool | None) -> None:
 def test_labels() -> None:
     assert Workload(kind="slurm", id="4242", step="0").label == "slurm:4242.0"
     assert Workload(kind="docker", id=DOCKER_ID, name="web-api").label == "docker:web-api"
-    assert Workload(kind="k8s", id="x", namespace="ml", pod="train-7f9c").label == "k8s:ml/train-7f9c"
+    pod = Workload(kind="k8s", id="x", namespace="ml", pod="train-7f9c")
+    assert pod.label == "k8s:ml/train-7f9c"
     assert Workload(kind="podman", id=DOCKER_ID).label == "podman:d0b3604b67ac"
 
 

@@ -8,6 +8,7 @@ say why (the parser is still tested on recorded texts in test_workload_parse.py)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import json
 import os
@@ -16,6 +17,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from helpers.procs import Reaper, start_sleeper, start_ticks
@@ -76,10 +78,8 @@ class Cgroups:
                     (self.mount / "cgroup.procs").write_text(pid)
             except OSError:
                 pass  # the process is gone already
-            try:
+            with contextlib.suppress(OSError):
                 path.rmdir()
-            except OSError:
-                pass
 
 
 def _cgroups(kind: str) -> Iterator[Cgroups]:
@@ -237,7 +237,8 @@ def test_hung_squeue_is_timed_out_and_never_blocks(tmp_path: Path,
 
 
 def test_failing_squeue_is_noted_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _squeue(tmp_path, monkeypatch, 'echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1')
+    _squeue(tmp_path, monkeypatch,
+            'echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1')
     clock = Clock()
     resolver = WorkloadResolver(sockets={}, clock=clock)
     for _ in range(2):
@@ -253,10 +254,10 @@ def test_failing_squeue_is_noted_once(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
-    names: dict[str, str] = {}
+    names: ClassVar[dict[str, str]] = {}
     status = 200
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         parts = self.path.split("/")
         cid = parts[2] if len(parts) == 4 and parts[1] == "containers" else ""
         if self.status != 200:

@@ -156,8 +156,8 @@ def cluster_jobs(snapshots: Iterable[HostSnapshot]) -> list[ClusterJob]:
             cards[key].update((snap.host, gpu) for gpu in g.gpus)
             job.gpu_mem += g.gpu_mem
             job.processes += len(g.pids)
-    for key, job in found.items():
-        job.gpus = len(cards[key])
+    for where, job in found.items():
+        job.gpus = len(cards[where])
     return sorted(found.values(), key=lambda j: (-len(j.hosts), -j.gpu_mem, j.label))
 
 

@@ -301,7 +301,9 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def container_name(socket_path: str, container_id: str, timeout: float = SOCKET_TIMEOUT) -> str | None:
+def container_name(
+    socket_path: str, container_id: str, timeout: float = SOCKET_TIMEOUT
+) -> str | None:
     """The container's name from a Docker-compatible Engine API; None when it has none.
 
     Raises OSError or ValueError when the daemon cannot be asked or answers nonsense.
@@ -431,7 +433,8 @@ class WorkloadResolver:
         self._k8s_dirs = k8s_dirs
         self._k8s: tuple[dict[str, tuple[str, str]], dict[str, str]] = ({}, {})
         self._k8s_at: float | None = None
-        self._own: dict[str, Any] | None | bool = False  # False: not read yet
+        self._own: dict[str, Any] | None = None
+        self._own_read = False
 
     def _note(self, text: str) -> None:
         with self._lock:
@@ -458,7 +461,8 @@ class WorkloadResolver:
 
     def own(self) -> dict[str, Any] | None:
         """The container or pod gputop itself runs in (read once), else None."""
-        if self._own is False:
+        if not self._own_read:
+            self._own_read = True
             try:
                 with open(f"{self.root}/self/cgroup", "rb") as f:
                     self._own = parse_cgroup(f.read(MAX_CGROUP_BYTES).decode("utf-8", "replace"))

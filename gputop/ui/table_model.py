@@ -6,8 +6,8 @@ with 2,000 processes costs a filter and a sort, not 22,000 formatted strings.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,8 +120,8 @@ def fold_rows(host: str, rows: list[Row], expanded: set[RowKey]) -> list[Row]:
     row; an expanded group's processes follow its line."""
     groups = workload_rules.group(r.proc for r in rows)
     by_key = {g.key: g for g in groups}
-    members: dict[object, list[Row]] = {}
-    order: list[object] = []
+    members: dict[tuple[str, str] | None, list[Row]] = {}
+    order: list[tuple[str, str] | None] = []
     for row in rows:
         w = row.proc.workload
         gkey = w.group_key if w is not None else None
@@ -130,14 +130,13 @@ def fold_rows(host: str, rows: list[Row], expanded: set[RowKey]) -> list[Row]:
             order.append(gkey)
         members[gkey].append(row)
     out: list[Row] = []
-    for gkey in order:
-        group = by_key[gkey]  # type: ignore[index]
+    for wkey in order:
+        group = by_key[wkey]
         key = group_key(host, group)
         is_open = key in expanded
-        first = members[gkey][0]
-        out.append(Row(key, first.proc, (), group, is_open))
+        out.append(Row(key, members[wkey][0].proc, (), group, is_open))
         if is_open:
-            out.extend(members[gkey])
+            out.extend(members[wkey])
     return out
 
 

@@ -18,8 +18,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from gputop.model import GpuProcess
 from gputop.analysis import workloads as workload_rules
+from gputop.model import GpuProcess
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey, UiState
