@@ -12,7 +12,9 @@ keys and their defaults are the ``_HOST_KEYS``, ``_GPU_KEYS``, ``_PROC_KEYS`` an
     processes: [{pid, user, cmdline, ppid, state, age: 3h, gpus: {index: MiB},
                  util: [low, high], type: C|G|C+G, hidden, ignores_term,
                  kernel_file_exists, vanish_after_list,
-                 dips: [{every: 10m, duration: 30s, util: [low, high], at: 100s}]}, ...]
+                 dips: [{every: 10m, duration: 30s, util: [low, high], at: 100s}],
+                 cgroup: "0::/system.slice/slurmstepd.scope/job_42/step_0"}, ...]
+    slurm_jobs: [{id, user, name, account, partition, gpus: [0, 1], time_left: 2h}, ...]
     faults: {driver_not_loaded, lost: [{gpu, after}], xid: [{gpu, xid, at}],
              not_supported: [{gpu: N|all, fields: [FanSpeed, ...]}],
              nvlink_down: [{gpu, link}]}
