@@ -217,13 +217,26 @@ class Workload(_Record):
 
     @classmethod
     def from_any(cls, data: Any) -> Workload | None:
+        """From a probe's JSON (untrusted): a field of the wrong type is dropped."""
         if data is None or isinstance(data, Workload):
             return data
-        if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        if not isinstance(data, dict):
             return None
-        if not isinstance(data.get("id"), str):
+        clean: dict[str, Any] = {}
+        for name in _field_names(cls):
+            value: Any = data.get(name)
+            if name in ("end_time", "time_left"):
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            elif name == "gpus":
+                ok = isinstance(value, (list, tuple)) and all(
+                    isinstance(g, int) and not isinstance(g, bool) for g in value)
+            else:
+                ok = isinstance(value, str)
+            if ok:
+                clean[name] = tuple(value) if name == "gpus" else value
+        if "kind" not in clean or "id" not in clean:
             return None
-        return _flat(cls, data)
+        return cls(**clean)
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,6 +190,12 @@ def test_in_a_container_without_the_host_pid_namespace_says_so_once() -> None:
     found = rules.warnings(snap, 0.0)
     assert [w.code for w in found] == [rules.OWN_PID_NAMESPACE]
     assert "docker:d0b3604b67ac" in found[0].message
+    # Without knowing our container (cgroup namespaces hide it), several unresolvable
+    # processes say the same; one that just exited does not.
+    unknown = HostSnapshot(host="n1", time=0.0, processes=procs)
+    assert [w.code for w in rules.warnings(unknown, 0.0)] == [rules.OWN_PID_NAMESPACE]
+    one = HostSnapshot(host="n1", time=0.0, processes=procs[:1])
+    assert rules.warnings(one, 0.0) == []
 
 
 def test_name_source_notes_become_infos() -> None:
@@ -258,3 +264,6 @@ def test_snapshot_round_trip_keeps_the_workload() -> None:
     assert again.processes[0].workload is not None and again.processes[0].workload.gpus == (0, 1)
     assert HostSnapshot.from_dict({"host": "x", "time": 0, "processes": [
         {"pid": 1, "gpu": 0, "workload": {"kind": 3}}]}).processes[0].workload is None
+    hostile = Workload.from_any({"kind": "slurm", "id": "1", "name": ["x"], "gpus": [0, "1"],
+                                 "time_left": "soon", "user": "bob", "extra": 1})
+    assert hostile == Workload(kind="slurm", id="1", user="bob")

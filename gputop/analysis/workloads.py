@@ -46,13 +46,17 @@ def warnings(snapshot: HostSnapshot, now: float) -> list[HealthWarning]:
                                  gpu=gpu, pid=pid, hint=hint, since=now))
 
     for note in snapshot.workload_notes:
-        add(NAME_SOURCE, note)
+        if isinstance(note, str):  # from a probe: untrusted
+            add(NAME_SOURCE, note[:300])
     procs = snapshot.processes
     own = snapshot.own_workload
-    if own is not None and procs and not any(p.visible for p in procs):
+    # On the host every process is in our PID namespace but one that just exited; none
+    # of several (or none while we know we are in a container) means our own namespace.
+    if procs and not any(p.visible for p in procs) and (own is not None or len(procs) > 1):
+        where = own.label if own is not None else "a container"
         add(OWN_PID_NAMESPACE,
-            f"gputop runs inside {own.label} without the host's PID namespace: "
-            "its GPU processes cannot be resolved",
+            f"none of the {len(procs)} GPU processes is in gputop's PID namespace: it runs "
+            f"inside {where} without the host's PID namespace",
             hint="run it on the host, or with the host's PID namespace "
                  "(docker --pid=host, Kubernetes hostPID: true)")
         return out
