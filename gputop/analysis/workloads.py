@@ -29,7 +29,29 @@ GIB = 1024**3
 
 def is_slurm_node(snapshot: HostSnapshot) -> bool:
     """A host where some GPU process runs in a Slurm job (the only sign a snapshot has)."""
-    return any(p.workload is not None and p.workload.kind == "slurm" for p in snapshot.processes)
+    return runs_jobs(snapshot.processes)
+
+
+def runs_jobs(processes: Iterable[GpuProcess]) -> bool:
+    return any(p.workload is not None and p.workload.kind == "slurm" for p in processes)
+
+
+def outside_job(proc: GpuProcess, slurm_node: bool) -> bool:
+    """GPU memory held outside any Slurm job, on a node where jobs run."""
+    outside = proc.workload is None or proc.workload.kind != "slurm"
+    return slurm_node and proc.visible and outside and bool(proc.gpu_mem)
+
+
+def foreign_gpu(proc: GpuProcess) -> bool:
+    """A job's process on a GPU the job was not given (when its GPUs are known)."""
+    w = proc.workload
+    return w is not None and w.kind == "slurm" and w.gpus is not None and proc.gpu not in w.gpus
+
+
+def flags(proc: GpuProcess, slurm_node: bool) -> tuple[str, ...]:
+    """The process table's flags for these rules: "nojob", "foreign-gpu"."""
+    return (("nojob",) if outside_job(proc, slurm_node) else ()) + (
+        ("foreign-gpu",) if foreign_gpu(proc) else ())
 
 
 def _who(proc: GpuProcess) -> str:
@@ -60,17 +82,16 @@ def warnings(snapshot: HostSnapshot, now: float) -> list[HealthWarning]:
             hint="run it on the host, or with the host's PID namespace "
                  "(docker --pid=host, Kubernetes hostPID: true)")
         return out
-    if is_slurm_node(snapshot):
-        for proc in procs:
-            outside = proc.workload is None or proc.workload.kind != "slurm"
-            if proc.visible and outside and proc.gpu_mem:
-                add(OUTSIDE_JOB,
-                    f"{proc.gpu_mem / GIB:.1f} GiB outside any Slurm job: {_who(proc)}",
-                    gpu=proc.gpu, pid=proc.pid,
-                    hint="a run that bypassed the scheduler, or a job's leftover")
+    slurm_node = is_slurm_node(snapshot)
+    for proc in procs:
+        if outside_job(proc, slurm_node) and proc.gpu_mem:
+            add(OUTSIDE_JOB,
+                f"{proc.gpu_mem / GIB:.1f} GiB outside any Slurm job: {_who(proc)}",
+                gpu=proc.gpu, pid=proc.pid,
+                hint="a run that bypassed the scheduler, or a job's leftover")
     for proc in procs:
         w = proc.workload
-        if w is not None and w.kind == "slurm" and w.gpus is not None and proc.gpu not in w.gpus:
+        if w is not None and w.gpus is not None and foreign_gpu(proc):
             given = ",".join(str(g) for g in w.gpus) or "none"
             add(FOREIGN_GPU,
                 f"GPU {proc.gpu} not given to job {w.id} ({w.user or proc.user or '?'}, "

@@ -17,7 +17,8 @@ from gputop.ui import fmt
 from gputop.ui.state import RowKey
 
 FLAG_SHORT = {"zombie": "ZOMB", "orphan": "ORPH", "idle": "IDLE", "kernel": "KERN",
-              "hidden": "HID"}
+              "hidden": "HID",
+              "nojob": "NOJOB", "foreign-gpu": "XGPU"}  # issue 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,8 @@ def build_rows(
     needle = search.lower()
     # job:, container: and pod: select by workload (issue 15); other text as before.
     by_workload = needle.startswith(workload_rules.FILTER_PREFIXES)
+    processes = tuple(processes)
+    slurm_node = workload_rules.runs_jobs(processes)
     rows = []
     for proc in processes:
         if gpu is not None and proc.gpu != gpu:
@@ -93,9 +96,8 @@ def build_rows(
             proc.user or ""
         ).lower() and needle not in _job_text(proc):
             continue
-        rows.append(
-            Row((host, proc.pid, proc.start_ticks, proc.gpu), proc, _flags_of(flags.get(proc.key)))
-        )
+        names = _flags_of(flags.get(proc.key)) + workload_rules.flags(proc, slurm_node)
+        rows.append(Row((host, proc.pid, proc.start_ticks, proc.gpu), proc, names))
     return rows
 
 
