@@ -44,7 +44,7 @@ async def test_job_column_fold_and_filter() -> None:
         flagged = {(r.proc.pid, r.proc.gpu): {"nojob", "foreign-gpu"} & set(r.flags)
                    for r in table.rows if {"nojob", "foreign-gpu"} & set(r.flags)}
         assert flagged == {(6000400, 6): {"nojob"}, (6000202, 6): {"foreign-gpu"}}
-        assert "NOJOB" in cell("flags", next(r for r in table.rows if r.proc.pid == 6000400), 0.0)
+        assert "NJOB" in cell("flags", next(r for r in table.rows if r.proc.pid == 6000400), 0.0)
         await pilot.press("J")
         await pilot.pause()
         lines = [(cell("job", r, 0.0), cell("pid", r, 0.0)) for r in table.rows]

@@ -18,7 +18,7 @@ from gputop.ui.state import RowKey
 
 FLAG_SHORT = {"zombie": "ZOMB", "orphan": "ORPH", "idle": "IDLE", "kernel": "KERN",
               "hidden": "HID",
-              "nojob": "NOJOB", "foreign-gpu": "XGPU"}  # issue 15
+              "nojob": "NJOB", "foreign-gpu": "XGPU"}  # issue 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +242,8 @@ def _group_cell(column: str, row: Row, now: float) -> str:
         gpus = ",".join(str(g) for g in group.gpus)
         name = f" {w.name}" if w is not None and w.name else ""
         what = "no job" if w is None else group.label
-        return fmt.visible(f"{what}{name}: GPUs {gpus}, {len(group.pids)} processes")
+        count = len(group.pids)
+        return fmt.visible(f"{what}{name}: GPUs {gpus}, {count} process{'es' if count > 1 else ''}")
     raise KeyError(column)
 
 
