@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 
 # Process table columns, in their default order.
 COLUMNS = (
-    "gpu", "pid", "user", "type", "gpu_mem", "sm", "cpu", "rss", "time", "flags", "command",
+    "gpu", "pid", "user", "type", "gpu_mem", "sm", "cpu", "rss", "time", "flags",
+    "job",  # issue 15: hidden where no process has a workload
+    "command",
 )
 
 # Gauges with a threshold colour: value >= warn is the warn colour, >= crit the crit one.

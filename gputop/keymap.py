@@ -58,6 +58,8 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("cluster", "dashboard", "c", "cluster", "Cluster", False),
     KeyAction("all_processes", "dashboard", "p", "all_processes", "All hosts' processes",
               False),
+    # issue 15: one line per Slurm job, container or pod (Enter opens one)
+    KeyAction("fold_jobs", "dashboard", "J", "fold_jobs", "Fold by job", False),
     # the process table
     KeyAction("cursor_down", "table", "down,j", "cursor_down", "Down", False),
     KeyAction("cursor_up", "table", "up", "cursor_up", "Up", False),

@@ -174,6 +174,71 @@ class Gpu(_Record):
         return gpu
 
 
+# -- workloads (issue 15): who is behind a process ---------------------------------------
+WORKLOAD_KINDS = ("slurm", "docker", "podman", "containerd", "crio", "k8s")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload(_Record):
+    """The Slurm job, container or pod a process runs in (from its cgroup); see
+    docs/workloads.md.  Names are None until (and unless) a name source answers."""
+
+    kind: str  # one of WORKLOAD_KINDS
+    id: str  # Slurm job id, container id (64 hex) or pod uid
+    step: str | None = None  # slurm: "0", "batch", "extern", "interactive"
+    user: str | None = None  # slurm: the job's user
+    name: str | None = None  # slurm: job name; docker/podman: container name
+    account: str | None = None
+    partition: str | None = None
+    job_state: str | None = None
+    end_time: float | None = None  # slurm: epoch seconds
+    time_left: float | None = None  # slurm: seconds
+    gpus: tuple[int, ...] | None = None  # slurm: GPU indexes the job was given here
+    container_id: str | None = None  # k8s: the container inside the pod
+    namespace: str | None = None  # k8s
+    pod: str | None = None  # k8s
+    container: str | None = None  # k8s: the container's name
+
+    @property
+    def label(self) -> str:
+        """What tables show: slurm:4242.0, docker:web-api, k8s:ml/train-7f9c."""
+        if self.kind == "slurm":
+            return f"slurm:{self.id}.{self.step}" if self.step else f"slurm:{self.id}"
+        if self.kind == "k8s":
+            if self.namespace and self.pod:
+                return f"k8s:{self.namespace}/{self.pod}"
+            return f"k8s:{self.id[:8]}"
+        return f"{self.kind}:{self.name or self.id[:12]}"
+
+    @property
+    def group_key(self) -> tuple[str, str]:
+        """One line per job (all its steps), container or pod."""
+        return (self.kind, self.id)
+
+    @classmethod
+    def from_any(cls, data: Any) -> Workload | None:
+        """From a probe's JSON (untrusted): a field of the wrong type is dropped."""
+        if data is None or isinstance(data, Workload):
+            return data
+        if not isinstance(data, dict):
+            return None
+        clean: dict[str, Any] = {}
+        for name in _field_names(cls):
+            value: Any = data.get(name)
+            if name in ("end_time", "time_left"):
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            elif name == "gpus":
+                ok = isinstance(value, (list, tuple)) and all(
+                    isinstance(g, int) and not isinstance(g, bool) for g in value)
+            else:
+                ok = isinstance(value, str)
+            if ok:
+                clean[name] = tuple(value) if name == "gpus" else value
+        if "kind" not in clean or "id" not in clean:
+            return None
+        return cls(**clean)
+
+
 @dataclass(frozen=True, slots=True)
 class GpuProcess(_Record):
     pid: int
@@ -200,6 +265,7 @@ class GpuProcess(_Record):
     kernel_file: str | None = None  # a Jupyter kernel's -f connection file, if any
     kernel_file_exists: bool | None = None
     simulated: bool = False  # a --demo process: actions only touch the simulation
+    workload: Workload | None = None  # issue 15: Slurm job, container or pod; None: none
 
     @property
     def key(self) -> tuple[int, int]:
@@ -207,7 +273,10 @@ class GpuProcess(_Record):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuProcess:
-        return _flat(cls, data)
+        proc = _flat(cls, data)
+        if proc.workload is not None and not isinstance(proc.workload, Workload):
+            proc = dataclasses.replace(proc, workload=Workload.from_any(proc.workload))
+        return proc
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +373,9 @@ class HostSnapshot(_Record):
     device_scan_note: str | None = None  # e.g. "12 processes not readable (not root)"
     missing: tuple[str, ...] = ()  # fields this source cannot provide (fallback mode)
     labels: tuple[str, ...] = ()
+    # issue 15: name sources that failed, once each; gputop's own container, if any
+    workload_notes: tuple[str, ...] = ()
+    own_workload: Workload | None = None
 
     @property
     def ok(self) -> bool:
@@ -332,6 +404,7 @@ class HostSnapshot(_Record):
             reservations=tuple(Reservation.from_dict(r) for r in data.get("reservations") or ()),
             xid_events=tuple(_flat(XidEvent, x) for x in data.get("xid_events") or ()),
             device_holders=tuple(_flat(DeviceHolder, d) for d in data.get("device_holders") or ()),
+            own_workload=Workload.from_any(data.get("own_workload")),
         )
 
 

@@ -22,6 +22,7 @@ STDLIB_ONLY = (
     "gputop.sources.nvml",
     "gputop.sources.procfs",
     "gputop.sources.devscan",
+    "gputop.sources.workload",  # issue 15
     "gputop.sources.sim",
     "gputop.sources.sim.api",
     "gputop.sources.sim.dynamics",

@@ -33,3 +33,18 @@ def test_cluster_overview(snap_compare: Any, size: tuple[int, int]) -> None:
     # Short history: the overview shows only the latest snapshot of each host.
     assert snap_compare(demo_app(CLUSTER, seconds=30), terminal_size=size,
                         run_before=_cluster_overview)
+
+
+# -- issue 15: the slurm node with its JOB column, then folded by job ------------------------
+
+
+async def _folded(pilot: Any) -> None:
+    await load(pilot)
+    await pilot.press("J")
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("fold", [False, True], ids=["jobs", "folded"])
+def test_slurm_node(snap_compare: Any, fold: bool) -> None:
+    assert snap_compare(demo_app("slurm"), terminal_size=(160, 50),
+                        run_before=_folded if fold else load)

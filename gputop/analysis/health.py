@@ -21,6 +21,7 @@ from typing import Any
 
 from gputop import model
 from gputop.analysis import orphans
+from gputop.analysis import workloads as workload_rules
 from gputop.analysis import xid as xid_catalog
 from gputop.analysis.durations import format_duration
 from gputop.analysis.pick import reservation_warnings
@@ -165,6 +166,7 @@ def warnings(
         for proc in snapshot.processes:
             _process_rules(snapshot, proc, history, th, add, flags)
     out.extend(_foreign_warnings(snapshot, now, me))
+    out.extend(workload_rules.warnings(snapshot, now))
     return sort_warnings(out)
 
 

@@ -153,14 +153,18 @@ def _host_block(snap: HostSnapshot, width: int, paint: Callable[[str, str], str]
         text = f"  GPU {res.gpu} reserved by {visible(res.user)} until {until}{note}"
         lines.append(_fit(text, width))
     lines.append("")
+    # The JOB column only where some process has a workload: most hosts have none.
+    jobs = any(p.workload is not None for p in snap.processes)
     head = (
-        f"{'GPU':>3} {'PID':>8} {'USER':<10} {'GPU-MEM':>9} {'SM%':>4} {'TIME':>7}  COMMAND"
+        f"{'GPU':>3} {'PID':>8} {'USER':<10} {'GPU-MEM':>9} {'SM%':>4} {'TIME':>7}  "
+        + (f"{'JOB':<{_JOB_WIDTH}} " if jobs else "")
+        + "COMMAND"
     )
     lines.append(paint(_fit(head, width), _BOLD))
     if not snap.processes:
         lines.append("  no processes")
     for proc in snap.processes:
-        lines.append(_process_line(proc, snap.time, width))
+        lines.append(_process_line(proc, snap.time, width, jobs))
     return lines
 
 
@@ -199,7 +203,10 @@ def _gpu_line(gpu: Gpu, width: int, paint: Callable[[str, str], str]) -> str:
     return paint(_fit(text, width), _YELLOW if hot else "")
 
 
-def _process_line(proc: GpuProcess, now: float, width: int) -> str:
+_JOB_WIDTH = 18
+
+
+def _process_line(proc: GpuProcess, now: float, width: int, jobs: bool = False) -> str:
     user = _fit(visible(proc.user or ("?" if proc.visible else "(hidden)")), 10)
     runtime = format_duration(now - proc.start_time) if proc.start_time is not None else "n/a"
     sm = f"{proc.sm_util}" if proc.sm_util is not None else "n/a"
@@ -209,6 +216,9 @@ def _process_line(proc: GpuProcess, now: float, width: int) -> str:
     fixed = (
         f"{proc.gpu:>3} {proc.pid:>8} {user:<10} {_mem(proc.gpu_mem):>9} {sm:>4} {runtime:>7}  "
     )
+    if jobs:
+        job = _fit(visible(proc.workload.label), _JOB_WIDTH) if proc.workload else "-"
+        fixed += f"{job:<{_JOB_WIDTH}} "
     return fixed + _fit(visible(command or "n/a"), max(width - _display_width(fixed), 8))
 
 

@@ -51,6 +51,7 @@ MODULES = (
     "gputop.model",
     "gputop.yamlnodes",
     "gputop.sources.devscan",
+    "gputop.sources.workload",
     "gputop.sources.procfs",
     "gputop.sources.nvml",
     # A package, with every one of its modules: its __init__ re-exports them.

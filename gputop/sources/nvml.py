@@ -504,6 +504,7 @@ class Collector:
         readable = [g["index"] for g in gpus if g["index"] in self._static]
         snap["gpus"] = gpus
         snap["processes"] = self._add_process_facts(raw_procs)
+        self._add_workloads(snap, snap["processes"])
         snap["topology"] = self._topology_once(sorted(self._handles.keys() & set(readable)))
         self._xid_setup_once()
         snap["xid_watched"] = self._xid_watched
@@ -778,6 +779,28 @@ class Collector:
             row["simulated"] = self.demo
         rows.sort(key=lambda r: (r["gpu"], r["pid"]))
         return rows
+
+    def _add_workloads(self, snap: dict[str, Any], rows: list[dict]) -> None:
+        """Issue 15: each process's Slurm job, container or pod, and the host's notes."""
+        workloads = getattr(self.procs, "workloads", None)
+        if workloads is None:
+            return
+        keys = []
+        found = []
+        for row in rows:
+            ticks = row.get("start_ticks")
+            if not row.get("visible") or ticks is None:
+                continue
+            keys.append((row["pid"], ticks))
+            parsed = workloads.resolve(row["pid"], ticks)
+            if parsed is not None:
+                # A copy per row: names are added in place and the cache keeps ids only.
+                row["workload"] = dict(parsed)
+                found.append(row["workload"])
+        workloads.forget_except(keys)
+        workloads.name_all(found)
+        snap["workload_notes"] = workloads.notes()
+        snap["own_workload"] = workloads.own()
 
     # -- host-level extras -------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ import socket
 import time
 from typing import Any
 
+from gputop.sources.workload import WorkloadResolver
+
 _DEFAULT_CLK_TCK = 100
 # A kernel file path of a Jupyter kernel comes after one of these.
 _KERNEL_FLAGS = ("-f", "--f")
@@ -90,6 +92,7 @@ class ProcFs:
         # (pid, start_ticks) -> (cpu ticks, monotonic time) of the previous process_info call
         self._cpu_prev: dict[tuple[int, int], tuple[int, float]] = {}
         self._host_cpu_prev: tuple[int, int] | None = None
+        self.workloads = WorkloadResolver(root)  # issue 15: job / container / pod per pid
 
     # -- host --------------------------------------------------------------------------
 

@@ -6,16 +6,19 @@ with 2,000 processes costs a filter and a sort, not 22,000 formatted strings.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gputop.analysis import workloads as workload_rules
 from gputop.model import GpuProcess
 from gputop.ui import fmt
 from gputop.ui.state import RowKey
 
 FLAG_SHORT = {"zombie": "ZOMB", "orphan": "ORPH", "idle": "IDLE", "kernel": "KERN",
-              "hidden": "HID"}
+              "hidden": "HID",
+              "nojob": "NJOB", "foreign-gpu": "XGPU"}  # issue 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,7 @@ COLUMNS: dict[str, Column] = {
         Column("rss", "RSS", 6, True, 1),
         Column("time", "TIME", 8, True, 3),
         Column("flags", "STATE/FLAGS", 11, False, 0),
+        Column("job", "JOB", 16, False, 5),  # issue 15: shown where some process has one
         Column("command", "COMMAND", 0, False, 0),
     )
 }
@@ -50,8 +54,10 @@ MIN_COMMAND = 20
 @dataclass(slots=True)
 class Row:
     key: RowKey
-    proc: GpuProcess
+    proc: GpuProcess  # a group's row: its process with the most GPU memory
     flags: tuple[str, ...]  # orphan flag names
+    group: workload_rules.Group | None = None  # issue 15: a folded job / container / pod
+    expanded: bool = False
 
 
 def _flags_of(flags: Any) -> tuple[str, ...]:
@@ -71,6 +77,10 @@ def build_rows(
     """Rows that pass every active filter (mine, one user, one GPU, search text)."""
     flags = flags or {}
     needle = search.lower()
+    # job:, container: and pod: select by workload (issue 15); other text as before.
+    by_workload = needle.startswith(workload_rules.FILTER_PREFIXES)
+    processes = tuple(processes)
+    slurm_node = workload_rules.runs_jobs(processes)
     rows = []
     for proc in processes:
         if gpu is not None and proc.gpu != gpu:
@@ -79,14 +89,57 @@ def build_rows(
             continue
         if user is not None and proc.user != user:
             continue
-        if needle and needle not in (proc.command or "").lower() and needle not in (
+        if by_workload:
+            if not workload_rules.matches(proc, needle):
+                continue
+        elif needle and needle not in (proc.command or "").lower() and needle not in (
             proc.user or ""
-        ).lower():
+        ).lower() and needle not in _job_text(proc):
             continue
-        rows.append(
-            Row((host, proc.pid, proc.start_ticks, proc.gpu), proc, _flags_of(flags.get(proc.key)))
-        )
+        names = _flags_of(flags.get(proc.key)) + workload_rules.flags(proc, slurm_node)
+        rows.append(Row((host, proc.pid, proc.start_ticks, proc.gpu), proc, names))
     return rows
+
+
+def _job_text(proc: GpuProcess) -> str:
+    return proc.workload.label.lower() if proc.workload is not None else ""
+
+
+def shown_columns(columns: tuple[str, ...], processes: Iterable[GpuProcess]) -> tuple[str, ...]:
+    """The configured columns, without JOB where no process has a workload (most hosts)."""
+    if "job" in columns and not any(p.workload is not None for p in processes):
+        return tuple(c for c in columns if c != "job")
+    return columns
+
+
+def group_key(host: str, group: workload_rules.Group) -> RowKey:
+    """A group's row key: never a real process's (pid <= 0, gpu -1)."""
+    return (host, -(zlib.crc32(group.label.encode()) + 1), None, -1)
+
+
+def fold_rows(host: str, rows: list[Row], expanded: set[RowKey]) -> list[Row]:
+    """Sorted rows folded into one line per workload, in the order of each one's first
+    row; an expanded group's processes follow its line."""
+    groups = workload_rules.group(r.proc for r in rows)
+    by_key = {g.key: g for g in groups}
+    members: dict[tuple[str, str] | None, list[Row]] = {}
+    order: list[tuple[str, str] | None] = []
+    for row in rows:
+        w = row.proc.workload
+        gkey = w.group_key if w is not None else None
+        if gkey not in members:
+            members[gkey] = []
+            order.append(gkey)
+        members[gkey].append(row)
+    out: list[Row] = []
+    for wkey in order:
+        group = by_key[wkey]
+        key = group_key(host, group)
+        is_open = key in expanded
+        out.append(Row(key, members[wkey][0].proc, (), group, is_open))
+        if is_open:
+            out.extend(members[wkey])
+    return out
 
 
 def _num(value: float | None) -> float:
@@ -108,6 +161,7 @@ SORT_KEYS: dict[str, Callable[[Row, float], Any]] = {
                             r.proc.pid),
     "flags": lambda r, now: (len(r.flags), r.flags, r.proc.state or "", r.proc.pid),
     "command": lambda r, now: ((r.proc.command or "").lower(), r.proc.pid),
+    "job": lambda r, now: (_job_text(r.proc), r.proc.pid),
 }
 
 # Numbers read best biggest first; names alphabetically.
@@ -120,6 +174,8 @@ def sort_rows(rows: list[Row], column: str, reverse: bool, now: float) -> list[R
 
 
 def cell(column: str, row: Row, now: float) -> str:
+    if row.group is not None:
+        return _group_cell(column, row, now)
     p = row.proc
     if column == "gpu":
         return str(p.gpu)
@@ -146,6 +202,48 @@ def cell(column: str, row: Row, now: float) -> str:
         if p.command:
             return fmt.visible(p.command)
         return "(not in this PID namespace)" if not p.visible else "?"
+    if column == "job":
+        return fmt.visible(p.workload.label) if p.workload is not None else "-"
+    raise KeyError(column)
+
+
+def _group_cell(column: str, row: Row, now: float) -> str:
+    group = row.group
+    assert group is not None
+    procs = group.processes
+    if column == "gpu":
+        return "-" if row.expanded else "+"
+    if column == "pid":
+        return f"{len(group.pids)}p"
+    if column == "user":
+        w = group.workload
+        users = {p.user for p in procs if p.user}
+        user = (w.user if w is not None and w.user else None) or (
+            users.pop() if len(users) == 1 else None)
+        return fmt.visible(user) if user else "*"
+    if column == "gpu_mem":
+        return fmt.size(group.gpu_mem)
+    if column == "sm":
+        # Per card in use, so a 4-GPU job at full speed reads 100, like one process.
+        return str(round(group.sm_util / max(len(group.gpus), 1)))
+    if column == "cpu":
+        return f"{sum(p.cpu_percent or 0.0 for p in procs):.0f}"
+    if column == "rss":
+        return fmt.size(sum(p.rss or 0 for p in {p.pid: p for p in procs}.values()))
+    if column == "time":
+        starts = [p.start_time for p in procs if p.start_time is not None]
+        return fmt.duration(now - min(starts) if starts else None)
+    if column in ("type", "flags"):
+        return ""
+    if column == "job":
+        return fmt.visible(group.label)
+    if column == "command":
+        w = group.workload
+        gpus = ",".join(str(g) for g in group.gpus)
+        name = f" {w.name}" if w is not None and w.name else ""
+        what = "no job" if w is None else group.label
+        count = len(group.pids)
+        return fmt.visible(f"{what}{name}: GPUs {gpus}, {count} process{'es' if count > 1 else ''}")
     raise KeyError(column)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from gputop.sources.sim.api import CLOCK_TICKS, GIB, MIB
 from gputop.sources.sim.dynamics import wander
 from gputop.sources.sim.library import SimNvml, _Proc
+from gputop.sources.workload import parse_cgroup
 
 _SIGNAL_NUMBERS = {"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12,
                    "TERM": 15, "CONT": 18, "STOP": 19}
@@ -52,6 +53,7 @@ class SimProcs:
         self.sim = sim
         host = sim.scenario.host
         self.boot_time = sim.t0 - float(host["uptime_days"]) * 86400.0
+        self.workloads = SimWorkloads(sim)
 
     def _entry(self, pid: int, table: dict[int, _Proc]) -> dict[str, Any] | None:
         proc = table.get(pid)
@@ -245,3 +247,43 @@ def _answer(outcome: str, message: str, owner: str | None) -> dict[str, Any]:
         "owner": owner,
         "simulated": True,
     }
+
+
+class SimWorkloads:
+    """What ``workload.WorkloadResolver`` answers, from the scenario: each process's
+    ``cgroup`` text goes through the real parser, and ``slurm_jobs`` is squeue's answer."""
+
+    def __init__(self, sim: SimNvml) -> None:
+        self.sim = sim
+        self._cgroups = {p["pid"]: p["cgroup"] for p in sim.scenario.processes if p["cgroup"]}
+        self._jobs = {str(job["id"]): job for job in sim.scenario.host.get("slurm_jobs") or ()}
+
+    def resolve(self, pid: int, start_ticks: int) -> dict[str, Any] | None:
+        text = self._cgroups.get(pid)
+        return parse_cgroup(text) if text else None
+
+    def forget_except(self, keys: Iterable[tuple[int, int]]) -> None:
+        """Nothing is cached: the scenario is the cache."""
+
+    def name_all(self, workloads: Iterable[dict[str, Any]]) -> None:
+        elapsed = self.sim.clock() - self.sim.t0
+        for w in workloads:
+            job = self._jobs.get(w["id"]) if w["kind"] == "slurm" else None
+            if job is None:
+                continue
+            w.update({k: job[k] for k in ("user", "name", "account", "partition") if job.get(k)})
+            w["job_state"] = "RUNNING"
+            if job.get("gpus") is not None:
+                w["gpus"] = list(job["gpus"])
+            if job.get("time_left") is not None:
+                w["time_left"] = max(job["time_left"] - elapsed, 0.0)
+                w["end_time"] = self.sim.t0 + job["time_left"]
+
+    def notes(self) -> list[str]:
+        return []
+
+    def own(self) -> dict[str, Any] | None:
+        return None
+
+    def wait(self) -> None:
+        """Nothing runs in the background."""

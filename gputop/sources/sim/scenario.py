@@ -12,7 +12,9 @@ keys and their defaults are the ``_HOST_KEYS``, ``_GPU_KEYS``, ``_PROC_KEYS`` an
     processes: [{pid, user, cmdline, ppid, state, age: 3h, gpus: {index: MiB},
                  util: [low, high], type: C|G|C+G, hidden, ignores_term,
                  kernel_file_exists, vanish_after_list,
-                 dips: [{every: 10m, duration: 30s, util: [low, high], at: 100s}]}, ...]
+                 dips: [{every: 10m, duration: 30s, util: [low, high], at: 100s}],
+                 cgroup: "0::/system.slice/slurmstepd.scope/job_42/step_0"}, ...]
+    slurm_jobs: [{id, user, name, account, partition, gpus: [0, 1], time_left: 2h}, ...]
     faults: {driver_not_loaded, lost: [{gpu, after}], xid: [{gpu, xid, at}],
              not_supported: [{gpu: N|all, fields: [FanSpeed, ...]}],
              nvlink_down: [{gpu, link}]}
@@ -88,6 +90,7 @@ _HOST_KEYS: dict[str, tuple[str, Any]] = {
     "topology": ("dict", None),
     "nvswitches": ("strlist", []),
     "faults": ("dict", None),
+    "slurm_jobs": ("list", []),  # issue 15: what squeue would say, see _SLURM_JOB_KEYS
 }
 
 _GPU_KEYS: dict[str, tuple[str, Any]] = {
@@ -174,6 +177,18 @@ _PROC_KEYS: dict[str, tuple[str, Any]] = {
     "kernel_file_exists": ("bool", None),
     "vanish_after_list": ("bool", False),
     "dips": ("dips", []),
+    "cgroup": ("str", None),  # issue 15: its /proc/PID/cgroup text (job, container, pod)
+}
+
+# issue 15: a Slurm job as squeue reports it; its processes name it in their cgroup.
+_SLURM_JOB_KEYS: dict[str, tuple[str, Any]] = {
+    "id": ("int", None),
+    "user": ("str", None),
+    "name": ("str", None),
+    "account": ("str", None),
+    "partition": ("str", None),
+    "gpus": ("list", None),  # GPU indexes the job was given on this host
+    "time_left": ("duration", None),
 }
 
 # A periodic dip in a process's utilization (a checkpoint save, an evaluation pass):
@@ -234,6 +249,19 @@ def parse_cpulist(text: str) -> list[int]:
         cpus.extend(range(lo, hi + 1))
     return cpus
 
+
+
+def _slurm_jobs(raw_jobs: list[Any], gpu_count: int, chk: _Checker) -> list[dict[str, Any]]:
+    jobs = []
+    for i, raw in enumerate(raw_jobs):
+        job = chk.mapping(raw, ("slurm_jobs", i), _SLURM_JOB_KEYS)
+        if job.get("id") is None:
+            raise chk.fail(("slurm_jobs", i, "id"), "missing (required)")
+        for j, gpu in enumerate(job.get("gpus") or ()):
+            if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < gpu_count:
+                raise chk.fail(("slurm_jobs", i, "gpus", j), f"no GPU {gpu!r} in this scenario")
+        jobs.append(job)
+    return jobs
 
 
 class _Checker:
@@ -425,6 +453,7 @@ def scenario_from_dict(
             ) % 9000
         processes.append(merged)
 
+    host["slurm_jobs"] = _slurm_jobs(host["slurm_jobs"], len(gpus), chk)
     topology = _topology(top.get("topology"), gpus, chk)
     faults = _faults(top.get("faults"), len(gpus), chk)
     return Scenario(

@@ -37,6 +37,7 @@ from textual.strip import Strip
 from textual.widgets import Footer, Static
 
 from gputop import model
+from gputop.analysis import workloads as workload_rules
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
@@ -351,6 +352,7 @@ class ClusterScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = bindings("cluster")
     DEFAULT_CSS = """
     ClusterScreen #cluster-totals { height: auto; padding: 0 1; background: $boost; }
+    ClusterScreen #cluster-jobs { height: auto; max-height: 8; padding: 0 1; }
     ClusterScreen #cluster-hosts { height: 1fr; }
     """
 
@@ -364,6 +366,7 @@ class ClusterScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="cluster-totals")
+        yield Static(id="cluster-jobs")  # issue 15: jobs that span hosts
         yield TextLines(id="cluster-hosts")
         yield FilterInput(placeholder="host name or label; Enter keeps it, Esc clears",
                           id="cluster-filter")
@@ -405,7 +408,16 @@ class ClusterScreen(Screen[None]):
         if self.needle:
             summary.append(f"   filter: {self.needle}", "italic")
         self.query_one("#cluster-totals", Static).update(summary)
+        self._show_jobs(shown)
         self.query_one(TextLines).set_rows(rows, width)
+
+    def _show_jobs(self, snaps: list[HostSnapshot]) -> None:
+        """One line per Slurm job running on several hosts, with all its hosts."""
+        box = self.query_one("#cluster-jobs", Static)
+        spread = [j for j in workload_rules.cluster_jobs(snaps) if len(j.hosts) > 1]
+        box.display = bool(spread)
+        if spread:
+            box.update(multi_host_jobs_text(spread))
 
     def on_resize(self) -> None:
         self.refresh_data()
@@ -442,29 +454,49 @@ class ClusterScreen(Screen[None]):
         self.refresh_data()
 
 
+def multi_host_jobs_text(jobs: list[workload_rules.ClusterJob], limit: int = 7) -> Text:
+    out = Text(no_wrap=True, overflow="ellipsis")
+    for i, job in enumerate(jobs[:limit]):
+        w = job.workload
+        who = f" {w.user}" if w.user else ""
+        name = f" {w.name}" if w.name else ""
+        out.append(("\n" if i else "") + fmt.visible(job.label), "bold")
+        out.append(fmt.visible(f"{name}{who}: {job.gpus} GPUs, {fmt.size(job.gpu_mem)}, "
+                               f"{job.processes} processes on {len(job.hosts)} hosts: "
+                               + ", ".join(job.hosts)))
+    if len(jobs) > limit:
+        out.append(f"\n... and {len(jobs) - limit} more jobs on several hosts", "dim")
+    return out
+
+
 # -- processes of all hosts ---------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ProcFilter:
-    """``host:NAME user:NAME label:NAME`` terms (substring match) and free words."""
+    """``host:NAME user:NAME label:NAME`` terms (substring match), ``job:``,
+    ``container:`` and ``pod:`` terms (analysis/workloads.matches) and free words."""
 
     host: str = ""
     user: str = ""
     label: str = ""
     words: tuple[str, ...] = ()
+    workload: tuple[str, ...] = ()  # issue 15: whole terms, e.g. "job:4242"
 
     @classmethod
     def parse(cls, text: str) -> ProcFilter:
         fields: dict[str, str] = {}
         words = []
+        workload = []
         for term in text.split():
             key, sep, rest = term.partition(":")
             if sep and key in ("host", "user", "label"):
                 fields[key] = rest.lower()
+            elif term.lower().startswith(workload_rules.FILTER_PREFIXES):
+                workload.append(term.lower())
             else:
                 words.append(term.lower())
-        return cls(words=tuple(words), **fields)
+        return cls(words=tuple(words), workload=tuple(workload), **fields)
 
     def match(self, snap: HostSnapshot, proc: GpuProcess) -> bool:
         if self.host and self.host not in snap.host.lower():
@@ -473,8 +505,11 @@ class ProcFilter:
             return False
         if self.label and not any(self.label in x.lower() for x in snap.labels):
             return False
+        if not all(workload_rules.matches(proc, term) for term in self.workload):
+            return False
         for word in self.words:
-            hay = " ".join((snap.host, proc.user or "", proc.command or "", *snap.labels))
+            job = proc.workload.label if proc.workload is not None else ""
+            hay = " ".join((snap.host, proc.user or "", proc.command or "", job, *snap.labels))
             if word not in hay.lower():
                 return False
         return True
@@ -498,6 +533,8 @@ def process_line(snap: HostSnapshot, proc: GpuProcess, idle: bool,
     short = " ".join(FLAG_SHORT.get(f, f.upper()) for f in flags)
     line.append(_fit(short, 9).ljust(9), "magenta" if idle else "")
     line.append(" ")
+    if proc.workload is not None:  # issue 15
+        line.append(fmt.visible(proc.workload.label) + " ", "cyan")
     if proc.command:
         line.append(fmt.visible(proc.command))
     else:
@@ -543,7 +580,8 @@ class ClusterProcessesScreen(Screen[None]):
         yield Static(Text(PROC_HEADER), id="procs-header")
         yield TextLines(id="procs-list")
         yield FilterInput(value=self.query_text,
-                          placeholder="host:NAME user:NAME label:NAME or words; Esc clears",
+                          placeholder="host: user: label: job: container: pod: or words; "
+                                      "Esc clears",
                           id="procs-filter")
         yield Footer()
 

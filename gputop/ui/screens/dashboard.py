@@ -21,6 +21,7 @@ from textual.widgets import Footer
 from gputop.model import HostSnapshot
 from gputop.ui import table_model
 from gputop.ui.keys import bindings
+from gputop.ui.state import RowKey
 from gputop.ui.widgets.filter_input import FilterInput
 from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
 from gputop.ui.widgets.header import HeaderBar, HostLine
@@ -47,6 +48,8 @@ class DashboardScreen(Screen[None]):
         self.mine = False
         self.user_filter: str | None = None
         self.search = ""
+        self.fold_jobs = False  # issue 15
+        self.expanded: set[RowKey] = set()
         self.sort_column = "gpu_mem"
         self.sort_reverse = True
         self._dirty = False
@@ -129,7 +132,12 @@ class DashboardScreen(Screen[None]):
             gpu=state.selected_gpu, search=self.search,
         )
         rows = table_model.sort_rows(rows, self.sort_column, self.sort_reverse, now)
+        if self.fold_jobs:
+            rows = table_model.fold_rows(snap.host, rows, self.expanded)
         table = self.table
+        columns = table_model.shown_columns(app.config.columns, snap.processes)
+        table.set_columns(columns)
+        self.query_one(TableHeader).set_columns(columns)
         table.tagged = state.tagged
         table.set_rows(rows, now)
         state.selected = table.selected
@@ -345,8 +353,19 @@ class DashboardScreen(Screen[None]):
 
     # -- actions: other screens --------------------------------------------------------
 
+    def action_fold_jobs(self) -> None:
+        """One line per Slurm job, container or pod (issue 15); Enter opens one."""
+        self.fold_jobs = not self.fold_jobs
+        self.expanded.clear()
+        self.refresh_view()
+
     def action_detail(self) -> None:
         state = self.app.state
+        if self.fold_jobs and state.selected is not None and state.selected[3] < 0:
+            # A group's line (gpu -1): Enter opens or closes it.
+            self.expanded ^= {state.selected}
+            self.refresh_view()
+            return
         if state.selected is None or state.selected_process() is None:
             return
         from gputop.ui.screens.detail import DetailScreen

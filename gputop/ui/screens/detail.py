@@ -18,6 +18,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from gputop.analysis import workloads as workload_rules
 from gputop.model import GpuProcess
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
@@ -137,6 +138,8 @@ class DetailScreen(Screen[None]):
             rows.append(("flag", line))
         if not proc.visible:
             rows.append(("note", "NVML lists this pid but it is not in our PID namespace"))
+        if proc.workload is not None:  # issue 15
+            rows.extend(workload_rules.facts(proc.workload))
         for name, value in rows:
             table.add_row(name, Text(fmt.visible(value)))
         return table

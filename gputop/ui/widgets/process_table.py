@@ -60,6 +60,11 @@ class TableHeader(Widget):
         self.sort_reverse = True
         self.marker_width = 1  # matches the table's tag marker column
 
+    def set_columns(self, columns: tuple[str, ...]) -> None:
+        if columns != self.columns:
+            self.columns = columns
+            self.refresh()
+
     def set_sort(self, column: str, reverse: bool) -> None:
         if (column, reverse) != (self.sort_column, self.sort_reverse):
             self.sort_column, self.sort_reverse = column, reverse
@@ -155,6 +160,12 @@ class ProcessTable(ScrollView, can_focus=True):
         self._columns_at: tuple[int, list[tuple[Column, int]]] | None = None
 
     # -- data ----------------------------------------------------------------------
+
+    def set_columns(self, columns: tuple[str, ...]) -> None:
+        if columns != self.columns:
+            self.columns = columns
+            self._columns_at = None
+            self.refresh()
 
     def set_rows(self, rows: list[Row], now: float) -> None:
         """Replace the rows; the cursor stays on the selected key if it is still shown."""
