@@ -181,3 +181,33 @@ def test_a_policy_file_others_can_write_does_not_count(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(PolicyError, match="not a regular file"):
         load_policy(str(tmp_path / "fifo"))
+
+
+async def test_the_dashboard_shows_the_line_and_counts_it_in_the_header() -> None:
+    import dataclasses
+
+    from helpers.ui import demo_app, feed_all, plain, wait_for
+
+    from gputop.ui.screens.queue import QueueScreen
+    from gputop.ui.widgets.header import HeaderBar
+
+    app, clock = demo_app("lab")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        last = app._test_snapshots[-1]  # type: ignore[attr-defined]
+        jobs = (QueueJob(id="0badcafe", user="bob", submitted=last.time - 125, gpus=2,
+                         command="python train.py --big"),
+                QueueJob(id="00c0ffee", user="carol", submitted=last.time - 30, gpus=1,
+                         priority="high", command="python eval.py"))
+        feed_all(app, [*app._test_snapshots[:-1],  # type: ignore[attr-defined]
+                       dataclasses.replace(last, queue=jobs)])
+        assert "2 in queue (Q)" in plain(app.dashboard.query_one(HeaderBar).render())
+        await pilot.press("Q")
+        await wait_for(pilot, lambda: isinstance(app.screen, QueueScreen))
+        text = plain(app.screen.query_one("#jobs").render())
+        # carol's high-priority job is first in line; every card of the lab box is busy.
+        assert text.index("00c0ffee") < text.index("0badcafe")
+        assert "1st in line for 1 GPU; 0 of 1 free; GPU 0 in use by another user" in text
+        assert "2nd in line for 2 GPUs" in text and " 2m05s " in text
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, QueueScreen))

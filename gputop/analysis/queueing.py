@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gputop import model
 from gputop.analysis import pick as picking
@@ -156,6 +157,30 @@ def plan(
         if now - job.submitted > policy.starvation_s:
             holding_back = job
     return result
+
+
+def listing(snapshot: HostSnapshot, policy: Policy, now: float) -> list[dict[str, Any]]:
+    """One dict per job of ``snapshot`` (docs/queue.md, `gputop queue --json`): running
+    ones first, then the line in order."""
+    result = plan(snapshot, policy, now)
+    order = [j for j in snapshot.queue if j.id in result.running]
+    order += sorted((j for j in snapshot.queue if j.id in result.position),
+                    key=lambda j: result.position[j.id])
+    rows = []
+    for job in order:
+        running = result.running.get(job.id)
+        rows.append({
+            "host": snapshot.host, "id": job.id, "user": job.user, "priority": job.priority,
+            "state": "running" if running else "waiting",
+            "position": result.position.get(job.id), "gpus_held": list(running or ()),
+            "waited_s": round(now - job.submitted, 1),
+            "request": {"gpus": job.gpus, "gpu_ids": list(job.gpu_ids or ()) or None,
+                        "min_free_mem": job.min_free_mem, "max_util": job.max_util,
+                        "for_s": job.for_s},
+            "command": job.command, "note": job.note,
+            "why": None if running else result.waiting.get(job.id) or "starting",
+        })
+    return rows
 
 
 def running_jobs(snapshot: HostSnapshot, now: float) -> dict[str, tuple[int, ...]]:

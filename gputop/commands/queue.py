@@ -17,7 +17,7 @@ from gputop.analysis.durations import format_duration
 from gputop.commands import common
 from gputop.commands.common import action_failed, usage_error
 from gputop.exitcodes import EXIT_OK
-from gputop.model import HostSnapshot, QueueJob
+from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.policy import PolicyError, load_policy
 from gputop.sources.opener import LOCAL_HOST
@@ -41,7 +41,8 @@ def _list(options: SourceOptions, args: argparse.Namespace) -> int:
     plan = common.plan(options, args.host is not None, args.host)
     collected = common.collect(options, config, plan)
     now = time.time()
-    rows = [row for snap in collected.snapshots for row in rows_of(snap, _policy(snap), now)]
+    rows = [row for snap in collected.snapshots
+            for row in queueing.listing(snap, _policy(snap), now)]
     if args.json:
         print(json.dumps(rows, indent=2))
     elif rows:
@@ -84,32 +85,6 @@ def _policy(snapshot: HostSnapshot) -> queueing.Policy:
         return load_policy()[0]
     except PolicyError:
         return queueing.Policy()
-
-
-def rows_of(snapshot: HostSnapshot, policy: queueing.Policy, now: float) -> list[dict[str, Any]]:
-    """One dict per job of ``snapshot``: running ones first, then the line in order."""
-    plan = queueing.plan(snapshot, policy, now)
-    by_id = {job.id: job for job in snapshot.queue}
-    order = [j for j in snapshot.queue if j.id in plan.running]
-    order += sorted((j for j in snapshot.queue if j.id in plan.position),
-                    key=lambda j: plan.position[j.id])
-    rows = []
-    for job in order:
-        running = plan.running.get(job.id)
-        rows.append({
-            "host": snapshot.host, "id": job.id, "user": job.user, "priority": job.priority,
-            "state": "running" if running else "waiting",
-            "position": plan.position.get(job.id), "gpus_held": list(running or ()),
-            "waited_s": round(now - by_id[job.id].submitted, 1),
-            "request": _request(job), "command": job.command, "note": job.note,
-            "why": None if running else plan.waiting.get(job.id) or "starting",
-        })
-    return rows
-
-
-def _request(job: QueueJob) -> dict[str, Any]:
-    return {"gpus": job.gpus, "gpu_ids": list(job.gpu_ids) if job.gpu_ids else None,
-            "min_free_mem": job.min_free_mem, "max_util": job.max_util, "for_s": job.for_s}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
