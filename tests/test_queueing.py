@@ -191,7 +191,7 @@ async def test_the_dashboard_shows_the_line_and_counts_it_in_the_header() -> Non
     from gputop.ui.screens.queue import QueueScreen
     from gputop.ui.widgets.header import HeaderBar
 
-    app, clock = demo_app("lab")
+    app, _ = demo_app("lab")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         last = app._test_snapshots[-1]  # type: ignore[attr-defined]
@@ -211,3 +211,13 @@ async def test_the_dashboard_shows_the_line_and_counts_it_in_the_header() -> Non
         assert "2nd in line for 2 GPUs" in text and " 2m05s " in text
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, QueueScreen))
+
+
+def test_the_cluster_overview_counts_each_hosts_jobs() -> None:
+    from helpers.ui import plain
+
+    from gputop.ui.screens.cluster import host_line
+
+    jobs = [_job("aaaa0001", "ann"), _job("aaaa0002", "bob")]
+    assert plain(host_line(_snap(2, jobs), NOW, set(), 80)).rstrip().endswith("Q2")
+    assert "Q" not in plain(host_line(_snap(2, []), NOW, set(), 80)).split("ok")[-1]
