@@ -16,7 +16,7 @@ from gputop import __version__
 from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
-SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations")
+SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue")
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
@@ -111,7 +111,34 @@ def build_subparser(command: str) -> argparse.ArgumentParser:
         p.description = "List the active reservations."
         p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
         p.add_argument("--json", action="store_true")
+    elif command == "run":
+        _add_run_args(p)
+    elif command == "queue":
+        p.description = "List the `gputop run` jobs of each host; 'cancel ID' removes one."
+        p.add_argument("action", nargs="?", metavar="cancel", help="cancel a waiting job")
+        p.add_argument("id", nargs="?", metavar="ID", help="the job to cancel")
+        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
+        p.add_argument("--json", action="store_true")
     return p
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.description = ("Wait in this host's line for free GPUs, reserve them, run CMD with"
+                     " CUDA_VISIBLE_DEVICES set, and release them when it ends.")
+    p.usage = "gputop run [options] -- CMD [ARGS...]"
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--gpus", type=int, metavar="N", help="how many GPUs (default 1)")
+    which.add_argument("--gpu-ids", metavar="LIST", help="these GPUs, e.g. 0,2")
+    p.add_argument("--min-free-mem", metavar="SIZE", help="free memory per GPU, e.g. 20G")
+    p.add_argument("--max-util", type=float, metavar="PCT", help="highest acceptable util %%")
+    p.add_argument("--for", dest="duration", metavar="DURATION",
+                   help="stop CMD after this long (SIGTERM, then SIGKILL), e.g. 8h")
+    p.add_argument("--note", default="", help="why; shown to everyone")
+    p.add_argument("--priority", choices=("low", "normal", "high"), default="normal")
+    wait = p.add_mutually_exclusive_group()
+    wait.add_argument("--wait", metavar="DURATION", help="give up after waiting this long")
+    wait.add_argument("--no-wait", action="store_true", help="run now or give up")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
 def source_options(args: argparse.Namespace) -> SourceOptions:
@@ -153,6 +180,14 @@ def _run_subcommand(command: str, options: SourceOptions, args: argparse.Namespa
         from gputop.commands import topo
 
         return topo.run(options, args)
+    if command == "run":
+        from gputop.commands import run
+
+        return run.run(options, args)
+    if command == "queue":
+        from gputop.commands import queue
+
+        return queue.run(options, args)
     from gputop.commands import reserve
 
     return reserve.run(command, options, args)

@@ -24,7 +24,7 @@ class KeyAction:
 
 SCOPES = (
     "app", "dashboard", "table", "detail", "help", "log", "topology", "kill", "reserve",
-    "reclaim", "cluster", "cluster_processes", "lines",
+    "reclaim", "cluster", "cluster_processes", "lines", "queue",
 )
 
 KEY_ACTIONS: tuple[KeyAction, ...] = (
@@ -58,8 +58,9 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("cluster", "dashboard", "c", "cluster", "Cluster", False),
     KeyAction("all_processes", "dashboard", "p", "all_processes", "All hosts' processes",
               False),
-    # issue 15: one line per Slurm job, container or pod (Enter opens one)
+    # one line per Slurm job, container or pod (Enter opens one)
     KeyAction("fold_jobs", "dashboard", "J", "fold_jobs", "Fold by job", False),
+    KeyAction("queue", "dashboard", "Q", "queue", "Queue", False),
     # the process table
     KeyAction("cursor_down", "table", "down,j", "cursor_down", "Down", False),
     KeyAction("cursor_up", "table", "up", "cursor_up", "Up", False),
@@ -83,6 +84,7 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("cluster_procs_filter", "cluster_processes", "slash", "filter",
               "Filter host:/user:/label:"),
     KeyAction("lines_open", "lines", "enter", "choose", "Open"),
+    KeyAction("queue_back", "queue", "escape,q,Q", "app.pop_screen", "Back"),
 )
 
 BY_ID: dict[str, KeyAction] = {k.id: k for k in KEY_ACTIONS}

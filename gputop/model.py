@@ -317,6 +317,7 @@ class Reservation(_Record):
     uid: int | None = None
     gpu_uuid: str | None = None
     host: str | None = None
+    job: str | None = None  # a `gputop run` job's id: its process holds the card
 
     def active(self, now: float) -> bool:
         return self.until > now
@@ -324,6 +325,33 @@ class Reservation(_Record):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Reservation:
         return _flat(cls, data)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueJob(_Record):
+    """A `gputop run` job in a host's line (docs/queue.md); running while a reservation
+    carries its id."""
+
+    id: str
+    user: str
+    submitted: float  # epoch seconds: when it joined the line
+    priority: str = "normal"  # high / normal / low
+    gpus: int | None = None  # how many cards, or...
+    gpu_ids: tuple[int, ...] | None = None  # ...which ones
+    min_free_mem: int | None = None  # bytes
+    max_util: float | None = None
+    for_s: float | None = None
+    note: str = ""
+    command: str = ""
+    uid: int | None = None
+    pid: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QueueJob:
+        job = _flat(cls, data)
+        if job.gpu_ids is not None:
+            job = dataclasses.replace(job, gpu_ids=tuple(job.gpu_ids))
+        return job
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +395,7 @@ class HostSnapshot(_Record):
     processes: tuple[GpuProcess, ...] = ()
     topology: tuple[Link, ...] = ()  # static: read once per connection
     reservations: tuple[Reservation, ...] = ()
+    queue: tuple[QueueJob, ...] = ()  # `gputop run` jobs, in arrival order
     xid_events: tuple[XidEvent, ...] = ()  # new since the previous snapshot
     xid_watched: bool | None = None  # False: this host's driver gives no XID events
     device_holders: tuple[DeviceHolder, ...] = ()
@@ -402,6 +431,7 @@ class HostSnapshot(_Record):
             processes=tuple(GpuProcess.from_dict(p) for p in data.get("processes") or ()),
             topology=tuple(_flat(Link, t) for t in data.get("topology") or ()),
             reservations=tuple(Reservation.from_dict(r) for r in data.get("reservations") or ()),
+            queue=tuple(QueueJob.from_dict(j) for j in data.get("queue") or ()),
             xid_events=tuple(_flat(XidEvent, x) for x in data.get("xid_events") or ()),
             device_holders=tuple(_flat(DeviceHolder, d) for d in data.get("device_holders") or ()),
             own_workload=Workload.from_any(data.get("own_workload")),

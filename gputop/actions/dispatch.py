@@ -47,6 +47,10 @@ def handle(request: Any, env: ActionEnv) -> dict:
             return _kill(request, env)
         if op in ("reserve", "release", "reservations"):
             return _reservations(op, request, env)
+        if op in ("queue", "queue_cancel"):
+            from gputop.actions import queue
+
+            return queue.handle(op, request, env)
         raise BadRequest(f"unknown op {op!r}")
     except BadRequest as exc:
         return {"ok": False, "message": str(exc)}

@@ -36,6 +36,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputop.actions.liveness import MAX_PID, process_alive
+
 DEFAULT_DIRECTORY = "/var/tmp/gputop-reservations"
 DIR_MODE = 0o1777
 FILE_MODE = 0o644
@@ -44,6 +46,7 @@ MAX_RESERVATION_S = 31 * 86400
 MAX_FILE_BYTES = 4096
 MAX_GPUS = 64  # per request: a request may come from anyone over SSH
 LOCK_NAME = ".lock"
+QUEUE_PREFIX = "job."  # `gputop run`'s queue (gputop/actions/queue.py) shares the store
 TMP_PREFIX = ".tmp-"
 LOCK_TIMEOUT_S = 10.0
 
@@ -86,7 +89,11 @@ class _Entry:
         return float(self.data["until"])
 
     def active(self, now: float) -> bool:
-        return self.until > now
+        # A `gputop run` job's cards are free the moment its process is gone (SIGKILL
+        # included), not when the lease runs out.
+        job = self.data.get("job")
+        return self.until > now and (
+            job is None or process_alive(job["pid"], job["pid_start"], self.owner_uid))
 
     def public(self) -> dict[str, Any]:
         """The dict the collector and the views use: model.Reservation's fields."""
@@ -99,6 +106,7 @@ class _Entry:
             "until": self.until,
             "note": self.data.get("note", ""),
             "host": self.data.get("host"),
+            "job": (self.data.get("job") or {}).get("id"),
         }
 
 
@@ -148,11 +156,14 @@ def reserve(
     note: str = "",
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
     now: float | None = None,
+    job: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Reserve all of `gpus` until `until` (epoch s), or none of them.
 
     A GPU I already hold is extended (its file atomically replaced). A GPU held by
     someone else makes the whole request fail with ``holder`` naming them.
+    ``job`` ({id, pid, pid_start}): a `gputop run` job's reservation, which ends with
+    that process.
     """
     now = time.time() if now is None else now
     try:
@@ -162,8 +173,8 @@ def reserve(
         if not targets:
             raise ReservationError("no GPU given")
         ensure_directory(directory)
-        with _locked(directory):
-            return _reserve_locked(directory, targets, until, note, now)
+        with locked(directory):
+            return _reserve_locked(directory, targets, until, note, now, job)
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "reservations": []}
     except OSError as exc:
@@ -183,7 +194,7 @@ def release(
         if not os.path.isdir(directory):
             return {"ok": True, "released": [], "message": "no reservations"}
         ensure_directory(directory)
-        with _locked(directory):
+        with locked(directory):
             return _release_locked(directory, targets, now)
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "released": []}
@@ -344,7 +355,7 @@ def ensure_directory(directory: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(directory: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+def locked(directory: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold the directory's advisory lock: all changes to the store are serialized."""
     path = os.path.join(directory, LOCK_NAME)
     deadline = time.monotonic() + timeout
@@ -408,6 +419,8 @@ def _scan(directory: str) -> _Scan:
         path = os.path.join(directory, name)
         if name == LOCK_NAME:
             continue
+        if name.startswith(QUEUE_PREFIX):
+            continue
         if name.startswith(TMP_PREFIX):
             with contextlib.suppress(OSError):
                 result.tmp_files.append((path, os.lstat(path).st_uid))
@@ -454,7 +467,7 @@ def _read_entry(
     if why:
         problems.append(f"{path}: {why}; skipped")
         return None
-    return _Entry(name, path, key, generation, info.st_uid, _user_name(info.st_uid), data)
+    return _Entry(name, path, key, generation, info.st_uid, user_name(info.st_uid), data)
 
 
 def _content_problem(data: Any, key: str, owner_uid: int) -> str | None:
@@ -487,10 +500,23 @@ def _content_problem(data: Any, key: str, owner_uid: int) -> str | None:
     user = data.get("user")
     if not isinstance(user, str):
         return "bad or missing 'user'"
+    return _job_problem(data.get("job"))
+
+
+def _job_problem(job: Any) -> str | None:
+    if job is None:
+        return None
+    if not isinstance(job, dict) or not isinstance(job.get("id"), str) \
+            or not re.fullmatch(r"[0-9a-f]{8}", job["id"]):
+        return "bad 'job'"
+    for key, high in (("pid", MAX_PID), ("pid_start", 2**63)):
+        value = job.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
+            return f"bad 'job.{key}'"
     return None
 
 
-def _user_name(uid: int) -> str:
+def user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -531,7 +557,8 @@ def _slot(entries: list[_Entry], target: _Target) -> list[_Entry]:
 
 
 def _reserve_locked(
-    directory: str, targets: list[_Target], until: float, note: str, now: float
+    directory: str, targets: list[_Target], until: float, note: str, now: float,
+    job: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     found = _scan(directory)
     _clean(found, now)
@@ -553,13 +580,13 @@ def _reserve_locked(
         plans.append((target, mine, moved, top + 1))
 
     host = socket.gethostname()
-    user = _user_name(me)
+    user = user_name(me)
     created: list[str] = []
     results: list[dict[str, Any]] = []
     extended: list[int] = []
     try:
         for target, mine, _moved, generation in plans:
-            record = {
+            record: dict[str, Any] = {
                 "gpu": target.index,
                 "uuid": target.uuid,
                 "user": user,
@@ -569,7 +596,9 @@ def _reserve_locked(
                 "note": note,
                 "host": host,
             }
-            tmp = _write_temp(directory, target.key, record)
+            if job is not None:
+                record["job"] = job
+            tmp = write_temp(directory, target.key, record)
             try:
                 if mine is not None:
                     # Replace my own file: atomic, and the sticky bit stops anyone else.
@@ -587,7 +616,7 @@ def _reserve_locked(
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
             results.append(_public(record, user))
-        _fsync_dir(directory)
+        fsync_dir(directory)
         created.clear()  # committed: nothing to roll back
         for _target, _mine, moved, _generation in plans:
             if moved is not None:
@@ -641,7 +670,7 @@ def _release_locked(directory: str, targets: list[_Target] | None, now: float) -
             continue
         if entry.active(now):
             released.append(entry.public())
-    _fsync_dir(directory)
+    fsync_dir(directory)
     reply: dict[str, Any] = {"ok": not refused, "released": released}
     gpus = ", ".join(str(r["gpu"]) for r in released)
     parts = [f"released GPU {gpus}" if released else "nothing to release", *refused]
@@ -667,7 +696,7 @@ def _clean(found: _Scan, now: float) -> None:
                 os.unlink(path)
 
 
-def _write_temp(directory: str, key: str, record: dict[str, Any]) -> str:
+def write_temp(directory: str, key: str, record: dict[str, Any]) -> str:
     payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     for _ in range(10):
         path = os.path.join(directory, f"{TMP_PREFIX}{key}-{os.getpid()}-{secrets.token_hex(4)}")
@@ -693,7 +722,7 @@ def _write_temp(directory: str, key: str, record: dict[str, Any]) -> str:
     raise ReservationError(f"{directory}: cannot create a temporary file")
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
     # Makes the new name durable across a power cut; harmless where unsupported.
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -717,6 +746,7 @@ def _public(record: dict[str, Any], user: str) -> dict[str, Any]:
         "until": record["until"],
         "note": record["note"],
         "host": record["host"],
+        "job": (record.get("job") or {}).get("id"),
     }
 
 
@@ -734,7 +764,7 @@ def _lost(target: _Target, holder: _Entry) -> dict[str, Any]:
 
 def _lost_to_file(target: _Target, path: str) -> dict[str, Any]:
     try:
-        owner = _user_name(os.lstat(path).st_uid)
+        owner = user_name(os.lstat(path).st_uid)
     except OSError:
         owner = "someone else"
     return {

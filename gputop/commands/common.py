@@ -72,7 +72,7 @@ def settings(config: Config) -> Settings:
 
 
 @contextlib.contextmanager
-def _source_errors() -> Iterator[None]:
+def source_errors() -> Iterator[None]:
     from gputop.sources.opener import NoDriverError, SourceError
 
     try:
@@ -87,7 +87,7 @@ def plan(options: SourceOptions, one_host: bool = False, host: str | None = None
     """The sources the options name; ``one_host``: the one a command acts on (--host)."""
     from gputop.sources import opener
 
-    with _source_errors():
+    with source_errors():
         found = opener.plan_sources(options)
         return opener.narrow_to_one(found, host) if one_host else found
 
@@ -96,7 +96,7 @@ def collect(options: SourceOptions, config: Config, plan: SourcePlan | None = No
     """One round of snapshots of the sources the options (or ``plan``) name."""
     from gputop.sources.opener import collect_once
 
-    with _source_errors():
+    with source_errors():
         return collect_once(options, config, plan)
 
 
@@ -108,7 +108,7 @@ async def session(
     from gputop.sources.oneshot import Session
     from gputop.sources.opener import open_feeds
 
-    with _source_errors():
+    with source_errors():
         feeds = open_feeds(options, config, one_shot=True, plan=plan, need_driver=need_driver)
     async with Session(feeds, options.timeout) as opened:
         yield opened

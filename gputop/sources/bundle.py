@@ -63,7 +63,9 @@ MODULES = (
     "gputop.sources.sim.procs",
     "gputop.sources.probe",
     "gputop.actions.kill",
+    "gputop.actions.liveness",
     "gputop.actions.reservations",
+    "gputop.actions.queue",
     "gputop.actions.dispatch",
 )
 # The packages around them are shipped empty: the real __init__ files may grow imports we

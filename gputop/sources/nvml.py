@@ -510,6 +510,7 @@ class Collector:
         snap["xid_watched"] = self._xid_watched
         snap["xid_events"] = self._poll_xid(now)
         snap["reservations"] = self._reservations(now)
+        snap["queue"] = self._queue()
         snap["device_holders"], snap["device_scan_note"] = self._device_holders()
         self._collects += 1
         return snap
@@ -815,6 +816,16 @@ class Collector:
             # A broken reservation store must not cost the user the GPU view.
             return []
         return found
+
+    def _queue(self) -> list[dict]:
+        if not self.reservations_dir:
+            return []
+        from gputop.actions import queue  # stdlib-only; shipped in the probe bundle
+
+        try:
+            return list(queue.list_jobs(self.reservations_dir)["jobs"])
+        except (OSError, ValueError):
+            return []
 
     def _device_holders(self) -> tuple[list[dict], str | None]:
         if self._collects % DEVSCAN_EVERY == 0:

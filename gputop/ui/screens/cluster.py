@@ -207,6 +207,8 @@ def host_line(
             line.append_text(gpu_cell(gpu, gpu_class(gpu, snap, now, is_warned), is_warned,
                                       reserved, narrow))
             line.append(" ")
+        if snap.queue:
+            line.append(f"Q{len(snap.queue)}", "bold yellow")  # `gputop run` jobs
     elif snap.error:
         line.append(snap.error, "dim")
     line.truncate(width, pad=True)

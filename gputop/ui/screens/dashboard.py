@@ -430,6 +430,11 @@ class DashboardScreen(Screen[None]):
 
         cluster.open_processes(self.app)
 
+    def action_queue(self) -> None:
+        from gputop.ui.screens import queue
+
+        queue.open_queue(self.app)
+
     def palette_commands(self) -> list[tuple[str, str, Any]]:
         """(title, help, callback) of the sort commands the palette adds for this screen."""
         return [(f"Sort by {column.title}", "also: click the column title",

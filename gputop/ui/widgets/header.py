@@ -67,6 +67,8 @@ class HeaderBar(Widget):
         if snap.cuda_version:
             out.append(f" · CUDA {fmt.visible(snap.cuda_version)}")
         out.append(f" · {len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}")
+        if snap.queue:
+            out.append(f" · {len(snap.queue)} in queue (Q)", style="bold")
         out.append(f" · {'every ' if wide else ''}{self.interval:g}s")
         if not snap.ok:
             out.append(f" · {snap.state}", style="bold red")

@@ -1,0 +1,299 @@
+"""The on-disk queue of `gputop run`: one file per job, in the reservation store.
+
+Stdlib-only: the remote probe ships this file to list and cancel jobs on its host.
+The design (docs/queue.md explains it for users):
+
+- A job is ``job.<id>.json`` in the reservation directory (sticky, world-writable): the
+  file's owner uid is who submitted it, and only they (or root) can remove it.
+- Its place in line is the inode's change time, set by the kernel when the file is
+  linked into place. A user cannot move it earlier (only ``touch`` it later), so nobody
+  can jump the queue by writing an old time into a file.
+- A job is in line while the process that submitted it lives: the record names its pid
+  and that pid's start time, and the pid must belong to the file's owner. A `gputop run`
+  killed with SIGKILL therefore leaves the line at once, for every reader; its owner
+  (or root) removes the file later.
+- Whether a job is running is not in this file: the job's reservation says so
+  (``gputop.actions.reservations``, field ``job``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import secrets
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+from gputop.actions import reservations
+from gputop.actions.liveness import MAX_PID, process_alive, process_start
+from gputop.actions.reservations import ReservationError
+
+JOB_PREFIX = reservations.QUEUE_PREFIX
+PRIORITIES = ("low", "normal", "high")
+MAX_JOB_BYTES = 4096
+MAX_COMMAND_CHARS = 400
+MAX_JOBS_READ = 2000  # a directory of junk must not cost every reader a core
+MAX_WAITING_PER_USER = 32
+MAX_GPU_INDEX = 4095
+MAX_MEM_BYTES = 2**50
+
+_NAME = re.compile(r"job\.([0-9a-f]{8})\.json")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job in line, as read and checked from its file."""
+
+    id: str
+    path: str
+    uid: int
+    user: str
+    submitted: float  # the file's change time: the kernel's word, not the file's
+    inode: int
+    record: dict[str, Any]
+
+    @property
+    def pid(self) -> int:
+        return int(self.record["pid"])
+
+    def public(self) -> dict[str, Any]:
+        """The dict the collector and the views use: model.QueueJob's fields."""
+        r = self.record
+        return {
+            "id": self.id, "user": self.user, "uid": self.uid, "submitted": self.submitted,
+            "pid": r["pid"], "priority": r["priority"], "gpus": r.get("gpus"),
+            "gpu_ids": r.get("gpu_ids"), "min_free_mem": r.get("min_free_mem"),
+            "max_util": r.get("max_util"), "for_s": r.get("for_s"),
+            "note": r.get("note", ""), "command": r.get("command", ""),
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# public API
+
+
+def job_name(job_id: str) -> str:
+    return f"{JOB_PREFIX}{job_id}.json"
+
+
+def submit(directory: str, request: dict[str, Any]) -> Job:
+    """Put a job in line for the calling process; raises ReservationError."""
+    record = dict(request)
+    record.update(uid=os.geteuid(), pid=os.getpid(), pid_start=process_start(os.getpid()))
+    record.setdefault("user", reservations.user_name(os.geteuid()))
+    problem = record_problem(record, os.geteuid())
+    if problem:
+        raise ReservationError(problem)
+    reservations.ensure_directory(directory)
+    with reservations.locked(directory):
+        _remove_dead(directory)
+        mine = [j for j in read_jobs(directory)[0] if j.uid == os.geteuid()]
+        if len(mine) >= MAX_WAITING_PER_USER:
+            raise ReservationError(
+                f"you have {len(mine)} jobs in line already (at most {MAX_WAITING_PER_USER})"
+            )
+        for _ in range(10):
+            job_id = secrets.token_hex(4)
+            path = os.path.join(directory, job_name(job_id))
+            tmp = reservations.write_temp(directory, f"job-{job_id}", {**record, "id": job_id})
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                continue
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            reservations.fsync_dir(directory)
+            info = os.lstat(path)
+            return Job(job_id, path, info.st_uid, record["user"], info.st_ctime,
+                       info.st_ino, {**record, "id": job_id})
+    raise ReservationError(f"{directory}: cannot create a job file")
+
+
+def withdraw(job: Job) -> None:
+    """Take my job out of line (it ended, or it was cancelled): never raises."""
+    with contextlib.suppress(OSError):
+        os.unlink(job.path)
+
+
+def in_line(job: Job) -> bool:
+    """Is my job still in line? False once someone (root, or I) cancelled it."""
+    try:
+        info = os.lstat(job.path)
+    except OSError:
+        return False
+    return info.st_ino == job.inode
+
+
+def list_jobs(directory: str) -> dict[str, Any]:
+    """The jobs in line (live submitters only), oldest first, and what was skipped."""
+    jobs, problems = read_jobs(directory)
+    return {"ok": True, "jobs": [job.public() for job in jobs], "problems": problems}
+
+
+def cancel(directory: str, job_id: Any) -> dict[str, Any]:
+    """Remove a job from the line: my own, or anyone's as root."""
+    if not isinstance(job_id, str) or not re.fullmatch(r"[0-9a-f]{8}", job_id):
+        return {"ok": False, "message": f"not a job id: {job_id!r} (8 hex digits)"}
+    path = os.path.join(directory, job_name(job_id))
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return {"ok": False, "message": f"no job {job_id} in line"}
+    except OSError as exc:
+        return {"ok": False, "message": f"{path}: {exc.strerror or exc}"}
+    me = os.geteuid()
+    if info.st_uid != me and me != 0:
+        owner = reservations.user_name(info.st_uid)
+        return {"ok": False, "holder": owner,
+                "message": f"job {job_id} is {owner}'s: only they or root can cancel it"}
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        return {"ok": False, "message": f"{path}: {exc.strerror or exc}"}
+    return {"ok": True, "message": f"cancelled job {job_id}"}
+
+
+def handle(op: str, request: dict[str, Any], env: Any) -> dict[str, Any]:
+    """Entry for gputop.actions.dispatch (ops "queue" and "queue_cancel")."""
+    directory = getattr(env, "reservations_dir", None) or reservations.DEFAULT_DIRECTORY
+    if op == "queue":
+        return list_jobs(directory)
+    if getattr(env, "readonly", False):
+        return {"ok": False, "message": "read-only: cancelling is disabled"}
+    return cancel(directory, request.get("id"))
+
+
+# ---------------------------------------------------------------------------------------
+# reading and checking
+
+
+def read_jobs(directory: str) -> tuple[list[Job], list[str]]:
+    """Live jobs in arrival order, and one line per job file that was skipped."""
+    jobs, problems = _read_all(directory)
+    return [job for job in jobs if _alive(job)], problems
+
+
+def _alive(job: Job) -> bool:
+    return process_alive(job.pid, job.record["pid_start"], job.uid)
+
+
+def _remove_dead(directory: str) -> None:
+    """Remove the files of jobs whose `gputop run` died (SIGKILL, a crash) that we may
+    remove: our own, or anyone's as root. Others' stay but count for nothing."""
+    me = os.geteuid()
+    for job in _read_all(directory)[0]:
+        if (job.uid == me or me == 0) and not _alive(job):
+            withdraw(job)
+
+
+def _read_all(directory: str) -> tuple[list[Job], list[str]]:
+    problems: list[str] = []
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(JOB_PREFIX)]
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        return [], [f"{directory}: {exc.strerror or exc}"]
+    if len(names) > MAX_JOBS_READ:
+        problems.append(f"{directory}: {len(names)} job files; read the first {MAX_JOBS_READ}")
+        names = sorted(names)[:MAX_JOBS_READ]
+    jobs: list[Job] = []
+    for name in names:
+        job = _read_job(directory, name, problems)
+        if job is not None:
+            jobs.append(job)
+    jobs.sort(key=lambda j: (j.submitted, j.id))
+    return jobs, problems
+
+
+def _read_job(directory: str, name: str, problems: list[str]) -> Job | None:
+    path = os.path.join(directory, name)
+    match = _NAME.fullmatch(name)
+    if not match:
+        problems.append(f"{path}: not a job file name; skipped")
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None  # the job ended while we listed
+    except OSError as exc:
+        problems.append(f"{path}: {exc.strerror or exc}; skipped")
+        return None
+    try:
+        info = os.fstat(fd)
+        raw = os.read(fd, MAX_JOB_BYTES + 1) if stat.S_ISREG(info.st_mode) else b""
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(info.st_mode) or len(raw) > MAX_JOB_BYTES:
+        problems.append(f"{path}: not a regular file of at most {MAX_JOB_BYTES} bytes; skipped")
+        return None
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        problems.append(f"{path}: not valid JSON; skipped")
+        return None
+    why = record_problem(record, info.st_uid)
+    if why is None and record.get("id") != match.group(1):
+        why = "its 'id' does not match its name"
+    if why:
+        problems.append(f"{path}: {why}; skipped")
+        return None
+    return Job(match.group(1), path, info.st_uid, reservations.user_name(info.st_uid),
+               info.st_ctime, info.st_ino, record)
+
+
+def record_problem(record: Any, owner_uid: int) -> str | None:
+    """Why a job record is not acceptable, or None. Every field is someone's input."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if record.get("uid") != owner_uid:
+        return f"claims uid {record.get('uid')!r} but is owned by uid {owner_uid} (foreign)"
+    if not _int_in(record.get("pid"), 1, MAX_PID):
+        return "bad 'pid'"
+    if not _int_in(record.get("pid_start"), 0, 2**63):
+        return "bad 'pid_start'"
+    if record.get("priority") not in PRIORITIES:
+        return f"'priority' must be one of {', '.join(PRIORITIES)}"
+    gpus, gpu_ids = record.get("gpus"), record.get("gpu_ids")
+    if (gpus is None) == (gpu_ids is None):
+        return "exactly one of 'gpus' and 'gpu_ids'"
+    if gpus is not None and not _int_in(gpus, 1, reservations.MAX_GPUS):
+        return f"'gpus' must be 1..{reservations.MAX_GPUS}"
+    if gpu_ids is not None and not (
+        isinstance(gpu_ids, list) and 0 < len(gpu_ids) <= reservations.MAX_GPUS
+        and all(_int_in(i, 0, MAX_GPU_INDEX) for i in gpu_ids)
+        and len(set(gpu_ids)) == len(gpu_ids)
+    ):
+        return "bad 'gpu_ids'"
+    if record.get("min_free_mem") is not None and not _int_in(
+            record["min_free_mem"], 0, MAX_MEM_BYTES):
+        return "bad 'min_free_mem'"
+    if record.get("max_util") is not None and not _number_in(record["max_util"], 0, 100):
+        return "bad 'max_util'"
+    if record.get("for_s") is not None and not _number_in(
+            record["for_s"], 1, reservations.MAX_RESERVATION_S):
+        return "bad 'for_s'"
+    command = record.get("command", "")
+    if not isinstance(command, str) or len(command) > MAX_COMMAND_CHARS:
+        return f"'command' must be text of at most {MAX_COMMAND_CHARS} characters"
+    if not isinstance(record.get("user"), str):
+        return "bad 'user'"
+    try:
+        reservations.check_note(record.get("note", ""))
+    except ReservationError as exc:
+        return str(exc)
+    return None
+
+
+def _int_in(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _number_in(value: Any, low: float, high: float) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and low <= value <= high)
