@@ -1,0 +1,156 @@
+"""A simulated week recorded in seconds, then every report number checked against the
+scenario's own definition (computed here, not read back from the ledger)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gputop.cli import main
+from gputop.ledger import query, report, store
+from gputop.ledger.writer import Recorder, compact
+from gputop.model import HostSnapshot
+from gputop.sources import sim
+from gputop.sources.nvml import Collector
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+HOUR = 3600
+STEP = 300.0  # five-minute intervals: a week is 2016 of them
+START = 1_764_547_200.0  # 2025-12-01 00:00 UTC, a whole hour
+WEEK_H = 168
+IDLE_MEM = GIB
+
+# (pid, user, gpu, MiB, SM %, first hour, last hour (exclusive))
+PROCS = [
+    (4101, "alice", 0, 20480, 0, 10, 60),  # the forgotten kernel: 50 h held idle
+    (4102, "bob", 1, 10240, 60, 0, 100),
+    (4103, "carol", 0, 8192, 40, 100, 130),
+]
+XID_HOUR = 20  # an XID 79 on GPU 1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _sim_mem(mib: int, sm: int) -> int:
+    # The simulator grows a process's memory a little with its activity (library.py).
+    return int(mib * (0.97 + 0.03 * sm / 100.0)) * MIB
+
+
+def record_week(path: Path) -> None:
+    clock = Clock()
+    nvml = sim.SimNvml(sim.synthetic_scenario(gpus=2, processes=0, name="week"), clock=clock)
+    collector = Collector(nvml, sim.SimProcs(nvml), host="lab-1", demo=True, clock=clock)
+    recorder = Recorder(store.open_writer(str(path)), STEP, IDLE_MEM)
+    for tick in range(WEEK_H * HOUR // int(STEP)):
+        hour = tick * STEP / HOUR
+        for pid, user, gpu, mib, sm, first, last in PROCS:
+            if hour == first:
+                # started a second before the sample, so that its first one has SM %
+                nvml.add_process(pid, user, f"python job-{user}.py", {gpu: mib}, (sm, sm),
+                                 age=1.0)
+            elif hour == last:
+                nvml.remove_process(pid)
+        if hour == XID_HOUR:
+            nvml.add_xid(1, 79, at=clock.now - 1)
+        assert recorder.record(HostSnapshot.from_dict(collector.collect()))
+        clock.now += STEP
+    recorder.conn.close()
+
+
+@pytest.fixture(scope="module")
+def week(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ledger") / "week.sqlite"
+    record_week(path)
+    return path
+
+
+def _doc(path: Path) -> dict:
+    conn = store.open_reader(str(path))
+    try:
+        return report.build(query.load(conn, START, START + WEEK_H * HOUR, IDLE_MEM), "user")
+    finally:
+        conn.close()
+
+
+def _check_week(doc: dict) -> None:
+    groups = {g["name"]: g for g in doc["groups"]}
+    assert set(groups) == {"alice", "bob", "carol"}
+    for pid, user, _gpu, mib, sm, first, last in PROCS:
+        g = groups[user]
+        hours = float(last - first)
+        assert g["gpu_hours_held"] == hours
+        assert g["gpu_hours_busy"] == (hours if sm else 0.0)
+        assert g["gpu_hours_held_idle"] == (0.0 if sm else hours)
+        assert g["mean_sm_pct_held"] == float(sm)
+        assert g["peak_mem_bytes"] == _sim_mem(mib, sm)
+        assert g["processes"] == 1
+    assert [g["name"] for g in doc["groups"]] == ["bob", "alice", "carol"]  # by GPU-hours held
+    assert [g["rank"] for g in doc["groups"]] == [1, 2, 3]
+
+    worst = doc["idle_holds"]
+    assert [(w["user"], w["pid"], w["gpu"], w["idle_hours"]) for w in worst] == [
+        ("alice", 4101, 0, 50.0)]
+
+    gpus = {g["gpu"]: g for g in doc["gpus"]}
+    # GPU 0: carol busy 30 h, alice idle-held 50 h, free the rest; GPU 1: bob busy 100 h.
+    assert gpus[0]["hours_recorded"] == gpus[1]["hours_recorded"] == float(WEEK_H)
+    assert (gpus[0]["gpu_hours_busy"], gpus[0]["gpu_hours_held_idle"],
+            gpus[0]["gpu_hours_free"]) == (30.0, 50.0, 88.0)
+    assert (gpus[1]["gpu_hours_busy"], gpus[1]["gpu_hours_held_idle"],
+            gpus[1]["gpu_hours_free"]) == (100.0, 0.0, 68.0)
+    assert gpus[0]["busy_pct"] == round(100 * 30 / WEEK_H, 1)
+    assert gpus[0]["held_idle_pct"] == round(100 * 50 / WEEK_H, 1)
+    assert (gpus[0]["xids"], gpus[1]["xids"]) == (0, 1)
+    host = doc["hosts"][0]
+    assert host["host"] == "lab-1" and host["gpus"] == 2
+    assert host["held_idle_pct"] == round(100 * 50 / (2 * WEEK_H), 1)
+
+    t = doc["totals"]
+    assert (t["gpu_hours_recorded"], t["gpu_hours_busy"], t["gpu_hours_held_idle"]) == (
+        2.0 * WEEK_H, 130.0, 50.0)
+    assert (t["processes"], t["users"], t["xids"]) == (3, 3, 1)
+
+    # Energy: the simulated H100 draws 70 W idle, (70 + (0.92 * 700 - 70) * util) loaded,
+    # within +-2 % of jitter; each process is alone on its card, so it gets all of it.
+    idle_w, load_w = 70.0, 0.92 * 700
+    for user, hours, util in (("alice", 50, 0), ("bob", 100, 60), ("carol", 30, 40)):
+        watts = idle_w + (load_w - idle_w) * util / 100
+        assert groups[user]["energy_kwh"] == pytest.approx(watts * hours / 1000, rel=0.021)
+
+
+def test_week_report_numbers_match_the_scenario(week: Path) -> None:
+    _check_week(_doc(week))
+
+
+def test_hourly_rollups_give_the_same_numbers(week: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "rolled.sqlite"
+    copy.write_bytes(week.read_bytes())
+    conn = store.open_writer(str(copy))
+    folded = compact(conn, START + 5 * 24 * HOUR, IDLE_MEM)  # the first five days
+    conn.close()
+    assert folded > 0
+    rolled = _doc(copy)
+    _check_week(rolled)
+    assert rolled["hourly"] == _doc(week)["hourly"]
+
+
+def test_report_command_json_and_text(week: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    span = ["--from", "2025-12-01T00:00+00:00", "--to", "2025-12-08T00:00+00:00"]
+    assert main(["report", "--db", str(week), *span, "--format", "json"]) == 0
+    _check_week(json.loads(capsys.readouterr().out))
+    assert main(["report", "--db", str(week), *span]) == 0
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "50.0" in text and "alice" in text
+    assert main(["report", "--db", str(week), *span, "--by", "gpu", "--format", "csv"]) == 0
+    csv_text = capsys.readouterr().out
+    assert "groups,1,lab-1:1,100.0,100.0,0.0,60.0" in csv_text
