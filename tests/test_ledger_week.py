@@ -4,6 +4,8 @@ scenario's own definition (computed here, not read back from the ledger)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,55 @@ def test_report_command_json_and_text(week: Path, capsys: pytest.CaptureFixture[
     assert main(["report", "--db", str(week), *span, "--by", "gpu", "--format", "csv"]) == 0
     csv_text = capsys.readouterr().out
     assert "groups,1,lab-1:1,100.0,100.0,0.0,60.0" in csv_text
+
+
+# -- the HTML report, rendered by a real headless browser --------------------------------------
+
+
+def _browser() -> str:
+    import shutil
+
+    for name in ("chromium-headless-shell", "/usr/lib/chromium/chromium-headless-shell"):
+        found = shutil.which(name)
+        if found:
+            return found
+    reason = "chromium-headless-shell missing (make test installs it: scripts/ensure-chromium.sh)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)  # under CI a real part must be there
+    pytest.skip(reason)
+
+
+def render_png(html_file: Path, png: Path) -> list[str]:
+    """Screenshot ``html_file``; returns the page's console messages (our pages have no
+    scripts, so any message is a failed load or an error)."""
+    run = subprocess.run(
+        [_browser(), "--no-sandbox", "--headless", "--disable-gpu", "--hide-scrollbars",
+         f"--screenshot={png}", "--window-size=1200,2000", "--enable-logging=stderr", "--v=0",
+         html_file.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+
+
+def test_console_messages_are_caught(tmp_path: Path) -> None:
+    page = tmp_path / "bad.html"
+    page.write_text('<p>x</p><script>console.error("boom")</script><img src="nowhere.png">')
+    messages = render_png(page, tmp_path / "bad.png")
+    assert any("boom" in m for m in messages)
+
+
+def test_html_report_is_self_contained_and_renders_cleanly(week: Path, tmp_path: Path) -> None:
+    out = tmp_path / "week.html"
+    span = ["--from", "2025-12-01T00:00+00:00", "--to", "2025-12-08T00:00+00:00"]
+    assert main(["report", "--db", str(week), *span, "--format", "html", "--out", str(out)]) == 0
+    page = out.read_text()
+    for outside in ("<script", "<link", "src=", "url(", "@import", "@font-face"):
+        assert outside not in page
+    assert page.count("<svg") == 3 and "alice" in page and "50.0" in page
+    png = tmp_path / "week.png"
+    assert render_png(out, png) == []
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1200, 2000)
+    assert len(data) > 20_000  # charts and tables, not a blank page
