@@ -49,7 +49,7 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
         raise common.usage_error(str(err)) from None
     feeds = common.feeds(options, config)
     idle_mem = int(settings.thresholds.idle_memory_mib * MIB)
-    loop = _Loop(Recorder(conn, args.interval, idle_mem), settings, path, args.raw_days)
+    loop = RecordLoop(Recorder(conn, args.interval, idle_mem), settings, path, args.raw_days)
     print(f"gputop record: recording {', '.join(h for f in feeds for h in f.hosts)} "
           f"every {args.interval:g} s into {path}", file=sys.stderr, flush=True)
     try:
@@ -60,7 +60,7 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _Loop:
+class RecordLoop:
     """What happens to each snapshot: warnings, the write, disk-full, compaction."""
 
     def __init__(self, recorder: Recorder, settings: Settings, path: str, raw_days: float):
