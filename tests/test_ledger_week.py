@@ -86,7 +86,7 @@ def _doc(path: Path) -> dict:
 def _check_week(doc: dict) -> None:
     groups = {g["name"]: g for g in doc["groups"]}
     assert set(groups) == {"alice", "bob", "carol"}
-    for pid, user, _gpu, mib, sm, first, last in PROCS:
+    for _pid, user, _gpu, mib, sm, first, last in PROCS:
         g = groups[user]
         hours = float(last - first)
         assert g["gpu_hours_held"] == hours
