@@ -10,11 +10,12 @@ record: the simulator's 8 GPUs x 200 processes (every process's SM % wanders, so
   collects and records.
 size: a typical mix on 2 GPUs for 7 days at 10 s (raw retention): per GPU, a training
   job (SM % wandering 30-95 %) for 18 h of each day, a new pid every 6 h, and a notebook
-  kernel holding 12 GiB at 0 % SM for a day at a time; then the raw week is folded into
-  hourly rollups to measure the rest of the year; the GPU-year is 7 raw days + 358 days
-  of rollups, after VACUUM.
+  kernel holding 12 GiB at 0 % SM for two days at a time; then the raw samples are
+  expired, leaving the week's hourly rollups; the GPU-year is the first (7 days raw and
+  rollups) + 358 days of rollups, after VACUUM.
 report: a 30-day ledger of 8 GPUs x 200 processes written straight into the tables
-  (7 days raw at 10 s, every sample its own row; 23 days of hourly rollups), then
+  (30 days of hourly rollups, the last 7 days also raw at 10 s, every sample its own
+  row), then
   `gputop report --since 30d --format json` as a subprocess, median of 3.
 """
 
@@ -31,7 +32,7 @@ import time
 
 from gputop.analysis.pipeline import Settings, warnings_once
 from gputop.ledger import store
-from gputop.ledger.writer import Recorder, compact
+from gputop.ledger.writer import Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.sources import sim
 from gputop.sources.nvml import Collector
@@ -115,15 +116,15 @@ def bench_size(tmp: str) -> None:
                         " (SELECT COUNT(*) FROM proc_samples)").fetchone()
     conn.close()
     conn = store.open_writer(path)
-    compact(conn, clock.now + 3600, GIB)
+    expire_raw(conn, clock.now + 3600)
     conn.close()
     hourly = _size(path)
     year = (raw + hourly * (365 - days) / days) / gpus
     print(f"simulated {days} days of {gpus} GPUs in {time.perf_counter() - started:.0f} s; "
           f"raw rows: {rows[0]} GPU, {rows[1]} process")
     print("| measure | value | target |\n|---|---|---|")
-    print(f"| raw week, per GPU | {raw / gpus / 1e6:.2f} MB | |")
-    print(f"| the same week as hourly rollups, per GPU | {hourly / gpus / 1e6:.3f} MB | |")
+    print(f"| a week, raw and rollups, per GPU | {raw / gpus / 1e6:.2f} MB | |")
+    print(f"| the same week, rollups only, per GPU | {hourly / gpus / 1e6:.3f} MB | |")
     print(f"| GPU-year (7 d raw + 358 d hourly) | {year / 1e6:.1f} MB | < 50 MB |")
     print(f"| GPU-year if every sample stayed raw | {raw / gpus * 365 / days / 1e6:.0f} MB | |")
 
@@ -135,19 +136,19 @@ def bench_report(tmp: str) -> None:
     now = time.time()
     raw_from = now - 7 * DAY
     first_hour = int((now - 30 * DAY) // 3600)
-    raw_hour = int(raw_from // 3600)
+    last_hour = int(now // 3600) + 1
     conn.execute("INSERT INTO hosts VALUES (1, 'bench')")
     conn.executemany("INSERT INTO gpus VALUES (?, 1, ?, ?, 'H100', ?)",
                      [(g + 1, g, f"GPU-{g}", 80 * GIB) for g in range(8)])
     conn.executemany("INSERT INTO procs VALUES (?, 1, ?, 1, ?, NULL, 'python x.py')",
                      [(p + 1, 10_000 + p, f"user{p % 17}") for p in range(200)])
     conn.executemany(
-        "INSERT INTO gpu_hourly VALUES (?, ?, 3600, 1800, 600, 900000, 360000, 70, ?)",
-        [(g + 1, h, 40 * GIB) for g in range(8) for h in range(first_hour, raw_hour)])
+        "INSERT INTO gpu_hourly VALUES (?, ?, 3600, 1800, 600, 90000, 360000, ?, 70)",
+        [(g + 1, h, 40 * GIB) for g in range(8) for h in range(first_hour, last_hour)])
     conn.executemany(
         "INSERT INTO proc_hourly VALUES (?, ?, ?, 3600, 1800, 600, 72000, ?, ?)",
         [(p + 1, p % 8 + 1, h, 3600.0 * GIB, GIB) for p in range(200)
-         for h in range(first_hour, raw_hour)])
+         for h in range(first_hour, last_hour)])
     for tick in range(7 * DAY // 10):
         t = raw_from + 10 * tick
         hour = int(t // 3600)

@@ -12,7 +12,7 @@ import pytest
 
 from gputop.cli import main
 from gputop.ledger import query, report, store
-from gputop.ledger.writer import Recorder, compact
+from gputop.ledger.writer import Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.sources import sim
 from gputop.sources.nvml import Collector
@@ -133,13 +133,14 @@ def test_week_report_numbers_match_the_scenario(week: Path) -> None:
     _check_week(_doc(week))
 
 
-def test_hourly_rollups_give_the_same_numbers(week: Path, tmp_path: Path) -> None:
+def test_expiring_raw_samples_keeps_the_numbers(week: Path, tmp_path: Path) -> None:
     copy = tmp_path / "rolled.sqlite"
     copy.write_bytes(week.read_bytes())
     conn = store.open_writer(str(copy))
-    folded = compact(conn, START + 5 * 24 * HOUR, IDLE_MEM)  # the first five days
+    assert expire_raw(conn, START + 5 * 24 * HOUR) > 0  # the first five days
+    (left,) = conn.execute("SELECT MIN(t0) FROM proc_samples").fetchone()
     conn.close()
-    assert folded > 0
+    assert left >= START + 5 * 24 * HOUR
     rolled = _doc(copy)
     _check_week(rolled)
     assert rolled["hourly"] == _doc(week)["hourly"]

@@ -3,7 +3,8 @@
 It reads whatever sources the options name (this machine, SSH hosts, the simulator, or
 any other feed the opener knows) through their feeds, and appends one transaction per
 host per interval.  A full disk pauses recording with one message and resumes when space
-returns; raw samples older than --raw-days are folded into hourly rollups once an hour.
+returns; raw samples older than --raw-days are deleted once an hour (their hourly rollups,
+kept current with every interval, stay).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gputop.analysis.pipeline import Settings, warnings_once
 from gputop.commands import common
 from gputop.exitcodes import EXIT_OK
 from gputop.ledger import store
-from gputop.ledger.writer import LedgerFull, Recorder, compact
+from gputop.ledger.writer import LedgerFull, Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.sources.feed import Feed
@@ -40,6 +41,8 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     config = common.config(options)
     settings = common.settings(config)
     path = args.db or store.default_path()
+    # Sources first: no driver or a bad hosts file leaves no ledger file behind.
+    feeds = common.feeds(options, config)
     lock = store.WriterLock(path)
     try:
         lock.acquire()
@@ -47,7 +50,6 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     except store.LedgerError as err:
         lock.release()
         raise common.usage_error(str(err)) from None
-    feeds = common.feeds(options, config)
     idle_mem = int(settings.thresholds.idle_memory_mib * MIB)
     loop = RecordLoop(Recorder(conn, args.interval, idle_mem), settings, path, args.raw_days)
     print(f"gputop record: recording {', '.join(h for f in feeds for h in f.hosts)} "
@@ -61,22 +63,22 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
 
 
 class RecordLoop:
-    """What happens to each snapshot: warnings, the write, disk-full, compaction."""
+    """What happens to each snapshot: warnings, the write, disk-full, retention."""
 
     def __init__(self, recorder: Recorder, settings: Settings, path: str, raw_days: float):
         self.recorder, self.settings, self.path = recorder, settings, path
         self.raw_s = raw_days * DAY
         self.paused = False
-        self.compacted_hour: int | None = None
+        self.expired_hour: int | None = None
 
     def emit(self, snap: HostSnapshot) -> None:
         warnings = warnings_once(snap, self.settings, None, snap.time) if snap.ok else []
         try:
             self.recorder.record(snap, warnings)
             hour = int(snap.time // 3600)
-            if hour != self.compacted_hour:
-                self.compacted_hour = hour
-                compact(self.recorder.conn, snap.time - self.raw_s, self.recorder.idle_mem)
+            if hour != self.expired_hour:
+                self.expired_hour = hour
+                expire_raw(self.recorder.conn, snap.time - self.raw_s)
         except LedgerFull as err:
             if not self.paused:
                 self.paused = True

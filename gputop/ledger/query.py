@@ -1,8 +1,9 @@
 """Reading a period of the ledger: per process, per GPU, per GPU-hour, and events.
 
-Raw samples and hourly rollups are read alike (raw rows by their start, rollups by their
-hour), and energy is attributed to processes within each GPU-hour by their share of the
-memory held (byte-seconds): sums are done by SQLite, the report does the rest.
+Reports read the hourly rollups only (the recorder keeps them current), so a period is
+made of whole hours: every hour that overlaps it.  Energy is attributed to processes
+within each GPU-hour by their share of the memory held (byte-seconds).  Sums are done by
+SQLite; the report does the rest.
 """
 
 from __future__ import annotations
@@ -68,47 +69,26 @@ class Usage:
     events: list[Event]
 
 
-_PROCS = """
-WITH raw AS (
-  SELECT proc_id, gpu_id, hour, SUM(dur) AS dur,
-    SUM(CASE WHEN sm > 0 THEN dur ELSE 0 END) AS busy,
-    SUM(CASE WHEN sm = 0 AND mem >= :idle THEN dur ELSE 0 END) AS idle,
-    SUM(COALESCE(sm, 0) * dur) AS sm_s, SUM(COALESCE(mem, 0) * dur) AS mem_s,
-    MAX(mem) AS mem_max, MIN(t0) AS first, MAX(t1) AS last
-  FROM proc_samples WHERE t0 >= :a AND t0 < :b GROUP BY proc_id, gpu_id, hour
-  UNION ALL
-  SELECT proc_id, gpu_id, hour, dur, busy_s, idle_s, sm_s, mem_s, mem_max,
-    hour * 3600, hour * 3600 + 3600
-  FROM proc_hourly WHERE hour * 3600 >= :a AND hour * 3600 < :b),
-energy AS (
-  SELECT gpu_id, hour, SUM(e) AS e FROM (
-    SELECT gpu_id, hour, SUM(COALESCE(power, 0) * dur) AS e FROM gpu_samples
-    WHERE t0 >= :a AND t0 < :b GROUP BY gpu_id, hour
-    UNION ALL
-    SELECT gpu_id, hour, energy_j FROM gpu_hourly WHERE hour * 3600 >= :a AND hour * 3600 < :b)
-  GROUP BY gpu_id, hour),
-memtot AS (SELECT gpu_id, hour, SUM(mem_s) AS m FROM raw GROUP BY gpu_id, hour)
-SELECT raw.proc_id, raw.gpu_id, SUM(raw.dur), SUM(busy), SUM(idle), SUM(sm_s), MAX(mem_max),
-  SUM(CASE WHEN memtot.m > 0 THEN COALESCE(energy.e, 0) * raw.mem_s / memtot.m ELSE 0 END),
-  MIN(first), MAX(last)
-FROM raw JOIN memtot USING (gpu_id, hour) LEFT JOIN energy USING (gpu_id, hour)
-GROUP BY raw.proc_id, raw.gpu_id
+# An hour belongs to the period when it overlaps it.
+_IN = "hour * 3600 < :b AND hour * 3600 + 3600 > :a"
+
+_PROCS = f"""
+WITH memtot AS (
+  SELECT gpu_id, hour, SUM(mem_s) AS m FROM proc_hourly WHERE {_IN} GROUP BY gpu_id, hour)
+SELECT p.proc_id, p.gpu_id, SUM(p.dur), SUM(p.busy_s), SUM(p.idle_s), SUM(p.sm_s),
+  MAX(p.mem_max),
+  SUM(CASE WHEN memtot.m > 0 THEN COALESCE(g.energy_j, 0) * p.mem_s / memtot.m ELSE 0 END),
+  MIN(p.hour) * 3600, MAX(p.hour) * 3600 + 3600
+FROM proc_hourly AS p JOIN memtot USING (gpu_id, hour)
+  LEFT JOIN gpu_hourly AS g USING (gpu_id, hour)
+WHERE p.hour * 3600 < :b AND p.hour * 3600 + 3600 > :a
+GROUP BY p.proc_id, p.gpu_id
 """
 
-_GPU_ROWS = """
-  SELECT gpu_id, hour, dur, CASE WHEN util > 0 THEN dur ELSE 0 END AS busy,
-    CASE WHEN util = 0 AND held THEN dur ELSE 0 END AS held_idle,
-    COALESCE(util, 0) * dur AS util_s, COALESCE(power, 0) * dur AS energy, mem_used AS mem_max
-  FROM gpu_samples WHERE t0 >= :a AND t0 < :b
-  UNION ALL
-  SELECT gpu_id, hour, dur, busy_s, held_idle_s, util_s, energy_j, mem_max FROM gpu_hourly
-  WHERE hour * 3600 >= :a AND hour * 3600 < :b
-"""
+_GPUS = f"""SELECT gpu_id, SUM(dur), SUM(busy_s), SUM(held_idle_s), SUM(util_s), SUM(energy_j),
+  MAX(mem_max) FROM gpu_hourly WHERE {_IN} GROUP BY gpu_id"""
 
-_GPUS = f"""SELECT gpu_id, SUM(dur), SUM(busy), SUM(held_idle), SUM(util_s), SUM(energy),
-  MAX(mem_max) FROM ({_GPU_ROWS}) GROUP BY gpu_id"""
-
-_HOURLY = f"SELECT gpu_id, hour, SUM(dur), SUM(util_s) FROM ({_GPU_ROWS}) GROUP BY gpu_id, hour"
+_HOURLY = f"SELECT gpu_id, hour, dur, util_s FROM gpu_hourly WHERE {_IN} ORDER BY gpu_id, hour"
 
 
 def load(conn: sqlite3.Connection, t_from: float, t_to: float, idle_mem: int) -> Usage:

@@ -1,8 +1,9 @@
 """Writing snapshots into the ledger: dimension rows once, samples run-length merged.
 
 A process at the same memory and SM % for an hour is one ``proc_samples`` row whose
-``t1``, ``n`` and ``dur`` grow; a row never crosses an hour boundary, so that folding raw
-rows into hourly rollups (``compact``) is exact.  Each snapshot is one transaction.
+``t1``, ``n`` and ``dur`` grow; a row never crosses an hour boundary.  The hourly rollups
+are updated in the same transaction as the raw rows, so reports read only them and
+retention (``expire_raw``) is a plain delete.  Each snapshot is one transaction.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class Recorder:
         hour = int(t // HOUR)
         gpu_ids: dict[int, int] = {}
         held = {p.gpu for p in snap.processes if (p.gpu_mem or 0) >= self.idle_mem}
+        gpu_hours = []
         for gpu in snap.gpus:
             gpu_id = self._gpu_id(host.host_id, gpu.index, gpu.uuid or "", gpu.name,
                                   gpu.mem_total)
@@ -103,6 +105,12 @@ class Recorder:
                       None if gpu.power_draw is None else round(gpu.power_draw, 1), gpu.temp,
                       int(gpu.index in held))
             self._sample("gpu", gpu_id, 0, values, t, hour, dur, contiguous, host)
+            util = gpu.util_gpu or 0
+            gpu_hours.append((
+                gpu_id, hour, dur, dur if util > 0 else 0.0,
+                dur if util == 0 and gpu.util_gpu is not None and gpu.index in held else 0.0,
+                util * dur, (gpu.power_draw or 0.0) * dur, gpu.mem_used, gpu.temp))
+        proc_hours = []
         for proc in snap.processes:
             proc_gpu = gpu_ids.get(proc.gpu)
             if proc_gpu is None:
@@ -110,6 +118,14 @@ class Recorder:
             proc_id = self._proc_id(host.host_id, proc)
             self._sample("proc", proc_id, proc_gpu, (proc.gpu_mem, proc.sm_util), t, hour, dur,
                          contiguous, host)
+            sm, mem = proc.sm_util, proc.gpu_mem or 0
+            proc_hours.append((
+                proc_id, proc_gpu, hour, dur, dur if sm is not None and sm > 0 else 0.0,
+                dur if sm == 0 and mem >= self.idle_mem else 0.0, (sm or 0) * dur, mem * dur,
+                proc.gpu_mem))
+        # The hourly rollups grow with every interval, so that a report reads them alone.
+        self.conn.executemany(_GPU_HOURLY, gpu_hours)
+        self.conn.executemany(_PROC_HOURLY, proc_hours)
         self._events(host, snap, warnings, gpu_ids)
         host.prev_t = t
 
@@ -159,7 +175,8 @@ class Recorder:
             self.conn.execute(
                 "INSERT OR IGNORE INTO procs (host_id, pid, start, user, workload, command)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (host_id, proc.pid, start, proc.user, _workload(proc),
+                (host_id, proc.pid, start, None if proc.user is None else proc.user[:256],
+                 _workload(proc),
                  None if proc.command is None else proc.command[:1000]))
             (found,) = self.conn.execute(
                 "SELECT id FROM procs WHERE host_id = ? AND pid = ? AND start = ?",
@@ -192,35 +209,26 @@ def _workload(proc: GpuProcess) -> str | None:
     return str(getattr(workload, "label", workload))[:200]
 
 
-def compact(conn: sqlite3.Connection, before: float, idle_mem: int) -> int:
-    """Fold raw samples of whole hours before ``before`` into the hourly rollups and
-    delete them; returns the number of raw rows folded.  ``idle_mem``: from this many
-    bytes held at 0 % SM a process counts as held idle (fixed in the rollup)."""
+_GPU_HOURLY = (
+    "INSERT INTO gpu_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
+    " busy_s = busy_s + excluded.busy_s, held_idle_s = held_idle_s + excluded.held_idle_s,"
+    " util_s = util_s + excluded.util_s, energy_j = energy_j + excluded.energy_j,"
+    " mem_max = MAX(COALESCE(mem_max, excluded.mem_max), COALESCE(excluded.mem_max, mem_max)),"
+    " temp_max = MAX(COALESCE(temp_max, excluded.temp_max), COALESCE(excluded.temp_max, temp_max))")
+_PROC_HOURLY = (
+    "INSERT INTO proc_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (proc_id, gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
+    " busy_s = busy_s + excluded.busy_s, idle_s = idle_s + excluded.idle_s,"
+    " sm_s = sm_s + excluded.sm_s, mem_s = mem_s + excluded.mem_s,"
+    " mem_max = MAX(COALESCE(mem_max, excluded.mem_max), COALESCE(excluded.mem_max, mem_max))")
+
+
+def expire_raw(conn: sqlite3.Connection, before: float) -> int:
+    """Delete the raw samples of whole hours before ``before`` (their hourly rollups
+    stay); returns how many rows went."""
     last_hour = int(before // HOUR)
     with transaction(conn):
-        conn.execute(
-            "INSERT INTO gpu_hourly SELECT gpu_id, hour, SUM(dur),"
-            " SUM(CASE WHEN util > 0 THEN dur ELSE 0 END),"
-            " SUM(CASE WHEN util = 0 AND held THEN dur ELSE 0 END), SUM(COALESCE(util, 0) * dur),"
-            " SUM(COALESCE(power, 0) * dur), MAX(mem_used), MAX(temp)"
-            " FROM gpu_samples WHERE hour < ? GROUP BY gpu_id, hour"
-            " ON CONFLICT (gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
-            " busy_s = busy_s + excluded.busy_s, held_idle_s = held_idle_s + excluded.held_idle_s,"
-            " util_s = util_s + excluded.util_s, energy_j = energy_j + excluded.energy_j,"
-            " mem_max = MAX(mem_max, excluded.mem_max),"
-            " temp_max = MAX(temp_max, excluded.temp_max)",
-            (last_hour,))
-        conn.execute(
-            "INSERT INTO proc_hourly SELECT proc_id, gpu_id, hour, SUM(dur),"
-            " SUM(CASE WHEN sm > 0 THEN dur ELSE 0 END),"
-            " SUM(CASE WHEN sm = 0 AND mem >= ? THEN dur ELSE 0 END),"
-            " SUM(COALESCE(sm, 0) * dur), SUM(COALESCE(mem, 0) * dur), MAX(mem)"
-            " FROM proc_samples WHERE hour < ? GROUP BY proc_id, gpu_id, hour"
-            " ON CONFLICT (proc_id, gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
-            " busy_s = busy_s + excluded.busy_s, idle_s = idle_s + excluded.idle_s,"
-            " sm_s = sm_s + excluded.sm_s, mem_s = mem_s + excluded.mem_s,"
-            " mem_max = MAX(mem_max, excluded.mem_max)",
-            (idle_mem, last_hour))
-        folded = conn.execute("DELETE FROM gpu_samples WHERE hour < ?", (last_hour,)).rowcount
-        folded += conn.execute("DELETE FROM proc_samples WHERE hour < ?", (last_hour,)).rowcount
-    return folded
+        gone = conn.execute("DELETE FROM gpu_samples WHERE hour < ?", (last_hour,)).rowcount
+        gone += conn.execute("DELETE FROM proc_samples WHERE hour < ?", (last_hour,)).rowcount
+    return gone
