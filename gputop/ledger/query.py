@@ -9,10 +9,12 @@ SQLite; the report does the rest.
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gputop.ledger.store import LedgerError
+from gputop.ledger.store import LedgerError, open_reader
 
 
 @dataclass(frozen=True)
@@ -128,3 +130,59 @@ def _proc(dim: tuple[Any, ...], gpu: int, sums: tuple[Any, ...]) -> ProcUsage:
     return ProcUsage(host=host, gpu=gpu, pid=pid, start=start, user=user, workload=workload,
                      command=command, held_s=held, busy_s=busy, idle_s=idle, sm_s=sm_s,
                      mem_max=mem_max, energy_j=energy, first=first, last=last)
+
+
+# Per process of a host that the ledger saw lately: the start of its last run of samples at
+# 0 % SM (an unknown SM % ends a run).  Raw samples only: a run is seen back to --raw-days.
+_IDLE_RUNS = """
+SELECT p.pid, p.start, MIN(s.t0) FROM procs AS p JOIN proc_samples AS s ON s.proc_id = p.id
+WHERE p.host_id = (SELECT id FROM hosts WHERE name = :host)
+  AND p.id IN (SELECT proc_id FROM proc_samples WHERE t0 >= :recent - 3600 AND t1 >= :recent)
+  AND s.t0 > COALESCE((SELECT MAX(b.t1) FROM proc_samples AS b
+                       WHERE b.proc_id = p.id AND (b.sm IS NULL OR b.sm > 0)), 0)
+GROUP BY p.id
+"""
+RECENT_S = 600.0  # a process the ledger has not seen this long is not "still" anything
+
+
+def idle_runs(conn: sqlite3.Connection, host: str, now: float) -> dict[tuple[int, int], float]:
+    """(pid, start second) -> when its current run at 0 % SM began, per the ledger."""
+    try:
+        rows = conn.execute(_IDLE_RUNS, {"host": host, "recent": now - RECENT_S}).fetchall()
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"cannot read the ledger: {err}") from None
+    return {(pid, start): since for pid, start, since in rows}
+
+
+class RecordedIdle:
+    """``History.recorded_idle`` from a ledger file, for the dashboard's idle verdicts.
+
+    Read-only, one query per host at most every ``refresh`` seconds; a ledger that cannot
+    be read is no record (the dashboard falls back to what it observed itself).  Called
+    from one thread (the analysis thread), which opens the connection on first use.
+    """
+
+    def __init__(self, path: str, clock: Callable[[], float] = time.time,
+                 refresh: float = 60.0) -> None:
+        self.path, self.clock, self.refresh = path, clock, refresh
+        self._conn: sqlite3.Connection | None = None
+        self._cache: dict[str, tuple[float, dict[tuple[int, int], float]]] = {}
+
+    def __call__(self, host: str, pid: int, start_time: float | None) -> float | None:
+        if start_time is None:
+            return None
+        return self._runs(host).get((pid, round(start_time)))
+
+    def _runs(self, host: str) -> dict[tuple[int, int], float]:
+        now = self.clock()
+        cached = self._cache.get(host)
+        if cached is not None and now - cached[0] < self.refresh:
+            return cached[1]
+        try:
+            if self._conn is None:
+                self._conn = open_reader(self.path)
+            runs = idle_runs(self._conn, host, now)
+        except LedgerError:
+            runs = {}
+        self._cache[host] = (now, runs)
+        return runs

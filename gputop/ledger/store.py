@@ -45,6 +45,7 @@ CREATE TABLE proc_samples (
     t0 REAL NOT NULL, t1 REAL NOT NULL, n INTEGER NOT NULL, dur REAL NOT NULL,
     mem INTEGER, sm INTEGER);
 CREATE INDEX proc_samples_t ON proc_samples (t0);
+CREATE INDEX proc_samples_proc ON proc_samples (proc_id, t0);
 CREATE TABLE events (
     gpu_id INTEGER, host_id INTEGER NOT NULL, t REAL NOT NULL, kind TEXT NOT NULL,
     code TEXT NOT NULL, severity TEXT, message TEXT);
@@ -79,6 +80,14 @@ def default_path() -> str:
 
 
 SYSTEM_PATH = "/var/lib/gputop/ledger.sqlite"  # the systemd unit's (docs/ledger.md)
+
+
+def existing_path() -> str | None:
+    """The ledger the dashboard reads: the user's, else the system's, if either exists."""
+    for path in (default_path(), SYSTEM_PATH):
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def _check(conn: sqlite3.Connection, path: str) -> None:

@@ -287,6 +287,18 @@ class GputopApp(App[int]):
 # -- entry point -----------------------------------------------------------------------
 
 
+def _history(settings: Settings) -> History:
+    """The session's history; idle runs reach back before it when a ledger is there."""
+    from gputop.ledger.query import RecordedIdle
+    from gputop.ledger.store import existing_path
+
+    history = settings.history()
+    ledger = existing_path()
+    if ledger is not None:
+        history.recorded_idle = RecordedIdle(ledger)
+    return history
+
+
 def run_app(options: SourceOptions, interval: float | None) -> int:
     try:
         config = load_config(options.config_path)
@@ -310,7 +322,7 @@ def run_app(options: SourceOptions, interval: float | None) -> int:
         print(text if text.startswith("gputop") else f"gputop: {text}", file=sys.stderr)
         return EXIT_USAGE
     app = GputopApp(feeds, config, interval=interval, readonly=options.readonly,
-                    settings=settings)
+                    settings=settings, history=_history(settings))
     result = app.run()
     return int(result or 0)
 
