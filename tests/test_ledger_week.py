@@ -78,12 +78,13 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _doc(path: Path) -> dict:
     conn = store.open_reader(str(path))
     try:
-        return report.build(query.load(conn, START, START + WEEK_H * HOUR, IDLE_MEM), "user")
+        return report.build(query.load(conn, START, START + WEEK_H * HOUR), "user")
     finally:
         conn.close()
 
 
 def _check_week(doc: dict) -> None:
+    assert doc["idle_mem_bytes"] == IDLE_MEM  # the recorder's threshold, kept in the file
     groups = {g["name"]: g for g in doc["groups"]}
     assert set(groups) == {"alice", "bob", "carol"}
     for _pid, user, _gpu, mib, sm, first, last in PROCS:

@@ -15,12 +15,11 @@ from gputop.exitcodes import EXIT_OK
 from gputop.options import SourceOptions
 
 FORMATS = ("text", "md", "csv", "json", "html")
-MIB = 1024 * 1024
 DEFAULT_SINCE = "7d"
 
 
 def run(options: SourceOptions, args: argparse.Namespace) -> int:
-    return common.run("report", lambda: _report(options, args))
+    return common.run("report", lambda: _report(args))
 
 
 def period(since: str | None, start: str | None, end: str | None,
@@ -50,18 +49,16 @@ def _date(flag: str, text: str) -> float:
             f"{flag} {text!r}: not a date (e.g. 2026-11-30 or 2026-11-30T18:00)") from None
 
 
-def _report(options: SourceOptions, args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace) -> int:
     from gputop.commands import report_formats
     from gputop.ledger import query, report, store
 
     t_from, t_to = period(args.since, args.start, args.end, time.time())
-    settings = common.settings(common.config(options))
-    idle_mem = int(settings.thresholds.idle_memory_mib * MIB)
     path = args.db or store.default_path()
     try:
         conn = store.open_reader(path)
         try:
-            usage = query.load(conn, t_from, t_to, idle_mem)
+            usage = query.load(conn, t_from, t_to)
         finally:
             conn.close()
     except store.LedgerError as err:

@@ -64,7 +64,7 @@ class Event:
 class Usage:
     t_from: float
     t_to: float
-    idle_mem: int
+    idle_mem: int  # the recorder's idle threshold, bytes
     procs: list[ProcUsage]
     gpus: list[GpuUsage]
     hourly: list[tuple[str, int, int, float, float]]  # host, gpu, hour, seconds, util x s
@@ -93,10 +93,12 @@ _GPUS = f"""SELECT gpu_id, SUM(dur), SUM(busy_s), SUM(held_idle_s), SUM(util_s),
 _HOURLY = f"SELECT gpu_id, hour, dur, util_s FROM gpu_hourly WHERE {_IN} ORDER BY gpu_id, hour"
 
 
-def load(conn: sqlite3.Connection, t_from: float, t_to: float, idle_mem: int) -> Usage:
+def load(conn: sqlite3.Connection, t_from: float, t_to: float) -> Usage:
     """The usage in [t_from, t_to); LedgerError when the period holds no samples."""
-    params = {"a": t_from, "b": t_to, "idle": idle_mem}
+    params = {"a": t_from, "b": t_to}
     try:
+        found = conn.execute("SELECT value FROM meta WHERE key = 'idle_mem'").fetchone()
+        idle_mem = int(found[0]) if found is not None and str(found[0]).isdigit() else 0
         hosts = dict(conn.execute("SELECT id, name FROM hosts"))
         gpus = {row[0]: (hosts.get(row[1], "?"), row[2], row[3])
                 for row in conn.execute("SELECT id, host_id, idx, name FROM gpus")}

@@ -52,6 +52,12 @@ class Recorder:
     _proc_ids: dict[tuple[int, int, int], int] = field(default_factory=dict)
     _runs: dict[tuple[str, int, int], _Run] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # The rollups fix the idle threshold; reports say which one.
+        with transaction(self.conn):
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('idle_mem', ?)",
+                              (str(self.idle_mem),))
+
     def record(self, snap: HostSnapshot, warnings: Iterable[HealthWarning] = ()) -> bool:
         """Write one snapshot; False when it adds nothing (host down, same moment again).
         Raises LedgerFull when the disk is full (nothing of this interval is kept)."""
