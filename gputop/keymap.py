@@ -58,6 +58,9 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("cluster", "dashboard", "c", "cluster", "Cluster", False),
     KeyAction("all_processes", "dashboard", "p", "all_processes", "All hosts' processes",
               False),
+    # the usage ledger (docs/ledger.md)
+    KeyAction("history_range", "dashboard", "H", "history_range",
+              "History: session, 24h, 7d (ledger)", False),
     # the process table
     KeyAction("cursor_down", "table", "down,j", "cursor_down", "Down", False),
     KeyAction("cursor_up", "table", "up", "cursor_up", "Up", False),

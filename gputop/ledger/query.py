@@ -8,6 +8,7 @@ SQLite; the report does the rest.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from collections.abc import Callable
@@ -188,3 +189,84 @@ class RecordedIdle:
             runs = {}
         self._cache[host] = (now, runs)
         return runs
+
+
+Series = tuple[list[tuple[float, float]], list[tuple[float, float]]]  # util %, memory %
+
+# A host's GPUs over a past window: raw runs (each spread over the buckets it covers, so a
+# merged hour draws as an hour) or hourly rollups; what the dashboard's history line shows
+# for "24h" and "7d".
+_RAW_SERIES = """
+SELECT g.idx, s.t0, s.t1 + s.dur / s.n, s.util, s.mem_used, g.mem_total
+FROM gpu_samples AS s JOIN gpus AS g ON g.id = s.gpu_id JOIN hosts AS h ON h.id = g.host_id
+WHERE h.name = :host AND s.t0 >= :a - 3600 AND s.t1 + s.dur / s.n > :a
+"""
+_HOURLY_SERIES = """
+SELECT g.idx, s.hour * 3600 + 1800, s.util_s / s.dur, s.mem_max, g.mem_total
+FROM gpu_hourly AS s JOIN gpus AS g ON g.id = s.gpu_id JOIN hosts AS h ON h.id = g.host_id
+WHERE h.name = :host AND s.hour * 3600 + 3600 > :a AND s.dur > 0 ORDER BY s.hour
+"""
+RAW_SERIES_MAX_S = 2 * 86400.0  # longer windows are drawn from the hourly rollups
+SERIES_POINTS = 300
+
+
+def gpu_series(conn: sqlite3.Connection, host: str, seconds: float,
+               now: float) -> dict[int, Series]:
+    """Per GPU index of ``host``: (util %, memory %) over the last ``seconds``: about
+    SERIES_POINTS points, each the highest of its slot (as the sparkline draws them)."""
+    params = {"host": host, "a": now - seconds}
+    try:
+        if seconds > RAW_SERIES_MAX_S:
+            points = conn.execute(_HOURLY_SERIES, params).fetchall()
+        else:
+            points = _spread(conn.execute(_RAW_SERIES, params).fetchall(), now - seconds,
+                             max(seconds / SERIES_POINTS, 1.0))
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"cannot read the ledger: {err}") from None
+    out: dict[int, Series] = {}
+    for idx, t, util, mem, total in points:
+        util_series, mem_series = out.setdefault(idx, ([], []))
+        util_series.append((float(t), float(util or 0.0)))
+        if mem is not None and total:
+            mem_series.append((float(t), 100.0 * mem / total))
+    return out
+
+
+def _spread(rows: list[Any], start: float, step: float) -> list[tuple[Any, ...]]:
+    slots: dict[tuple[int, int], list[Any]] = {}
+    for idx, t0, end, util, mem, total in rows:  # a run covers [t0, end)
+        for slot in range(max(int((t0 - start) // step), 0), math.ceil((end - start) / step)):
+            found = slots.get((idx, slot))
+            if found is None:
+                slots[(idx, slot)] = [util, mem, total]
+            else:
+                found[0] = max(found[0] or 0, util or 0)
+                found[1] = max(found[1] or 0, mem or 0)
+    return [(idx, start + (slot + 0.5) * step, *values)
+            for (idx, slot), values in sorted(slots.items())]
+
+
+class LedgerSeries:
+    """The dashboard's long history lines from a ledger file; one query per host and
+    window a minute at most; an unreadable ledger gives no lines (and says why once)."""
+
+    def __init__(self, path: str, clock: Callable[[], float] = time.time,
+                 refresh: float = 60.0) -> None:
+        self.path, self.clock, self.refresh = path, clock, refresh
+        self.problem: str | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._cache: dict[tuple[str, float], tuple[float, dict[int, Series]]] = {}
+
+    def __call__(self, host: str, seconds: float) -> dict[int, Series]:
+        now = self.clock()
+        cached = self._cache.get((host, seconds))
+        if cached is not None and now - cached[0] < self.refresh:
+            return cached[1]
+        try:
+            if self._conn is None:
+                self._conn = open_reader(self.path)
+            found = gpu_series(self._conn, host, seconds, now)
+        except LedgerError as err:
+            self.problem, found = str(err), {}
+        self._cache[(host, seconds)] = (now, found)
+        return found
