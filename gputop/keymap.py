@@ -60,7 +60,7 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
               False),
     # the usage ledger (docs/ledger.md)
     KeyAction("history_range", "dashboard", "H", "history_range",
-              "History: session, 24h, 7d (ledger)", False),
+              "History 24h/7d (ledger)", False),
     # the process table
     KeyAction("cursor_down", "table", "down,j", "cursor_down", "Down", False),
     KeyAction("cursor_up", "table", "up", "cursor_up", "Up", False),
