@@ -53,6 +53,8 @@ def _report(args: argparse.Namespace) -> int:
     from gputop.commands import report_formats
     from gputop.ledger import query, report, store
 
+    if args.top < 0:
+        raise common.usage_error("--top must be 0 or more")
     t_from, t_to = period(args.since, args.start, args.end, time.time())
     path = args.db or store.default_path()
     try:
