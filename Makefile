@@ -17,6 +17,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@bash scripts/ensure-sshd.sh
+	@bash scripts/ensure-chromium.sh
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q
 

@@ -17,6 +17,7 @@ from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue")
+LEDGER_COMMANDS = ("record", "report")  # the usage ledger (docs/ledger.md)
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
@@ -141,6 +142,44 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
+# -- the usage ledger: record and report ----------------------------------------------------
+
+
+def build_ledger_parser(command: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"gputop {command}")
+    _add_source_args(p)
+    p.add_argument("--db", metavar="PATH",
+                   help="the ledger (default $XDG_STATE_HOME/gputop/ledger.sqlite)")
+    if command == "record":
+        p.description = "Record GPU and process usage into the ledger until stopped."
+        p.add_argument("--interval", type=float, default=10.0, metavar="S",
+                       help="seconds between samples (default %(default)g)")
+        p.add_argument("--raw-days", type=float, default=7.0, metavar="D",
+                       help="keep raw samples D days, then hourly rollups (default %(default)g)")
+    else:
+        p.description = "Who used which GPUs, how well, and how much was held idle."
+        p.add_argument("--since", metavar="DURATION", help="e.g. 7d, 24h (default 7d)")
+        p.add_argument("--from", dest="start", metavar="DATE", help="e.g. 2026-11-30")
+        p.add_argument("--to", dest="end", metavar="DATE", help="default now")
+        p.add_argument("--by", choices=("user", "workload", "gpu", "host"), default="user")
+        p.add_argument("--format", choices=("text", "md", "csv", "json", "html"),
+                       default="text")
+        p.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+        p.add_argument("--top", type=int, default=10, metavar="N",
+                       help="how many of the worst idle holds (default %(default)d)")
+    return p
+
+
+def _run_ledger_command(command: str, options: SourceOptions, args: argparse.Namespace) -> int:
+    if command == "record":
+        from gputop.commands import record
+
+        return record.run(options, args)
+    from gputop.commands import ledger_report
+
+    return ledger_report.run(options, args)
+
+
 def source_options(args: argparse.Namespace) -> SourceOptions:
     """The source arguments every parser has, typed, for everything below the CLI."""
     return SourceOptions(
@@ -157,6 +196,10 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
+        if args_list and args_list[0] in LEDGER_COMMANDS:
+            command = args_list[0]
+            args = build_ledger_parser(command).parse_args(args_list[1:])
+            return _run_ledger_command(command, source_options(args), args)
         if args_list and args_list[0] in SUBCOMMANDS:
             command = args_list[0]
             args = build_subparser(command).parse_args(args_list[1:])

@@ -61,6 +61,9 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     # one line per Slurm job, container or pod (Enter opens one)
     KeyAction("fold_jobs", "dashboard", "J", "fold_jobs", "Fold by job", False),
     KeyAction("queue", "dashboard", "Q", "queue", "Queue", False),
+    # the usage ledger (docs/ledger.md)
+    KeyAction("history_range", "dashboard", "H", "history_range",
+              "History 24h/7d (ledger)", False),
     # the process table
     KeyAction("cursor_down", "table", "down,j", "cursor_down", "Down", False),
     KeyAction("cursor_up", "table", "up", "cursor_up", "Up", False),

@@ -466,7 +466,8 @@ def _process_rules(
             INFO,
             "idle-memory",
             f"{_who(proc)} holds {_gib(proc.gpu_mem)} GiB at 0% SM for "
-            f"{format_duration(add.now - flags.idle_since, minutes=True)} (as observed){what}",
+            f"{format_duration(add.now - flags.idle_since, minutes=True)} "
+            f"({'ledger' if flags.idle_recorded else 'as observed'}){what}",
             gpu=proc.gpu,
             pid=proc.pid,
             hint="if it is a forgotten notebook or job, stop it (reclaim view) to free the card",

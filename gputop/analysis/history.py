@@ -183,6 +183,9 @@ class History:
         self._first_seen: dict[ProcessKey, float] = {}
         # per host, TRIM_EVERY sets of process keys: each add tidies one of them
         self._buckets: dict[str, list[set[ProcessKey]]] = {}
+        # A longer record than this window (the usage ledger, docs/ledger.md): (host, pid,
+        # start_time) -> when the process's current run at 0 % SM began, or None.
+        self.recorded_idle: Callable[[str, int, float | None], float | None] | None = None
 
     # -- feeding -------------------------------------------------------------------
 

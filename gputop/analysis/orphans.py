@@ -73,6 +73,7 @@ class ProcessFlags:
     # (flag name, one-line explanation), in FLAG_NAMES order: what the detail view shows
     reasons: tuple[tuple[str, str], ...] = ()
     idle_since: float | None = None  # start of the observed idle streak
+    idle_recorded: bool = False  # idle_since comes from the usage ledger, not this session
     server_pid: int | None = None  # a kernel's notebook server, when it is its parent
     busy: bool = False  # computing right now (SM > 0 % in this snapshot)
 
@@ -217,6 +218,7 @@ def classify(
     reasons: dict[str, str] = {}
     server_pid: int | None = None
     idle_since: float | None = None
+    recorded = False
 
     if not process.visible:
         reasons["hidden"] = (
@@ -244,12 +246,15 @@ def classify(
             reasons["orphan"] = orphan
 
     if history is not None and process.visible and process.state != "Z":
-        idle_since = _idle(process, snapshot.host, history, rules, now, held)
-        if idle_since is not None:
+        idle = _idle(process, snapshot.host, history, rules, now, held)
+        if idle is not None:
+            idle_since, recorded = idle
             idle_for = format_duration(now - idle_since, minutes=True)
-            clock = time.strftime("%H:%M", time.localtime(idle_since))
+            day = "%H:%M" if now - idle_since < 86400 else "%a %d %b %H:%M"
+            clock = time.strftime(day, time.localtime(idle_since))
+            source = "per the usage ledger" if recorded else "as observed by gputop"
             reasons["idle"] = (
-                f"0 % SM for {idle_for} as observed by gputop (since {clock}) "
+                f"0 % SM for {idle_for} {source} (since {clock}) "
                 f"while holding {format_bytes(held)}"
             )
 
@@ -266,6 +271,7 @@ def classify(
         hidden="hidden" in reasons,
         reasons=ordered,
         idle_since=idle_since,
+        idle_recorded=recorded,
         server_pid=server_pid,
         busy=busy,
     )
@@ -295,7 +301,9 @@ def _idle(
     rules: OrphanRules,
     now: float,
     held: int,
-) -> float | None:
+) -> tuple[float, bool] | None:
+    """When the current idle run began, and whether the ledger's record says so (it reaches
+    back before this session; gputop's own observation decides that the run is on)."""
     floor = rules.idle_min_mem_mib * MIB
     if held < floor:
         return None
@@ -308,9 +316,16 @@ def _idle(
     since = history.process_streak(  # type: ignore[attr-defined]
         host, process.pid, process.start_ticks, idle_sample
     )
-    if since is None or now - since < rules.idle_minutes * 60.0:
+    if since is None:
         return None
-    return since
+    record = getattr(history, "recorded_idle", None)
+    earlier = record(host, process.pid, process.start_time) if record is not None else None
+    recorded = earlier is not None and earlier < since
+    if recorded and earlier is not None:
+        since = earlier
+    if now - since < rules.idle_minutes * 60.0:
+        return None
+    return since, recorded
 
 
 def _totals(

@@ -21,6 +21,7 @@ from gputop.text import visible
 
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
+    from gputop.sources.feed import Feed
     from gputop.sources.oneshot import Session
     from gputop.sources.opener import Round, SourcePlan
 
@@ -120,3 +121,11 @@ def use_colour(stream: TextIO) -> bool:
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
+
+
+def feeds(options: SourceOptions, config: Config) -> list[Feed]:
+    """The feeds of the sources the options name, as streams (the recorder's)."""
+    from gputop.sources.opener import open_feeds
+
+    with _source_errors():
+        return open_feeds(options, config)

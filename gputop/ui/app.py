@@ -33,6 +33,8 @@ from gputop.analysis.history import History
 from gputop.analysis.pipeline import Analysed, Analyser, Settings
 from gputop.config import Config, ConfigError, analysis_settings, load_config
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_USAGE
+from gputop.ledger.query import LedgerSeries, RecordedIdle
+from gputop.ledger.store import existing_path
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.sources.feed import REPLAY, Capabilities, Feed, ProcessDetails
@@ -64,6 +66,8 @@ class GputopApp(App[int]):
     TITLE = "gputop"
 
     BINDINGS: ClassVar[list[BindingType]] = bindings("app")
+    # The usage ledger's long history lines (run_app sets it when a ledger exists).
+    ledger_series: LedgerSeries | None = None
 
     def __init__(
         self,
@@ -287,6 +291,20 @@ class GputopApp(App[int]):
 # -- entry point -----------------------------------------------------------------------
 
 
+def _history(settings: Settings) -> History:
+    """The session's history; idle runs reach back before it when a ledger is there."""
+    history = settings.history()
+    ledger = existing_path()
+    if ledger is not None:
+        history.recorded_idle = RecordedIdle(ledger)
+    return history
+
+
+def _ledger_series() -> LedgerSeries | None:
+    ledger = existing_path()
+    return LedgerSeries(ledger) if ledger is not None else None
+
+
 def run_app(options: SourceOptions, interval: float | None) -> int:
     try:
         config = load_config(options.config_path)
@@ -310,7 +328,8 @@ def run_app(options: SourceOptions, interval: float | None) -> int:
         print(text if text.startswith("gputop") else f"gputop: {text}", file=sys.stderr)
         return EXIT_USAGE
     app = GputopApp(feeds, config, interval=interval, readonly=options.readonly,
-                    settings=settings)
+                    settings=settings, history=_history(settings))
+    app.ledger_series = _ledger_series()
     result = app.run()
     return int(result or 0)
 

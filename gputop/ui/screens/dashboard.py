@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 SORT_ORDER = tuple(table_model.COLUMNS)
 
+# The history lines' windows: this session's, then the usage ledger's 24 h and 7 d.
+HISTORY_RANGES: tuple[float | None, ...] = (None, 86400.0, 7 * 86400.0)
+
 
 class DashboardScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = bindings("dashboard")
@@ -56,6 +59,7 @@ class DashboardScreen(Screen[None]):
         self._compact: bool | None = None
         self._panel_gpus: tuple[int, ...] = ()
         self._panels: dict[int, GpuPanel] = {}
+        self.history_range: float | None = None  # None: this session; else seconds of ledger
 
     # -- layout ------------------------------------------------------------------------
 
@@ -165,19 +169,29 @@ class DashboardScreen(Screen[None]):
         state = self.app.state
         history = state.history
         span = min(history.seconds, max(180.0, 60 * self.app.interval))
+        kept = history.seconds
+        recorded = None
+        if self.history_range is not None and self.app.ledger_series is not None:
+            recorded = self.app.ledger_series(snap.host, self.history_range)
+            span = kept = self.history_range
         for gpu in snap.gpus:
             panel = self._panels[gpu.index]
             panel.set_class(state.selected_gpu == gpu.index, "-selected")
+            if recorded is not None:
+                util_series, mem_series = recorded.get(gpu.index, ([], []))
+            else:
+                util_series = history.gpu_series(snap.host, gpu.index, "util_gpu")
+                mem_series = history.gpu_series(snap.host, gpu.index, "mem_percent")
             panel.update_data(PanelData(
                 gpu=gpu,
-                util_series=history.gpu_series(snap.host, gpu.index, "util_gpu"),
-                mem_series=history.gpu_series(snap.host, gpu.index, "mem_percent"),
+                util_series=util_series,
+                mem_series=mem_series,
                 warnings=state.warnings_for(snap.host, gpu.index),
                 reservations=[r for r in snap.reservations
                               if r.gpu == gpu.index and r.active(now)],
                 now=now,
                 span=span,
-                kept=history.seconds,
+                kept=kept,
             ))
 
     def _update_warnings_panel(self, now: float) -> None:
@@ -253,6 +267,21 @@ class DashboardScreen(Screen[None]):
     def _gpu_clicked(self, event: GpuPanel.Clicked) -> None:
         state = self.app.state
         state.selected_gpu = None if state.selected_gpu == event.index else event.index
+        self.refresh_view()
+
+    # -- actions: the usage ledger ----------------------------------------------------
+
+    def action_history_range(self) -> None:
+        """Cycle the history lines: this session, the ledger's last 24 h, its last 7 d."""
+        series = self.app.ledger_series
+        if series is None:
+            self.notify("no usage ledger here: `gputop record` keeps one (docs/ledger.md)",
+                        severity="warning")
+            return
+        order = HISTORY_RANGES
+        self.history_range = order[(order.index(self.history_range) + 1) % len(order)]
+        if self.history_range is not None and series.problem:
+            self.notify(series.problem, severity="warning")
         self.refresh_view()
 
     # -- actions: sorting and filtering ------------------------------------------------

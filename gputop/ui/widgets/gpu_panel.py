@@ -285,6 +285,8 @@ def compact_sparkline(data: PanelData, width: int) -> str:
 def span_label(seconds: float) -> str:
     """The history window as people say it: '3m', '90s', '1h'."""
     whole = round(seconds)
+    if whole > 86400 and whole % 86400 == 0:
+        return f"{whole // 86400}d"
     if whole >= 3600 and whole % 3600 == 0:
         return f"{whole // 3600}h"
     if whole >= 60 and whole % 60 == 0:

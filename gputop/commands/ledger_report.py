@@ -1,0 +1,83 @@
+"""`gputop report`: who used which GPUs, how well, and how much was held idle, from the
+ledger that `gputop record` keeps (docs/ledger.md)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+
+from gputop.analysis.durations import parse_duration
+from gputop.commands import common
+from gputop.exitcodes import EXIT_OK
+from gputop.options import SourceOptions
+
+FORMATS = ("text", "md", "csv", "json", "html")
+DEFAULT_SINCE = "7d"
+
+
+def run(options: SourceOptions, args: argparse.Namespace) -> int:
+    return common.run("report", lambda: _report(args))
+
+
+def period(since: str | None, start: str | None, end: str | None,
+           now: float) -> tuple[float, float]:
+    """[from, to) in epoch seconds from --since or --from/--to; CommandError when bad."""
+    if since is not None and (start is not None or end is not None):
+        raise common.usage_error("--since and --from/--to: give one or the other")
+    if start is None:
+        if end is not None:
+            raise common.usage_error("--to needs --from")
+        try:
+            return now - parse_duration(since or DEFAULT_SINCE), now
+        except ValueError as err:
+            raise common.usage_error(f"--since {since!r}: {err}") from None
+    t_from = _date("--from", start)
+    t_to = _date("--to", end) if end is not None else now
+    if t_to <= t_from:
+        raise common.usage_error("--to must be after --from")
+    return t_from, t_to
+
+
+def _date(flag: str, text: str) -> float:
+    try:
+        return dt.datetime.fromisoformat(text.strip()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise common.usage_error(
+            f"{flag} {text!r}: not a date (e.g. 2026-11-30 or 2026-11-30T18:00)") from None
+
+
+def _report(args: argparse.Namespace) -> int:
+    from gputop.commands import report_formats
+    from gputop.ledger import query, report, store
+
+    if args.top < 0:
+        raise common.usage_error("--top must be 0 or more")
+    t_from, t_to = period(args.since, args.start, args.end, time.time())
+    path = args.db or store.default_path()
+    try:
+        conn = store.open_reader(path)
+        try:
+            usage = query.load(conn, t_from, t_to)
+        finally:
+            conn.close()
+    except store.LedgerError as err:
+        message = str(err)
+        if not message.startswith(path):
+            message = (f"{path}: {message} ({report.when(t_from)} to {report.when(t_to)})")
+        raise common.usage_error(message) from None
+    doc = report.build(usage, args.by, args.top)
+    text = report_formats.render(doc, args.format)
+    if args.out:
+        try:
+            tmp = f"{args.out}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, args.out)
+        except OSError as err:
+            raise common.usage_error(f"{args.out}: {err.strerror or err}") from None
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK

@@ -1,0 +1,110 @@
+"""`gputop record`: the usage ledger's one writer, a small daemon.
+
+It reads whatever sources the options name (this machine, SSH hosts, the simulator, or
+any other feed the opener knows) through their feeds, and appends one transaction per
+host per interval.  A full disk pauses recording with one message and resumes when space
+returns; raw samples older than --raw-days are deleted once an hour (their hourly rollups,
+kept current with every interval, stay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Callable
+
+from gputop.analysis.pipeline import Settings, warnings_once
+from gputop.commands import common
+from gputop.exitcodes import EXIT_OK
+from gputop.ledger import store
+from gputop.ledger.writer import LedgerFull, Recorder, expire_raw
+from gputop.model import HostSnapshot
+from gputop.options import SourceOptions
+from gputop.sources.feed import Feed
+
+MIB = 1024 * 1024
+DAY = 86400.0
+
+
+def run(options: SourceOptions, args: argparse.Namespace) -> int:
+    return common.run("record", lambda: _record(options, args))
+
+
+def _record(options: SourceOptions, args: argparse.Namespace) -> int:
+    if not args.interval > 0:
+        raise common.usage_error("--interval must be more than 0 seconds")
+    if not args.raw_days > 0:
+        raise common.usage_error("--raw-days must be more than 0")
+    config = common.config(options)
+    settings = common.settings(config)
+    path = args.db or store.default_path()
+    # Sources first: no driver or a bad hosts file leaves no ledger file behind.
+    feeds = common.feeds(options, config)
+    lock = store.WriterLock(path)
+    try:
+        lock.acquire()
+        conn = store.open_writer(path)
+    except store.LedgerError as err:
+        lock.release()
+        raise common.usage_error(str(err)) from None
+    idle_mem = int(settings.thresholds.idle_memory_mib * MIB)
+    loop = RecordLoop(Recorder(conn, args.interval, idle_mem), settings, path, args.raw_days)
+    print(f"gputop record: recording {', '.join(h for f in feeds for h in f.hosts)} "
+          f"every {args.interval:g} s into {path}", file=sys.stderr, flush=True)
+    try:
+        asyncio.run(_stream(feeds, args.interval, loop.emit))
+    finally:
+        conn.close()
+        lock.release()
+    return EXIT_OK
+
+
+class RecordLoop:
+    """What happens to each snapshot: warnings, the write, disk-full, retention."""
+
+    def __init__(self, recorder: Recorder, settings: Settings, path: str, raw_days: float):
+        self.recorder, self.settings, self.path = recorder, settings, path
+        self.raw_s = raw_days * DAY
+        self.paused = False
+        self.expired_hour: int | None = None
+
+    def emit(self, snap: HostSnapshot) -> None:
+        warnings = warnings_once(snap, self.settings, None, snap.time) if snap.ok else []
+        try:
+            self.recorder.record(snap, warnings)
+            hour = int(snap.time // 3600)
+            if hour != self.expired_hour:
+                self.expired_hour = hour
+                expire_raw(self.recorder.conn, snap.time - self.raw_s)
+        except LedgerFull as err:
+            if not self.paused:
+                self.paused = True
+                common.say("record", f"{self.path}: {err}; recording paused until space returns")
+            return
+        except store.LedgerError as err:
+            common.say("record", f"{self.path}: {err}")
+            return
+        if self.paused:
+            self.paused = False
+            common.say("record", f"{self.path}: space is back; recording resumed")
+
+
+async def _stream(feeds: list[Feed], interval: float,
+                  emit: Callable[[HostSnapshot], None]) -> None:
+    """Every feed's stream until SIGTERM or SIGINT; then the feeds are closed."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(feed.run(interval, emit)) for feed in feeds]
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+    for feed in feeds:
+        await feed.close()
+    for task in [*tasks, waiter]:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

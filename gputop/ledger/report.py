@@ -1,0 +1,198 @@
+"""The report's numbers from a period's usage: pure, no I/O.
+
+``build(usage, by)`` is the JSON document (docs/ledger.md); every other format is drawn
+from it, so csv and json carry every number the text shows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from gputop.analysis.durations import format_duration
+from gputop.ledger.query import ProcUsage, Usage
+
+REPORT_SCHEMA = 1
+GROUPINGS = ("user", "workload", "gpu", "host")
+HOUR = 3600.0
+KWH = 3.6e6  # joules
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / HOUR, 3)
+
+
+def _pct(part: float, whole: float) -> float:
+    return round(100.0 * part / whole, 1) if whole > 0 else 0.0
+
+
+_KEYS: dict[str, Callable[[ProcUsage], str]] = {
+    "user": lambda p: p.user or "(unknown)",
+    "workload": lambda p: p.workload or "(none)",
+    "gpu": lambda p: f"{p.host}:{p.gpu}",
+    "host": lambda p: p.host,
+}
+
+
+def build(usage: Usage, by: str = "user", top: int = 10) -> dict[str, Any]:
+    groups = _groups(usage, by)
+    gpus = _gpus(usage)
+    hosts = _hosts(gpus)
+    totals = _totals(usage, gpus)
+    doc: dict[str, Any] = {
+        "schema": REPORT_SCHEMA,
+        "from": usage.t_from,
+        "to": usage.t_to,
+        "idle_mem_bytes": usage.idle_mem,
+        "by": by,
+        "totals": totals,
+        "groups": groups,
+        "idle_holds": _idle_holds(usage, top),
+        "gpus": gpus,
+        "hosts": hosts,
+        "hourly": [
+            {"host": h, "gpu": g, "hour": hour * 3600, "seconds": dur,
+             "mean_util_pct": round(util_s / dur, 1) if dur else 0.0}
+            for h, g, hour, dur, util_s in usage.hourly
+        ],
+        "events": [
+            {"host": e.host, "gpu": e.gpu, "time": e.t, "kind": e.kind, "code": e.code,
+             "severity": e.severity, "message": e.message}
+            for e in usage.events
+        ],
+    }
+    doc["summary"] = summary(doc)
+    return doc
+
+
+def _groups(usage: Usage, by: str) -> list[dict[str, Any]]:
+    key = _KEYS[by]
+    sums: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"held_s": 0.0, "busy_s": 0.0, "idle_s": 0.0, "sm_s": 0.0, "mem_max": 0,
+                 "energy_j": 0.0, "procs": set()})
+    for p in usage.procs:
+        s = sums[key(p)]
+        s["held_s"] += p.held_s
+        s["busy_s"] += p.busy_s
+        s["idle_s"] += p.idle_s
+        s["sm_s"] += p.sm_s
+        s["mem_max"] = max(s["mem_max"], p.mem_max or 0)
+        s["energy_j"] += p.energy_j
+        s["procs"].add((p.host, p.pid, p.start))
+    ranked = sorted(sums.items(), key=lambda kv: (-kv[1]["held_s"], kv[0]))
+    return [
+        {
+            "rank": n,
+            "name": name,
+            "gpu_hours_held": _hours(s["held_s"]),
+            "gpu_hours_busy": _hours(s["busy_s"]),
+            "gpu_hours_held_idle": _hours(s["idle_s"]),
+            "mean_sm_pct_held": round(s["sm_s"] / s["held_s"], 1) if s["held_s"] else 0.0,
+            "peak_mem_bytes": s["mem_max"],
+            "processes": len(s["procs"]),
+            "energy_kwh": round(s["energy_j"] / KWH, 3),
+        }
+        for n, (name, s) in enumerate(ranked, 1)
+    ]
+
+
+def _idle_holds(usage: Usage, top: int) -> list[dict[str, Any]]:
+    worst = sorted((p for p in usage.procs if p.idle_s > 0),
+                   key=lambda p: (-p.idle_s, p.host, p.gpu, p.pid))[:top]
+    return [
+        {"user": p.user, "host": p.host, "gpu": p.gpu, "pid": p.pid, "workload": p.workload,
+         "command": p.command, "idle_hours": _hours(p.idle_s), "held_hours": _hours(p.held_s),
+         "peak_mem_bytes": p.mem_max, "first_seen": p.first, "last_seen": p.last}
+        for p in worst
+    ]
+
+
+def _gpus(usage: Usage) -> list[dict[str, Any]]:
+    counts: dict[tuple[str, int | None, str], int] = defaultdict(int)
+    for e in usage.events:
+        counts[(e.host, e.gpu, e.kind)] += 1
+    rows = []
+    for g in sorted(usage.gpus, key=lambda g: (g.host, g.gpu)):
+        free = max(g.recorded_s - g.busy_s - g.held_idle_s, 0.0)
+        rows.append({
+            "host": g.host, "gpu": g.gpu, "name": g.name,
+            "hours_recorded": _hours(g.recorded_s),
+            "busy_pct": _pct(g.busy_s, g.recorded_s),
+            "held_idle_pct": _pct(g.held_idle_s, g.recorded_s),
+            "free_pct": _pct(free, g.recorded_s),
+            "gpu_hours_busy": _hours(g.busy_s),
+            "gpu_hours_held_idle": _hours(g.held_idle_s),
+            "gpu_hours_free": _hours(free),
+            "mean_util_pct": round(g.util_s / g.recorded_s, 1) if g.recorded_s else 0.0,
+            "peak_mem_bytes": g.mem_max,
+            "energy_kwh": round(g.energy_j / KWH, 3),
+            "warnings": counts[(g.host, g.gpu, "warning")],
+            "xids": counts[(g.host, g.gpu, "xid")],
+        })
+    return rows
+
+
+def _hosts(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for g in gpus:
+        by_host[g["host"]].append(g)
+    rows = []
+    for host, cards in sorted(by_host.items()):
+        recorded = sum(g["hours_recorded"] for g in cards)
+        busy = sum(g["gpu_hours_busy"] for g in cards)
+        idle = sum(g["gpu_hours_held_idle"] for g in cards)
+        rows.append({
+            "host": host, "gpus": len(cards), "gpu_hours_recorded": round(recorded, 3),
+            "busy_pct": _pct(busy, recorded), "held_idle_pct": _pct(idle, recorded),
+            "free_pct": _pct(max(recorded - busy - idle, 0.0), recorded),
+            "energy_kwh": round(sum(g["energy_kwh"] for g in cards), 3),
+            "warnings": sum(g["warnings"] for g in cards),
+            "xids": sum(g["xids"] for g in cards),
+        })
+    return rows
+
+
+def _totals(usage: Usage, gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "hosts": len({g["host"] for g in gpus}),
+        "gpus": len(gpus),
+        "gpu_hours_recorded": _hours(sum(g.recorded_s for g in usage.gpus)),
+        "gpu_hours_busy": _hours(sum(g.busy_s for g in usage.gpus)),
+        "gpu_hours_held_idle": _hours(sum(g.held_idle_s for g in usage.gpus)),
+        "process_gpu_hours_held": _hours(sum(p.held_s for p in usage.procs)),
+        "process_gpu_hours_held_idle": _hours(sum(p.idle_s for p in usage.procs)),
+        "energy_kwh": round(sum(g.energy_j for g in usage.gpus) / KWH, 3),
+        "processes": len({(p.host, p.pid, p.start) for p in usage.procs}),
+        "users": len({p.user for p in usage.procs if p.user}),
+        "warnings": sum(1 for e in usage.events if e.kind == "warning"),
+        "xids": sum(1 for e in usage.events if e.kind == "xid"),
+    }
+
+
+def when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def summary(doc: dict[str, Any]) -> str:
+    """The one paragraph at the top of every format."""
+    t = doc["totals"]
+    recorded = t["gpu_hours_recorded"]
+    text = (
+        f"From {when(doc['from'])} to {when(doc['to'])}, {t['gpus']} GPU(s) on "
+        f"{t['hosts']} host(s) were recorded for {recorded:.1f} GPU-hours: "
+        f"{_pct(t['gpu_hours_busy'], recorded)} % busy, "
+        f"{_pct(t['gpu_hours_held_idle'], recorded)} % held by processes doing nothing. "
+        f"{t['users']} user(s) ran {t['processes']} GPU process(es) using "
+        f"{t['energy_kwh']:.1f} kWh."
+    )
+    if doc["idle_holds"]:
+        w = doc["idle_holds"][0]
+        text += (
+            f" The longest idle hold: {w['user'] or 'an unknown user'}'s pid {w['pid']} on "
+            f"{w['host']} GPU {w['gpu']}, idle {format_duration(w['idle_hours'] * HOUR)}."
+        )
+    if t["xids"] or t["warnings"]:
+        text += f" {t['xids']} XID event(s) and {t['warnings']} new warning(s)."
+    return text

@@ -1,0 +1,216 @@
+"""Opening the ledger file: schema, version check, the one-writer lock.
+
+One SQLite file in WAL mode: the recorder is the one writer, readers (reports, the
+dashboard) never block it.  Each interval is one transaction with synchronous=FULL, so a
+crash or SIGKILL loses at most the interval being written and never corrupts the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x67707574  # "gput": marks the file as ours in its header
+
+# Times are epoch seconds; ``hour`` is floor(t0 / 3600), the rollup and filter key.
+# Sample rows are run-length merged: n intervals of identical values, ``dur`` seconds.
+# ``held``: some process held at least the idle threshold of memory on the GPU then.
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE hosts (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE gpus (
+    id INTEGER PRIMARY KEY, host_id INTEGER NOT NULL REFERENCES hosts(id),
+    idx INTEGER NOT NULL, uuid TEXT NOT NULL, name TEXT, mem_total INTEGER,
+    UNIQUE (host_id, idx, uuid));
+CREATE TABLE procs (
+    id INTEGER PRIMARY KEY, host_id INTEGER NOT NULL REFERENCES hosts(id),
+    pid INTEGER NOT NULL, start INTEGER NOT NULL, user TEXT, workload TEXT, command TEXT,
+    UNIQUE (host_id, pid, start));
+CREATE TABLE gpu_samples (
+    gpu_id INTEGER NOT NULL, hour INTEGER NOT NULL, t0 REAL NOT NULL, t1 REAL NOT NULL,
+    n INTEGER NOT NULL, dur REAL NOT NULL, state TEXT NOT NULL, util INTEGER,
+    mem_used INTEGER, power REAL, temp INTEGER, held INTEGER NOT NULL);
+CREATE INDEX gpu_samples_t ON gpu_samples (t0);
+CREATE TABLE proc_samples (
+    proc_id INTEGER NOT NULL, gpu_id INTEGER NOT NULL, hour INTEGER NOT NULL,
+    t0 REAL NOT NULL, t1 REAL NOT NULL, n INTEGER NOT NULL, dur REAL NOT NULL,
+    mem INTEGER, sm INTEGER);
+CREATE INDEX proc_samples_t ON proc_samples (t0);
+CREATE INDEX proc_samples_proc ON proc_samples (proc_id, t0);
+CREATE TABLE events (
+    gpu_id INTEGER, host_id INTEGER NOT NULL, t REAL NOT NULL, kind TEXT NOT NULL,
+    code TEXT NOT NULL, severity TEXT, message TEXT);
+CREATE INDEX events_t ON events (t);
+CREATE TABLE gpu_hourly (
+    gpu_id INTEGER NOT NULL, hour INTEGER NOT NULL, dur REAL NOT NULL, busy_s REAL NOT NULL,
+    held_idle_s REAL NOT NULL, util_s REAL NOT NULL, energy_j REAL NOT NULL,
+    mem_max INTEGER, temp_max INTEGER,
+    PRIMARY KEY (gpu_id, hour)) WITHOUT ROWID;
+CREATE TABLE proc_hourly (
+    proc_id INTEGER NOT NULL, gpu_id INTEGER NOT NULL, hour INTEGER NOT NULL,
+    dur REAL NOT NULL, busy_s REAL NOT NULL, idle_s REAL NOT NULL, sm_s REAL NOT NULL,
+    mem_s REAL NOT NULL, mem_max INTEGER,
+    PRIMARY KEY (proc_id, gpu_id, hour)) WITHOUT ROWID;
+"""
+
+
+class LedgerError(Exception):
+    """A ledger that cannot be used; str() is one line naming the file."""
+
+
+class LedgerBusy(LedgerError):
+    """Another recorder holds the ledger; str() says who."""
+
+
+def default_path() -> str:
+    """A user's ledger: $XDG_STATE_HOME/gputop/ledger.sqlite (~/.local/state/...)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state, "gputop", "ledger.sqlite")
+
+
+SYSTEM_PATH = "/var/lib/gputop/ledger.sqlite"  # the systemd unit's (docs/ledger.md)
+
+
+def existing_path() -> str | None:
+    """The ledger the dashboard reads: the user's, else the system's, if either exists."""
+    for path in (default_path(), SYSTEM_PATH):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _check(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a file that is not a ledger, or one of a newer schema."""
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"{path}: not a gputop ledger ({err})") from None
+    if app_id != APPLICATION_ID or row is None:
+        raise LedgerError(f"{path}: not a gputop ledger (no gputop schema in it)")
+    try:
+        version = int(row[0])
+    except ValueError:
+        raise LedgerError(f"{path}: not a gputop ledger (schema {row[0]!r})") from None
+    if version > SCHEMA_VERSION:
+        raise LedgerError(
+            f"{path}: ledger schema version {version} is newer than this gputop's "
+            f"({SCHEMA_VERSION}); upgrade gputop to read it"
+        )
+
+
+def open_writer(path: str) -> sqlite3.Connection:
+    """The ledger for recording, created when missing.  The caller holds the lock."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        if fresh:
+            with transaction(conn):
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                conn.execute("INSERT INTO meta VALUES ('created', ?)", (str(time.time()),))
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"{path}: not a gputop ledger ({err})") from None
+    except OSError as err:
+        raise LedgerError(f"{path}: {err.strerror or err}") from None
+    _check(conn, path)
+    return conn
+
+
+def open_reader(path: str) -> sqlite3.Connection:
+    """The ledger read-only; a missing, foreign or future file is a LedgerError."""
+    if not os.path.isfile(path):
+        raise LedgerError(f"{path}: no ledger here (record one with `gputop record`)")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"{path}: cannot open ({err})") from None
+    _check(conn, path)
+    return conn
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        # SQLite has already rolled back after some errors (SQLITE_FULL among them).
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+@dataclass
+class WriterLock:
+    """The one-writer lock: an flock on PATH.lock, which says who holds it."""
+
+    path: str
+    fd: int = -1
+
+    def acquire(self) -> None:
+        lock_path = self.path + ".lock"
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise LedgerError(f"{lock_path}: {err.strerror or err}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = _read_holder(fd)
+            os.close(fd)
+            if err.errno in (errno.EAGAIN, errno.EACCES):
+                raise LedgerBusy(f"{self.path}: already being recorded by {holder}") from None
+            raise LedgerError(f"{lock_path}: {err.strerror or err}") from None
+        who = {"pid": os.getpid(), "user": _user(), "host": socket.gethostname(),
+               "since": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(who).encode() + b"\n", 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def _read_holder(fd: int) -> str:
+    """Who holds the lock, in words; the file is another process's, so checked."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
+        pid, user, host = int(data["pid"]), str(data["user"])[:64], str(data["host"])[:64]
+        since = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(data["since"])))
+    except (ValueError, KeyError, TypeError, OverflowError, OSError):
+        return "another recorder (its lock file says no more)"
+    from gputop.text import visible
+
+    return f"pid {pid} (user {visible(user)} on {visible(host)}, since {since})"

@@ -1,0 +1,240 @@
+"""Writing snapshots into the ledger: dimension rows once, samples run-length merged.
+
+A process at the same memory and SM % for an hour is one ``proc_samples`` row whose
+``t1``, ``n`` and ``dur`` grow; a row never crosses an hour boundary.  The hourly rollups
+are updated in the same transaction as the raw rows, so reports read only them and
+retention (``expire_raw``) is a plain delete.  Each snapshot is one transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputop.ledger.store import LedgerError, transaction
+from gputop.model import GpuProcess, HealthWarning, HostSnapshot
+
+HOUR = 3600
+# A gap longer than this many intervals is a pause in recording, not one long interval.
+_GAP_INTERVALS = 3.0
+
+
+class LedgerFull(LedgerError):
+    """The disk is full: this interval was not written; the next one tries again."""
+
+
+@dataclass
+class _Run:
+    rowid: int
+    values: tuple[Any, ...]
+    hour: int
+    t1: float
+
+
+@dataclass
+class _HostState:
+    host_id: int
+    prev_t: float | None = None
+    warnings: frozenset[tuple[Any, ...]] = frozenset()
+
+
+@dataclass
+class Recorder:
+    """Appends snapshots of any number of hosts to an open ledger (the one writer)."""
+
+    conn: sqlite3.Connection
+    interval: float
+    idle_mem: int  # bytes: a process holding this much counts as holding its GPU
+    _hosts: dict[str, _HostState] = field(default_factory=dict)
+    _gpu_ids: dict[tuple[int, int, str], int] = field(default_factory=dict)
+    _proc_ids: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    _runs: dict[tuple[str, int, int], _Run] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The rollups fix the idle threshold; reports say which one.
+        with transaction(self.conn):
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('idle_mem', ?)",
+                              (str(self.idle_mem),))
+
+    def record(self, snap: HostSnapshot, warnings: Iterable[HealthWarning] = ()) -> bool:
+        """Write one snapshot; False when it adds nothing (host down, same moment again).
+        Raises LedgerFull when the disk is full (nothing of this interval is kept)."""
+        if not snap.ok or not snap.gpus:
+            return False
+        try:
+            with transaction(self.conn):
+                host = self._host(snap.host)
+                if host.prev_t is not None and snap.time <= host.prev_t:
+                    return False
+                self._write(host, snap, list(warnings))
+        except sqlite3.OperationalError as err:
+            # What this transaction did is rolled back: the in-memory runs may name rows
+            # that no longer exist, so start fresh ones.
+            self._forget()
+            if "full" in str(err).lower():
+                raise LedgerFull(f"disk full: {err}") from None
+            raise LedgerError(f"cannot write the ledger: {err}") from None
+        return True
+
+    def _forget(self) -> None:
+        self._runs.clear()
+        self._gpu_ids.clear()
+        self._proc_ids.clear()
+        for state in self._hosts.values():
+            state.prev_t = None
+
+    def _host(self, name: str) -> _HostState:
+        state = self._hosts.get(name)
+        if state is None:
+            self.conn.execute("INSERT OR IGNORE INTO hosts (name) VALUES (?)", (name,))
+            (host_id,) = self.conn.execute(
+                "SELECT id FROM hosts WHERE name = ?", (name,)).fetchone()
+            state = self._hosts[name] = _HostState(host_id)
+        return state
+
+    def _write(self, host: _HostState, snap: HostSnapshot, warnings: list[HealthWarning]) -> None:
+        t = snap.time
+        step = None if host.prev_t is None else t - host.prev_t
+        contiguous = step is not None and step <= _GAP_INTERVALS * self.interval
+        dur = step if contiguous and step is not None else self.interval
+        hour = int(t // HOUR)
+        gpu_ids: dict[int, int] = {}
+        held = {p.gpu for p in snap.processes if (p.gpu_mem or 0) >= self.idle_mem}
+        gpu_hours = []
+        for gpu in snap.gpus:
+            gpu_id = self._gpu_id(host.host_id, gpu.index, gpu.uuid or "", gpu.name,
+                                  gpu.mem_total)
+            gpu_ids[gpu.index] = gpu_id
+            values = (gpu.state, gpu.util_gpu, gpu.mem_used,
+                      None if gpu.power_draw is None else round(gpu.power_draw, 1), gpu.temp,
+                      int(gpu.index in held))
+            self._sample("gpu", gpu_id, 0, values, t, hour, dur, contiguous, host)
+            util = gpu.util_gpu or 0
+            gpu_hours.append((
+                gpu_id, hour, dur, dur if util > 0 else 0.0,
+                dur if util == 0 and gpu.util_gpu is not None and gpu.index in held else 0.0,
+                util * dur, (gpu.power_draw or 0.0) * dur, gpu.mem_used, gpu.temp))
+        proc_hours = []
+        for proc in snap.processes:
+            proc_gpu = gpu_ids.get(proc.gpu)
+            if proc_gpu is None:
+                continue
+            proc_id = self._proc_id(host.host_id, proc)
+            self._sample("proc", proc_id, proc_gpu, (proc.gpu_mem, proc.sm_util), t, hour, dur,
+                         contiguous, host)
+            sm, mem = proc.sm_util, proc.gpu_mem or 0
+            proc_hours.append((
+                proc_id, proc_gpu, hour, dur, dur if sm is not None and sm > 0 else 0.0,
+                dur if sm == 0 and mem >= self.idle_mem else 0.0, (sm or 0) * dur, mem * dur,
+                proc.gpu_mem))
+        # The hourly rollups grow with every interval, so that a report reads them alone.
+        self.conn.executemany(_GPU_HOURLY, gpu_hours)
+        self.conn.executemany(_PROC_HOURLY, proc_hours)
+        self._events(host, snap, warnings, gpu_ids)
+        host.prev_t = t
+
+    def _sample(self, kind: str, key: int, gpu_id: int, values: tuple[Any, ...], t: float,
+                hour: int, dur: float, contiguous: bool, host: _HostState) -> None:
+        run_key = (kind, key, gpu_id)
+        run = self._runs.get(run_key)
+        table = "gpu_samples" if kind == "gpu" else "proc_samples"
+        if (contiguous and run is not None and run.values == values and run.hour == hour
+                and run.t1 == host.prev_t):
+            self.conn.execute(
+                f"UPDATE {table} SET t1 = ?, n = n + 1, dur = dur + ? WHERE rowid = ?",
+                (t, dur, run.rowid))
+            run.t1 = t
+            return
+        if kind == "gpu":
+            cur = self.conn.execute(
+                "INSERT INTO gpu_samples (gpu_id, hour, t0, t1, n, dur, state, util, mem_used,"
+                " power, temp, held) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
+                (key, hour, t, t, dur, *values))
+        else:
+            cur = self.conn.execute(
+                "INSERT INTO proc_samples (proc_id, gpu_id, hour, t0, t1, n, dur, mem, sm)"
+                " VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?)", (key, gpu_id, hour, t, t, dur, *values))
+        self._runs[run_key] = _Run(int(cur.lastrowid or 0), values, hour, t)
+
+    def _gpu_id(self, host_id: int, index: int, uuid: str, name: str | None,
+                mem_total: int | None) -> int:
+        key = (host_id, index, uuid)
+        found = self._gpu_ids.get(key)
+        if found is None:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO gpus (host_id, idx, uuid, name, mem_total)"
+                " VALUES (?, ?, ?, ?, ?)", (host_id, index, uuid, name, mem_total))
+            (found,) = self.conn.execute(
+                "SELECT id FROM gpus WHERE host_id = ? AND idx = ? AND uuid = ?",
+                key).fetchone()
+            self._gpu_ids[key] = found
+        return found
+
+    def _proc_id(self, host_id: int, proc: GpuProcess) -> int:
+        # pid plus start time is the identity: a reused pid is a new process.
+        start = round(proc.start_time) if proc.start_time is not None else 0
+        key = (host_id, proc.pid, start)
+        found = self._proc_ids.get(key)
+        if found is None:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO procs (host_id, pid, start, user, workload, command)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (host_id, proc.pid, start, None if proc.user is None else proc.user[:256],
+                 _workload(proc),
+                 None if proc.command is None else proc.command[:1000]))
+            (found,) = self.conn.execute(
+                "SELECT id FROM procs WHERE host_id = ? AND pid = ? AND start = ?",
+                key).fetchone()
+            self._proc_ids[key] = found
+        return found
+
+    def _events(self, host: _HostState, snap: HostSnapshot, warnings: list[HealthWarning],
+                gpu_ids: dict[int, int]) -> None:
+        """XID events as they come; a warning when it first appears (not every interval)."""
+        for xid in snap.xid_events:
+            self.conn.execute(
+                "INSERT INTO events VALUES (?, ?, ?, 'xid', ?, 'critical', ?)",
+                (gpu_ids.get(xid.gpu), host.host_id, xid.time, f"xid-{xid.xid}", xid.detail))
+        now = frozenset(w.key for w in warnings)
+        for w in warnings:
+            if w.key not in host.warnings:
+                self.conn.execute(
+                    "INSERT INTO events VALUES (?, ?, ?, 'warning', ?, ?, ?)",
+                    (None if w.gpu is None else gpu_ids.get(w.gpu), host.host_id, snap.time,
+                     w.code, w.severity, w.message[:500]))
+        host.warnings = now
+
+
+def _workload(proc: GpuProcess) -> str | None:
+    """The process's workload label (Slurm job, container, pod) where the model has one."""
+    workload = getattr(proc, "workload", None)
+    if workload is None:
+        return None
+    return str(getattr(workload, "label", workload))[:200]
+
+
+_GPU_HOURLY = (
+    "INSERT INTO gpu_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
+    " busy_s = busy_s + excluded.busy_s, held_idle_s = held_idle_s + excluded.held_idle_s,"
+    " util_s = util_s + excluded.util_s, energy_j = energy_j + excluded.energy_j,"
+    " mem_max = MAX(COALESCE(mem_max, excluded.mem_max), COALESCE(excluded.mem_max, mem_max)),"
+    " temp_max = MAX(COALESCE(temp_max, excluded.temp_max), COALESCE(excluded.temp_max, temp_max))")
+_PROC_HOURLY = (
+    "INSERT INTO proc_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (proc_id, gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
+    " busy_s = busy_s + excluded.busy_s, idle_s = idle_s + excluded.idle_s,"
+    " sm_s = sm_s + excluded.sm_s, mem_s = mem_s + excluded.mem_s,"
+    " mem_max = MAX(COALESCE(mem_max, excluded.mem_max), COALESCE(excluded.mem_max, mem_max))")
+
+
+def expire_raw(conn: sqlite3.Connection, before: float) -> int:
+    """Delete the raw samples of whole hours before ``before`` (their hourly rollups
+    stay); returns how many rows went."""
+    last_hour = int(before // HOUR)
+    with transaction(conn):
+        gone = conn.execute("DELETE FROM gpu_samples WHERE hour < ?", (last_hour,)).rowcount
+        gone += conn.execute("DELETE FROM proc_samples WHERE hour < ?", (last_hour,)).rowcount
+    return gone
