@@ -127,5 +127,5 @@ def feeds(options: SourceOptions, config: Config) -> list[Feed]:
     """The feeds of the sources the options name, as streams (the recorder's)."""
     from gputop.sources.opener import open_feeds
 
-    with _source_errors():
+    with source_errors():
         return open_feeds(options, config)
