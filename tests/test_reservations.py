@@ -202,7 +202,7 @@ def test_list_active_keys_build_model_reservations(directory: str) -> None:
     assert reservation.active(now) and not reservation.active(now + 61)
 
 
-def test_extension_replaces_my_file_and_keeps_since(directory: str) -> None:
+def test_extension_is_written_beside_my_claim_and_keeps_since(directory: str) -> None:
     now = time.time()
     store.reserve(directory, [1], now + 600, "first", gpu_uuids=UUIDS, now=now)
     out = store.reserve(directory, [1], now + 7200, "longer", gpu_uuids=UUIDS, now=now + 5)
@@ -211,7 +211,9 @@ def test_extension_replaces_my_file_and_keeps_since(directory: str) -> None:
     assert found["until"] == pytest.approx(now + 7200)
     assert found["since"] == pytest.approx(now)
     assert found["note"] == "longer"
-    assert len([n for n in os.listdir(directory) if n.endswith(".json")]) == 1
+    # The claim is never rewritten: its change time is its place in the queue.
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    assert names == [f"{UUIDS[1]}.1.ext.json", f"{UUIDS[1]}.1.json"]
 
 
 def test_expired_reservation_counts_for_nothing(directory: str) -> None:
