@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputop.keymap import BINDING_IDS
-from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
+from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
@@ -107,13 +107,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
             return Config()
         path = candidate
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{name}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{name}: cannot read: {exc}") from None
-    return parse_config(text, name)
+    if not os.path.lexists(path):
+        raise ConfigError(f"{name}: no such file")
+    return parse_config(read_file(path, name, ConfigError), name)
 
 
 def parse_config(text: str, name: str = "<config>") -> Config:
