@@ -119,7 +119,9 @@ def _check_size(root: Any, name: str, error_cls: type[Exception]) -> None:
 def compose(text: str, name: str, error_cls: type[Exception]) -> Any | None:
     """The root node of ``text``; None for a file with no document (empty, only comments)."""
     yaml = _yaml()
-    _check_depth(yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader), text, name, error_cls)
+    # The parser of the composer that follows: libyaml's would stop at its own limit and
+    # leave the recursive pure-Python composer to fail on what it accepts.
+    _check_depth(yaml, yaml.SafeLoader, text, name, error_cls)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
