@@ -19,6 +19,7 @@ from sshd import SshdCluster, collect_round
 
 from gputop import model
 from gputop.config import ConfigError, load_config
+from gputop.sources.sim.scenario import ScenarioError, load_scenario
 from gputop.hosts import HostsFileError, HostSpec, load, parse_host_list, parse_text
 from gputop.yamlnodes import MAX_DEPTH
 
@@ -120,6 +121,10 @@ def test_yaml_bombs_are_refused_with_a_line(tmp_path: Path, text: str, problem: 
     config.write_text(text.replace("hosts:", "interval:"))
     with pytest.raises(ConfigError, match=rf"^{config}:\d+: {problem}"):
         load_config(config)
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(text.replace("hosts:", "gpus:"))
+    with pytest.raises(ScenarioError, match=rf"^{scenario}:\d+: "):
+        load_scenario(str(scenario))
 
 
 def test_huge_files_and_fifos_are_refused(tmp_path: Path) -> None:
