@@ -71,7 +71,9 @@ def read_file(path: str | os.PathLike[str], name: str, error_cls: type[Exception
         raise error_cls(f"{name}:{line}: not valid UTF-8") from None
 
 
-def _check_depth(yaml: Any, loader_cls: Any, text: str, name: str, error_cls: type[Exception]) -> None:
+def _check_depth(
+    yaml: Any, loader_cls: Any, text: str, name: str, error_cls: type[Exception]
+) -> None:
     """Refuse deep nesting from the event stream, before the recursive composer and
     constructor hit Python's recursion limit."""
     depth = 0

@@ -19,8 +19,8 @@ from sshd import SshdCluster, collect_round
 
 from gputop import model
 from gputop.config import ConfigError, load_config
-from gputop.sources.sim.scenario import ScenarioError, load_scenario
 from gputop.hosts import HostsFileError, HostSpec, load, parse_host_list, parse_text
+from gputop.sources.sim.scenario import ScenarioError, load_scenario
 from gputop.yamlnodes import MAX_DEPTH
 
 HOSTILE_NAMES = [
@@ -66,7 +66,7 @@ def test_host_list_edge_cases() -> None:
     (bare,) = parse_host_list("fe80::1")
     assert (bare.hostname, bare.port) == ("fe80::1", None)
     for bad in ("[::1", "[gpu01]:22", "[::1]x", "@gpu01", "gpu01:0", "[::1]:99999"):
-        with pytest.raises(HostsFileError, match="^-H:1: "):
+        with pytest.raises(HostsFileError, match=r"^-H:1: "):
             parse_host_list(bad)
     with pytest.raises(HostsFileError, match=r"^<hosts>:3: key 'jump': empty user name"):
         parse_text('hosts:\n  - name: a\n    jump: "@"\n')

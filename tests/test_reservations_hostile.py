@@ -224,4 +224,5 @@ def test_thousands_of_junk_files_make_one_line(shared: Path) -> None:
     found = store.scan(str(shared))
     assert [r["gpu"] for r in found["reservations"]] == [0]
     assert len(found["problems"]) == store.MAX_PROBLEMS + 1
-    assert found["problems"][-1] == f"{shared}: {3000 - store.MAX_PROBLEMS} more foreign files; skipped"
+    more = 3000 - store.MAX_PROBLEMS
+    assert found["problems"][-1] == f"{shared}: {more} more foreign files; skipped"
