@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gputop.keymap import BINDING_IDS
+from gputop.keymap import BINDING_IDS, key_name_problem, new_conflicts
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 if TYPE_CHECKING:
@@ -226,7 +226,14 @@ class _Reader:
             keys = [part.strip() for part in str(value).split(",")]
             if not all(keys):
                 raise self.fail(v, full, f"empty key name in {value!r}")
+            for one in keys:
+                problem = key_name_problem(one)
+                if problem:
+                    raise self.fail(v, full, problem)
             config.keys[name] = ",".join(keys)
+        for clash, first, second in new_conflicts(config.keys):
+            # A silent "q no longer quits" is worse than refusing the file.
+            raise self.fail(vnode, key, f"key {clash!r} bound to both {first!r} and {second!r}")
 
     def _health(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         # The health rules own the names and limits; checking here gives the error a line.
