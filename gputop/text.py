@@ -43,3 +43,12 @@ def clock(fmt: str, epoch: float) -> str:
         return time.strftime(fmt, time.localtime(epoch))
     except (OverflowError, OSError, ValueError):
         return "?"
+
+
+def capped(text: str, limit: int) -> str:
+    """At most `limit` characters, then how much was left out: a 200 KB command line must
+    not fill a screen."""
+    if len(text) <= limit:
+        return text
+    rest = len(text[limit:].encode("utf-8", "surrogateescape"))
+    return f"{text[:limit]}... ({rest} more bytes)"

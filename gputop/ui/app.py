@@ -38,6 +38,7 @@ from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.sources.feed import REPLAY, Capabilities, Feed, ProcessDetails
 from gputop.sources.identity import Identity, named_identity
+from gputop.text import visible
 from gputop.ui.faults import FaultLog, restart_delay
 from gputop.ui.keys import bindings
 from gputop.ui.screens.dashboard import DashboardScreen
@@ -201,9 +202,9 @@ class GputopApp(App[int]):
 
     def _fault(self, worker: str, err: BaseException) -> None:
         if self.faults.record(worker, err):
-            self.notify(f"{worker}: {type(err).__name__}: {err} (restarting; details in "
-                        f"{self.faults.path})", title="worker restarted", severity="error",
-                        timeout=30)
+            self.notify(visible(f"{worker}: {type(err).__name__}: {err} (restarting; details "
+                                f"in {self.faults.path})"), title="worker restarted",
+                        severity="error", timeout=30, markup=False)
 
     def ingest(self, snapshot: HostSnapshot) -> None:
         """Analyse and apply a snapshot synchronously (screenshots, tests, replays)."""
@@ -229,7 +230,7 @@ class GputopApp(App[int]):
         # The one handler for worker errors: a broken feed is shown, the rest keep going.
         if event.state == WorkerState.ERROR:
             error = event.worker.error
-            self.notify(f"{event.worker.name}: {type(error).__name__}: {error}",
+            self.notify(visible(f"{event.worker.name}: {type(error).__name__}: {error}"),
                         title="collection stopped", severity="error", timeout=30)
 
     # -- drawing -------------------------------------------------------------------
