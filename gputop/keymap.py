@@ -102,8 +102,9 @@ _NAMED_KEYS = frozenset(
     + [f"f{n}" for n in range(1, 25)]
 )
 # Screens that show together: a key of one shadows or is shadowed by the other's.
-_TOGETHER = (("dashboard", "table"),) + tuple(
-    (scope,) for scope in SCOPES if scope not in ("app", "dashboard", "table")
+_TOGETHER = (
+    ("dashboard", "table"),
+    *((scope,) for scope in SCOPES if scope not in ("app", "dashboard", "table")),
 )
 
 
