@@ -226,3 +226,37 @@ def test_thousands_of_junk_files_make_one_line(shared: Path) -> None:
     assert len(found["problems"]) == store.MAX_PROBLEMS + 1
     more = 3000 - store.MAX_PROBLEMS
     assert found["problems"][-1] == f"{shared}: {more} more foreign files; skipped"
+
+
+HOLD_LOCK = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o444)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_lock_held_forever_stops_one_card_and_names_its_holder(
+    shared: Path, people: People
+) -> None:
+    lock = shared / ".lock-gpu0"
+    holder = subprocess.Popen([SYSTEM_PYTHON, "-c", HOLD_LOCK, str(lock)], user=people.mallory.uid,
+                              group=people.mallory.uid, extra_groups=[], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        now = time.time()
+        out = people.alice.call("reserve", gpus=[1], until=now + 600, note="", gpu_uuids=UUIDS)
+        assert out["ok"], out
+        with pytest.raises(store.ReservationError) as caught, store.locked(str(shared), [1, 0],
+                                                                         timeout=0.1):
+            pass
+        assert str(caught.value) == (
+            f"{lock}: locked by pid {holder.pid} ({MALLORY}) for 0 s; try again"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    with store.locked(str(shared), [0, 1], timeout=5):
+        pass  # the kernel dropped the lock with its holder

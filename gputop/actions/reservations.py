@@ -38,7 +38,7 @@ import socket
 import stat
 import time
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,8 @@ _FILE_NAME = re.compile(
     r"((?:GPU|MIG)-[0-9A-Za-z-]{1,80}|index-(?:0|[1-9]\d{0,3}))\.([1-9]\d{0,11})(\.ext)?\.json"
 )
 _UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]{1,80}")
+_LOCK_FILE = re.compile(r"\.lock-gpu(?:0|[1-9]\d{0,3})")
+_TMP_FILE = re.compile(r"\.tmp-gpu(\d{1,4})-")
 # Bidi overrides and isolates can make a note display as something else; they are
 # format characters (Cf) but are refused like control characters.
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
@@ -131,7 +133,8 @@ class _Entry:
 class _Scan:
     entries: list[_Entry]
     problems: list[str]
-    tmp_files: list[tuple[str, int]]  # (path, owner uid): leftovers of killed writers
+    # (path, owner uid, card): leftovers of killed writers, or writers busy right now
+    tmp_files: list[tuple[str, int, int | None]]
     # Every generation in use per key, skipped files included: a new file must not
     # collide with a corrupt one that we cannot remove.
     generations: dict[str, set[int]] = field(default_factory=dict)
@@ -189,7 +192,7 @@ def reserve(
         if not targets:
             raise ReservationError("no GPU given")
         ensure_directory(directory)
-        with _locked(directory):
+        with locked(directory, (t.index for t in targets)):
             return _reserve_locked(directory, targets, until, note, now)
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "reservations": []}
@@ -210,8 +213,13 @@ def release(
         if not os.path.isdir(directory):
             return {"ok": True, "released": [], "message": "no reservations"}
         ensure_directory(directory)
-        with _locked(directory):
-            return _release_locked(directory, targets, now)
+        if targets is not None:
+            cards = [t.index for t in targets]
+        else:
+            me = os.geteuid()
+            cards = [e.data["gpu"] for e in _scan(directory).entries if e.owner_uid == me]
+        with locked(directory, cards):
+            return _release_locked(directory, targets, now, set(cards))
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "released": []}
     except OSError as exc:
@@ -423,10 +431,20 @@ def _create(directory: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(directory: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the directory's advisory lock: all changes to the store are serialized."""
-    path = os.path.join(directory, LOCK_NAME)
+def locked(directory: str, gpus: Iterable[int], timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the advisory locks of these cards (``.lock-gpuN``), taken in index order so
+    that two writers never wait for each other: a lock held forever by one user stops
+    only the cards it names, and the message names the holder."""
     deadline = time.monotonic() + timeout
+    with contextlib.ExitStack() as stack:
+        for index in sorted(set(gpus)):
+            path = os.path.join(directory, f"{LOCK_NAME}-gpu{index}")
+            stack.enter_context(_locked_file(path, deadline, timeout))
+        yield
+
+
+@contextlib.contextmanager
+def _locked_file(path: str, deadline: float, timeout: float) -> Iterator[None]:
     delay = 0.001
     while True:
         fd = _open_lock_file(path)
@@ -438,7 +456,8 @@ def _locked(directory: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         raise ReservationError(
-                            f"{path}: locked by another process for {timeout:.0f} s; try again"
+                            f"{path}: locked by {lock_holder(os.fstat(fd))} for "
+                            f"{timeout:.0f} s; try again"
                         ) from None
                     time.sleep(delay)
                     delay = min(delay * 2, 0.02)
@@ -455,6 +474,35 @@ def _locked(directory: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
             os.close(fd)
 
 
+def lock_holder(info: os.stat_result, locks_file: str = "/proc/locks") -> str:
+    """Who holds a flock on the file `info` describes, from the kernel's list of locks:
+    "pid 123 (alice)", or "another process" where the list does not say."""
+    want = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
+    try:
+        with open(locks_file, encoding="ascii", errors="replace") as fh:
+            lines = fh.readlines()
+    except OSError:
+        return "another process"
+    for line in lines:
+        # "3: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; "3: -> FLOCK ..." waits
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->" or fields[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            where = (int(major, 16), int(minor, 16), int(inode))
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if where == want:
+            try:
+                owner = _user_name(os.stat(f"/proc/{pid}").st_uid)
+            except OSError:
+                return f"pid {pid}"
+            return f"pid {pid} ({owner})"
+    return "another process"
+
+
 def _open_lock_file(path: str) -> int:
     # O_NONBLOCK: a FIFO planted under the lock's name must not hang us.
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -464,6 +512,10 @@ def _open_lock_file(path: str) -> int:
         with contextlib.suppress(FileExistsError):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444))
         fd = os.open(path, flags)
+    except PermissionError:
+        owner = _user_name(os.lstat(path).st_uid)
+        raise ReservationError(f"{path}: {owner} made it unreadable; ask them or root to "
+                               "remove it") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise ReservationError(f"{path}: not a regular file; ask its owner or root to remove it")
@@ -517,11 +569,13 @@ def _read_names(fd: int, directory: str, names: list[str], limit: int | None, ou
     read = 0
     for name in sorted(names):
         path = os.path.join(directory, name)
-        if name == LOCK_NAME:
+        if name == LOCK_NAME or _LOCK_FILE.fullmatch(name):
             continue
         if name.startswith(TMP_PREFIX):
+            card = _TMP_FILE.match(name)
             with contextlib.suppress(OSError):
-                out.tmp_files.append((path, os.lstat(name, dir_fd=fd).st_uid))
+                out.tmp_files.append((path, os.lstat(name, dir_fd=fd).st_uid,
+                                      int(card.group(1)) if card else None))
             continue
         match = _FILE_NAME.fullmatch(name)
         if not match:
@@ -730,7 +784,7 @@ def _reserve_locked(
     directory: str, targets: list[_Target], until: float, note: str, now: float
 ) -> dict[str, Any]:
     found = _scan(directory)
-    _clean(found, now)
+    _clean(found, now, {t.index for t in targets})
     me = os.geteuid()
     plans: list[tuple[_Target, _Entry | None, _Entry | None, int]] = []
     for target in targets:
@@ -766,11 +820,12 @@ def _reserve_locked(
                 "host": host,
             }
             if mine is not None:
-                _extend(directory, mine, {"uid": me, "until": until, "note": note})
+                _extend(directory, mine,
+                        {"gpu": target.index, "uid": me, "until": until, "note": note})
                 extended.append(target.index)
             else:
                 final = os.path.join(directory, f"{target.key}.{generation}.json")
-                if not _link_new(directory, target.key, record, final):
+                if not _link_new(directory, record, final):
                     # Only a writer that bypasses the lock gets here; it was first.
                     return _lost_to_file(target, final)
                 created.append((target, final))
@@ -800,9 +855,9 @@ def _reserve_locked(
     }
 
 
-def _link_new(directory: str, key: str, record: dict[str, Any], final: str) -> bool:
+def _link_new(directory: str, record: dict[str, Any], final: str) -> bool:
     """Link a complete file under `final`; False when the name is taken."""
-    tmp = _write_temp(directory, key, record)
+    tmp = _write_temp(directory, record)
     try:
         os.link(tmp, final)
     except FileExistsError:
@@ -817,7 +872,7 @@ def _extend(directory: str, mine: _Entry, record: dict[str, Any]) -> None:
     """Write my claim's new end beside it: the claim itself is never rewritten, so its
     change time (its place in the queue) stays."""
     path = os.path.join(directory, f"{mine.key}.{mine.generation}.ext.json")
-    tmp = _write_temp(directory, mine.key, record)
+    tmp = _write_temp(directory, record)
     try:
         # Replace my own file: atomic, and the sticky bit stops anyone else.
         os.rename(tmp, path)
@@ -839,15 +894,19 @@ def _remove(entry: _Entry) -> None:
                 os.unlink(path)
 
 
-def _release_locked(directory: str, targets: list[_Target] | None, now: float) -> dict[str, Any]:
+def _release_locked(
+    directory: str, targets: list[_Target] | None, now: float, cards: set[int]
+) -> dict[str, Any]:
+    """Release under the locks of `cards`: the targets', or the cards I held when the
+    locks were taken (a reservation of mine made since waits for the next release)."""
     found = _scan(directory)
-    _clean(found, now)
     me = os.geteuid()
+    _clean(found, now, cards)
     released: list[dict[str, Any]] = []
     refused: list[str] = []
     holder_name: str | None = None
     if targets is None:
-        doomed = [e for e in found.entries if e.owner_uid == me]
+        doomed = [e for e in found.entries if e.owner_uid == me and e.data["gpu"] in cards]
     else:
         doomed = []
         for target in targets:
@@ -887,25 +946,30 @@ def _release_locked(directory: str, targets: list[_Target] | None, now: float) -
     return reply
 
 
-def _clean(found: _Scan, now: float) -> None:
-    """Remove what may be removed: my expired reservations, my extensions without a
-    claim, my leftover temp files (every writer holds the lock, so any temp file seen
-    under it is a dead writer's).  Root cleans everybody's."""
+def _clean(found: _Scan, now: float, cards: set[int]) -> None:
+    """Remove what may be removed: my expired reservations and leftover temp files of
+    the cards whose locks I hold (every writer of a card holds its lock, so a temp file
+    of that card seen under it is a dead writer's), my extensions without a claim.
+    Root cleans everybody's."""
     me = os.geteuid()
     for entry in list(found.entries):
-        if not entry.active(now) and (entry.owner_uid == me or me == 0):
+        mine = entry.owner_uid == me or me == 0
+        if mine and not entry.active(now) and entry.data["gpu"] in cards:
             _remove(entry)
             found.entries.remove(entry)
-    for path, uid in (*found.tmp_files, *found.orphans):
+    doomed = [(path, uid) for path, uid, card in found.tmp_files if card in cards]
+    for path, uid in (*doomed, *found.orphans):
         if uid == me or me == 0:
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
 
-def _write_temp(directory: str, key: str, record: dict[str, Any]) -> str:
+def _write_temp(directory: str, record: dict[str, Any]) -> str:
     payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     for _ in range(10):
-        path = os.path.join(directory, f"{TMP_PREFIX}{key}-{os.getpid()}-{secrets.token_hex(4)}")
+        # The card in the name: only a writer holding that card's lock cleans it up.
+        name = f"{TMP_PREFIX}gpu{record['gpu']}-{os.getpid()}-{secrets.token_hex(4)}"
+        path = os.path.join(directory, name)
         try:
             fd = os.open(
                 path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
