@@ -13,6 +13,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -260,3 +261,17 @@ def test_a_lock_held_forever_stops_one_card_and_names_its_holder(
         holder.wait()
     with store.locked(str(shared), [0, 1], timeout=5):
         pass  # the kernel dropped the lock with its holder
+
+
+@pytest.mark.parametrize("until", [1e18, 1e300])
+def test_the_reservations_command_survives_a_planted_end_time(
+    shared: Path, tmp_path: Path, until: float
+) -> None:
+    bad = _plant(shared, "index-0.1.json", 0, uuid=None, until=until)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"reservations:\n  dir: {shared}\n")
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", "reservations", "--config",
+                           str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"{bad}: 'until' more than 31 days after the file was written; skipped" in done.stderr
