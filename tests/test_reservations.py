@@ -568,3 +568,15 @@ def test_sigkill_at_random_points_leaves_old_or_new_state(
     # root's next change cleans a dead writer's temp files
     store.release(directory, [5])
     assert not [n for n in os.listdir(directory) if n.startswith(store.TMP_PREFIX)]
+
+
+def test_extend_moves_only_what_i_hold(directory: str) -> None:
+    now = time.time()
+    out = store.extend(directory, [0], now + 600, "", gpu_uuids=UUIDS, now=now)
+    assert out["ok"] is False and "you hold no reservation of it" in out["message"]
+    assert store.list_active(directory, now) == []
+    assert store.reserve(directory, [0], now + 600, "a", gpu_uuids=UUIDS, now=now)["ok"]
+    out = store.extend(directory, [0], now + 900, "b", gpu_uuids=UUIDS, now=now)
+    assert out["ok"] and "extended" in out["message"]
+    (held,) = store.list_active(directory, now)
+    assert held["until"] == pytest.approx(now + 900) and held["note"] == "b"

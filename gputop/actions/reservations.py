@@ -178,11 +178,13 @@ def reserve(
     note: str = "",
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
     now: float | None = None,
+    must_hold: bool = False,
 ) -> dict[str, Any]:
     """Reserve all of `gpus` until `until` (epoch s), or none of them.
 
-    A GPU I already hold is extended (its file atomically replaced). A GPU held by
-    someone else makes the whole request fail with ``holder`` naming them.
+    A GPU I already hold is extended (an extension file beside my claim, atomically
+    replaced). A GPU held by someone else makes the whole request fail with ``holder``
+    naming them.  With ``must_hold`` (see ``extend``), so does a GPU nobody holds.
     """
     now = time.time() if now is None else now
     try:
@@ -193,11 +195,24 @@ def reserve(
             raise ReservationError("no GPU given")
         ensure_directory(directory)
         with locked(directory, (t.index for t in targets)):
-            return _reserve_locked(directory, targets, until, note, now)
+            return _reserve_locked(directory, targets, until, note, now, must_hold)
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "reservations": []}
     except OSError as exc:
         return {"ok": False, "message": f"{directory}: {_os_reason(exc)}", "reservations": []}
+
+
+def extend(
+    directory: str,
+    gpus: Sequence[int | str],
+    until: float,
+    note: str = "",
+    gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Move the end of my reservations of `gpus` (all of them, or none): like reserve,
+    but a card I do not hold is an error rather than a new reservation."""
+    return reserve(directory, gpus, until, note, gpu_uuids, now, must_hold=True)
 
 
 def release(
@@ -781,7 +796,8 @@ def _slot(entries: list[_Entry], target: _Target) -> list[_Entry]:
 
 
 def _reserve_locked(
-    directory: str, targets: list[_Target], until: float, note: str, now: float
+    directory: str, targets: list[_Target], until: float, note: str, now: float,
+    must_hold: bool = False,
 ) -> dict[str, Any]:
     found = _scan(directory)
     _clean(found, now, {t.index for t in targets})
@@ -793,6 +809,9 @@ def _reserve_locked(
         holder = active[0] if active else None
         if holder is not None and holder.owner_uid != me:
             return _lost(target, holder)
+        if holder is None and must_hold:
+            return {"ok": False, "reservations": [],
+                    "message": f"GPU {target.index}: you hold no reservation of it to extend"}
         if holder is not None and target.uuid is None and holder.key != target.key:
             # We do not know the UUID but my file does: extend that one.
             target = _Target(target.index, holder.data.get("uuid"))
