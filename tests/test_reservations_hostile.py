@@ -275,3 +275,18 @@ def test_the_reservations_command_survives_a_planted_end_time(
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert f"{bad}: 'until' more than 31 days after the file was written; skipped" in done.stderr
+
+
+def test_a_quiet_directory_is_read_once_until_it_changes(shared: Path) -> None:
+    now = time.time()
+    assert store.reserve(str(shared), [0], now + 600, "first", gpu_uuids=UUIDS, now=now)["ok"]
+    old = now - 60
+    os.utime(shared, (old, old))  # quiet for a minute
+    assert store.list_active(str(shared), now)[0]["note"] == "first"
+    # An in-place edit does not change the directory: the cached scan answers.
+    path = shared / f"{UUIDS[0]}.1.json"
+    path.write_text(path.read_text().replace('"first"', '"edited"'))
+    assert store.list_active(str(shared), now)[0]["note"] == "first"
+    # A new file changes the directory's mtime: read again.
+    (shared / "junk").touch()
+    assert store.list_active(str(shared), now)[0]["note"] == "edited"
