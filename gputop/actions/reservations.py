@@ -61,7 +61,8 @@ MAX_HOST_CHARS = 255
 # cost every dashboard half a core.  Changes (under the lock) read them all.
 MAX_SCAN_FILES = 1024
 MAX_PROBLEMS = 20  # listed one by one; the rest are counted in one line
-CACHE_QUIET_S = 2.0  # a directory unchanged this long is trusted to its mtime
+CACHE_QUIET_S = 2.0  # a directory unchanged this long is trusted to its mtime...
+CACHE_MAX_S = 60.0  # ...for this long: a file edited in place by hand shows up in time
 
 # Canonical names only: one spelling per card and generation (no "007", no "0").
 _FILE_NAME = re.compile(
@@ -540,8 +541,8 @@ def _open_lock_file(path: str) -> int:
 # ---------------------------------------------------------------------------------------
 # reading the directory
 
-# directory -> ((dev, ino, mtime_ns, ctime_ns), scan): display scans of a quiet directory
-_CACHE: dict[str, tuple[tuple[int, int, int, int], _Scan]] = {}
+# directory -> ((dev, ino, mtime_ns, ctime_ns), when, scan): display scans of a quiet directory
+_CACHE: dict[str, tuple[tuple[int, int, int, int], float, _Scan]] = {}
 
 
 def _scan(directory: str, limit: int | None = None) -> _Scan:
@@ -563,8 +564,9 @@ def _scan(directory: str, limit: int | None = None) -> _Scan:
         info = os.fstat(fd)
         stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
         cached = _CACHE.get(directory)
-        if limit is not None and cached is not None and cached[0] == stamp:
-            return cached[1]
+        if (limit is not None and cached is not None and cached[0] == stamp
+                and time.monotonic() - cached[1] < CACHE_MAX_S):
+            return cached[2]
         problem = directory_problem(directory, info)
         if problem and info.st_uid != os.geteuid():
             result.problems.append(f"{problem.split('; remove it')[0]} (read anyway)")
@@ -572,7 +574,7 @@ def _scan(directory: str, limit: int | None = None) -> _Scan:
         # A directory changed within the last moments may change again inside one tick
         # of the file system's clock, unseen by its mtime: cache only a quiet one.
         if limit is not None and time.time() - info.st_mtime > CACHE_QUIET_S:
-            _CACHE[directory] = (stamp, result)
+            _CACHE[directory] = (stamp, time.monotonic(), result)
         return result
     finally:
         os.close(fd)
