@@ -255,11 +255,13 @@ def test_index_keys_without_uuids(directory: str) -> None:
     assert out["ok"]
     assert "index-3.1.json" in os.listdir(directory)
     # A client that knows the UUIDs sees the index-keyed reservation as the same card
-    # and moves it to the UUID key when extending.
+    # and extends it where it is: a claim linked anew would lose its place in the queue.
     out = store.reserve(directory, [3], now + 120, "", gpu_uuids=UUIDS, now=now)
-    assert out["ok"]
-    assert [r["gpu_uuid"] for r in store.list_active(directory, now)] == [UUIDS[3]]
-    assert "index-3.1.json" not in os.listdir(directory)
+    assert out["ok"] and "extended" in out["message"]
+    (held,) = store.list_active(directory, now)
+    assert held["gpu"] == 3 and held["until"] == pytest.approx(now + 120)
+    assert sorted(n for n in os.listdir(directory) if n.endswith(".json")) == [
+        "index-3.1.ext.json", "index-3.1.json"]
 
 
 def test_a_client_without_uuids_still_sees_and_releases_the_card(directory: str) -> None:

@@ -638,7 +638,6 @@ def _attach(out: _Scan, extensions: dict[tuple[str, int], tuple[str, dict[str, A
     claims = {(e.key, e.generation): e for e in out.entries}
     for slot, (path, data, info) in extensions.items():
         claim = claims.get(slot)
-        why = None
         if claim is None or claim.owner_uid != info.st_uid:
             out.orphans.append((path, info.st_uid))
             continue
@@ -808,7 +807,7 @@ def _reserve_locked(
     found = _scan(directory)
     _clean(found, now, {t.index for t in targets})
     me = os.geteuid()
-    plans: list[tuple[_Target, _Entry | None, _Entry | None, int]] = []
+    plans: list[tuple[_Target, _Entry | None, int]] = []
     for target in targets:
         slot = _slot(found.entries, target)
         active = [e for e in slot if e.active(now)]
@@ -818,14 +817,11 @@ def _reserve_locked(
         if holder is None and must_hold:
             return {"ok": False, "reservations": [],
                     "message": f"GPU {target.index}: you hold no reservation of it to extend"}
-        if holder is not None and target.uuid is None and holder.key != target.key:
-            # We do not know the UUID but my file does: extend that one.
-            target = _Target(target.index, holder.data.get("uuid"))
-        mine = holder if holder is not None and holder.key == target.key else None
-        # My reservation made under the index key is moved to the UUID key.
-        moved = holder if holder is not None and mine is None else None
+        # My claim is extended where it is, under whichever key it was made: a claim
+        # moved to another key would be linked anew and lose its place to any claim
+        # planted meanwhile.
         top = max(found.generations.get(target.key, ()), default=0)
-        plans.append((target, mine, moved, top + 1))
+        plans.append((target, holder, top + 1))
 
     host = socket.gethostname()
     user = _user_name(me)
@@ -833,10 +829,10 @@ def _reserve_locked(
     results: list[dict[str, Any]] = []
     extended: list[int] = []
     try:
-        for target, mine, _moved, generation in plans:
+        for target, mine, generation in plans:
             record = {
                 "gpu": target.index,
-                "uuid": target.uuid,
+                "uuid": mine.data.get("uuid") if mine else target.uuid,
                 "user": user,
                 "uid": me,
                 "since": float(mine.data["since"]) if mine else now,
@@ -864,9 +860,6 @@ def _reserve_locked(
             if first is not None and first.owner_uid != me:
                 return _lost(target, first)
         created.clear()  # committed: nothing to roll back
-        for _target, _mine, moved, _generation in plans:
-            if moved is not None:
-                _remove(moved)
     finally:
         for _target, path in created:
             with contextlib.suppress(OSError):
