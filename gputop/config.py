@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gputop.keymap import BINDING_IDS
-from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
+from gputop.keymap import BINDING_IDS, key_name_problem, new_conflicts
+from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
@@ -109,13 +109,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
             return Config()
         path = candidate
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{name}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{name}: cannot read: {exc}") from None
-    return parse_config(text, name)
+    if not os.path.lexists(path):
+        raise ConfigError(f"{name}: no such file")
+    return parse_config(read_file(path, name, ConfigError), name)
 
 
 def parse_config(text: str, name: str = "<config>") -> Config:
@@ -232,7 +228,14 @@ class _Reader:
             keys = [part.strip() for part in str(value).split(",")]
             if not all(keys):
                 raise self.fail(v, full, f"empty key name in {value!r}")
+            for one in keys:
+                problem = key_name_problem(one)
+                if problem:
+                    raise self.fail(v, full, problem)
             config.keys[name] = ",".join(keys)
+        for clash, first, second in new_conflicts(config.keys):
+            # A silent "q no longer quits" is worse than refusing the file.
+            raise self.fail(vnode, key, f"key {clash!r} bound to both {first!r} and {second!r}")
 
     def _health(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         # The health rules own the names and limits; checking here gives the error a line.

@@ -17,18 +17,23 @@ Two shapes are accepted (see hosts.example.yaml for every option)::
 
 Every problem is a ``HostsFileError`` whose message is ``FILE:LINE: key 'x': problem``;
 the lines come from the YAML node tree (gputop/yamlnodes.py).  Host names, users and
-labels are data: they are handed to asyncssh as arguments and never reach a shell.
+labels are data handed to asyncssh; but an ssh_config's ``ProxyCommand`` substitutes
+them (``%h``, ``%r``) into a command line that a shell splits, so they are held to
+OpenSSH's own rules for names (``ssh_word``).  ``ssh_config:`` names a file whose
+``ProxyCommand`` runs: it is code, refused unless only its owner (the user or root)
+can write it.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
+from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 DEFAULT_PATH = "~/.config/gputop/hosts.yaml"
 ENV_VAR = "GPUTOP_HOSTS"
@@ -36,6 +41,55 @@ ENV_VAR = "GPUTOP_HOSTS"
 
 class HostsFileError(ValueError):
     """A bad hosts file or -H list; the message is one line naming file, line and key."""
+
+
+# What OpenSSH 9.6 refuses in a host or user name given on its command line (ssh.c
+# valid_hostname, valid_ruser): these would be split or run by the shell that runs a
+# ProxyCommand after %h/%r substitution.
+_SHELL_CHARS = frozenset("'`\"$\\;&<>|(){}*?[]!#~^")
+MIN_KEEPALIVE_S = 1.0
+MAX_SECONDS = 3600.0
+
+
+def ssh_word(value: str, what: str = "host name") -> str:
+    """`value` if it is a safe host or user name for ssh; ValueError saying why not."""
+    if not value:
+        raise ValueError(f"empty {what}")
+    if value.startswith("-"):
+        raise ValueError(f"{value!r}: a {what} may not start with '-'")
+    for char in value:
+        if char.isspace() or not char.isprintable() or char in _SHELL_CHARS:
+            raise ValueError(f"{value!r}: a {what} may not contain {char!r}")
+    return value
+
+
+def split_target(text: str, what: str = "host") -> tuple[str | None, str, int | None]:
+    """`[user@]host[:port]`, IPv6 as `[::1]:22` (or bare `::1`): (user, host, port)."""
+    user = None
+    host = text
+    if "@" in host:
+        user, _, host = host.rpartition("@")
+        ssh_word(user, "user name")
+    port_text = None
+    if host.startswith("["):
+        inside, bracket, rest = host[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"{text!r} is not [user@]{what}[:port]")
+        host, port_text = inside, rest[1:] if rest else None
+        if ":" not in host:
+            raise ValueError(f"{text!r}: brackets are for IPv6 addresses")
+    elif host.count(":") == 1:
+        host, _, port_text = host.partition(":")
+    port = None
+    if port_text is not None:
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise ValueError(f"{port_text!r} in {text!r} is not a port")
+        port = int(port_text)
+    if ":" not in host:
+        ssh_word(host)
+    elif not all(c in "0123456789abcdefABCDEF:." for c in host):
+        raise ValueError(f"{host!r} is not an IPv6 address")
+    return user, host, port
 
 
 @dataclass(frozen=True)
@@ -223,7 +277,15 @@ def _check(key: str, value: Any) -> Any:
             raise ValueError(f"expected text, got {_kind(value)}")
         if any(c in value for c in "\n\r\0"):
             raise ValueError("must be one line")
-        return os.path.expanduser(value) if key in ("identity_file", "ssh_config") else value
+        if key == "hostname":
+            split_target(value)  # a bare name or an IPv6 address, nothing for a shell
+        elif key == "user":
+            ssh_word(value, "user name")
+        elif key == "jump":
+            split_target(value, "jump host")
+        elif key == "ssh_config":
+            return check_ssh_config(os.path.expanduser(value))
+        return os.path.expanduser(value) if key == "identity_file" else value
     if key == "port":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected a port number, got {_kind(value)}")
@@ -244,8 +306,29 @@ def _check(key: str, value: Any) -> Any:
     if key in ("connect_timeout", "keepalive"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"expected a positive number of seconds, got {value!r}")
+        # A keepalive every microsecond would be a busy loop against the server.
+        low = MIN_KEEPALIVE_S if key == "keepalive" else 0.0
+        if not low <= value <= MAX_SECONDS:
+            raise ValueError(f"expected {low:g} to {MAX_SECONDS:g} seconds, got {value!r}")
         return float(value)
     raise ValueError("unknown key")  # pragma: no cover - _options filters first
+
+
+def check_ssh_config(path: str) -> str:
+    """An ssh_config runs its ProxyCommand and Match exec as the user: accept only a
+    regular file that nobody but its owner, the user or root, can change."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path}: not a regular file")
+    if info.st_uid not in (0, os.geteuid()):
+        raise ValueError(f"{path}: owned by uid {info.st_uid}; its ProxyCommand would run as you")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ValueError(f"{path}: writable by others; its ProxyCommand would run as you "
+                         f"(chmod go-w {path})")
+    return path
 
 
 def _groups(node: _Node, path: str) -> list[tuple[str, _Node]]:
@@ -272,8 +355,12 @@ def _name(node: _Node, path: str) -> str:
         value = str(value)  # `- 10.0.0.1` would be text anyway; `- 42` is a name too
     if not isinstance(value, str) or not value.strip():
         raise HostsFileError(f"{path}:{node.line}: key 'name': expected text, got {_kind(value)}")
-    if any(c in value for c in "\n\r\0") or value != value.strip():
-        raise HostsFileError(f"{path}:{node.line}: key 'name': {value!r} is not a host name")
+    try:
+        # Without `hostname:` the name is what ssh connects to; with it, still the %n of
+        # a ProxyCommand.
+        ssh_word(value)
+    except ValueError as exc:
+        raise HostsFileError(f"{path}:{node.line}: key 'name': {exc}") from None
     return value
 
 
@@ -295,13 +382,7 @@ def _kind(value: Any) -> str:
 
 def load(path: str | os.PathLike[str]) -> list[HostSpec]:
     shown = str(path)
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise HostsFileError(f"{shown}:0: the hosts file does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HostsFileError(f"{shown}:0: cannot read the hosts file: {exc}") from None
-    return parse_text(text, shown)
+    return parse_text(read_file(path, shown, HostsFileError), shown)
 
 
 def parse_host_list(text: str) -> list[HostSpec]:
@@ -312,18 +393,10 @@ def parse_host_list(text: str) -> list[HostSpec]:
         item = raw.strip()
         if not item:
             continue
-        user = None
-        port = None
-        host = item
-        if "@" in host:
-            user, _, host = host.rpartition("@")
-        if host.count(":") == 1:
-            host, _, port_text = host.partition(":")
-            if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-                raise HostsFileError(f"-H:1: key 'port': {port_text!r} in {item!r} is not a port")
-            port = int(port_text)
-        if not host or (user is not None and not user):
-            raise HostsFileError(f"-H:1: key 'name': {item!r} is not [user@]host[:port]")
+        try:
+            user, host, port = split_target(item)
+        except ValueError as exc:
+            raise HostsFileError(f"-H:1: key 'name': {exc}") from None
         if item in seen:
             raise HostsFileError(f"-H:1: key 'name': duplicate host {item!r}")
         seen.add(item)

@@ -96,3 +96,64 @@ BINDING_IDS: tuple[str, ...] = tuple(BY_ID)
 
 def in_scope(scope: str) -> tuple[KeyAction, ...]:
     return tuple(k for k in KEY_ACTIONS if k.scope == scope)
+
+
+# -- checking a user's remapping (config `keys:`) ----------------------------------------
+
+_MODIFIERS = ("ctrl+", "shift+", "alt+", "meta+", "super+", "hyper+")
+_NAMED_KEYS = frozenset(
+    ["escape", "enter", "tab", "space", "backspace", "delete", "insert", "home", "end",
+     "pageup", "pagedown", "up", "down", "left", "right",
+     # Textual's short names for some characters
+     "slash", "backslash", "at", "minus", "plus", "underscore"]
+    + [f"f{n}" for n in range(1, 25)]
+)
+# Screens that show together: a key of one shadows or is shadowed by the other's.
+_TOGETHER = (
+    ("dashboard", "table"),
+    *((scope,) for scope in SCOPES if scope not in ("app", "dashboard", "table")),
+)
+
+
+def _character_names() -> frozenset[str]:
+    import unicodedata
+
+    # Textual names a character key by its Unicode name: "question_mark", "less_than_sign".
+    return frozenset(
+        unicodedata.name(chr(c)).lower().replace(" ", "_").replace("-", "_")
+        for c in range(33, 127)
+    )
+
+
+def key_name_problem(name: str) -> str | None:
+    """Why `name` is not a key Textual can deliver; None when it is."""
+    base = name
+    while base.startswith(_MODIFIERS):
+        base = base.split("+", 1)[1]
+    if len(base) == 1 and base.isprintable() and not base.isspace():
+        return None
+    if base in _NAMED_KEYS or base in _character_names():
+        return None
+    return f"unknown key name {name!r}"
+
+
+def _bound(remap: dict[str, str], scopes: tuple[str, ...]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for entry in KEY_ACTIONS:
+        if entry.scope in scopes:
+            for key in remap.get(entry.id, entry.keys).split(","):
+                out.setdefault(key, []).append(entry.id)
+    return out
+
+
+def new_conflicts(remap: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(key, id, id) for each key that a remapping gives to two actions shown together,
+    where the defaults do not (a screen's own `q` that closes it is meant to win)."""
+    found = []
+    for group in _TOGETHER:
+        scopes = ("app", *group)
+        before = _bound({}, scopes)
+        for key, ids in _bound(remap, scopes).items():
+            if len(ids) > 1 and sorted(ids) != sorted(before.get(key, [])):
+                found.append((key, ids[0], ids[1]))
+    return found

@@ -8,6 +8,7 @@ Standard library only: the one-shot commands use it, and the dashboard's rich Te
 from __future__ import annotations
 
 import re
+import time
 
 # Any C0/C1 control character, DEL included: ESC must never reach the terminal raw,
 # and a newline or tab must not break a one-line cell.  Also the invisible format
@@ -33,3 +34,21 @@ def visible(text: str | None) -> str:
     if not _CONTROL.search(text):
         return text
     return _CONTROL.sub(lambda m: _escape(m.group()), text)
+
+
+def clock(fmt: str, epoch: float) -> str:
+    """`epoch` as local time; "?" for a time no clock can show (1e18, NaN from a remote
+    host must not end the program)."""
+    try:
+        return time.strftime(fmt, time.localtime(epoch))
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def capped(text: str, limit: int) -> str:
+    """At most `limit` characters, then how much was left out: a 200 KB command line must
+    not fill a screen."""
+    if len(text) <= limit:
+        return text
+    rest = len(text[limit:].encode("utf-8", "surrogateescape"))
+    return f"{text[:limit]}... ({rest} more bytes)"

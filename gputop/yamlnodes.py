@@ -11,8 +11,16 @@ this module is shipped to remote hosts with the probe (stdlib only at module lev
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Collection, Iterator
 from typing import Any
+
+# Caps for files anybody could hand us (a hosts file from a colleague, a scenario): each
+# keeps parsing under a second.  Real files are a few KiB, a few levels deep.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+MAX_NODES = 200_000  # after aliases are expanded: a "billion laughs" stops here
 
 
 def _yaml() -> Any:
@@ -33,13 +41,96 @@ def _not_valid(exc: Exception, name: str, error_cls: type[Exception]) -> Excepti
     return error_cls(f"{name}:{line}: not valid YAML: {problem}")
 
 
+def read_file(path: str | os.PathLike[str], name: str, error_cls: type[Exception]) -> str:
+    """The text of a file a user named, refused unless it is a regular file of at most
+    MAX_FILE_BYTES: a FIFO or a device must not hang us, a huge file not keep us busy."""
+    try:
+        # O_NONBLOCK: opening a FIFO for reading would wait for a writer forever.
+        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error_cls(f"{name}:0: the file does not exist") from None
+    except OSError as exc:
+        raise error_cls(f"{name}:0: cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error_cls(f"{name}:0: not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise error_cls(f"{name}:0: larger than {MAX_FILE_BYTES // 1024} KiB")
+        raw = os.read(fd, MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise error_cls(f"{name}:0: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_FILE_BYTES:  # grew since fstat
+        raise error_cls(f"{name}:0: larger than {MAX_FILE_BYTES // 1024} KiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise error_cls(f"{name}:{line}: not valid UTF-8") from None
+
+
+def _check_depth(
+    yaml: Any, loader_cls: Any, text: str, name: str, error_cls: type[Exception]
+) -> None:
+    """Refuse deep nesting from the event stream, before the recursive composer and
+    constructor hit Python's recursion limit."""
+    depth = 0
+    starts = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+    ends = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+    try:
+        for event in yaml.parse(text, Loader=loader_cls):
+            if isinstance(event, starts):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    line = event.start_mark.line + 1
+                    raise error_cls(f"{name}:{line}: nested deeper than {MAX_DEPTH} levels")
+            elif isinstance(event, ends):
+                depth -= 1
+    except yaml.YAMLError:
+        return  # the parse proper reports it, with the words the user is used to
+
+
+def _check_size(root: Any, name: str, error_cls: type[Exception]) -> None:
+    """Refuse a tree that aliases would expand past MAX_NODES (counted without expanding:
+    each node once, its size remembered)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a loop counts once; the loaders refuse loops themselves
+        if node.id == "scalar":
+            total = 1
+        elif node.id == "sequence":
+            total = 1 + sum(size(item) for item in node.value)
+        else:
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        if total > MAX_NODES:
+            raise error_cls(
+                f"{name}:{line_of(node)}: aliases expand to more than {MAX_NODES} values"
+            )
+        sizes[id(node)] = total
+        return total
+
+    size(root)
+
+
 def compose(text: str, name: str, error_cls: type[Exception]) -> Any | None:
     """The root node of ``text``; None for a file with no document (empty, only comments)."""
     yaml = _yaml()
+    # The parser of the composer that follows: libyaml's would stop at its own limit and
+    # leave the recursive pure-Python composer to fail on what it accepts.
+    _check_depth(yaml, yaml.SafeLoader, text, name, error_cls)
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise _not_valid(exc, name, error_cls) from None
+    if root is not None:
+        _check_size(root, name, error_cls)
+    return root
 
 
 def mapping_items(
@@ -99,7 +190,9 @@ def load_with_lines(text: str, name: str, error_cls: type[Exception]) -> tuple[A
     # One parse gives both the node tree (for the lines) and the data; libyaml's parser
     # when pyyaml was built with it, because the pure-Python one costs ~30 ms per built-in
     # scenario on the --once --demo path.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    _check_depth(yaml, loader_cls, text, name, error_cls)
+    loader = loader_cls(text)
     try:
         try:
             node = loader.get_single_node()
@@ -107,6 +200,7 @@ def load_with_lines(text: str, name: str, error_cls: type[Exception]) -> tuple[A
             raise _not_valid(exc, name, error_cls) from None
         if node is None:
             return None, {}
+        _check_size(node, name, error_cls)
         lines: Lines = {}
         # The line map first: constructing the data flattens merge keys in the tree.
         _LineMap(yaml, name, error_cls, lines).walk(node, (), set())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from collections import Counter
 from typing import Any
 
@@ -545,13 +546,15 @@ def test_topology_words_and_nvlink_counts() -> None:
 
 def test_reservations_are_included(tmp_path) -> None:
     reservations = pytest.importorskip("gputop.actions.reservations")
-    clock = Clock()
+    # The store checks `until` against the kernel's time of the file: a real start.
+    start = time.time()
+    clock = Clock(start)
     scenario = sim.load_scenario("lab")
     nvml = sim.SimNvml(scenario, clock=clock)
     collector = Collector(
         nvml, sim.SimProcs(nvml), demo=True, clock=clock, reservations_dir=str(tmp_path)
     )
-    result = reservations.reserve(str(tmp_path), [1], T0 + 3600, "tonight", now=T0)
+    result = reservations.reserve(str(tmp_path), [1], start + 3600, "tonight", now=start)
     assert result["ok"], result
     snap = snap_of(collector)
     assert [(r.gpu, r.note) for r in snap.reservations] == [(1, "tonight")]

@@ -114,12 +114,13 @@ def test_missing_file(tmp_path: Path) -> None:
         load(tmp_path / "nope.yaml")
 
 
-def test_shell_metacharacters_are_plain_data() -> None:
-    text = 'hosts:\n  - name: "a;touch /tmp/pwned"\n    user: "$(id)"\n    labels: ["`x`|y"]\n'
-    (spec,) = parse_text(text)
-    assert spec.name == "a;touch /tmp/pwned"
-    assert spec.user == "$(id)"
+def test_labels_are_plain_data_but_names_reach_ssh_and_are_refused() -> None:
+    (spec,) = parse_text('hosts:\n  - name: a\n    labels: ["`x`|y"]\n')
     assert spec.labels == ("`x`|y",)
+    with pytest.raises(HostsFileError, match=r"^<hosts>:2: key 'name': .* may not contain ';'"):
+        parse_text('hosts:\n  - name: "a;touch /tmp/pwned"\n')
+    with pytest.raises(HostsFileError, match=r"^<hosts>:3: key 'user': .* may not contain '\$'"):
+        parse_text('hosts:\n  - name: a\n    user: "$(id)"\n')
 
 
 def test_host_list() -> None:

@@ -202,7 +202,7 @@ def test_list_active_keys_build_model_reservations(directory: str) -> None:
     assert reservation.active(now) and not reservation.active(now + 61)
 
 
-def test_extension_replaces_my_file_and_keeps_since(directory: str) -> None:
+def test_extension_is_written_beside_my_claim_and_keeps_since(directory: str) -> None:
     now = time.time()
     store.reserve(directory, [1], now + 600, "first", gpu_uuids=UUIDS, now=now)
     out = store.reserve(directory, [1], now + 7200, "longer", gpu_uuids=UUIDS, now=now + 5)
@@ -211,7 +211,9 @@ def test_extension_replaces_my_file_and_keeps_since(directory: str) -> None:
     assert found["until"] == pytest.approx(now + 7200)
     assert found["since"] == pytest.approx(now)
     assert found["note"] == "longer"
-    assert len([n for n in os.listdir(directory) if n.endswith(".json")]) == 1
+    # The claim is never rewritten: its change time is its place in the queue.
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    assert names == [f"{UUIDS[1]}.1.ext.json", f"{UUIDS[1]}.1.json"]
 
 
 def test_expired_reservation_counts_for_nothing(directory: str) -> None:
@@ -253,11 +255,13 @@ def test_index_keys_without_uuids(directory: str) -> None:
     assert out["ok"]
     assert "index-3.1.json" in os.listdir(directory)
     # A client that knows the UUIDs sees the index-keyed reservation as the same card
-    # and moves it to the UUID key when extending.
+    # and extends it where it is: a claim linked anew would lose its place in the queue.
     out = store.reserve(directory, [3], now + 120, "", gpu_uuids=UUIDS, now=now)
-    assert out["ok"]
-    assert [r["gpu_uuid"] for r in store.list_active(directory, now)] == [UUIDS[3]]
-    assert "index-3.1.json" not in os.listdir(directory)
+    assert out["ok"] and "extended" in out["message"]
+    (held,) = store.list_active(directory, now)
+    assert held["gpu"] == 3 and held["until"] == pytest.approx(now + 120)
+    assert sorted(n for n in os.listdir(directory) if n.endswith(".json")) == [
+        "index-3.1.ext.json", "index-3.1.json"]
 
 
 def test_a_client_without_uuids_still_sees_and_releases_the_card(directory: str) -> None:
@@ -566,3 +570,15 @@ def test_sigkill_at_random_points_leaves_old_or_new_state(
     # root's next change cleans a dead writer's temp files
     store.release(directory, [5])
     assert not [n for n in os.listdir(directory) if n.startswith(store.TMP_PREFIX)]
+
+
+def test_extend_moves_only_what_i_hold(directory: str) -> None:
+    now = time.time()
+    out = store.extend(directory, [0], now + 600, "", gpu_uuids=UUIDS, now=now)
+    assert out["ok"] is False and "you hold no reservation of it" in out["message"]
+    assert store.list_active(directory, now) == []
+    assert store.reserve(directory, [0], now + 600, "a", gpu_uuids=UUIDS, now=now)["ok"]
+    out = store.extend(directory, [0], now + 900, "b", gpu_uuids=UUIDS, now=now)
+    assert out["ok"] and "extended" in out["message"]
+    (held,) = store.list_active(directory, now)
+    assert held["until"] == pytest.approx(now + 900) and held["note"] == "b"

@@ -89,29 +89,48 @@ def submit(directory: str, request: dict[str, Any]) -> Job:
     if problem:
         raise ReservationError(problem)
     reservations.ensure_directory(directory)
-    with reservations.locked(directory):
-        _remove_dead(directory)
-        mine = [j for j in read_jobs(directory)[0] if j.uid == os.geteuid()]
-        if len(mine) >= MAX_WAITING_PER_USER:
-            raise ReservationError(
-                f"you have {len(mine)} jobs in line already (at most {MAX_WAITING_PER_USER})"
-            )
-        for _ in range(10):
-            job_id = secrets.token_hex(4)
-            path = os.path.join(directory, job_name(job_id))
-            tmp = reservations.write_temp(directory, f"job-{job_id}", {**record, "id": job_id})
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                continue
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+    # No lock: a job file is linked into place whole, names are random and the order is
+    # the kernel's; the cards themselves are taken under the store's per-card locks.
+    _remove_dead(directory)
+    mine = [j for j in read_jobs(directory)[0] if j.uid == os.geteuid()]
+    if len(mine) >= MAX_WAITING_PER_USER:
+        raise ReservationError(
+            f"you have {len(mine)} jobs in line already (at most {MAX_WAITING_PER_USER})"
+        )
+    for _ in range(10):
+        job_id = secrets.token_hex(4)
+        record["id"] = job_id
+        path = os.path.join(directory, job_name(job_id))
+        if _link_whole(directory, path, record):
             reservations.fsync_dir(directory)
             info = os.lstat(path)
             return Job(job_id, path, info.st_uid, record["user"], info.st_ctime,
-                       info.st_ino, {**record, "id": job_id})
+                       info.st_ino, record)
     raise ReservationError(f"{directory}: cannot create a job file")
+
+
+def _link_whole(directory: str, path: str, record: dict[str, Any]) -> bool:
+    """Write ``record`` to a temp file and link it to ``path``: readers see all of it or
+    nothing. False when the name is taken."""
+    payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+    tmp = os.path.join(directory, f"{reservations.TMP_PREFIX}job-{os.getpid()}-"
+                                  f"{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 reservations.FILE_MODE)
+    try:
+        try:
+            os.fchmod(fd, reservations.FILE_MODE)  # the umask must not hide the job
+            os.write(fd, payload)  # < MAX_JOB_BYTES: one write
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def withdraw(job: Job) -> None:

@@ -15,6 +15,12 @@ The design (docs/reservations.md explains it at length):
 - An expired file of another user cannot be removed by us (sticky bit), so taking over
   an expired reservation creates the next generation beside it; the old one counts for
   nothing and its owner (or root) cleans it up later.
+- The holder of a card is the active claim the kernel saw first: the lowest inode change
+  time (``st_ctime``), which no user can set back, never a number chosen by the writer.
+  So a claim is never rewritten: extending one writes ``<key>.<generation>.ext.json``
+  beside it, which only the claim's owner can create.
+- Only a directory owned by root (or ``$GPUTOP_RESERVATIONS_OWNER``) is shared; a normal
+  user never creates the shared store, only a private one inside a directory of their own.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import socket
 import stat
 import time
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,9 +55,25 @@ LOCK_NAME = ".lock"
 QUEUE_PREFIX = "job."  # `gputop run`'s queue (gputop/actions/queue.py) shares the store
 TMP_PREFIX = ".tmp-"
 LOCK_TIMEOUT_S = 10.0
+OWNER_ENV = "GPUTOP_RESERVATIONS_OWNER"  # a service user trusted like root to own the store
+# A file's times come from this host's clock; `now` may be a little ahead of the kernel's.
+CLOCK_SLACK_S = 3600.0
+MAX_USER_CHARS = 64
+MAX_HOST_CHARS = 255
+# A display scan reads at most this many reservation files: 50,000 planted files must not
+# cost every dashboard half a core.  Changes (under the lock) read them all.
+MAX_SCAN_FILES = 1024
+MAX_PROBLEMS = 20  # listed one by one; the rest are counted in one line
+CACHE_QUIET_S = 2.0  # a directory unchanged this long is trusted to its mtime...
+CACHE_MAX_S = 60.0  # ...for this long: a file edited in place by hand shows up in time
 
-_FILE_NAME = re.compile(r"((?:GPU|MIG)-[0-9A-Za-z-]{1,80}|index-\d{1,4})\.(\d{1,12})\.json")
+# Canonical names only: one spelling per card and generation (no "007", no "0").
+_FILE_NAME = re.compile(
+    r"((?:GPU|MIG)-[0-9A-Za-z-]{1,80}|index-(?:0|[1-9]\d{0,3}))\.([1-9]\d{0,11})(\.ext)?\.json"
+)
 _UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]{1,80}")
+_LOCK_FILE = re.compile(r"\.lock-gpu(?:0|[1-9]\d{0,3})")
+_TMP_FILE = re.compile(r"\.tmp-gpu(\d{1,4})-")
 # Bidi overrides and isolates can make a note display as something else; they are
 # format characters (Cf) but are refused like control characters.
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
@@ -83,10 +105,16 @@ class _Entry:
     owner_uid: int
     owner: str
     data: dict[str, Any]
+    # The kernel's inode change time: set when the claim was linked into place and
+    # whenever the inode changes since; no user can set it back.  The first wins.
+    ctime_ns: int = 0
+    extension: dict[str, Any] | None = None  # the owner's <key>.<generation>.ext.json
+    extension_path: str | None = None
 
     @property
     def until(self) -> float:
-        return float(self.data["until"])
+        record = self.extension or self.data
+        return float(record["until"])
 
     def active(self, now: float) -> bool:
         # A `gputop run` job's cards are free the moment its process is gone (SIGKILL
@@ -104,7 +132,7 @@ class _Entry:
             "uid": self.owner_uid,
             "since": float(self.data["since"]),
             "until": self.until,
-            "note": self.data.get("note", ""),
+            "note": (self.extension or self.data).get("note", ""),
             "host": self.data.get("host"),
             "job": (self.data.get("job") or {}).get("id"),
         }
@@ -114,10 +142,13 @@ class _Entry:
 class _Scan:
     entries: list[_Entry]
     problems: list[str]
-    tmp_files: list[tuple[str, int]]  # (path, owner uid): leftovers of killed writers
+    # (path, owner uid, card): leftovers of killed writers, or writers busy right now
+    tmp_files: list[tuple[str, int, int | None]]
     # Every generation in use per key, skipped files included: a new file must not
     # collide with a corrupt one that we cannot remove.
     generations: dict[str, set[int]] = field(default_factory=dict)
+    # Extension files without a valid claim: (path, owner uid), removed by their owner.
+    orphans: list[tuple[str, int]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------
@@ -133,7 +164,7 @@ def list_active(directory: str, now: float | None = None) -> list[dict[str, Any]
 def scan(directory: str, now: float | None = None) -> dict[str, Any]:
     """Active reservations plus one line per file that was skipped and why."""
     now = time.time() if now is None else now
-    found = _scan(directory)
+    found = _scan(directory, MAX_SCAN_FILES)
     holders = _holders(found.entries, now)
     problems = list(found.problems)
     for entries in _active_by_slot(found.entries, now).values():
@@ -142,6 +173,10 @@ def scan(directory: str, now: float | None = None) -> dict[str, Any]:
                 f"{extra.path}: conflicts with {entries[0].name} (held by {entries[0].owner});"
                 " ignored"
             )
+    if len(problems) > 2 * MAX_PROBLEMS:
+        # Thousands of planted files are one story, told once.
+        more = len(problems) - 2 * MAX_PROBLEMS
+        problems = [*problems[: 2 * MAX_PROBLEMS], f"{directory}: {more} more problems"]
     return {
         "ok": True,
         "reservations": [entry.public() for entry in holders],
@@ -156,14 +191,16 @@ def reserve(
     note: str = "",
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
     now: float | None = None,
+    must_hold: bool = False,
     job: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Reserve all of `gpus` until `until` (epoch s), or none of them.
 
-    A GPU I already hold is extended (its file atomically replaced). A GPU held by
-    someone else makes the whole request fail with ``holder`` naming them.
-    ``job`` ({id, pid, pid_start}): a `gputop run` job's reservation, which ends with
-    that process.
+    A GPU I already hold is extended (an extension file beside my claim, atomically
+    replaced). A GPU held by someone else makes the whole request fail with ``holder``
+    naming them.  With ``must_hold`` (see ``extend``), so does a GPU nobody holds.
+    ``job`` ({id, pid, pid_start}): a `gputop run` job's claim, which ends with that
+    process (an extension keeps the claim's job).
     """
     now = time.time() if now is None else now
     try:
@@ -173,12 +210,25 @@ def reserve(
         if not targets:
             raise ReservationError("no GPU given")
         ensure_directory(directory)
-        with locked(directory):
-            return _reserve_locked(directory, targets, until, note, now, job)
+        with locked(directory, (t.index for t in targets)):
+            return _reserve_locked(directory, targets, until, note, now, must_hold, job)
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "reservations": []}
     except OSError as exc:
         return {"ok": False, "message": f"{directory}: {_os_reason(exc)}", "reservations": []}
+
+
+def extend(
+    directory: str,
+    gpus: Sequence[int | str],
+    until: float,
+    note: str = "",
+    gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Move the end of my reservations of `gpus` (all of them, or none): like reserve,
+    but a card I do not hold is an error rather than a new reservation."""
+    return reserve(directory, gpus, until, note, gpu_uuids, now, must_hold=True)
 
 
 def release(
@@ -194,8 +244,13 @@ def release(
         if not os.path.isdir(directory):
             return {"ok": True, "released": [], "message": "no reservations"}
         ensure_directory(directory)
-        with locked(directory):
-            return _release_locked(directory, targets, now)
+        if targets is not None:
+            cards = [t.index for t in targets]
+        else:
+            me = os.geteuid()
+            cards = [e.data["gpu"] for e in _scan(directory).entries if e.owner_uid == me]
+        with locked(directory, cards):
+            return _release_locked(directory, targets, now, set(cards))
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "released": []}
     except OSError as exc:
@@ -331,34 +386,96 @@ def _describe(known: dict[int, str | None]) -> str:
 # the directory and its lock
 
 
-def ensure_directory(directory: str) -> None:
-    """Create the store (mode 1777) or check that the existing one is safe to use."""
-    parent = os.path.dirname(os.path.abspath(directory))
-    if not os.path.isdir(parent):
-        os.makedirs(parent, 0o755, exist_ok=True)
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
-    else:
-        # chmod after mkdir: the umask would strip the world-writable and sticky bits.
-        os.chmod(directory, DIR_MODE)
-    info = os.lstat(directory)
+def trusted_owners() -> set[int]:
+    """The uids whose store is shared: root, and the service user named by $OWNER_ENV."""
+    owners = {0}
+    name = os.environ.get(OWNER_ENV, "").strip()
+    if name:
+        with contextlib.suppress(KeyError, ValueError, OverflowError):
+            owners.add(int(name) if name.isdigit() else pwd.getpwnam(name).pw_uid)
+    return owners
+
+
+def install_hint(directory: str) -> str:
+    return f"an admin creates it once: install -d -m 1777 -o root -g root {directory}"
+
+
+def directory_problem(directory: str, info: os.stat_result, me: int | None = None) -> str | None:
+    """Why a store directory (its lstat) may not be written by `me`; None when it may.
+
+    A shared store is owned by root (or the service user): a directory's owner may
+    remove any file in it, sticky or not.  A store of my own counts only while nobody
+    else can write to it: a private store, whose reservations only I see.  Usable for
+    any sibling directory built the same way (a job queue).
+    """
+    me = os.geteuid() if me is None else me
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise ReservationError(f"{directory}: not a directory (a symlink or a file); remove it")
-    writable_by_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if writable_by_others and not info.st_mode & stat.S_ISVTX:
-        # Without the sticky bit anyone could delete anyone's reservation.
-        raise ReservationError(
-            f"{directory}: writable by others but not sticky; run: chmod 1777 {directory}"
-        )
+        return f"{directory}: not a directory (a symlink or a file); remove it"
+    others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if info.st_uid in trusted_owners():
+        if others_write and not info.st_mode & stat.S_ISVTX:
+            # Without the sticky bit anyone could delete anyone's reservation.
+            return f"{directory}: writable by others but not sticky; run: chmod 1777 {directory}"
+        return None
+    if info.st_uid == me and not others_write:
+        return None
+    return (
+        f"{directory}: owned by {user_name(info.st_uid)}, who could delete or plant any "
+        f"reservation in it; remove it, then {install_hint(directory)}"
+    )
+
+
+def ensure_directory(directory: str) -> None:
+    """Check that the store may be written by this user; create it where that is safe.
+
+    Root creates the shared store (mode 1777).  A normal user never does: that user
+    would own it.  A normal user may create a private store (mode 0700) inside a
+    directory that only they can write, as ``--demo`` does.
+    """
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        _create(directory)
+        info = os.lstat(directory)
+    problem = directory_problem(directory, info)
+    if problem:
+        raise ReservationError(problem)
+
+
+def _create(directory: str) -> None:
+    me = os.geteuid()
+    parent = os.path.dirname(os.path.abspath(directory))
+    if me != 0:
+        try:
+            up = os.stat(parent)
+        except FileNotFoundError:
+            up = None
+        if up is not None and (up.st_uid != me or up.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            raise ReservationError(f"{directory}: missing; {install_hint(directory)}")
+    if not os.path.isdir(parent):
+        os.makedirs(parent, 0o755 if me == 0 else 0o700, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+        if me == 0:
+            # chmod after mkdir: the umask would strip the world-writable and sticky bits.
+            os.chmod(directory, DIR_MODE)
 
 
 @contextlib.contextmanager
-def locked(directory: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the directory's advisory lock: all changes to the store are serialized."""
-    path = os.path.join(directory, LOCK_NAME)
+def locked(directory: str, gpus: Iterable[int], timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the advisory locks of these cards (``.lock-gpuN``), taken in index order so
+    that two writers never wait for each other: a lock held forever by one user stops
+    only the cards it names, and the message names the holder."""
     deadline = time.monotonic() + timeout
+    with contextlib.ExitStack() as stack:
+        for index in sorted(set(gpus)):
+            path = os.path.join(directory, f"{LOCK_NAME}-gpu{index}")
+            stack.enter_context(_locked_file(path, deadline, timeout))
+        yield
+
+
+@contextlib.contextmanager
+def _locked_file(path: str, deadline: float, timeout: float) -> Iterator[None]:
     delay = 0.001
     while True:
         fd = _open_lock_file(path)
@@ -370,7 +487,8 @@ def locked(directory: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         raise ReservationError(
-                            f"{path}: locked by another process for {timeout:.0f} s; try again"
+                            f"{path}: locked by {lock_holder(os.fstat(fd))} for "
+                            f"{timeout:.0f} s; try again"
                         ) from None
                     time.sleep(delay)
                     delay = min(delay * 2, 0.02)
@@ -387,6 +505,35 @@ def locked(directory: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
             os.close(fd)
 
 
+def lock_holder(info: os.stat_result, locks_file: str = "/proc/locks") -> str:
+    """Who holds a flock on the file `info` describes, from the kernel's list of locks:
+    "pid 123 (alice)", or "another process" where the list does not say."""
+    want = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
+    try:
+        with open(locks_file, encoding="ascii", errors="replace") as fh:
+            lines = fh.readlines()
+    except OSError:
+        return "another process"
+    for line in lines:
+        # "3: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; "3: -> FLOCK ..." waits
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->" or fields[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            where = (int(major, 16), int(minor, 16), int(inode))
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if where == want:
+            try:
+                owner = user_name(os.stat(f"/proc/{pid}").st_uid)
+            except OSError:
+                return f"pid {pid}"
+            return f"pid {pid} ({owner})"
+    return "another process"
+
+
 def _open_lock_file(path: str) -> int:
     # O_NONBLOCK: a FIFO planted under the lock's name must not hang us.
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -396,6 +543,10 @@ def _open_lock_file(path: str) -> int:
         with contextlib.suppress(FileExistsError):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444))
         fd = os.open(path, flags)
+    except PermissionError:
+        owner = user_name(os.lstat(path).st_uid)
+        raise ReservationError(f"{path}: {owner} made it unreadable; ask them or root to "
+                               "remove it") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise ReservationError(f"{path}: not a regular file; ask its owner or root to remove it")
@@ -405,101 +556,215 @@ def _open_lock_file(path: str) -> int:
 # ---------------------------------------------------------------------------------------
 # reading the directory
 
+# directory -> ((dev, ino, mtime_ns, ctime_ns), when, scan): display scans of a quiet directory
+_CACHE: dict[str, tuple[tuple[int, int, int, int], float, _Scan]] = {}
 
-def _scan(directory: str) -> _Scan:
+
+def _scan(directory: str, limit: int | None = None) -> _Scan:
+    """Read the store.  `limit` caps the files read (display scans, cached by the
+    directory's mtime); None reads them all (changes, under the lock)."""
     result = _Scan([], [], [])
     try:
-        names = os.listdir(directory)
+        # O_NOFOLLOW: a store replaced by a symlink (to /etc) is never listed.
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return result
     except OSError as exc:
-        result.problems.append(f"{directory}: {_os_reason(exc)}")
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            result.problems.append(f"{directory}: not a directory (a symlink or a file); not read")
+        else:
+            result.problems.append(f"{directory}: {_os_reason(exc)}")
         return result
+    try:
+        info = os.fstat(fd)
+        stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+        cached = _CACHE.get(directory)
+        if (limit is not None and cached is not None and cached[0] == stamp
+                and time.monotonic() - cached[1] < CACHE_MAX_S):
+            return cached[2]
+        problem = directory_problem(directory, info)
+        if problem and info.st_uid != os.geteuid():
+            result.problems.append(f"{problem.split('; remove it')[0]} (read anyway)")
+        _read_names(fd, directory, os.listdir(fd), limit, result)
+        # A directory changed within the last moments may change again inside one tick
+        # of the file system's clock, unseen by its mtime: cache only a quiet one.
+        if limit is not None and time.time() - info.st_mtime > CACHE_QUIET_S:
+            _CACHE[directory] = (stamp, time.monotonic(), result)
+        return result
+    finally:
+        os.close(fd)
+
+
+def _read_names(fd: int, directory: str, names: list[str], limit: int | None, out: _Scan) -> None:
+    extensions: dict[tuple[str, int], tuple[str, dict[str, Any], os.stat_result]] = {}
+    foreign = 0
+    read = 0
     for name in sorted(names):
         path = os.path.join(directory, name)
-        if name == LOCK_NAME:
+        if name == LOCK_NAME or _LOCK_FILE.fullmatch(name):
             continue
         if name.startswith(QUEUE_PREFIX):
             continue
         if name.startswith(TMP_PREFIX):
+            card = _TMP_FILE.match(name)
             with contextlib.suppress(OSError):
-                result.tmp_files.append((path, os.lstat(path).st_uid))
+                out.tmp_files.append((path, os.lstat(name, dir_fd=fd).st_uid,
+                                      int(card.group(1)) if card else None))
             continue
         match = _FILE_NAME.fullmatch(name)
         if not match:
-            result.problems.append(f"{path}: not a reservation file; skipped")
+            foreign += 1
+            if foreign <= MAX_PROBLEMS:
+                out.problems.append(f"{path}: not a reservation file; skipped")
             continue
         key, generation = match.group(1), int(match.group(2))
-        result.generations.setdefault(key, set()).add(generation)
-        entry = _read_entry(path, name, key, generation, result.problems)
-        if entry is not None:
-            result.entries.append(entry)
-    return result
+        out.generations.setdefault(key, set()).add(generation)
+        if limit is not None and read >= limit:
+            continue
+        read += 1
+        loaded = _load(fd, name, path, out.problems)
+        if loaded is None:
+            continue
+        data, info = loaded
+        if match.group(3):
+            extensions[(key, generation)] = (path, data, info)
+            continue
+        why = _content_problem(data, key, info)
+        if why:
+            out.problems.append(f"{path}: {why}; skipped")
+            continue
+        out.entries.append(
+            _Entry(name, path, key, generation, info.st_uid, user_name(info.st_uid), data,
+                   info.st_ctime_ns)
+        )
+    _attach(out, extensions)
+    if foreign > MAX_PROBLEMS:
+        out.problems.append(f"{directory}: {foreign - MAX_PROBLEMS} more foreign files; skipped")
+    files = sum(len(g) for g in out.generations.values())
+    if limit is not None and files > read:
+        out.problems.append(f"{directory}: {files - read} reservation files beyond the first"
+                            f" {limit} not read")
 
 
-def _read_entry(
-    path: str, name: str, key: str, generation: int, problems: list[str]
-) -> _Entry | None:
+def _attach(out: _Scan, extensions: dict[tuple[str, int], tuple[str, dict[str, Any], Any]]) -> None:
+    """Give each claim its owner's extension; any other extension file counts for nothing."""
+    claims = {(e.key, e.generation): e for e in out.entries}
+    for slot, (path, data, info) in extensions.items():
+        claim = claims.get(slot)
+        if claim is None or claim.owner_uid != info.st_uid:
+            out.orphans.append((path, info.st_uid))
+            continue
+        why = _times_problem(data, info) or _owner_problem(data, info.st_uid)
+        if why is None:
+            why = _note_problem(data)
+        if why:
+            out.problems.append(f"{path}: {why}; skipped")
+            continue
+        claim.extension, claim.extension_path = data, path
+
+
+def _load(
+    fd: int, name: str, path: str, problems: list[str]
+) -> tuple[Any, os.stat_result] | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=fd)
     except FileNotFoundError:
         return None  # released while we listed
     except OSError as exc:
         problems.append(f"{path}: {_os_reason(exc)}; skipped")
         return None
     try:
-        info = os.fstat(fd)
+        info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode):
             problems.append(f"{path}: not a regular file; skipped")
             return None
-        raw = os.read(fd, MAX_FILE_BYTES + 1)
+        if info.st_mode & 0o444 != 0o444:
+            # What one user cannot read must not count for anyone (root reads it all).
+            problems.append(f"{path}: not readable by everyone; skipped")
+            return None
+        raw = os.read(handle, MAX_FILE_BYTES + 1)
     finally:
-        os.close(fd)
+        os.close(handle)
     if len(raw) > MAX_FILE_BYTES:
         problems.append(f"{path}: larger than {MAX_FILE_BYTES} bytes; skipped")
         return None
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         problems.append(f"{path}: not valid JSON (corrupt); skipped")
         return None
-    why = _content_problem(data, key, info.st_uid)
-    if why:
-        problems.append(f"{path}: {why}; skipped")
-        return None
-    return _Entry(name, path, key, generation, info.st_uid, user_name(info.st_uid), data)
-
-
-def _content_problem(data: Any, key: str, owner_uid: int) -> str | None:
     if not isinstance(data, dict):
-        return "not a JSON object"
-    gpu = data.get("gpu")
-    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
-        return "bad or missing 'gpu'"
-    for name in ("since", "until"):
-        value = data.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"bad or missing {name!r}"
-        if not math.isfinite(value):
-            return f"bad {name!r}"
+        problems.append(f"{path}: not a JSON object; skipped")
+        return None
+    return data, info
+
+
+def _number(data: dict[str, Any], name: str) -> float | None:
+    value = data.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # a JSON integer of 400 digits
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _times_problem(data: dict[str, Any], info: os.stat_result) -> str | None:
+    """`until` at most the documented maximum after the file was written (by the kernel's
+    clock, not the file's word): 1e18 or 1e300 never reach a clock or a view."""
+    until = _number(data, "until")
+    if until is None:
+        return "bad or missing 'until'"
+    if until > info.st_ctime + MAX_RESERVATION_S + CLOCK_SLACK_S:
+        return f"'until' more than {MAX_RESERVATION_S // 86400} days after the file was written"
+    return None
+
+
+def _owner_problem(data: dict[str, Any], owner_uid: int) -> str | None:
     uid = data.get("uid")
-    if uid != owner_uid:
+    if uid != owner_uid or isinstance(uid, bool):
         # The file says one user, the OS says another: someone wrote it by hand.
         return f"claims uid {uid!r} but is owned by uid {owner_uid} (foreign)"
+    return None
+
+
+def _note_problem(data: dict[str, Any]) -> str | None:
+    try:
+        check_note(data.get("note", ""))
+    except ReservationError as exc:
+        return str(exc)
+    return None
+
+
+def _content_problem(data: dict[str, Any], key: str, info: os.stat_result) -> str | None:
+    gpu = data.get("gpu")
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu <= 9999:
+        return "bad or missing 'gpu'"
+    since = _number(data, "since")
+    if since is None:
+        return "bad or missing 'since'"
+    why = _times_problem(data, info) or _owner_problem(data, info.st_uid)
+    if why:
+        return why
+    if since > float(data["until"]):
+        return "'since' after 'until'"
     uuid = data.get("uuid")
     if key.startswith("index-"):
         if key != f"index-{gpu}":
             return "file name does not match its 'gpu'"
     elif uuid != key:
         return "file name does not match its 'uuid'"
-    note = data.get("note", "")
-    try:
-        check_note(note)
-    except ReservationError as exc:
-        return str(exc)
-    user = data.get("user")
-    if not isinstance(user, str):
-        return "bad or missing 'user'"
+    why = _note_problem(data)
+    if why:
+        return why
+    for name, most in (("user", MAX_USER_CHARS), ("host", MAX_HOST_CHARS)):
+        value = data.get(name)
+        if name == "host" and value is None:
+            continue
+        if not isinstance(value, str) or len(value) > most:
+            return f"bad or missing {name!r}"
     return _job_problem(data.get("job"))
 
 
@@ -523,10 +788,15 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
+def _first(entry: _Entry) -> tuple[int, int, str]:
+    # The kernel's time first: a writer picks the generation, never the ctime.
+    return (entry.ctime_ns, entry.generation, entry.name)
+
+
 def _active_by_slot(entries: list[_Entry], now: float) -> dict[str, list[_Entry]]:
-    """Active entries per reservation key, lowest generation (the holder) first."""
+    """Active entries per reservation key, the holder (first linked) first."""
     slots: dict[str, list[_Entry]] = {}
-    for entry in sorted(entries, key=lambda e: (e.key, e.generation)):
+    for entry in sorted(entries, key=_first):
         if entry.active(now):
             slots.setdefault(entry.key, []).append(entry)
     return slots
@@ -538,7 +808,7 @@ def _holders(entries: list[_Entry], now: float) -> list[_Entry]:
 
 
 def _slot(entries: list[_Entry], target: _Target) -> list[_Entry]:
-    """Files that speak for this GPU, lowest generation first: its UUID key and its index
+    """Files that speak for this GPU, the first linked first: its UUID key and its index
     key (written by a client that did not know the UUID); and when we do not know the
     UUID, any file that says it is this index."""
     keys = {target.key, f"index-{target.index}"}
@@ -548,7 +818,7 @@ def _slot(entries: list[_Entry], target: _Target) -> list[_Entry]:
             for e in entries
             if e.key in keys or (target.uuid is None and e.data["gpu"] == target.index)
         ),
-        key=lambda e: (e.key, e.generation),
+        key=_first,
     )
 
 
@@ -558,37 +828,37 @@ def _slot(entries: list[_Entry], target: _Target) -> list[_Entry]:
 
 def _reserve_locked(
     directory: str, targets: list[_Target], until: float, note: str, now: float,
-    job: dict[str, Any] | None = None,
+    must_hold: bool = False, job: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     found = _scan(directory)
-    _clean(found, now)
+    _clean(found, now, {t.index for t in targets})
     me = os.geteuid()
-    plans: list[tuple[_Target, _Entry | None, _Entry | None, int]] = []
+    plans: list[tuple[_Target, _Entry | None, int]] = []
     for target in targets:
         slot = _slot(found.entries, target)
         active = [e for e in slot if e.active(now)]
         holder = active[0] if active else None
         if holder is not None and holder.owner_uid != me:
             return _lost(target, holder)
-        if holder is not None and target.uuid is None and holder.key != target.key:
-            # We do not know the UUID but my file does: extend that one.
-            target = _Target(target.index, holder.data.get("uuid"))
-        mine = holder if holder is not None and holder.key == target.key else None
-        # My reservation made under the index key is moved to the UUID key.
-        moved = holder if holder is not None and mine is None else None
+        if holder is None and must_hold:
+            return {"ok": False, "reservations": [],
+                    "message": f"GPU {target.index}: you hold no reservation of it to extend"}
+        # My claim is extended where it is, under whichever key it was made: a claim
+        # moved to another key would be linked anew and lose its place to any claim
+        # planted meanwhile.
         top = max(found.generations.get(target.key, ()), default=0)
-        plans.append((target, mine, moved, top + 1))
+        plans.append((target, holder, top + 1))
 
     host = socket.gethostname()
     user = user_name(me)
-    created: list[str] = []
+    created: list[tuple[_Target, str]] = []
     results: list[dict[str, Any]] = []
     extended: list[int] = []
     try:
-        for target, mine, _moved, generation in plans:
+        for target, mine, generation in plans:
             record: dict[str, Any] = {
                 "gpu": target.index,
-                "uuid": target.uuid,
+                "uuid": mine.data.get("uuid") if mine else target.uuid,
                 "user": user,
                 "uid": me,
                 "since": float(mine.data["since"]) if mine else now,
@@ -597,33 +867,29 @@ def _reserve_locked(
                 "host": host,
             }
             if job is not None:
-                record["job"] = job
-            tmp = write_temp(directory, target.key, record)
-            try:
-                if mine is not None:
-                    # Replace my own file: atomic, and the sticky bit stops anyone else.
-                    os.rename(tmp, mine.path)
-                    extended.append(target.index)
-                else:
-                    final = os.path.join(directory, f"{target.key}.{generation}.json")
-                    try:
-                        os.link(tmp, final)
-                    except FileExistsError:
-                        # Only a writer that bypasses the lock gets here; it was first.
-                        return _lost_to_file(target, final)
-                    created.append(final)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+                record["job"] = mine.data.get("job") if mine else job
+            if mine is not None:
+                _extend(directory, mine,
+                        {"gpu": target.index, "uid": me, "until": until, "note": note})
+                extended.append(target.index)
+            else:
+                final = os.path.join(directory, f"{target.key}.{generation}.json")
+                if not _link_new(directory, record, final):
+                    # Only a writer that bypasses the lock gets here; it was first.
+                    return _lost_to_file(target, final)
+                created.append((target, final))
             results.append(_public(record, user))
         fsync_dir(directory)
+        # A writer that bypasses the lock may have linked a claim between our scan and
+        # our link: the kernel's times decide, so look again before saying yes.
+        after = _scan(directory)
+        for target, _final in created:
+            first = next((e for e in _slot(after.entries, target) if e.active(now)), None)
+            if first is not None and first.owner_uid != me:
+                return _lost(target, first)
         created.clear()  # committed: nothing to roll back
-        for _target, _mine, moved, _generation in plans:
-            if moved is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(moved.path)
     finally:
-        for path in created:
+        for _target, path in created:
             with contextlib.suppress(OSError):
                 os.unlink(path)
     indexes = ", ".join(str(t.index) for t in targets)
@@ -635,15 +901,58 @@ def _reserve_locked(
     }
 
 
-def _release_locked(directory: str, targets: list[_Target] | None, now: float) -> dict[str, Any]:
+def _link_new(directory: str, record: dict[str, Any], final: str) -> bool:
+    """Link a complete file under `final`; False when the name is taken."""
+    tmp = _write_temp(directory, record)
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return True
+
+
+def _extend(directory: str, mine: _Entry, record: dict[str, Any]) -> None:
+    """Write my claim's new end beside it: the claim itself is never rewritten, so its
+    change time (its place in the queue) stays."""
+    path = os.path.join(directory, f"{mine.key}.{mine.generation}.ext.json")
+    tmp = _write_temp(directory, record)
+    try:
+        # Replace my own file: atomic, and the sticky bit stops anyone else.
+        os.rename(tmp, path)
+    except PermissionError:
+        owner = user_name(os.lstat(path).st_uid)
+        raise ReservationError(
+            f"{path}: planted by {owner}; only they or root can remove it"
+        ) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _remove(entry: _Entry) -> None:
+    # The claim first: an extension left alone counts for nothing and is cleaned later.
+    for path in (entry.path, entry.extension_path):
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _release_locked(
+    directory: str, targets: list[_Target] | None, now: float, cards: set[int]
+) -> dict[str, Any]:
+    """Release under the locks of `cards`: the targets', or the cards I held when the
+    locks were taken (a reservation of mine made since waits for the next release)."""
     found = _scan(directory)
-    _clean(found, now)
     me = os.geteuid()
+    _clean(found, now, cards)
     released: list[dict[str, Any]] = []
     refused: list[str] = []
     holder_name: str | None = None
     if targets is None:
-        doomed = [e for e in found.entries if e.owner_uid == me]
+        doomed = [e for e in found.entries if e.owner_uid == me and e.data["gpu"] in cards]
     else:
         doomed = []
         for target in targets:
@@ -668,6 +977,9 @@ def _release_locked(directory: str, targets: list[_Target] | None, now: float) -
             refused.append(f"{entry.path}: the OS refused (owned by {entry.owner})")
             holder_name = holder_name or entry.owner
             continue
+        if entry.extension_path:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.extension_path)
         if entry.active(now):
             released.append(entry.public())
     fsync_dir(directory)
@@ -680,26 +992,30 @@ def _release_locked(directory: str, targets: list[_Target] | None, now: float) -
     return reply
 
 
-def _clean(found: _Scan, now: float) -> None:
-    """Remove what may be removed: my expired reservations, my leftover temp files
-    (every writer holds the lock, so any temp file seen under it is a dead writer's).
+def _clean(found: _Scan, now: float, cards: set[int]) -> None:
+    """Remove what may be removed: my expired reservations and leftover temp files of
+    the cards whose locks I hold (every writer of a card holds its lock, so a temp file
+    of that card seen under it is a dead writer's), my extensions without a claim.
     Root cleans everybody's."""
     me = os.geteuid()
     for entry in list(found.entries):
-        if not entry.active(now) and (entry.owner_uid == me or me == 0):
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
-                found.entries.remove(entry)
-    for path, uid in found.tmp_files:
+        mine = entry.owner_uid == me or me == 0
+        if mine and not entry.active(now) and entry.data["gpu"] in cards:
+            _remove(entry)
+            found.entries.remove(entry)
+    doomed = [(path, uid) for path, uid, card in found.tmp_files if card in cards]
+    for path, uid in (*doomed, *found.orphans):
         if uid == me or me == 0:
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
 
-def write_temp(directory: str, key: str, record: dict[str, Any]) -> str:
+def _write_temp(directory: str, record: dict[str, Any]) -> str:
     payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     for _ in range(10):
-        path = os.path.join(directory, f"{TMP_PREFIX}{key}-{os.getpid()}-{secrets.token_hex(4)}")
+        # The card in the name: only a writer holding that card's lock cleans it up.
+        name = f"{TMP_PREFIX}gpu{record['gpu']}-{os.getpid()}-{secrets.token_hex(4)}"
+        path = os.path.join(directory, name)
         try:
             fd = os.open(
                 path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE

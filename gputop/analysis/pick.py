@@ -9,13 +9,13 @@ reserved by someone else (my own reservations are fine: that is what I reserved 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gputop import model
 from gputop.analysis.durations import format_duration
 from gputop.model import Gpu, HostSnapshot, Reservation
+from gputop.text import clock
 
 EXPIRING_SOON_S = 15 * 60
 
@@ -199,4 +199,4 @@ def _intruders(
 
 
 def _hhmm(epoch: float) -> str:
-    return time.strftime("%H:%M", time.localtime(epoch))
+    return clock("%H:%M", epoch)

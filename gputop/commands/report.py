@@ -20,7 +20,7 @@ from gputop.commands import common
 from gputop.exitcodes import EXIT_OK
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.options import SourceOptions
-from gputop.text import visible
+from gputop.text import clock, visible
 
 WIDTH = 80
 _ELLIPSIS = "..."
@@ -148,7 +148,7 @@ def _host_block(snap: HostSnapshot, width: int, paint: Callable[[str, str], str]
     for gpu in snap.gpus:
         lines.append(_gpu_line(gpu, width, paint))
     for res in sorted(snap.reservations, key=lambda r: r.gpu):
-        until = time.strftime("%a %H:%M", time.localtime(res.until))
+        until = clock("%a %H:%M", res.until)
         note = f"  {visible(res.note)}" if res.note else ""
         text = f"  GPU {res.gpu} reserved by {visible(res.user)} until {until}{note}"
         lines.append(_fit(text, width))

@@ -16,14 +16,12 @@ because it names this process (``gputop.actions.liveness``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,18 +150,30 @@ class Runner:
         self.gpu_uuids: dict[int, str | None] = {}
         self.started = 0.0
         self.kill_at: float | None = None  # SIGKILL for CMD after a SIGTERM we sent
+        self.child: subprocess.Popen[bytes] | None = None
 
     def main(self) -> int:
         job = self._submit()
+        # One handler from here to the end, so that no SIGTERM falls between waiting and
+        # running: before CMD starts it ends us through the ``finally``; after, it is
+        # passed on to CMD.
+        old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM,
+                                                                     signal.SIGHUP)}
         try:
             snapshot = self._wait_turn(job)
             return self._run_cmd(job, snapshot)
+        except _Stop as exc:
+            signum = exc.args[0]
+            raise CommandError(f"stopped by {signal.Signals(signum).name} while waiting",
+                               128 + signum) from None
         finally:
             self.status.done()
             if self.cards:
                 reservations.release(self.directory, list(self.cards),
                                      gpu_uuids=self.gpu_uuids)
             queue.withdraw(job)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
     # -- in line ------------------------------------------------------------------------
 
@@ -184,26 +194,25 @@ class Runner:
         wait_s = self.request.wait_s
         deadline = None if wait_s is None else job.submitted + wait_s
         mark = _store_mark(self.directory)
-        with _stop_on(signal.SIGTERM, signal.SIGHUP):
-            while True:
-                if not queue.in_line(job):
-                    raise action_failed(f"job {job.id} was cancelled")
-                snapshot = self.feed.poll()
-                if not snapshot.ok:
-                    raise action_failed(f"{snapshot.host}: {snapshot.state}: {snapshot.error}")
-                now = time.time()
-                warnings = warnings_once(snapshot, self.settings, self.user, now)
-                plan = queueing.plan(snapshot, self.policy, now, warnings)
-                cards = plan.starts.get(job.id)
-                if cards and self._reserve(job, snapshot, cards):
-                    return snapshot
-                why = plan.waiting.get(job.id, "waiting for the line to move")
-                if deadline is not None and time.time() >= deadline:
-                    waited = "no" if not wait_s else f"after {format_duration(wait_s)}, no"
-                    raise CommandError(f"{waited} cards for job {job.id}: {why}",
-                                       EXIT_WAIT_EXPIRED)
-                self.status.show(f"job {job.id}: {why}")
-                mark = self._sleep_until_change(mark, deadline)
+        while True:
+            if not queue.in_line(job):
+                raise action_failed(f"job {job.id} was cancelled")
+            snapshot = self.feed.poll()
+            if not snapshot.ok:
+                raise action_failed(f"{snapshot.host}: {snapshot.state}: {snapshot.error}")
+            now = time.time()
+            warnings = warnings_once(snapshot, self.settings, self.user, now)
+            plan = queueing.plan(snapshot, self.policy, now, warnings)
+            cards = plan.starts.get(job.id)
+            if cards and self._reserve(job, snapshot, cards):
+                return snapshot
+            why = plan.waiting.get(job.id, "waiting for the line to move")
+            if deadline is not None and time.time() >= deadline:
+                waited = "no" if not wait_s else f"after {format_duration(wait_s)}, no"
+                raise CommandError(f"{waited} cards for job {job.id}: {why}",
+                                   EXIT_WAIT_EXPIRED)
+            self.status.show(f"job {job.id}: {why}")
+            mark = self._sleep_until_change(mark, deadline)
 
     def _sleep_until_change(self, mark: int | None, deadline: float | None) -> int | None:
         """Sleep until the store changes, RECHECK_S passes or the deadline comes."""
@@ -249,25 +258,26 @@ class Runner:
         common.say("run", f"job {job.id}: running on GPU {devices} of {snapshot.host}")
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=devices, CUDA_DEVICE_ORDER="PCI_BUS_ID",
                    GPUTOP_JOB_ID=job.id, GPUTOP_GPU_UUIDS=uuids)
+        # Ctrl+C reaches CMD through the terminal (same process group): we wait for it.
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            child = subprocess.Popen(self.request.command, env=env, preexec_fn=_die_with_parent)
-        except OSError as exc:
-            raise CommandError(f"{self.request.command[0]}: {exc.strerror or exc}",
-                               EXIT_CANNOT_RUN) from None
-
-        def forward(signum: int, _frame: Any) -> None:
-            child.send_signal(signum)
-            if self.kill_at is None:
-                self.kill_at = time.time() + GRACE_S
-
-        old = {sig: signal.signal(sig, handler) for sig, handler in (
-            (signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, forward),
-            (signal.SIGHUP, forward))}
-        try:
+            try:
+                child = subprocess.Popen(self.request.command, env=env,
+                                         preexec_fn=_die_with_parent)
+            except OSError as exc:
+                raise CommandError(f"{self.request.command[0]}: {exc.strerror or exc}",
+                                   EXIT_CANNOT_RUN) from None
+            self.child = child
             return self._supervise(job, child)
         finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
+            signal.signal(signal.SIGINT, old_int)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.child is None:
+            raise _Stop(signum)
+        self.child.send_signal(signum)
+        if self.kill_at is None:
+            self.kill_at = time.time() + GRACE_S
 
     def _supervise(self, job: queue.Job, child: subprocess.Popen[bytes]) -> int:
         for_s = self.request.for_s
@@ -325,25 +335,6 @@ class _Stop(Exception):
     pass
 
 
-@contextlib.contextmanager
-def _stop_on(*signums: int) -> Iterator[None]:
-    """While waiting, SIGTERM/SIGHUP end `gputop run` as Ctrl+C does: through the
-    ``finally`` that takes the job out of line."""
-    def stop(signum: int, _frame: Any) -> None:
-        raise _Stop(signum)
-
-    old = {sig: signal.signal(sig, stop) for sig in signums}
-    try:
-        yield
-    except _Stop as exc:
-        signum = exc.args[0]
-        raise CommandError(f"stopped by {signal.Signals(signum).name} while waiting",
-                           128 + signum) from None
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-
 def _store_mark(directory: str) -> int | None:
     try:
         info = os.stat(directory)
@@ -357,8 +348,9 @@ def _user() -> str:
 
 
 def _die_with_parent() -> None:
-    # In the child before exec: if `gputop run` dies (even by SIGKILL), CMD gets SIGTERM
-    # rather than running on cards that are no longer reserved for it.
+    # In the child before exec: CMD gets Ctrl+C as usual (we ignore it, and an ignored
+    # signal stays ignored across exec), and if `gputop run` dies (even by SIGKILL), CMD
+    # gets SIGTERM rather than running on cards that are no longer reserved for it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-

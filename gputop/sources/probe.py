@@ -230,11 +230,13 @@ def main(
         snapshot = failure if source is None else _safe_collect(source, host)
         snapshot = dict(snapshot or {})
         snapshot["time"] = snapshot.get("time") or time.time()
-        out.write(snapshot)
         if source is not None and source.env.gpu_uuids is None:
+            # Before the snapshot goes out: a client that saw it may send a reservation
+            # at once, and a card named by index alone would get an index-N file.
             source.env.gpu_uuids = {
                 g.get("index"): g.get("uuid") for g in snapshot.get("gpus") or ()
             }
+        out.write(snapshot)
         stop.wait(max(0.0, interval - (time.monotonic() - started)))
     return 0
 

@@ -14,6 +14,7 @@ Data flows one way: feeds -> queue -> analysis thread (``gputop.analysis.pipelin
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import queue
 import sys
@@ -39,6 +40,8 @@ from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.sources.feed import REPLAY, Capabilities, Feed, ProcessDetails
 from gputop.sources.identity import Identity, named_identity
+from gputop.text import visible
+from gputop.ui.faults import FaultLog, restart_delay
 from gputop.ui.keys import bindings
 from gputop.ui.screens.dashboard import DashboardScreen
 from gputop.ui.state import UiState
@@ -103,6 +106,8 @@ class GputopApp(App[int]):
         self.analyser = Analyser(settings, state.history, self._user_on)
         self._queue: queue.Queue[HostSnapshot | None] = queue.Queue()
         self._gc_frozen = False  # see freeze_startup_objects
+        self.faults = FaultLog()
+        self.restart_base_s = 1.0  # first restart delay of a failed worker; it doubles
         self.dashboard = DashboardScreen()
         if self.config.keys:
             self.set_keymap(self.config.keys)
@@ -168,10 +173,20 @@ class GputopApp(App[int]):
     # -- data in -------------------------------------------------------------------
 
     async def _feed_loop(self, feed: Feed) -> None:
-        await feed.run(self.interval, self._queue.put)
+        name = f"feed {','.join(feed.hosts)}"
+        failures = 0
+        while True:
+            try:
+                await feed.run(self.interval, self._queue.put)
+                return
+            except Exception as err:  # any fault: logged, shown once, the feed restarted
+                failures += 1
+                self._fault(name, err)
+                await asyncio.sleep(restart_delay(failures, self.restart_base_s))
 
     def _analysis_loop(self) -> None:
         worker = get_current_worker()
+        failures = 0
         while not worker.is_cancelled:
             try:
                 snap = self._queue.get(timeout=0.5)
@@ -179,7 +194,21 @@ class GputopApp(App[int]):
                 continue
             if snap is None:
                 return
-            self.post_message(SnapshotAnalysed(self.analyser(snap)))
+            try:
+                result = self.analyser(snap)
+            except Exception as err:  # the snapshot is dropped, not the thread
+                failures += 1
+                self.call_from_thread(self._fault, "analysis", err)
+                time.sleep(restart_delay(failures, self.restart_base_s))
+                continue
+            failures = 0
+            self.post_message(SnapshotAnalysed(result))
+
+    def _fault(self, worker: str, err: BaseException) -> None:
+        if self.faults.record(worker, err):
+            self.notify(visible(f"{worker}: {type(err).__name__}: {err} (restarting; details "
+                                f"in {self.faults.path})"), title="worker restarted",
+                        severity="error", timeout=30, markup=False)
 
     def ingest(self, snapshot: HostSnapshot) -> None:
         """Analyse and apply a snapshot synchronously (screenshots, tests, replays)."""
@@ -205,7 +234,7 @@ class GputopApp(App[int]):
         # The one handler for worker errors: a broken feed is shown, the rest keep going.
         if event.state == WorkerState.ERROR:
             error = event.worker.error
-            self.notify(f"{event.worker.name}: {type(error).__name__}: {error}",
+            self.notify(visible(f"{event.worker.name}: {type(error).__name__}: {error}"),
                         title="collection stopped", severity="error", timeout=30)
 
     # -- drawing -------------------------------------------------------------------

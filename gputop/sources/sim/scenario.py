@@ -386,10 +386,7 @@ class _Checker:
 def _read_yaml(path: Path) -> tuple[Any, dict[tuple[Any, ...], int]]:
     """The document and the line of every key and list item in it, by path."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
+        text = yamlnodes.read_file(path, str(path), ScenarioError)
         # The reader of the config and hosts files, so a key given twice is an error here
         # too rather than silently the last one.
         return yamlnodes.load_with_lines(text, str(path), ScenarioError)

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -170,6 +171,15 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _cells(untrusted: str, width: int) -> str:
+    """Untrusted text shown safely in exactly `width` terminal cells: wide or zero-width
+    characters must not push the columns after it out of line."""
+    text = fmt.visible(untrusted)
+    if cell_len(text) > width:
+        return set_cell_size(text, width - 1) + "…"
+    return set_cell_size(text, width)
+
+
 def gpu_cell(gpu: Gpu, kind: str, warned: bool, reserved: bool, narrow: bool = False) -> Text:
     util = "  -" if gpu.util_gpu is None else f"{min(gpu.util_gpu, 100):>3}"
     mem = "  -" if gpu.mem_percent is None else f"{min(round(gpu.mem_percent), 100):>3}"
@@ -192,7 +202,7 @@ def host_line(
 ) -> Text:
     """One host: name, state, GPU cells; exactly ``width`` cells wide."""
     line = Text(no_wrap=True, overflow="crop")
-    line.append(_fit(snap.host, NAME_WIDTH).ljust(NAME_WIDTH), "bold")
+    line.append(_cells(snap.host, NAME_WIDTH), "bold")
     line.append(" ")
     state = STATE_LABELS.get(snap.state, snap.state)
     age = re.search(r"(\d+) s", snap.error or "")
@@ -210,7 +220,7 @@ def host_line(
         if snap.queue:
             line.append(f"Q{len(snap.queue)}", "bold yellow")  # `gputop run` jobs
     elif snap.error:
-        line.append(snap.error, "dim")
+        line.append(fmt.visible(snap.error), "dim")
     line.truncate(width, pad=True)
     return line
 
@@ -525,10 +535,10 @@ def process_line(snap: HostSnapshot, proc: GpuProcess, idle: bool,
                  flags: tuple[str, ...] = ()) -> Text:
     """One row of the all-hosts table: the dashboard's columns (and words) plus HOST."""
     line = Text(no_wrap=True, overflow="crop")
-    line.append(_fit(fmt.visible(snap.host), 16).ljust(16), "bold")
+    line.append(_cells(snap.host, 16), "bold")
     sm = "-" if proc.sm_util is None else str(proc.sm_util)
     line.append(f" {proc.gpu:>3} {proc.pid:>8} ")
-    line.append(_fit(fmt.visible(proc.user) or "-", 12).ljust(12))
+    line.append(_cells(proc.user or "-", 12))
     line.append(" ")
     line.append(f"{fmt.size(proc.gpu_mem):>7}", "magenta" if idle else "")
     line.append(f" {sm:>4} ")

@@ -20,9 +20,12 @@ from textual.widgets import Footer, Static
 
 from gputop.analysis import workloads as workload_rules
 from gputop.model import GpuProcess
+from gputop.text import capped
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey, UiState
+
+MAX_COMMAND_CHARS = 4096  # about a screenful: the rest is counted, not shown
 
 if TYPE_CHECKING:
     from textual import getters
@@ -100,7 +103,8 @@ class DetailScreen(Screen[None]):
         title.append(fmt.visible(proc.user or "?"), style="bold cyan")
         self.query_one("#detail-title", Static).update(title)
         command = " ".join(proc.cmdline) if proc.cmdline else (proc.command or "?")
-        self.query_one("#detail-command", Static).update(Text(fmt.visible(command)))
+        self.query_one("#detail-command", Static).update(
+            Text(capped(fmt.visible(command), MAX_COMMAND_CHARS)))
         self.query_one("#detail-facts", Static).update(self._facts_table(state, proc))
         self.query_one("#detail-parents", Static).update(self._parents(proc))
         self.query_one("#detail-history", Static).update(self._history(state, proc))
