@@ -242,13 +242,15 @@ class _Adder:
 
 
 def _xid_rules(snapshot: HostSnapshot, add: _Adder) -> None:
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int | None, int]] = set()
     for event in sorted(snapshot.xid_events, key=lambda e: e.time):
         if (event.gpu, event.xid) in seen:
             continue  # a burst of the same XID is one warning, since its first event
         seen.add((event.gpu, event.xid))
         info = xid_catalog.lookup(event.xid)
         message = xid_catalog.describe(event.xid)
+        if event.gpu is None:
+            message = f"GPU unknown: {message}"
         if event.detail:
             message += f" — {_one_line(event.detail, 80)}"
         add(info.severity, f"xid-{event.xid}", message, gpu=event.gpu, hint=info.hint,

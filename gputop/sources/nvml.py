@@ -13,6 +13,7 @@ Rules this code keeps (see docs/design.md):
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import time
 from collections.abc import Callable
@@ -133,6 +134,16 @@ def cpulist(words: Any) -> str | None:
     return ",".join(ranges)
 
 
+def _handle_key(handle: Any) -> Any:
+    """A stable key of a device handle: its pointer value for pynvml's ctypes pointers,
+    the object itself for the simulator's (one object per index)."""
+    if handle is None:
+        return None
+    if isinstance(handle, ctypes._Pointer):
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    return handle
+
+
 def normalize_bus_id(bus_id: Any) -> str | None:
     """PCI bus ids compare equal whatever the domain width: "00000000:07:00.0" ~ "0000:07:00.0"."""
     if bus_id is None:
@@ -221,22 +232,33 @@ class Collector:
 
         Raises _GpuLost when the device is gone, so the caller can mark that GPU.
         """
+        return self._call(name, *args)[0]
+
+    def _call(self, name: str, *args: Any) -> tuple[Any, str | None]:
+        """(value, None); (None, None) when this driver or card lacks the field; (None,
+        why) when the call failed (Unknown, Timeout, NoPermission...): then the value is
+        not absent but unknown, which callers that decide "free" must not ignore.
+
+        Raises _GpuLost when the device is gone, so the caller can mark that GPU.
+        """
         fn = self._fn(name)
         if fn is None:
-            return None
+            return None, None
         try:
-            return fn(*args)
+            return fn(*args), None
         except self._error_class as err:
             code = getattr(err, "value", None)
             if code == _ERR_GPU_IS_LOST:
                 raise _GpuLost("lost", f"GPU is lost ({name})") from None
             if code == _ERR_RESET_REQUIRED:
                 raise _GpuLost("lost", f"GPU requires reset ({name})") from None
-            return None
+            if code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND):
+                return None, None
+            return None, f"{name}: {err}"
         except self._mismatch_class:
             # pynvml raises this (not an NVMLError) when an unversioned function is missing
             # from the installed driver: just another unreadable field.
-            return None
+            return None, None
 
     # -- once per Collector ----------------------------------------------------------------
 
@@ -462,16 +484,20 @@ class Collector:
             )
         return events
 
-    def _index_of(self, device: Any) -> int:
+    def _index_of(self, device: Any) -> int | None:
+        """The index of the GPU an event came from; None when it cannot be placed.
+
+        pynvml builds a new ctypes object for every event, so ``is`` never matches: compare
+        the handle's pointer value.  nvmlDeviceGetIndex is not asked, because the card an
+        XID 79 comes from is lost and answers nothing (or, via pynvml, garbage).
+        """
+        key = _handle_key(device)
+        if key is None:
+            return None
         for index, handle in self._handles.items():
-            if handle is device:
+            if _handle_key(handle) == key:
                 return index
-        found: int | None
-        try:
-            found = self._get("nvmlDeviceGetIndex", device)
-        except _GpuLost:
-            found = None
-        return int(found) if found is not None else -1
+        return None
 
     # -- every collect -----------------------------------------------------------------------
 
@@ -520,7 +546,7 @@ class Collector:
             static = self._static_fields(index, handle)
             gpu.update((k, v) for k, v in static.items() if not k.startswith("_"))
             self._dynamic_fields(gpu, handle, static)
-            procs = self._processes(index, handle, gpu.get("mem_total"), now)
+            procs, gpu["processes_error"] = self._processes(index, handle, gpu.get("mem_total"))
         except _GpuLost as lost:
             return self._broken_gpu(index, lost.state, lost.message), []
         except Exception as err:
@@ -666,11 +692,20 @@ class Collector:
     # -- processes -----------------------------------------------------------------------------
 
     def _processes(
-        self, index: int, handle: Any, mem_total: int | None, now: float
-    ) -> list[dict]:
+        self, index: int, handle: Any, mem_total: int | None
+    ) -> tuple[list[dict], str | None]:
+        """The card's processes, and why the list is incomplete (None: it is complete).
+
+        MPS clients ("M") are listed by their own call: without it a card shared through
+        MPS looks empty.
+        """
         merged: dict[int, dict] = {}
-        for kind, letter in (("Compute", "C"), ("Graphics", "G")):
-            for entry in self._running(kind, handle, mem_total):
+        failures: list[str] = []
+        for kind, letter in (("Compute", "C"), ("Graphics", "G"), ("MPSCompute", "M")):
+            entries, failure = self._running(kind, handle, mem_total)
+            if failure:
+                failures.append(failure)
+            for entry in entries:
                 pid = int(entry.pid)
                 mem = getattr(entry, "usedGpuMemory", None)
                 if mem == _VALUE_NOT_AVAILABLE:
@@ -679,18 +714,23 @@ class Collector:
                 if row is None:
                     merged[pid] = {"pid": pid, "gpu": index, "type": letter, "gpu_mem": mem}
                 else:
-                    row["type"] = "C+G"
+                    if {row["type"], letter} == {"C", "G"}:
+                        row["type"] = "C+G"
                     if mem is not None and (row["gpu_mem"] is None or mem > row["gpu_mem"]):
                         row["gpu_mem"] = mem
         self._process_utilization(index, handle, merged)
-        return list(merged.values())
+        return list(merged.values()), "; ".join(failures) or None
 
-    def _running(self, kind: str, handle: Any, mem_total: int | None) -> list[Any]:
+    def _running(
+        self, kind: str, handle: Any, mem_total: int | None
+    ) -> tuple[list[Any], str | None]:
         """Running processes of one kind, surviving the 535.43-535.86 struct mismatch.
 
         Those drivers export a _v3 function whose struct does not match what pynvml
         expects, so the entries come back as garbage (pid 0, absurd memory sizes).  Try the
-        newest call first and fall back to older ones; remember which one worked.
+        newest call first and fall back to older ones; remember which one worked.  The
+        second value says why no variant could be read (None when one could, or when this
+        driver has none).
         """
         base = f"nvmlDeviceGet{kind}RunningProcesses"
         variants = [base + "_v3", base + "_v2", base]
@@ -699,19 +739,21 @@ class Collector:
             variants.remove(known)
             variants.insert(0, known)
         last: list[Any] | None = None
+        failure: str | None = None
         for name in variants:
-            result = self._get(name, handle)
+            result, why = self._call(name, handle)
             if result is None:
+                failure = failure or why
                 continue
             result = list(result)
             if self._plausible(result, mem_total):
                 self._proc_variant[kind] = name
-                return result
+                return result, None
             last = result
         if last is None:
-            return []
+            return [], failure
         # Every variant looked wrong: keep the entries that still make sense.
-        return [e for e in last if self._plausible([e], mem_total)]
+        return [e for e in last if self._plausible([e], mem_total)], None
 
     def _plausible(self, entries: list[Any], mem_total: int | None) -> bool:
         for entry in entries:
