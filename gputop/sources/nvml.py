@@ -88,6 +88,15 @@ NO_DRIVER_MESSAGE = (
     "over SSH."
 )
 
+# The library is there but the kernel module is not: the normal state of a login node.
+DRIVER_NOT_LOADED_MESSAGE = (
+    "gputop: the NVIDIA driver is not loaded on this machine (libnvidia-ml.so is "
+    "installed, but NVML says Driver Not Loaded: a login node, or the kernel module failed "
+    "to load; see `dmesg | grep -i nvidia`). Try `gputop --hosts FILE` to watch GPU servers "
+    "over SSH, or `gputop --demo`."
+)
+NO_GPUS_MESSAGE = "gputop: no GPUs: the NVIDIA driver is loaded but sees no GPU on this machine."
+
 
 class NoDriverError(RuntimeError):
     """NVML could not start here; str() is one sentence for the user."""
@@ -866,14 +875,18 @@ _PROCESS_KEYS = (
 
 
 def _watts(milliwatts: Any) -> float | None:
+    # Not rounded here: each output rounds once (1 W on screen, 0.1 W in --json), since
+    # rounding twice shows 23.46 W as 24 W.
     if milliwatts is None:
         return None
-    return round(milliwatts / 1000.0, 1)
+    return milliwatts / 1000.0
 
 
 def _init_failure_message(err: BaseException) -> str:
     code = getattr(err, "value", None)
-    if code in (_ERR_LIBRARY_NOT_FOUND, _ERR_DRIVER_NOT_LOADED, None):
+    if code == _ERR_DRIVER_NOT_LOADED:
+        return DRIVER_NOT_LOADED_MESSAGE
+    if code in (_ERR_LIBRARY_NOT_FOUND, None):
         return NO_DRIVER_MESSAGE
     if code == _ERR_NO_PERMISSION:
         return "gputop: NVML refused access to the NVIDIA driver (insufficient permissions)."
@@ -895,4 +908,8 @@ def open_local(
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
     from gputop.sources.procfs import ProcFs
 
-    return Collector(pynvml, ProcFs(), host=host, reservations_dir=reservations_dir)
+    collector = Collector(pynvml, ProcFs(), host=host, reservations_dir=reservations_dir)
+    # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
+    if collector._get("nvmlDeviceGetCount") == 0:
+        raise NoDriverError(NO_GPUS_MESSAGE)
+    return collector
