@@ -170,3 +170,20 @@ def test_no_driver_here_is_exit_3_in_one_line() -> None:
         assert result.returncode == 3, (command, result.stdout, result.stderr)
         assert result.stderr.count("\n") == 1 and "--demo" in result.stderr
         assert not result.stderr.startswith("gputop check: gputop")
+
+
+def test_closed_pipe_keeps_the_critical_exit_code() -> None:
+    # `gputop check | head -1` with the reader already gone: EPIPE on the first write must
+    # not turn the critical (2) into 0, nor print a traceback.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gputop.cli", "check", "--demo", "faulty"],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -150,3 +150,88 @@ def test_card_whose_process_query_fails_is_never_picked(harness: Any) -> None:
     assert gpus[1]["processes_error"] and "Unknown" in gpus[1]["processes_error"]
     assert gpus[0]["processes_error"] is None and gpus[2]["processes_error"] is None
     assert [(p["gpu"], p["type"]) for p in host["processes"]] == [(2, "M")]
+
+
+def _small_scenario(processes: list[dict[str, Any]], **device: Any) -> dict[str, Any]:
+    return {
+        "driver_version": "550.54.15",
+        "keep_dead_pids": True,  # a zombie has exited: a real driver still lists it
+        "devices": [{"name": "NVIDIA A100-PCIE-40GB", "memory_total_mib": 40960,
+                     "memory_used_mib": sum(p["used_mib"] for p in processes),
+                     "util_gpu": 61, "processes": processes, **device}],
+    }
+
+
+def _reparented(reaper: Any, *argv: str) -> int:
+    """A process whose parent (a shell) exits at once: re-parented, as under nohup."""
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$@" </dev/null >/dev/null 2>&1 & echo $!', "sh", *argv],
+        capture_output=True, text=True, timeout=10, check=True,
+    )
+    pid = int(done.stdout)
+    reaper.pids.append(pid)
+    return pid
+
+
+def test_json_flags_and_reasons_of_real_processes(
+    harness: Any, reaper: Any, tmp_path: Path
+) -> None:
+    from helpers.procs import start_fake_kernel, start_zombie, wait_for
+
+    kernel = start_fake_kernel(reaper, tmp_path)
+    kernel.orphan()  # the notebook server dies
+    zombie = start_zombie(reaper)
+    job = _reparented(reaper, sys.executable, "-c", "import time; time.sleep(600)", "train.py")
+    wait_for(lambda: Path(f"/proc/{job}/cmdline").read_bytes().endswith(b"train.py\0"),
+             what="the nohup job to start")
+    scenario = _small_scenario([
+        {"pid": kernel.pid, "used_mib": 2048, "sm_util": 0},
+        {"pid": zombie.pid, "used_mib": 1024, "sm_util": 0},
+        {"pid": job, "used_mib": 30000, "sm_util": 61},
+    ])
+    with harness.FakeGPUs(scenario, libdir=harness.LIBDIR_FOR_TESTS) as fake:
+        env = _env(fake)
+        shown = subprocess.run([sys.executable, "-m", "gputop.cli", "--json"], env=env,
+                               capture_output=True, text=True, timeout=60)
+        checked = subprocess.run([sys.executable, "-m", "gputop.cli", "check", "--json"],
+                                 env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    (host,) = json.loads(shown.stdout)["hosts"]
+    rows = {p["pid"]: p for p in host["processes"]}
+    assert rows[kernel.pid]["flags"] == ["orphan", "kernel"]
+    assert "notebook server is gone" in rows[kernel.pid]["flag_reasons"]["orphan"]
+    assert "zombie" in rows[zombie.pid]["flags"]
+    assert "must reap it" in rows[zombie.pid]["flag_reasons"]["zombie"]
+    assert rows[job]["flags"] == ["orphan"]
+    assert "still computing" in rows[job]["flag_reasons"]["orphan"]
+    # NVML's used memory is the sum of the listed processes: nothing unaccounted
+    assert host["gpus"][0]["unaccounted"] == 0
+    # the abandoned kernel gets the advice to stop it; the running job gets none
+    advice = {w["pid"]: w for w in json.loads(checked.stdout)["warnings"] if w["pid"]}
+    assert advice[kernel.pid]["code"] == "orphan-memory" and "stop it" in advice[kernel.pid]["hint"]
+    assert job not in advice and zombie.pid not in advice
+
+
+def test_zero_gpus_and_driver_not_loaded_exit_3(harness: Any) -> None:
+    for scenario, words in (
+        ({"devices": []}, "no GPUs"),
+        ({"init_error": "DRIVER_NOT_LOADED", "devices": []}, "driver is not loaded"),
+    ):
+        with harness.FakeGPUs(scenario, libdir=harness.LIBDIR_FOR_TESTS) as fake:
+            done = subprocess.run([sys.executable, "-m", "gputop.cli", "--once"],
+                                  env=_env(fake), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert words in done.stderr and done.stderr.count("\n") == 1
+        assert done.stdout == ""
+
+
+def test_power_is_rounded_once(harness: Any) -> None:
+    scenario = _small_scenario([], power_draw_mw=23460, power_limit_mw=250000)
+    with harness.FakeGPUs(scenario, libdir=harness.LIBDIR_FOR_TESTS) as fake:
+        env = _env(fake)
+        text = subprocess.run([sys.executable, "-m", "gputop.cli", "--once"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        doc = subprocess.run([sys.executable, "-m", "gputop.cli", "--json"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert "23/250W" in text.stdout, text.stdout
+    assert json.loads(doc.stdout)["hosts"][0]["gpus"][0]["power_draw"] == 23.5
