@@ -112,7 +112,7 @@ def _add_verdicts(snap: HostSnapshot, data: dict[str, Any]) -> None:
     from gputop.analysis import orphans
 
     flags = orphans.classify_snapshot(snap, None) if snap.processes else {}
-    for row, proc in zip(data["processes"], snap.processes):
+    for row, proc in zip(data["processes"], snap.processes, strict=True):
         verdict = flags.get(proc.key)
         row["flags"] = list(verdict.names) if verdict else []
         row["flag_reasons"] = dict(verdict.reasons) if verdict else {}
