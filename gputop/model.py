@@ -155,6 +155,9 @@ class Gpu(_Record):
     # Why this card's process list could not be read (None: it was read, maybe empty).
     # Such a card is "unknown", never "free": its processes may hold all of it.
     processes_error: str | None = None
+    # Fields whose query failed with an error (Unknown, Timeout, NoPermission), as
+    # "nvmlDeviceGetX: reason": they are None like unsupported ones, but not "not there".
+    field_errors: tuple[str, ...] = ()
 
     @property
     def mem_free(self) -> int | None:

@@ -603,3 +603,20 @@ def test_reservation_warnings_are_included() -> None:
         snap(healthy(0), processes=(intruder,), reservations=(expired,)), me="bob"
     )
     assert not [w for w in quiet if w.code == "reserved-by-other"]
+
+
+def test_fields_that_failed_are_named_apart_from_unsupported_ones() -> None:
+    from gputop.sources import sim
+    from gputop.sources.nvml import Collector
+
+    nvml = sim.SimNvml(sim.load_scenario("faulty"), clock=lambda: NOW)
+    nvml.set_error(1, "PowerUsage", sim.NVML_ERROR_TIMEOUT)
+    nvml.set_not_supported(1, "FanSpeed")
+    collector = Collector(nvml, sim.SimProcs(nvml), host="f", demo=True, clock=lambda: NOW)
+    got = HostSnapshot.from_dict(collector.collect())
+    gpu1 = got.gpu(1)
+    assert gpu1 is not None and gpu1.power_draw is None and gpu1.fan is None
+    assert gpu1.field_errors == ("nvmlDeviceGetPowerUsage: Timeout",)  # not the fan
+    found = [w for w in health.warnings(got) if w.code == "fields-unreadable"]
+    assert [(w.gpu, w.severity) for w in found] == [(1, INFO)]
+    assert "nvmlDeviceGetPowerUsage: Timeout" in found[0].message

@@ -279,6 +279,17 @@ def _gpu_rules(gpu: Gpu, th: Thresholds, add: _Adder, any_nvlink_up: bool) -> No
         )
         return
 
+    if gpu.field_errors:
+        shown = "; ".join(gpu.field_errors[:3]) + (" ..." if len(gpu.field_errors) > 3 else "")
+        add(
+            INFO,
+            "fields-unreadable",
+            f"{len(gpu.field_errors)} field(s) failed to read (shown n/a): {shown}",
+            gpu=i,
+            hint="unlike 'not supported', the driver had the value but could not give it; "
+            "if it persists, check dmesg and the driver",
+        )
+
     # -- critical: the card is or will be broken
     if gpu.ecc_volatile_uncorrected:
         add(

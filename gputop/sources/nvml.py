@@ -81,6 +81,8 @@ _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Excl
 DEVSCAN_EVERY = 10
 # At most this many XID events are drained per collect, so a storm cannot stall a refresh.
 _MAX_EVENTS_PER_COLLECT = 64
+# A sick driver can fail every query: this many failed fields per GPU are named.
+_MAX_FIELD_ERRORS = 16
 
 NO_DRIVER_MESSAGE = (
     "gputop: no NVIDIA driver found on this machine (libnvidia-ml.so could not be loaded). "
@@ -224,6 +226,7 @@ class Collector:
         self._collects = 0
         self._host_cpu_count: int | None = None
         self._holders: tuple[list[dict], str | None] = ([], None)
+        self._field_errors: list[str] | None = None  # of the GPU being read, see _call
 
     # -- NVML access -----------------------------------------------------------------------
 
@@ -263,7 +266,10 @@ class Collector:
                 raise _GpuLost("lost", f"GPU requires reset ({name})") from None
             if code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND):
                 return None, None
-            return None, f"{name}: {err}"
+            why = f"{name}: {err}"
+            if self._field_errors is not None and why not in self._field_errors:
+                self._field_errors.append(why)
+            return None, why
         except self._mismatch_class:
             # pynvml raises this (not an NVMLError) when an unversioned function is missing
             # from the installed driver: just another unreadable field.
@@ -550,12 +556,14 @@ class Collector:
 
     def _collect_gpu(self, index: int, now: float) -> tuple[dict, list[dict]]:
         gpu: dict[str, Any] = {"index": index, "state": "ok", "error": None}
+        self._field_errors = []
         try:
             handle = self._handle(index)
             static = self._static_fields(index, handle)
             gpu.update((k, v) for k, v in static.items() if not k.startswith("_"))
             self._dynamic_fields(gpu, handle, static)
             procs, gpu["processes_error"] = self._processes(index, handle, gpu.get("mem_total"))
+            gpu["field_errors"] = self._field_errors[:_MAX_FIELD_ERRORS]
         except _GpuLost as lost:
             return self._broken_gpu(index, lost.state, lost.message), []
         except Exception as err:
@@ -563,6 +571,8 @@ class Collector:
             # the error and the rest of the host is read as usual.
             message = f"cannot read GPU {index}: {type(err).__name__}: {err}"
             return self._broken_gpu(index, "error", message), []
+        finally:
+            self._field_errors = None
         return gpu, procs
 
     def _broken_gpu(self, index: int, state: str, message: str) -> dict[str, Any]:
