@@ -438,8 +438,9 @@ def _memory_rules(host: str, gpu: Gpu, history: Any, th: Thresholds, add: _Adder
     series: Callable[..., list[tuple[float, Any]]] | None = getattr(history, "gpu_series", None)
     if series is None or th.oom_horizon_minutes <= 0:
         return
+    window = th.oom_window_minutes * 60
     trend = memtrend.forecast(
-        series(host, i, "mem_used"), gpu.mem_total, add.now, th.oom_window_minutes * 60
+        series(host, i, "mem_used", since=add.now - window), gpu.mem_total, add.now, window
     )
     if trend is None or trend.eta > th.oom_horizon_minutes * 60:
         return
