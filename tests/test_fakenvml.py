@@ -9,6 +9,7 @@ skip, except under CI=true where that is a failure.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -69,7 +70,7 @@ def _env(fake: Any) -> dict[str, str]:
     return {**fake.env, "PYTHONPATH": str(ROOT), "FAKE_NVML_QUIET": "1", "NO_COLOR": "1"}
 
 
-def test_gpu_falling_off_the_bus_gets_its_xid_79(fake_faulty: Any) -> None:
+async def test_gpu_falling_off_the_bus_gets_its_xid_79(fake_faulty: Any) -> None:
     watch = subprocess.Popen(
         [sys.executable, str(HELPER)], env=_env(fake_faulty), text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -107,6 +108,32 @@ def test_gpu_falling_off_the_bus_gets_its_xid_79(fake_faulty: Any) -> None:
     held = {(w["code"], w["gpu"]) for w in second["warnings"]}
     assert {("xid-79", 3), ("gpu-lost", 3)} <= held
     assert not any(w["gpu"] == -1 for w in second["warnings"])
+
+    # The dashboard, fed these real-pynvml snapshots: the XID is on GPU 3 in its panel and
+    # in the warnings log (`w`), where it stays after its one snapshot has passed.
+    from gputop.model import HostSnapshot
+    from gputop.ui.app import GputopApp
+    from gputop.ui.screens.log import WarningLogScreen
+    from gputop.ui.widgets.warnings import WarningsPanel
+
+    snaps = [HostSnapshot.from_dict(reply["snapshot"]) for reply in (first, second)]
+    later = dataclasses.replace(snaps[1], time=snaps[1].time + 5, xid_events=())
+    now = [snaps[0].time]
+    app = GputopApp(clock=lambda: now[0], me="tester")
+    async with app.run_test(size=(140, 40)) as pilot:
+        for snapshot in (*snaps, later):
+            now[0] = snapshot.time
+            app.ingest(snapshot)
+        app.dashboard.refresh_view()
+        await pilot.pause()
+        panel = app.query_one(WarningsPanel)
+        assert ("xid-79", 3) in {(w.code, w.gpu) for w in panel.warnings}
+        await pilot.press("w")
+        await pilot.pause()
+        assert isinstance(app.screen, WarningLogScreen)
+        active = app.screen.query_one("#active", WarningsPanel)
+        xid = [w for w in active.warnings if w.code == "xid-79"]
+        assert [w.gpu for w in xid] == [3] and "fallen off the bus" in xid[0].message
 
 
 def test_card_whose_process_query_fails_is_never_picked(harness: Any) -> None:
