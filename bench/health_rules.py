@@ -48,6 +48,20 @@ def main() -> None:
             tracked.append(t2 - t1)
         rows.append((f"warnings(), 8 GPUs x {count} procs", rules))
         rows.append((f"WarningTracker.update, {count} procs", tracked))
+    # The OOM trend reads each GPU's memory series: the same refresh without it.
+    for label, th in (("warnings(), OOM trend off, 600 s history", health.Thresholds(
+            oom_horizon_minutes=0)), ("warnings(), OOM trend on, 600 s history",
+                                     health.Thresholds())):
+        history = History(seconds=600)
+        samples = []
+        for k in range(600):
+            snap = dataclasses.replace(base, time=base.time + k)
+            history.add(snap)
+            t0 = time.perf_counter()
+            health.warnings(snap, history, th, snap.time, "u")
+            if k >= 300:
+                samples.append(time.perf_counter() - t0)
+        rows.append((label, samples))
     topo = []
     for _ in range(ROUNDS):
         t0 = time.perf_counter()

@@ -152,6 +152,12 @@ class Gpu(_Record):
     numa_node: int | None = None
     cpu_affinity: str | None = None  # cpulist, e.g. "0-23,48-71"
     mig_mode: bool | None = None
+    # Why this card's process list could not be read (None: it was read, maybe empty).
+    # Such a card is "unknown", never "free": its processes may hold all of it.
+    processes_error: str | None = None
+    # Fields whose query failed with an error (Unknown, Timeout, NoPermission), as
+    # "nvmlDeviceGetX: reason": they are None like unsupported ones, but not "not there".
+    field_errors: tuple[str, ...] = ()
 
     @property
     def mem_free(self) -> int | None:
@@ -291,7 +297,7 @@ class DeviceHolder(_Record):
 
 @dataclass(frozen=True, slots=True)
 class XidEvent(_Record):
-    gpu: int
+    gpu: int | None  # None: the event could not be placed on a GPU ("GPU unknown")
     xid: int
     time: float  # epoch seconds
     detail: str | None = None

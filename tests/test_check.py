@@ -41,14 +41,25 @@ def test_faulty_node_exits_critical() -> None:
     assert result.stderr == ""
 
 
-def test_healthy_nvlink_node_is_not_critical() -> None:
-    result = gputop("check", "--demo", "dgx-h100")
-    assert result.returncode in (0, 1), result.stdout + result.stderr
-    assert "CRITICAL" not in result.stdout
-    # Not silent either: the scenario's full cards are reported, and the exit code agrees.
-    warnings = [line for line in result.stdout.splitlines() if line.startswith("WARNING")]
-    assert warnings and all("memory" in line for line in warnings), result.stdout
-    assert result.returncode == 1
+# Every shipped scenario's exact verdict: exit code and (code, GPU) of each warning.
+SCENARIO_VERDICTS = {
+    # a training job holding >80 % of all eight cards: healthy, so silent and exit 0
+    "dgx-h100": (0, set()),
+    "faulty": (2, {("critical", "ecc-uncorrected", 2), ("critical", "remap-pending", 2),
+                   ("warning", "nvlink-down", 4), ("warning", "pcie-gen", 5),
+                   ("warning", "pcie-width", 5), ("info", "persistence-off", None)}),
+    "lab": (1, {("warning", "temp-near-slowdown", 1), ("warning", "thermal-slowdown", 1),
+                ("info", "orphan-memory", 3)}),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIO_VERDICTS))
+def test_scenario_exit_code_and_warning_codes(scenario: str) -> None:
+    result = gputop("check", "--demo", scenario, "--json")
+    code, expected = SCENARIO_VERDICTS[scenario]
+    assert result.returncode == code, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    assert {(w["severity"], w["code"], w["gpu"]) for w in doc["warnings"]} == expected
 
 
 def test_lab_box_exits_warning() -> None:
@@ -71,15 +82,14 @@ def test_json_output_matches_exit_code() -> None:
 
 
 def test_config_thresholds_apply(tmp_path: Path) -> None:
+    # The classic "memory above 80 %" alert is off by default and one config key turns it
+    # on: the change in the verdict is the config's.
     config = tmp_path / "config.yaml"
-    config.write_text("health:\n  mem_percent: 99.5\n")
-    # Without the config the same scenario does warn about memory: the change is the config's.
-    baseline = gputop("check", "--demo", "dgx-h100")
-    assert baseline.returncode == 1 and "memory" in baseline.stdout, baseline.stdout
+    config.write_text("health:\n  mem_percent: 80\n")
     result = gputop("check", "--demo", "dgx-h100", "--config", str(config))
-    # the dgx scenario's only warnings are memory above 80 %
-    assert result.returncode == 0, result.stdout
-    assert "memory" not in result.stdout
+    assert result.returncode == 1, result.stdout
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 8 and all("memory" in line for line in warnings), result.stdout
 
 
 def test_bad_health_key_is_one_line(tmp_path: Path) -> None:
@@ -160,3 +170,20 @@ def test_no_driver_here_is_exit_3_in_one_line() -> None:
         assert result.returncode == 3, (command, result.stdout, result.stderr)
         assert result.stderr.count("\n") == 1 and "--demo" in result.stderr
         assert not result.stderr.startswith("gputop check: gputop")
+
+
+def test_closed_pipe_keeps_the_critical_exit_code() -> None:
+    # `gputop check | head -1` with the reader already gone: EPIPE on the first write must
+    # not turn the critical (2) into 0, nor print a traceback.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gputop.cli", "check", "--demo", "faulty"],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

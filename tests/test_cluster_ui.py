@@ -146,3 +146,20 @@ async def test_cluster_demo_app_starts_on_the_first_host() -> None:
         await load(pilot)
         assert app.state.host == CLUSTER_HOSTS[0][1]
         assert len(app.state.snapshots) == len(CLUSTER_HOSTS) + len(CLUSTER_DOWN)
+
+
+def test_unknown_is_never_free_and_reservations_match_by_uuid() -> None:
+    idle = Gpu(index=0, uuid="GPU-a", util_gpu=0, mem_used=0, mem_total=80 << 30)
+    snap = HostSnapshot(host="h", time=START, gpus=(idle,))
+    assert cluster.gpu_class(idle, snap, START) == cluster.FREE
+    # the process list could not be read: it may run a 20 GiB job
+    blind = Gpu(index=0, uuid="GPU-a", util_gpu=0, mem_used=0, mem_total=80 << 30,
+                processes_error="nvmlDeviceGetComputeRunningProcesses_v3: Unknown Error")
+    assert cluster.gpu_class(blind, snap, START) == cluster.UNKNOWN
+    # a reservation of GPU 0 of another host (shared store) is not this host's GPU 0
+    other = Reservation(gpu=0, user="dave", until=START + 3600, since=START, gpu_uuid="GPU-b")
+    shared = HostSnapshot(host="h", time=START, gpus=(idle,), reservations=(other,))
+    assert cluster.gpu_class(idle, shared, START) == cluster.FREE
+    mine = Reservation(gpu=3, user="dave", until=START + 3600, since=START, gpu_uuid="GPU-a")
+    held = HostSnapshot(host="h", time=START, gpus=(idle,), reservations=(mine,))
+    assert cluster.gpu_class(idle, held, START) == cluster.RESERVED

@@ -141,16 +141,80 @@ def test_clock_event_reasons(reasons: tuple, expected: set) -> None:
     assert all(w.severity == WARNING for w in found)
 
 
-def test_memory_above_threshold_with_remedies() -> None:
-    found = health.warnings(snap(healthy(mem_used=70 * GIB)))
+def test_busy_card_holding_most_memory_is_not_a_warning() -> None:
+    # PyTorch's caching allocator and vLLM hold 90 %+ by design: no alarm by default.
+    assert health.warnings(snap(healthy(mem_used=78 * GIB))) == []  # 97.5 %
+
+
+def test_nearly_full_card_is_an_oom_risk() -> None:
+    found = health.warnings(snap(healthy(mem_used=int(78.5 * GIB))))  # 98.1 %
+    assert codes(found) == {"oom-risk": WARNING}
+    assert "98%" in found[0].message and "next allocation" in found[0].message
+    assert health.warnings(snap(healthy(mem_used=78 * GIB)), None,
+                           Thresholds(oom_percent=97)) != []
+    assert health.warnings(snap(healthy(mem_used=80 * GIB)), None,
+                           Thresholds(oom_percent=0)) == []  # 0 turns it off
+
+
+def test_classic_memory_alert_is_opt_in_with_remedies() -> None:
+    th = Thresholds(mem_percent=80)
+    found = health.warnings(snap(healthy(mem_used=70 * GIB)), None, th)
     assert codes(found) == {"mem-high": WARNING}
     w = found[0]
     assert "88%" in w.message
     for remedy in ("smaller batch", "mixed precision", "gradient accumulation", "checkpointing"):
         assert remedy in (w.hint or "")
-    assert health.warnings(snap(healthy(mem_used=64 * GIB))) == []  # exactly 80 %
-    th = Thresholds(mem_percent=95)
-    assert health.warnings(snap(healthy(mem_used=70 * GIB)), None, th) == []
+    assert health.warnings(snap(healthy(mem_used=64 * GIB)), None, th) == []  # exactly 80 %
+    assert health.warnings(snap(healthy(mem_used=70 * GIB))) == []  # off by default
+
+
+def _ramp(history: History, minutes: float, used_at) -> float:  # type: ignore[no-untyped-def]
+    """Feed one sample every 10 s; ``used_at(t)`` gives GiB used t seconds in."""
+    t = 0.0
+    while t <= minutes * 60:
+        history.add(snap(healthy(mem_used=int(used_at(t) * GIB)), time=NOW + t))
+        t += 10
+    return NOW + t - 10
+
+
+def _oom(history: History, last: float) -> list:
+    current = history.gpu_series("node1", 0, "mem_used")[-1][1]
+    found = health.warnings(snap(healthy(mem_used=current), time=last), history, Thresholds(),
+                            last)
+    return [w for w in found if w.code == "oom-risk"]
+
+
+def test_memory_growing_towards_full_warns_only_while_it_grows() -> None:
+    # 20 GiB + 1.2 GiB/min for 30 min, then flat at 56 GiB (a plateau under 98 %).
+    def used(t: float) -> float:
+        return 20 + 1.2 * min(t, 1800) / 60
+
+    history = History(seconds=3600)
+    # at 10 min: 32 GiB, 48 GiB to go = 40 min > 15 min horizon: quiet
+    assert _oom(history, _ramp(history, 10, used)) == []
+    history = History(seconds=3600)
+    # at 28 min: 53.6 GiB, 26.4 GiB to go = 22 min: still quiet
+    assert _oom(history, _ramp(history, 28, used)) == []
+
+    def fast(t: float) -> float:
+        return 20 + 4 * min(t, 720) / 60  # 4 GiB/min for 12 min, then flat at 68 GiB
+
+    history = History(seconds=3600)
+    found = _oom(history, _ramp(history, 10, fast))  # 60 GiB: 20 GiB to go = 5 min
+    assert len(found) == 1 and found[0].severity == WARNING and found[0].gpu == 0
+    assert "grows 4.0 GiB/min: full in ~5 min" in found[0].message
+    history = History(seconds=3600)
+    assert _oom(history, _ramp(history, 20, fast)) == []  # plateau for 8 min: no growth
+
+
+def test_model_load_step_then_plateau_is_not_growth() -> None:
+    # 2 GiB, then a model load to 70 GiB at minute 3, then flat: the straight line over
+    # the window slopes up, but memory does not grow any more.
+    history = History(seconds=3600)
+    for minutes in (4.0, 5.0, 6.5):
+        history = History(seconds=3600)
+        last = _ramp(history, minutes, lambda t: 2 if t < 180 else 70)
+        assert _oom(history, last) == []
 
 
 def test_pcie_width_below_max_is_a_warning_even_when_idle() -> None:
@@ -369,14 +433,26 @@ def test_input_bound_process() -> None:
 
 
 def test_orphan_with_a_calm_cpu_is_not_input_bound() -> None:
-    # Orphaned and holding memory gets past the early exit; a calm CPU must still stop it.
+    # Orphaned, holding memory and idle for 10 minutes (not yet `idle_minutes`): a running
+    # nohup job is normal, so no warning; a calm CPU keeps it from being input-bound too.
     history = History(seconds=3600)
     calm = {"sm_util": 3, "cpu_percent": 2.0, "gpu_mem": 2 * GIB, "ppid": 1,
             "parent_command": "/sbin/init"}
     last = feed(history, minutes=10, **calm)
     current = snap(healthy(util_gpu=3), processes=(proc(**calm),), time=last)
-    found = codes(health.warnings(current, history, Thresholds(), last))
-    assert found == {"orphan-memory": INFO}
+    assert health.warnings(current, history, Thresholds(), last) == []
+    # the same orphan starving on a busy CPU is input-bound, and still not "orphaned"
+    hungry = {**calm, "cpu_percent": 100.0}
+    history = History(seconds=3600)
+    last = feed(history, minutes=10, **hungry)
+    current = snap(healthy(util_gpu=3), processes=(proc(**hungry),), time=last)
+    assert codes(health.warnings(current, history, Thresholds(), last)) == {"input-bound": INFO}
+
+
+def test_running_nohup_job_is_not_advised_to_stop() -> None:
+    job = proc(sm_util=61, gpu_mem=30 * GIB, ppid=1, parent_command="/sbin/init",
+               command="python train.py", cmdline=("python", "train.py"))
+    assert health.warnings(snap(healthy(), processes=(job,)), None, Thresholds(), NOW) == []
 
 
 def test_zombie_holding_idle_memory_gets_no_process_warning() -> None:
@@ -527,3 +603,20 @@ def test_reservation_warnings_are_included() -> None:
         snap(healthy(0), processes=(intruder,), reservations=(expired,)), me="bob"
     )
     assert not [w for w in quiet if w.code == "reserved-by-other"]
+
+
+def test_fields_that_failed_are_named_apart_from_unsupported_ones() -> None:
+    from gputop.sources import sim
+    from gputop.sources.nvml import Collector
+
+    nvml = sim.SimNvml(sim.load_scenario("faulty"), clock=lambda: NOW)
+    nvml.set_error(1, "PowerUsage", sim.NVML_ERROR_TIMEOUT)
+    nvml.set_not_supported(1, "FanSpeed")
+    collector = Collector(nvml, sim.SimProcs(nvml), host="f", demo=True, clock=lambda: NOW)
+    got = HostSnapshot.from_dict(collector.collect())
+    gpu1 = got.gpu(1)
+    assert gpu1 is not None and gpu1.power_draw is None and gpu1.fan is None
+    assert gpu1.field_errors == ("nvmlDeviceGetPowerUsage: Timeout",)  # not the fan
+    found = [w for w in health.warnings(got) if w.code == "fields-unreadable"]
+    assert [(w.gpu, w.severity) for w in found] == [(1, INFO)]
+    assert "nvmlDeviceGetPowerUsage: Timeout" in found[0].message

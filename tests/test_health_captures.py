@@ -226,3 +226,54 @@ def test_fallback_parser_gives_the_same_verdict(name: str) -> None:
     ours = [(w.code, w.severity) for w in check(name)]
     theirs = [(w.code, w.severity) for w in health.warnings(snap, None, Thresholds(), 1.0)]
     assert theirs == ours
+
+
+# -- `gputop check`'s verdict on every CSV capture, read by the real fallback parser --------
+
+CSV_CAPTURES = {
+    # (capture, phase): the exact warning codes; none is a warning, so check exits 0
+    ("capture-h100-80gb-hbm3-590.txt", "idle"): set(),
+    ("capture-h100-80gb-hbm3-590.txt", "load"): set(),
+    ("capture-h100-mig-590.txt", "idle"): set(),
+    ("capture-h100-mig-590.txt", "load"): set(),
+    ("capture-rtx-4080-super-595.txt", "idle"): set(),
+    ("capture-rtx-4080-super-595.txt", "load"): set(),
+    ("capture-l40s-595.txt", "idle"): {"persistence-off"},
+    ("capture-l40s-595.txt", "load"): {"persistence-off"},
+}
+
+
+def csv_snapshot(name: str, phase: str) -> HostSnapshot:
+    from sshd import capture_section
+
+    from gputop.sources import smi
+
+    text = (FIXTURES / name).read_text()
+    gpus, _ = smi.gpus_from_csv(capture_section(text, f"{phase} :: query-gpu"))
+    uuids = {g["uuid"]: g["index"] for g in gpus}
+    apps = smi.apps_from_csv(capture_section(text, f"{phase} :: query-compute-apps"), uuids)
+    return HostSnapshot.from_dict({"host": "capture", "time": 1.0, "gpus": gpus,
+                                   "processes": apps})
+
+
+@pytest.mark.parametrize(("name", "phase"), sorted(CSV_CAPTURES))
+def test_csv_capture_verdict(name: str, phase: str) -> None:
+    from gputop.commands.check import exit_code
+
+    snap = csv_snapshot(name, phase)
+    assert snap.gpus and snap.gpus[0].mem_total  # the parser really read the capture
+    found = health.warnings(snap, None, Thresholds(), 1.0)
+    assert {w.code for w in found} == CSV_CAPTURES[(name, phase)]
+    assert exit_code(found) == 0
+
+
+def test_idle_card_holding_a_loaded_model_is_not_a_problem() -> None:
+    # The H100 under load, turned into an inference server between requests: 0 % util,
+    # 90 % of the memory held by one process (vLLM --gpu-memory-utilization 0.9).
+    snap = csv_snapshot("capture-h100-80gb-hbm3-590.txt", "load")
+    gpu = snap.gpus[0]
+    assert gpu.mem_total is not None
+    server = dataclasses.replace(snap.processes[0], gpu_mem=int(gpu.mem_total * 0.9))
+    held = dataclasses.replace(snap, gpus=(dataclasses.replace(
+        gpu, util_gpu=0, mem_used=int(gpu.mem_total * 0.9)),), processes=(server,))
+    assert health.warnings(held, None, Thresholds(), 1.0) == []

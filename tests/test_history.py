@@ -40,6 +40,11 @@ def test_gpu_series_in_order_skips_none_and_trims_to_window() -> None:
     assert h.gpu_series("h1", 0, "mem_percent")[-1] == (19.0, 25.0)
     assert h.gpu_series("h1", 1, "temp")[0] == (9.0, 40)
     assert h.gpu_series("other", 0, "util_gpu") == []
+    # only the tail since a time: the same samples as filtering the whole series
+    assert h.gpu_series("h1", 0, "util_gpu", since=14.5) == [(16.0, 16), (17.0, 17),
+                                                             (18.0, 18), (19.0, 19)]
+    assert h.gpu_series("h1", 0, "util_gpu", since=0.0) == series
+    assert h.gpu_series("other", 0, "util_gpu", since=0.0) == []
 
 
 def test_host_series_and_latest_time() -> None:

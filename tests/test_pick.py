@@ -85,7 +85,7 @@ def test_filter_limits_are_inclusive_and_unknown_memory_is_refused() -> None:
             dataclasses.replace(_gpu(3, 0, 0), mem_used=None)]
     ranking = rank(_snap(gpus), NOW, min_free_mem=20 * GIB, max_util=50)
     assert ranking.indexes == [0]
-    assert ranking.rejected == {1: "19.5 GiB free", 2: "51 % busy", 3: "free memory unknown"}
+    assert ranking.rejected == {1: "19.5 GiB free", 2: "51 % busy", 3: "memory unknown"}
 
 
 def test_lost_reserved_and_critical_cards_are_never_picked() -> None:
@@ -123,6 +123,45 @@ def test_demo_scenario_free_cards() -> None:
                           clock=lambda: clock[0])
     snap = HostSnapshot.from_dict(collector.collect())
     assert sorted(rank(snap, NOW).indexes) == [3, 4, 7]
+
+
+def test_a_card_whose_processes_could_not_be_read_is_never_picked() -> None:
+    # faulty's GPU 3 runs nothing; make its process query fail as a stressed driver does:
+    # it may be running a 20 GiB job, so it is "unknown", with the reason.
+    clock = [NOW]
+    nvml = sim.SimNvml(sim.load_scenario("faulty"), clock=lambda: clock[0])
+    nvml.set_error(3, "ComputeRunningProcesses", sim.NVML_ERROR_UNKNOWN)
+    collector = Collector(nvml, sim.SimProcs(nvml), host="faulty", demo=True,
+                          clock=lambda: clock[0])
+    snap = HostSnapshot.from_dict(collector.collect())
+    gpu3 = snap.gpu(3)
+    assert gpu3 is not None and gpu3.state == model.GPU_OK
+    assert "ComputeRunningProcesses" in (gpu3.processes_error or "")
+    ranking = rank(snap, NOW)
+    assert sorted(ranking.indexes) == [4, 7]
+    assert ranking.rejected[3].startswith("processes unknown (")
+    assert "GPU 3: processes unknown" in ranking.shortfall(3)
+    # a filter that would share the card does not make an unknown card acceptable
+    assert 3 not in rank(snap, NOW, min_free_mem=GIB, max_util=100).indexes
+    # "not supported" is not an error: a card without the query is read as empty
+    nvml.set_error(3, "ComputeRunningProcesses", None)
+    nvml.set_not_supported(3, "ComputeRunningProcesses")
+    snap = HostSnapshot.from_dict(collector.collect())
+    assert snap.gpu(3).processes_error is None  # type: ignore[union-attr]
+    assert 3 in rank(snap, NOW).indexes
+
+
+def test_reservations_match_cards_by_uuid() -> None:
+    # A store shared between hosts: bob reserved GPU 0 of another host (its UUID). The
+    # same index here is another card, and free; the card with that UUID is reserved.
+    other = dataclasses.replace(_res(0, "bob", 60), gpu_uuid="GPU-0001")
+    snap = _snap([_gpu(0, 0.5, 0), _gpu(1, 0.5, 0)], reservations=[other])
+    ranking = rank(snap, NOW, me="me")
+    assert ranking.indexes == [0]
+    assert ranking.rejected == {1: "reserved by bob"}
+    # without a UUID on either side the index is all there is
+    legacy = _snap([_gpu(0, 0.5, 0)], reservations=[_res(0, "bob", 60)])
+    assert rank(legacy, NOW, me="me").rejected == {0: "reserved by bob"}
 
 
 # -- warnings ---------------------------------------------------------------------------

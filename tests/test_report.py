@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -133,7 +134,10 @@ def test_json_document_round_trips() -> None:
     (host,) = doc["hosts"]
     assert host["schema"] == model.SCHEMA_VERSION
     back = HostSnapshot.from_dict(host)
-    assert back == snap
+    # power is rounded once, to 0.1 W; every other field comes back as it was
+    watts = [dataclasses.replace(g, power_draw=round(g.power_draw, 1))  # type: ignore[arg-type]
+             for g in snap.gpus]
+    assert back == dataclasses.replace(snap, gpus=tuple(watts))
     assert host["gpus"][0]["ecc_mode"] is None  # missing is null, never 0 or "N/A"
 
 
@@ -271,3 +275,20 @@ def test_combining_marks_take_no_cell_and_runtime_has_seconds() -> None:
     (line,) = [x for x in report.render_text([snap], width=120).splitlines() if "python" in x]
     assert line.endswith(command)
     assert " 10m05s " in line
+
+
+@pytest.mark.parametrize("mode", ["--json", "--once"])
+def test_every_host_unreachable_exits_3(mode: str) -> None:
+    # Nothing listens on port 1 of loopback: refused at once, no network needed.
+    done = run_gputop(mode, "-H", "127.0.0.1:1,127.0.0.2:1", "--timeout", "10")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.count("unreachable") >= 2  # the host states are still printed
+
+
+def test_json_power_is_rounded_once_to_a_tenth() -> None:
+    snap = sim_snapshot("lab")
+    gpu = dataclasses.replace(snap.gpus[0], power_draw=23.46, power_limit=350.0)
+    doc = report.json_document([dataclasses.replace(snap, gpus=(gpu,), processes=())], T0)
+    assert doc["hosts"][0]["gpus"][0]["power_draw"] == 23.5
+    text = report.render_text([dataclasses.replace(snap, gpus=(gpu,), processes=())])
+    assert "23/350W" in text and "24/350W" not in text

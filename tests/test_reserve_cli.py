@@ -156,6 +156,8 @@ def test_reserve_count_skips_cards_of_others_and_a_lost_race_exits_4(
     [
         (["reserve", "--gpus", "3", "--for", "1x"], 2, "--for: bad duration '1x'"),
         (["reserve", "--gpus", "9", "--for", "1h"], 2, "has no GPU 9 (it has 0, 1, 2"),
+        (["reserve", "--gpus", "3", "--for", "40d"], 2, "--for: at most 31 days"),
+        (["release", "--gpus", "9"], 2, "has no GPU 9 (it has 0, 1, 2"),
         (["reserve", "--gpus", "3,x", "--for", "1h"], 2, "'x' is neither an index nor"),
         (["reserve", "--gpus", "3", "--count", "1", "--for", "1h"], 2, "not both"),
         (["reserve", "--gpus", "3", "--max-util", "10", "--for", "1h"], 2,

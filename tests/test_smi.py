@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,84 @@ def test_old_driver_switches_to_xml() -> None:
     assert snap.processes and all(not p.visible for p in snap.processes)
     broken = smi.snapshot_from_xml_fallback("old", f"garbage\n{smi.MARK} 9\n{smi.MARK} 0\n", 5.0)
     assert broken["state"] == model.HOST_NO_GPU and "garbage" in broken["error"]
+
+
+# -- indexes, memory health and thresholds in the fallbacks ---------------------------
+
+
+def _joined(minors: tuple[int, int]) -> str:
+    """Two real single-GPU captures in one document, with these minor numbers: the shape
+    of a real dual-A5000 `nvidia-smi -q -x` that lists minor 1 before minor 0."""
+    first = ET.parse(FIXTURES / "xml-tesla-t4-515.xml").getroot()
+    second = ET.parse(FIXTURES / "xml-rtx-4000-sff-ada-595.xml").getroot().find("gpu")
+    assert second is not None
+    first.append(second)
+    for gpu, minor in zip(first.findall("gpu"), minors, strict=True):
+        node = gpu.find("minor_number")
+        assert node is not None
+        node.text = str(minor)
+    return ET.tostring(first, encoding="unicode")
+
+
+def test_xml_index_is_the_document_order_not_the_minor_number() -> None:
+    gpus, _, procs = smi.parse_xml(_joined((1, 0)))
+    assert [(g["index"], g["name"]) for g in gpus] == [(0, "Tesla T4"),
+                                                      (1, "NVIDIA RTX 4000 SFF Ada Generation")]
+    t4_procs, ada_procs = ({p["pid"] for p in procs if p["gpu"] == i} for i in (0, 1))
+    assert len(t4_procs) == 2 and ada_procs and not t4_procs & ada_procs
+
+
+def test_xml_memory_health_of_real_captures() -> None:
+    (t4,), _, _ = smi.parse_xml((FIXTURES / "xml-tesla-t4-515.xml").read_text())
+    assert (t4["ecc_volatile_corrected"], t4["ecc_volatile_uncorrected"]) == (0, 0)
+    assert (t4["ecc_aggregate_corrected"], t4["ecc_aggregate_uncorrected"]) == (0, 0)
+    assert (t4["retired_pages_sbe"], t4["retired_pages_dbe"]) == (0, 0)
+    assert t4["retired_pages_pending"] is False
+    assert t4["remap_pending"] is None  # "N/A" on a T4: unknown, not "no"
+    (ada,), _, _ = smi.parse_xml((FIXTURES / "xml-rtx-4000-sff-ada-595.xml").read_text())
+    assert (ada["remapped_correctable"], ada["remapped_uncorrectable"]) == (0, 0)
+    assert ada["remap_pending"] is False and ada["remap_failure"] is False
+    (gtx,), _, _ = smi.parse_xml((FIXTURES / "xml-gtx-1660-ti.xml").read_text())
+    assert gtx["ecc_volatile_uncorrected"] is None  # no ECC on a consumer card
+
+
+def test_newer_drivers_temperature_thresholds_relative_to_the_tlimit() -> None:
+    # RTX 4000 Ada, R595: 38 C now, 49 C below its T.Limit (87 C); slowdown at -2 (89 C),
+    # shutdown at -7 (94 C), max operating at 0 (87 C).
+    (ada,), _, _ = smi.parse_xml((FIXTURES / "xml-rtx-4000-sff-ada-595.xml").read_text())
+    assert ada["temp"] == 38
+    assert (ada["temp_slowdown"], ada["temp_shutdown"], ada["temp_max_operating"]) == (89, 94, 87)
+    # the older absolute fields still win where present (A100, R535: 89/92/85)
+    (a100,), _, _ = smi.parse_xml((FIXTURES / "xml-a100-sxm4-mig-535.xml").read_text())
+    assert (a100["temp_slowdown"], a100["temp_shutdown"], a100["temp_max_operating"]) == (
+        89, 92, 85)
+
+
+def test_pending_row_remap_on_a_fallback_host_is_critical() -> None:
+    from gputop.analysis import health
+
+    root = ET.fromstring((FIXTURES / "xml-rtx-4000-sff-ada-595.xml").read_text())
+    pending = root.find("gpu/remapped_rows/remapped_row_pending")
+    assert pending is not None
+    pending.text = "Yes"
+    xml = ET.tostring(root, encoding="unicode")
+    out = smi.snapshot_from_xml_fallback("old", f"{xml}\n{smi.MARK} 0\n{smi.MARK} 0\n", 5.0)
+    found = health.warnings(HostSnapshot.from_dict(out))
+    assert ("remap-pending", model.CRITICAL, 0) in {(w.code, w.severity, w.gpu) for w in found}
+    # the CSV fallback asks for the same facts, and reads them
+    for field in ("remapped_rows.pending", "remapped_rows.failure", "retired_pages.pending",
+                  "retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count"):
+        assert field in smi.GPU_FIELDS.split(",")
+    csv_text = (
+        "index, name, memory.total [MiB], memory.used [MiB], "
+        "ecc.errors.uncorrected.volatile.total, retired_pages.pending, "
+        "retired_pages.double_bit.count, remapped_rows.pending, remapped_rows.failure\n"
+        "0, NVIDIA A100-SXM4-80GB, 81920 MiB, 100 MiB, 0, No, 2, Yes, No\n"
+    )
+    (gpu,), _ = smi.gpus_from_csv(csv_text)
+    assert gpu["remap_pending"] is True and gpu["remap_failure"] is False
+    assert gpu["retired_pages_pending"] is False and gpu["retired_pages_dbe"] == 2
+    snap = HostSnapshot(host="old", time=5.0, state=model.HOST_FALLBACK,
+                        gpus=(model.Gpu.from_dict(gpu),))
+    assert [(w.code, w.severity) for w in health.warnings(snap)] == [
+        ("remap-pending", model.CRITICAL)]

@@ -106,8 +106,10 @@ def test_kernel_lines_become_events_on_the_right_gpu() -> None:
     assert {e.gpu for e in events} == {4}
     assert events[0].time == 1740327858.0
     assert "nvidia-smi" in (events[0].detail or "")
-    # a line for a device this host does not list is dropped, not pinned on GPU 0
-    assert xid.to_events(found, gpus[:1], default_time=0.0) == []
+    # a line for a device this host does not list is placed on no GPU, not pinned on GPU 0
+    unplaced = xid.to_events(found, gpus[:1], default_time=0.0)
+    assert len(unplaced) == 5 and {e.gpu for e in unplaced} == {None}
+    assert all((e.detail or "").startswith("PCI ") for e in unplaced)
 
 
 def test_pci_matching() -> None:

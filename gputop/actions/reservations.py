@@ -204,7 +204,7 @@ def reserve(
     """
     now = time.time() if now is None else now
     try:
-        until = _check_until(until, now)
+        until = check_until(until, now)
         note = check_note(note)
         targets = resolve_gpus(gpus, gpu_uuids)
         if not targets:
@@ -310,7 +310,7 @@ def check_note(note: Any) -> str:
     return note
 
 
-def _check_until(until: Any, now: float) -> float:
+def check_until(until: Any, now: float) -> float:
     if isinstance(until, bool) or not isinstance(until, (int, float)) or not math.isfinite(until):
         raise ReservationError("the end time must be a number of epoch seconds")
     if until <= now:

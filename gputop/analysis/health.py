@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputop import model
-from gputop.analysis import orphans
+from gputop.analysis import memtrend, orphans
 from gputop.analysis import workloads as workload_rules
 from gputop.analysis import xid as xid_catalog
 from gputop.analysis.durations import format_duration
@@ -46,7 +46,12 @@ HOST_STATE = "host-state"  # the code of "this host cannot be seen"
 class Thresholds:
     """Tunable limits; the config file's ``health:`` section uses the same names."""
 
-    mem_percent: float = 80.0  # warn above this share of a card's memory
+    # The classic "memory above N %" alert, off (0) by default: caching allocators
+    # (PyTorch, vLLM, JAX) hold most of a card by design, so high use alone is no fault.
+    mem_percent: float = 0.0
+    oom_percent: float = 98.0  # OOM risk at or above this share of a card's memory
+    oom_horizon_minutes: float = 15.0  # OOM risk when the trend reaches the total this soon
+    oom_window_minutes: float = 5.0  # the trend is a straight line over this many minutes
     temp_slowdown_margin: float = 5.0  # warn this close (C) to the slowdown threshold
     # critical this close (C) to the shutdown threshold; small, because slowdown is often
     # only 3 C below shutdown (A100: 89/92 C) and a throttling card is a warning, not a page
@@ -104,6 +109,10 @@ _MEM_HINT = (
     "free memory: smaller batch, mixed precision (bf16/fp16), gradient accumulation, "
     "activation checkpointing"
 )
+_OOM_HINT = (
+    "the next allocation may fail: look for a leak (memory that grows every step), "
+    "or free memory: smaller batch, mixed precision, activation checkpointing"
+)
 
 # Names of data-centre cards, where persistence mode should be on.  Workstation names
 # such as "RTX A6000" do not match (four digits after the letter).
@@ -157,6 +166,8 @@ def warnings(
     up = _any_nvlink_up(snapshot.gpus)
     for gpu in snapshot.gpus:
         _gpu_rules(gpu, th, add, any_nvlink_up=up)
+        if gpu.state == model.GPU_OK:
+            _memory_rules(snapshot.host, gpu, history, th, add)
     _persistence_rule(snapshot.gpus, add)
     if snapshot.processes:
         # One pass over all processes: classifying each row on its own rescans the
@@ -233,13 +244,15 @@ class _Adder:
 
 
 def _xid_rules(snapshot: HostSnapshot, add: _Adder) -> None:
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int | None, int]] = set()
     for event in sorted(snapshot.xid_events, key=lambda e: e.time):
         if (event.gpu, event.xid) in seen:
             continue  # a burst of the same XID is one warning, since its first event
         seen.add((event.gpu, event.xid))
         info = xid_catalog.lookup(event.xid)
         message = xid_catalog.describe(event.xid)
+        if event.gpu is None:
+            message = f"GPU unknown: {message}"
         if event.detail:
             message += f" — {_one_line(event.detail, 80)}"
         add(info.severity, f"xid-{event.xid}", message, gpu=event.gpu, hint=info.hint,
@@ -267,6 +280,17 @@ def _gpu_rules(gpu: Gpu, th: Thresholds, add: _Adder, any_nvlink_up: bool) -> No
             hint=f"check `nvidia-smi -i {i}` and dmesg on the host",
         )
         return
+
+    if gpu.field_errors:
+        shown = "; ".join(gpu.field_errors[:3]) + (" ..." if len(gpu.field_errors) > 3 else "")
+        add(
+            INFO,
+            "fields-unreadable",
+            f"{len(gpu.field_errors)} field(s) failed to read (shown n/a): {shown}",
+            gpu=i,
+            hint="unlike 'not supported', the driver had the value but could not give it; "
+            "if it persists, check dmesg and the driver",
+        )
 
     # -- critical: the card is or will be broken
     if gpu.ecc_volatile_uncorrected:
@@ -346,15 +370,6 @@ def _gpu_rules(gpu: Gpu, th: Thresholds, add: _Adder, any_nvlink_up: bool) -> No
             gpu=i,
             hint="check airflow and fans; the card will throttle",
         )
-    pct = gpu.mem_percent
-    if pct is not None and pct > th.mem_percent:
-        add(
-            WARNING,
-            "mem-high",
-            f"memory {pct:.0f}% full ({_gib(gpu.mem_used)} of {_gib(gpu.mem_total)} GiB)",
-            gpu=i,
-            hint=_MEM_HINT,
-        )
     if (
         gpu.pcie_width is not None
         and gpu.pcie_width_max is not None
@@ -403,6 +418,42 @@ def _gpu_rules(gpu: Gpu, th: Thresholds, add: _Adder, any_nvlink_up: bool) -> No
             gpu=i,
             hint="check that the fan spins and is connected; check the fan curve",
         )
+
+
+def _memory_rules(host: str, gpu: Gpu, history: Any, th: Thresholds, add: _Adder) -> None:
+    """OOM risk (nearly full, or growing towards full soon), and the opt-in classic alert.
+
+    A full card is shown by its gauge's colour; it is a warning only when the next
+    allocation is likely to fail.
+    """
+    i = gpu.index
+    pct = gpu.mem_percent
+    if pct is None or gpu.mem_total is None or gpu.mem_used is None:
+        return
+    size = f"({_gib(gpu.mem_used)} of {_gib(gpu.mem_total)} GiB)"
+    if th.mem_percent > 0 and pct > th.mem_percent:
+        add(WARNING, "mem-high", f"memory {pct:.0f}% full {size}", gpu=i, hint=_MEM_HINT)
+    if th.oom_percent > 0 and pct >= th.oom_percent:
+        add(WARNING, "oom-risk", f"memory {pct:.0f}% full {size}: the next allocation may fail",
+            gpu=i, hint=_OOM_HINT)
+        return
+    series: Callable[..., list[tuple[float, Any]]] | None = getattr(history, "gpu_series", None)
+    if series is None or th.oom_horizon_minutes <= 0:
+        return
+    window = th.oom_window_minutes * 60
+    trend = memtrend.forecast(
+        series(host, i, "mem_used", since=add.now - window), gpu.mem_total, add.now, window
+    )
+    if trend is None or trend.eta > th.oom_horizon_minutes * 60:
+        return
+    add(
+        WARNING,
+        "oom-risk",
+        f"memory grows {trend.rate * 60 / GIB:.1f} GiB/min: full in "
+        f"~{max(math.ceil(trend.eta / 60), 1)} min {size}",
+        gpu=i,
+        hint=_OOM_HINT,
+    )
 
 
 def _persistence_rule(gpus: Iterable[Gpu], add: _Adder) -> None:
@@ -456,7 +507,11 @@ def _process_rules(
     # table's flags and these warnings never disagree.
     flags = all_flags[proc.key]
     held = proc.gpu_mem is not None and proc.gpu_mem >= th.idle_memory_mib * MIB
-    if not (flags.idle or (flags.orphan and held)) and (
+    # A running process whose parent is gone (nohup, setsid) is normal: its orphan flag
+    # stays in the detail view.  Only a kernel whose notebook server is gone holds memory
+    # for nobody for sure, so only it gets the "stop it" advice (idle ones get it below).
+    abandoned = flags.orphan and flags.kernel and held
+    if not (flags.idle or abandoned) and (
         proc.cpu_percent is None or proc.cpu_percent < th.input_bound_cpu_percent
     ):
         return  # the common case: nothing to say, and no need to format the process
@@ -474,7 +529,7 @@ def _process_rules(
             since=flags.idle_since,
         )
         return
-    if flags.orphan and held:
+    if abandoned:
         reason = next((text for name, text in flags.reasons if name == "orphan"), "orphaned")
         add(
             INFO,

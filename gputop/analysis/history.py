@@ -271,13 +271,34 @@ class History:
         with self._lock:
             return self._series(host, self._hosts.get(host, ()), field)
 
-    def gpu_series(self, host: str, gpu: int, field: str) -> list[tuple[float, Any]]:
+    def gpu_series(
+        self, host: str, gpu: int, field: str, since: float | None = None
+    ) -> list[tuple[float, Any]]:
         """(time, value) of a Gpu field or property (e.g. util_gpu, mem_percent).
 
-        Samples where the value is None (not supported, GPU lost) are left out.
+        Samples where the value is None (not supported, GPU lost) are left out; with
+        ``since``, so are those before it (only the tail is walked: rules that look at
+        the last minutes run on every refresh).
         """
         with self._lock:
-            return self._series(host, self._gpus.get((host, gpu), ()), field)
+            ring = self._gpus.get((host, gpu), ())
+            if since is None:
+                return self._series(host, ring, field)
+            times = self._times.get(host)
+            if times is None:
+                return []
+            out = []
+            for seq, record in reversed(ring):
+                if seq < times.base:
+                    break
+                when = times.time_of(seq)
+                if when < since:
+                    break
+                value = getattr(record, field)
+                if value is not None:
+                    out.append((when, value))
+            out.reverse()
+            return out
 
     def _series(
         self, host: str, ring: Iterable[tuple[int, Any]], field: str

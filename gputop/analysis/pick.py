@@ -5,6 +5,8 @@ alone does not count). With --min-free-mem or --max-util the user says what is a
 to share, and only those limits apply.
 A card is never picked when it is lost or in error, has a critical warning, or is
 reserved by someone else (my own reservations are fine: that is what I reserved for).
+Unknown is never free: a card whose process list or memory could not be read may be
+running a 20 GiB job, so it is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -39,13 +41,33 @@ class Ranking:
         return f"{head} ({reasons})" if reasons else head
 
 
+def reserves(reservation: Reservation, gpu: Gpu) -> bool:
+    """Whether ``reservation`` is for this card: by UUID when both know it, since the
+    same index on another host (a store shared over NFS) is another card."""
+    if reservation.gpu_uuid and gpu.uuid:
+        return reservation.gpu_uuid == gpu.uuid
+    return reservation.gpu == gpu.index
+
+
 def active_reservations(snapshot: HostSnapshot, now: float) -> dict[int, Reservation]:
     """GPU index -> its active reservation (the first one when a store has several)."""
     found: dict[int, Reservation] = {}
     for reservation in snapshot.reservations:
-        if reservation.active(now) and reservation.gpu not in found:
-            found[reservation.gpu] = reservation
+        if not reservation.active(now):
+            continue
+        for gpu in snapshot.gpus:
+            if gpu.index not in found and reserves(reservation, gpu):
+                found[gpu.index] = reservation
     return found
+
+
+def unknown(gpu: Gpu) -> str | None:
+    """Why a working card's load cannot be known (None: it can)."""
+    if gpu.processes_error:
+        return f"processes unknown ({gpu.processes_error})"
+    if gpu.mem_used is None or gpu.mem_total is None:
+        return "memory unknown"
+    return None
 
 
 def rank(
@@ -114,6 +136,9 @@ def _rejection(
         return f"reserved by {reservation.user}"
     if gpu.index in critical:
         return critical[gpu.index]
+    blind = unknown(gpu)
+    if blind:
+        return blind
     if min_free_mem is None and max_util is None:
         if busy.get(gpu.index):
             return f"{busy[gpu.index]} process(es) running"

@@ -291,18 +291,20 @@ def _pci_key(text: str) -> tuple[int, int, int] | None:
 def to_events(found: list[KernelXid], gpus: Iterable[Gpu], default_time: float) -> list[XidEvent]:
     """Turn parsed kernel lines into snapshot events, matching GPUs by PCI bus id.
 
-    Lines whose device is not among `gpus` are dropped: they belong to a card this host
-    no longer lists, and a GPU index cannot be guessed for them.
+    A line whose device is not among `gpus` belongs to a card this host no longer lists:
+    its event has no GPU (shown as "GPU unknown", never pinned on an index) and names the
+    PCI address instead.
     """
     gpus = list(gpus)
     events = []
     for item in found:
         gpu = next((g for g in gpus if same_pci_device(item.pci_bus_id, g.pci_bus_id)), None)
-        if gpu is None:
-            continue
         detail = item.detail
         if item.process:
             detail = f"pid {item.pid} ({item.process}): {detail}"
+        if gpu is None:
+            detail = f"PCI {item.pci_bus_id}" + (f": {detail}" if detail else "")
         when = item.time if item.time is not None else default_time
-        events.append(XidEvent(gpu=gpu.index, xid=item.xid, time=when, detail=detail or None))
+        events.append(XidEvent(gpu=None if gpu is None else gpu.index, xid=item.xid, time=when,
+                               detail=detail or None))
     return events

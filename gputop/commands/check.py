@@ -38,16 +38,17 @@ def _check(options: SourceOptions, as_json: bool) -> int:
         for w in warnings_once(snap, settings, collected.me(snap.host), snap.time)
     )
     code = exit_code(found)
-    if as_json:
-        doc = {
-            "schema": 1,
-            "status": {EXIT_OK: "ok", EXIT_WARNING: WARNING, EXIT_CRITICAL: CRITICAL}[code],
-            "hosts": [s.host for s in snapshots],
-            "warnings": [w.to_dict() for w in found],
-        }
-        print(json.dumps(doc, indent=2))
-    else:
-        write_report(found, snapshots, sys.stdout, colour=common.use_colour(sys.stdout))
+    with common.reader_may_leave():
+        if as_json:
+            doc = {
+                "schema": 1,
+                "status": {EXIT_OK: "ok", EXIT_WARNING: WARNING, EXIT_CRITICAL: CRITICAL}[code],
+                "hosts": [s.host for s in snapshots],
+                "warnings": [w.to_dict() for w in found],
+            }
+            print(json.dumps(doc, indent=2))
+        else:
+            write_report(found, snapshots, sys.stdout, colour=common.use_colour(sys.stdout))
     return code
 
 

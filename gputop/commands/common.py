@@ -115,6 +115,20 @@ async def session(
         yield opened
 
 
+@contextlib.contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """Around a command's output: `gputop check | head -1` closes the pipe early, which
+    is no error and must not change the exit code the script reads (a critical stays 2).
+    Later writes, the interpreter's last flush included, go to /dev/null."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def use_colour(stream: TextIO) -> bool:
     """Colour only for a terminal, and never when NO_COLOR is set (no-color.org)."""
     if "NO_COLOR" in os.environ:

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from gputop import model
 from gputop.analysis.durations import format_duration
 from gputop.commands import common
-from gputop.exitcodes import EXIT_OK
+from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_OK
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.options import SourceOptions
 from gputop.text import clock, visible
@@ -56,13 +56,18 @@ def _report(options: SourceOptions, as_json: bool) -> int:
         for snap in snapshots
     }
     out = sys.stdout
-    if as_json:
-        json.dump(json_document(snapshots, now, warnings), out, indent=1, default=_json_default)
-        out.write("\n")
-    else:
-        out.write(render_text(snapshots, warnings, width=_width(out),
-                              color=common.use_colour(out)))
-    out.flush()
+    with common.reader_may_leave():
+        if as_json:
+            json.dump(json_document(snapshots, now, warnings), out, indent=1,
+                      default=_json_default)
+            out.write("\n")
+        else:
+            out.write(render_text(snapshots, warnings, width=_width(out),
+                                  color=common.use_colour(out)))
+    # Every host unreachable (or without a driver) is nothing to show: a script must not
+    # read the host states' JSON as a success.
+    if snapshots and not any(snap.ok for snap in snapshots):
+        return EXIT_NO_DRIVER
     return EXIT_OK
 
 
@@ -92,11 +97,35 @@ def json_document(
     hosts = []
     for snap in snapshots:
         data = snap.to_dict()
+        _add_verdicts(snap, data)
         found = (warnings or {}).get(snap.host)
         if found is not None:
             data["warnings"] = [w.to_dict() for w in found]
         hosts.append(data)
     return {"schema": model.SCHEMA_VERSION, "generated": now, "hosts": hosts}
+
+
+def _add_verdicts(snap: HostSnapshot, data: dict[str, Any]) -> None:
+    """What scripts look for (idle kernels, memory nobody owns) next to the raw fields:
+    each process's ``flags`` and ``flag_reasons``, each GPU's ``unaccounted`` bytes, and
+    power rounded once, to 0.1 W."""
+    from gputop.analysis import orphans
+
+    flags = orphans.classify_snapshot(snap, None) if snap.processes else {}
+    for row, proc in zip(data["processes"], snap.processes, strict=True):
+        verdict = flags.get(proc.key)
+        row["flags"] = list(verdict.names) if verdict else []
+        row["flag_reasons"] = dict(verdict.reasons) if verdict else {}
+    ghost = orphans.unaccounted(snap)
+    # None where it cannot be said: the card is not readable or a process's size is unknown
+    blind = {p.gpu for p in snap.processes if p.gpu_mem is None}
+    for row in data["gpus"]:
+        known = row["state"] == model.GPU_OK and row["mem_used"] is not None
+        row["unaccounted"] = (ghost.get(row["index"], 0)
+                              if known and row["index"] not in blind else None)
+        for key, value in row.items():
+            if key.startswith("power_") and isinstance(value, float):
+                row[key] = round(value, 1)
 
 
 def _json_default(value: Any) -> Any:

@@ -16,10 +16,11 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gputop.actions.reservations import ReservationError, check_note
+from gputop.actions.reservations import ReservationError, check_note, check_until
 from gputop.analysis import pick as picking
 from gputop.analysis.durations import format_duration, parse_size, parse_until
 from gputop.analysis.pipeline import Settings, warnings_once
@@ -85,8 +86,10 @@ def _pick(options: SourceOptions, args: argparse.Namespace) -> int:
 def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
     now = time.time()
     try:
-        until = parse_until(args.duration, now)
-    except ValueError as exc:
+        # The store's limits too: an out-of-range --for is a usage error (2), not a
+        # refused action (4).
+        until = check_until(parse_until(args.duration, now), now)
+    except (ValueError, ReservationError) as exc:
         raise usage_error(f"--for: {exc}") from None
     note = args.note or ""
     try:
@@ -171,7 +174,16 @@ def _release(options: SourceOptions, args: argparse.Namespace) -> int:
     gpus = _gpu_list(args.gpus) if args.gpus else None
     config = common.config(options)
     plan = common.plan(options, True, args.host)
-    host, reply = asyncio.run(_ask_one(options, config, plan, {"op": "release", "gpus": gpus}))
+
+    def known(snapshot: HostSnapshot) -> None:
+        # `release --gpus 7` on a 4-GPU host is a typo, not "nothing to release"; a host
+        # whose GPUs cannot be read is asked anyway (a broken driver must not keep anyone
+        # from releasing).
+        if gpus is not None and snapshot.ok and snapshot.gpus:
+            _check_gpus(gpus, snapshot)
+
+    host, reply = asyncio.run(
+        _ask_one(options, config, plan, {"op": "release", "gpus": gpus}, known))
     if not reply.get("ok"):
         raise action_failed(_reply_message(reply, host))
     common.say("release", f"{host}: {reply.get('message', 'released')}")
@@ -215,13 +227,20 @@ def _reservations(options: SourceOptions, args: argparse.Namespace) -> int:
 
 
 async def _ask_one(
-    options: SourceOptions, config: Config, plan: SourcePlan, request: dict[str, Any]
+    options: SourceOptions,
+    config: Config,
+    plan: SourcePlan,
+    request: dict[str, Any],
+    check: Callable[[HostSnapshot], None] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """(host, reply) of one request about the store of the one planned host; it needs
     no GPU data, so it is sent also when the host's GPUs could not be read (a broken
-    driver must not keep anyone from releasing cards)."""
+    driver must not keep anyone from releasing cards).  ``check`` may refuse the
+    request first, from the host's snapshot."""
     async with common.session(options, config, plan, need_driver=False) as session:
         (snapshot,) = session.snapshots
+        if check is not None:
+            check(snapshot)
         return snapshot.host, await session.request(snapshot.host, request)
 
 

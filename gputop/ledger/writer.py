@@ -196,7 +196,8 @@ class Recorder:
         for xid in snap.xid_events:
             self.conn.execute(
                 "INSERT INTO events VALUES (?, ?, ?, 'xid', ?, 'critical', ?)",
-                (gpu_ids.get(xid.gpu), host.host_id, xid.time, f"xid-{xid.xid}", xid.detail))
+                (None if xid.gpu is None else gpu_ids.get(xid.gpu), host.host_id, xid.time,
+                 f"xid-{xid.xid}", xid.detail))
         now = frozenset(w.key for w in warnings)
         for w in warnings:
             if w.key not in host.warnings:

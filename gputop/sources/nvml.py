@@ -13,6 +13,7 @@ Rules this code keeps (see docs/design.md):
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import time
 from collections.abc import Callable
@@ -80,12 +81,23 @@ _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Excl
 DEVSCAN_EVERY = 10
 # At most this many XID events are drained per collect, so a storm cannot stall a refresh.
 _MAX_EVENTS_PER_COLLECT = 64
+# A sick driver can fail every query: this many failed fields per GPU are named.
+_MAX_FIELD_ERRORS = 16
 
 NO_DRIVER_MESSAGE = (
     "gputop: no NVIDIA driver found on this machine (libnvidia-ml.so could not be loaded). "
     "Try `gputop --demo` for a simulated node or `gputop --hosts FILE` to watch GPU servers "
     "over SSH."
 )
+
+# The library is there but the kernel module is not: the normal state of a login node.
+DRIVER_NOT_LOADED_MESSAGE = (
+    "gputop: the NVIDIA driver is not loaded on this machine (libnvidia-ml.so is "
+    "installed, but NVML says Driver Not Loaded: a login node, or the kernel module failed "
+    "to load; see `dmesg | grep -i nvidia`). Try `gputop --hosts FILE` to watch GPU servers "
+    "over SSH, or `gputop --demo`."
+)
+NO_GPUS_MESSAGE = "gputop: no GPUs: the NVIDIA driver is loaded but sees no GPU on this machine."
 
 
 class NoDriverError(RuntimeError):
@@ -131,6 +143,16 @@ def cpulist(words: Any) -> str | None:
         if cpu is not None:
             start = prev = cpu
     return ",".join(ranges)
+
+
+def _handle_key(handle: Any) -> Any:
+    """A stable key of a device handle: its pointer value for pynvml's ctypes pointers,
+    the object itself for the simulator's (one object per index)."""
+    if handle is None:
+        return None
+    if isinstance(handle, ctypes._Pointer):
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    return handle
 
 
 def normalize_bus_id(bus_id: Any) -> str | None:
@@ -204,6 +226,7 @@ class Collector:
         self._collects = 0
         self._host_cpu_count: int | None = None
         self._holders: tuple[list[dict], str | None] = ([], None)
+        self._field_errors: list[str] | None = None  # of the GPU being read, see _call
 
     # -- NVML access -----------------------------------------------------------------------
 
@@ -221,22 +244,36 @@ class Collector:
 
         Raises _GpuLost when the device is gone, so the caller can mark that GPU.
         """
+        return self._call(name, *args)[0]
+
+    def _call(self, name: str, *args: Any) -> tuple[Any, str | None]:
+        """(value, None); (None, None) when this driver or card lacks the field; (None,
+        why) when the call failed (Unknown, Timeout, NoPermission...): then the value is
+        not absent but unknown, which callers that decide "free" must not ignore.
+
+        Raises _GpuLost when the device is gone, so the caller can mark that GPU.
+        """
         fn = self._fn(name)
         if fn is None:
-            return None
+            return None, None
         try:
-            return fn(*args)
+            return fn(*args), None
         except self._error_class as err:
             code = getattr(err, "value", None)
             if code == _ERR_GPU_IS_LOST:
                 raise _GpuLost("lost", f"GPU is lost ({name})") from None
             if code == _ERR_RESET_REQUIRED:
                 raise _GpuLost("lost", f"GPU requires reset ({name})") from None
-            return None
+            if code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND):
+                return None, None
+            why = f"{name}: {err}"
+            if self._field_errors is not None and why not in self._field_errors:
+                self._field_errors.append(why)
+            return None, why
         except self._mismatch_class:
             # pynvml raises this (not an NVMLError) when an unversioned function is missing
             # from the installed driver: just another unreadable field.
-            return None
+            return None, None
 
     # -- once per Collector ----------------------------------------------------------------
 
@@ -462,16 +499,20 @@ class Collector:
             )
         return events
 
-    def _index_of(self, device: Any) -> int:
+    def _index_of(self, device: Any) -> int | None:
+        """The index of the GPU an event came from; None when it cannot be placed.
+
+        pynvml builds a new ctypes object for every event, so ``is`` never matches: compare
+        the handle's pointer value.  nvmlDeviceGetIndex is not asked, because the card an
+        XID 79 comes from is lost and answers nothing (or, via pynvml, garbage).
+        """
+        key = _handle_key(device)
+        if key is None:
+            return None
         for index, handle in self._handles.items():
-            if handle is device:
+            if _handle_key(handle) == key:
                 return index
-        found: int | None
-        try:
-            found = self._get("nvmlDeviceGetIndex", device)
-        except _GpuLost:
-            found = None
-        return int(found) if found is not None else -1
+        return None
 
     # -- every collect -----------------------------------------------------------------------
 
@@ -517,12 +558,14 @@ class Collector:
 
     def _collect_gpu(self, index: int, now: float) -> tuple[dict, list[dict]]:
         gpu: dict[str, Any] = {"index": index, "state": "ok", "error": None}
+        self._field_errors = []
         try:
             handle = self._handle(index)
             static = self._static_fields(index, handle)
             gpu.update((k, v) for k, v in static.items() if not k.startswith("_"))
             self._dynamic_fields(gpu, handle, static)
-            procs = self._processes(index, handle, gpu.get("mem_total"), now)
+            procs, gpu["processes_error"] = self._processes(index, handle, gpu.get("mem_total"))
+            gpu["field_errors"] = self._field_errors[:_MAX_FIELD_ERRORS]
         except _GpuLost as lost:
             return self._broken_gpu(index, lost.state, lost.message), []
         except Exception as err:
@@ -530,6 +573,8 @@ class Collector:
             # the error and the rest of the host is read as usual.
             message = f"cannot read GPU {index}: {type(err).__name__}: {err}"
             return self._broken_gpu(index, "error", message), []
+        finally:
+            self._field_errors = None
         return gpu, procs
 
     def _broken_gpu(self, index: int, state: str, message: str) -> dict[str, Any]:
@@ -668,11 +713,20 @@ class Collector:
     # -- processes -----------------------------------------------------------------------------
 
     def _processes(
-        self, index: int, handle: Any, mem_total: int | None, now: float
-    ) -> list[dict]:
+        self, index: int, handle: Any, mem_total: int | None
+    ) -> tuple[list[dict], str | None]:
+        """The card's processes, and why the list is incomplete (None: it is complete).
+
+        MPS clients ("M") are listed by their own call: without it a card shared through
+        MPS looks empty.
+        """
         merged: dict[int, dict] = {}
-        for kind, letter in (("Compute", "C"), ("Graphics", "G")):
-            for entry in self._running(kind, handle, mem_total):
+        failures: list[str] = []
+        for kind, letter in (("Compute", "C"), ("Graphics", "G"), ("MPSCompute", "M")):
+            entries, failure = self._running(kind, handle, mem_total)
+            if failure:
+                failures.append(failure)
+            for entry in entries:
                 pid = int(entry.pid)
                 mem = getattr(entry, "usedGpuMemory", None)
                 if mem == _VALUE_NOT_AVAILABLE:
@@ -681,18 +735,23 @@ class Collector:
                 if row is None:
                     merged[pid] = {"pid": pid, "gpu": index, "type": letter, "gpu_mem": mem}
                 else:
-                    row["type"] = "C+G"
+                    if {row["type"], letter} == {"C", "G"}:
+                        row["type"] = "C+G"
                     if mem is not None and (row["gpu_mem"] is None or mem > row["gpu_mem"]):
                         row["gpu_mem"] = mem
         self._process_utilization(index, handle, merged)
-        return list(merged.values())
+        return list(merged.values()), "; ".join(failures) or None
 
-    def _running(self, kind: str, handle: Any, mem_total: int | None) -> list[Any]:
+    def _running(
+        self, kind: str, handle: Any, mem_total: int | None
+    ) -> tuple[list[Any], str | None]:
         """Running processes of one kind, surviving the 535.43-535.86 struct mismatch.
 
         Those drivers export a _v3 function whose struct does not match what pynvml
         expects, so the entries come back as garbage (pid 0, absurd memory sizes).  Try the
-        newest call first and fall back to older ones; remember which one worked.
+        newest call first and fall back to older ones; remember which one worked.  The
+        second value says why no variant could be read (None when one could, or when this
+        driver has none).
         """
         base = f"nvmlDeviceGet{kind}RunningProcesses"
         variants = [base + "_v3", base + "_v2", base]
@@ -701,19 +760,21 @@ class Collector:
             variants.remove(known)
             variants.insert(0, known)
         last: list[Any] | None = None
+        failure: str | None = None
         for name in variants:
-            result = self._get(name, handle)
+            result, why = self._call(name, handle)
             if result is None:
+                failure = failure or why
                 continue
             result = list(result)
             if self._plausible(result, mem_total):
                 self._proc_variant[kind] = name
-                return result
+                return result, None
             last = result
         if last is None:
-            return []
+            return [], failure
         # Every variant looked wrong: keep the entries that still make sense.
-        return [e for e in last if self._plausible([e], mem_total)]
+        return [e for e in last if self._plausible([e], mem_total)], None
 
     def _plausible(self, entries: list[Any], mem_total: int | None) -> bool:
         for entry in entries:
@@ -858,14 +919,18 @@ _PROCESS_KEYS = (
 
 
 def _watts(milliwatts: Any) -> float | None:
+    # Not rounded here: each output rounds once (1 W on screen, 0.1 W in --json), since
+    # rounding twice shows 23.46 W as 24 W.
     if milliwatts is None:
         return None
-    return round(milliwatts / 1000.0, 1)
+    return milliwatts / 1000.0
 
 
 def _init_failure_message(err: BaseException) -> str:
     code = getattr(err, "value", None)
-    if code in (_ERR_LIBRARY_NOT_FOUND, _ERR_DRIVER_NOT_LOADED, None):
+    if code == _ERR_DRIVER_NOT_LOADED:
+        return DRIVER_NOT_LOADED_MESSAGE
+    if code in (_ERR_LIBRARY_NOT_FOUND, None):
         return NO_DRIVER_MESSAGE
     if code == _ERR_NO_PERMISSION:
         return "gputop: NVML refused access to the NVIDIA driver (insufficient permissions)."
@@ -887,4 +952,8 @@ def open_local(
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
     from gputop.sources.procfs import ProcFs
 
-    return Collector(pynvml, ProcFs(), host=host, reservations_dir=reservations_dir)
+    collector = Collector(pynvml, ProcFs(), host=host, reservations_dir=reservations_dir)
+    # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
+    if collector._get("nvmlDeviceGetCount") == 0:
+        raise NoDriverError(NO_GPUS_MESSAGE)
+    return collector

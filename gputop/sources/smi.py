@@ -31,7 +31,13 @@ GPU_FIELDS = (
     "memory.total,memory.used,temperature.gpu,power.draw,power.limit,fan.speed,"
     "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,persistence_mode,compute_mode,"
     "ecc.mode.current,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,"
-    "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max"
+    "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,"
+    # Memory health, so that a pending row remap is as critical here as on an NVML host.
+    # Drivers older than these fields (R450) fail the query and get `-q -x` instead.
+    "ecc.errors.corrected.aggregate.total,ecc.errors.uncorrected.aggregate.total,"
+    "retired_pages.single_bit_ecc.count,retired_pages.double_bit.count,retired_pages.pending,"
+    "remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,"
+    "remapped_rows.failure"
 )
 APP_FIELDS = "pid,gpu_uuid,process_name,used_memory"
 PS_FORMAT = "pid=,ppid=,uid=,user:32=,stat=,etimes=,pcpu=,rss=,args="
@@ -407,9 +413,9 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
     }
     gpus: list[dict[str, Any]] = []
     procs: list[dict[str, Any]] = []
-    for position, gpu in enumerate(root.findall("gpu")):
-        index = integer(_text(gpu, "minor_number"))
-        index = position if index is None else index
+    for index, gpu in enumerate(root.findall("gpu")):
+        # The index is the order in the document, as nvidia-smi numbers the cards; the
+        # minor number (/dev/nvidiaN) is not it: a dual-A5000 capture lists minor 1 first.
         power = gpu.find("gpu_power_readings")
         if power is None:
             power = gpu.find("power_readings")
@@ -441,8 +447,8 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
                 "bar1_total": mib(_text(gpu, "bar1_memory_usage/total")),
                 "bar1_used": mib(_text(gpu, "bar1_memory_usage/used")),
                 "temp": integer(_text(gpu, "temperature/gpu_temp")),
-                "temp_slowdown": integer(_text(gpu, "temperature/gpu_temp_slow_threshold")),
-                "temp_shutdown": integer(_text(gpu, "temperature/gpu_temp_max_threshold")),
+                **_thresholds(gpu),
+                **_memory_health(gpu),
                 "power_draw": number(
                     _text(power, "power_draw") or _text(power, "instant_power_draw")
                 ),
@@ -492,6 +498,71 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
                 }
             )
     return gpus, host, procs
+
+
+def _thresholds(gpu: ET.Element) -> dict[str, int | None]:
+    """Slowdown, shutdown and max operating temperatures in degrees C.
+
+    Newer drivers (Ada and Blackwell cards, R570+) give them relative to the T.Limit
+    instead: ``gpu_temp_tlimit`` is how far below its limit the card runs now, and the
+    ``*_tlimit_threshold`` fields where each threshold sits from that limit (shutdown at
+    -7 means 7 C past it).  Converted with the current temperature, they are absolute.
+    """
+    temps = gpu.find("temperature")
+    out = {
+        "temp_slowdown": integer(_text(temps, "gpu_temp_slow_threshold")),
+        "temp_shutdown": integer(_text(temps, "gpu_temp_max_threshold")),
+        "temp_max_operating": integer(_text(temps, "gpu_temp_max_gpu_threshold")),
+    }
+    temp = integer(_text(temps, "gpu_temp"))
+    headroom = integer(_text(temps, "gpu_temp_tlimit"))
+    if temp is None or headroom is None:
+        return out
+    limit = temp + headroom
+    for key, tag in (
+        ("temp_slowdown", "gpu_temp_slow_tlimit_threshold"),
+        ("temp_shutdown", "gpu_temp_max_tlimit_threshold"),
+        ("temp_max_operating", "gpu_temp_max_gpu_tlimit_threshold"),
+    ):
+        offset = integer(_text(temps, tag))
+        if out[key] is None and offset is not None:
+            out[key] = limit - offset
+    return out
+
+
+def _ecc_total(node: ET.Element | None, kind: str) -> int | None:
+    """Corrected ("correctable") or uncorrected errors of one ``ecc_errors`` counter,
+    summed over SRAM and DRAM (R5xx) or read from the older single/double bit totals."""
+    if node is None:
+        return None
+    old = integer(_text(node, "single_bit/total" if kind == "correctable" else "double_bit/total"))
+    if old is not None:
+        return old
+    counts = [integer(value(child.text)) for child in node
+              if child.tag.endswith("_" + kind)]
+    known = [n for n in counts if n is not None]
+    return sum(known) if known else None
+
+
+def _memory_health(gpu: ET.Element) -> dict[str, Any]:
+    ecc = gpu.find("ecc_errors")
+    volatile = None if ecc is None else ecc.find("volatile")
+    aggregate = None if ecc is None else ecc.find("aggregate")
+    return {
+        "ecc_volatile_corrected": _ecc_total(volatile, "correctable"),
+        "ecc_volatile_uncorrected": _ecc_total(volatile, "uncorrectable"),
+        "ecc_aggregate_corrected": _ecc_total(aggregate, "correctable"),
+        "ecc_aggregate_uncorrected": _ecc_total(aggregate, "uncorrectable"),
+        "retired_pages_sbe": integer(
+            _text(gpu, "retired_pages/multiple_single_bit_retirement/retired_count")),
+        "retired_pages_dbe": integer(
+            _text(gpu, "retired_pages/double_bit_retirement/retired_count")),
+        "retired_pages_pending": flag(_text(gpu, "retired_pages/pending_retirement")),
+        "remapped_correctable": integer(_text(gpu, "remapped_rows/remapped_row_corr")),
+        "remapped_uncorrectable": integer(_text(gpu, "remapped_rows/remapped_row_unc")),
+        "remap_pending": flag(_text(gpu, "remapped_rows/remapped_row_pending")),
+        "remap_failure": flag(_text(gpu, "remapped_rows/remapped_row_failure")),
+    }
 
 
 def _kib(value: int | None) -> int | None:

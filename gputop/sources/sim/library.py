@@ -179,6 +179,7 @@ class SimNvml:
             targets = range(len(scenario.gpus)) if item["gpu"] is None else [item["gpu"]]
             for i in targets:
                 self._unsupported[i].update(item["fields"])
+        self._failing: dict[int, dict[str, int]] = {i: {} for i in range(len(scenario.gpus))}
         self._links_down: set[tuple[int, int]] = {
             (item["gpu"], item["link"]) for item in faults["nvlink_down"]
         }
@@ -259,6 +260,16 @@ class SimNvml:
             else:
                 self._unsupported[i].discard(key)
 
+    def set_error(self, gpu: int, field_name: str, code: int | None) -> None:
+        """Make one field (e.g. 'ComputeRunningProcesses') fail on a GPU with NVML error
+        ``code`` (NVML_ERROR_UNKNOWN, _TIMEOUT...), as a driver under stress does; None
+        heals it.  Unlike NotSupported, the value exists but could not be read."""
+        key = normalize_field(field_name)
+        if code is None:
+            self._failing[gpu].pop(key, None)
+        else:
+            self._failing[gpu][key] = code
+
     def set_nvlink_down(self, gpu: int, link: int, down: bool = True) -> None:
         if down:
             self._links_down.add((gpu, link))
@@ -297,6 +308,9 @@ class SimNvml:
             handle.index
         ]:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        failing = self._failing[handle.index]
+        if field_name is not None and failing and normalize_field(field_name) in failing:
+            raise NVMLError(failing[normalize_field(field_name)])
         return self.scenario.gpus[handle.index]
 
     def _procs_by_gpu(self) -> dict[int, list[_Proc]]:

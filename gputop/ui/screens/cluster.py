@@ -38,6 +38,7 @@ from textual.strip import Strip
 from textual.widgets import Footer, Static
 
 from gputop import model
+from gputop.analysis import pick as picking
 from gputop.analysis import workloads as workload_rules
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.ui import fmt
@@ -90,10 +91,10 @@ def gpu_class(gpu: Gpu, snap: HostSnapshot, now: float, warned: bool = False) ->
         return BROKEN
     if warned and gpu.ecc_volatile_uncorrected:
         return BROKEN
-    if any(r.gpu == gpu.index and r.active(now) for r in snap.reservations):
+    if any(r.active(now) and picking.reserves(r, gpu) for r in snap.reservations):
         return RESERVED
-    if gpu.util_gpu is None and gpu.mem_percent is None:
-        return UNKNOWN
+    if picking.unknown(gpu):
+        return UNKNOWN  # unknown is never free
     busy_util = gpu.util_gpu is not None and gpu.util_gpu > FREE_UTIL
     busy_mem = gpu.mem_percent is not None and gpu.mem_percent > FREE_MEM
     held = any(p.gpu == gpu.index for p in snap.processes)
@@ -213,7 +214,7 @@ def host_line(
     if snap.gpus:
         for gpu in snap.gpus:
             is_warned = (snap.host, gpu.index) in warned
-            reserved = any(r.gpu == gpu.index and r.active(now) for r in snap.reservations)
+            reserved = any(r.active(now) and picking.reserves(r, gpu) for r in snap.reservations)
             line.append_text(gpu_cell(gpu, gpu_class(gpu, snap, now, is_warned), is_warned,
                                       reserved, narrow))
             line.append(" ")

@@ -18,6 +18,7 @@ from textual.containers import Container
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from gputop.analysis import pick as picking
 from gputop.model import HostSnapshot
 from gputop.ui import table_model
 from gputop.ui.keys import bindings
@@ -188,7 +189,7 @@ class DashboardScreen(Screen[None]):
                 mem_series=mem_series,
                 warnings=state.warnings_for(snap.host, gpu.index),
                 reservations=[r for r in snap.reservations
-                              if r.gpu == gpu.index and r.active(now)],
+                              if r.active(now) and picking.reserves(r, gpu)],
                 now=now,
                 span=span,
                 kept=kept,

@@ -16,7 +16,8 @@ from textual.widgets import Static
 from gputop.ui.keys import bindings
 
 ABOUT = (
-    "Rows: one GPU process each. Flags: KERN Jupyter kernel, ORPH parent gone, "
+    "Rows: one GPU process each. Flags: KERN Jupyter kernel, ORPH parent gone (normal for a "
+    "nohup job; only idle ones or kernels without a server are worth stopping), "
     "IDLE 0 % SM for a while holding memory, ZOMB defunct, HID in another PID namespace. "
     "Click a GPU panel to show only its processes; click a column title to sort."
 )
