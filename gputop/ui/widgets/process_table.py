@@ -28,6 +28,9 @@ from gputop.ui.state import RowKey
 from gputop.ui.table_model import Column, Row, cell, layout
 
 
+CURSOR = "process-table--cursor"
+
+
 def _cells(cols: list[tuple[Column, int]], values: list[str]) -> str:
     parts = []
     for (col, width), value in zip(cols, values, strict=True):
@@ -124,8 +127,10 @@ class ProcessTable(ScrollView, can_focus=True):
 
     DEFAULT_CSS = """
     ProcessTable { height: 1fr; overflow-x: hidden; }
-    ProcessTable > .process-table--cursor { background: $accent 40%; text-style: bold; }
-    ProcessTable:focus > .process-table--cursor { background: $accent; }
+    ProcessTable > .process-table--cursor {
+        background: $accent 40%; color: auto 95%; text-style: bold;
+    }
+    ProcessTable:focus > .process-table--cursor { background: $accent; color: auto 95%; }
     ProcessTable > .process-table--tagged { color: $warning; text-style: bold; }
     ProcessTable > .process-table--mine { text-style: bold; }
     ProcessTable > .process-table--flagged { color: $warning; }
@@ -234,18 +239,35 @@ class ProcessTable(ScrollView, can_focus=True):
         values = [cell(col.id, row, self.now) for col, _w in cols]
         tagged = row.key in self.tagged
         text = ("*" if tagged else " ") + _cells(cols, values)
-        style = base
-        if row.proc.state == "Z":
-            style += self.get_component_rich_style("process-table--zombie")
-        elif row.flags:
-            style += self.get_component_rich_style("process-table--flagged")
-        if self.me is not None and row.proc.user == self.me:
-            style += self.get_component_rich_style("process-table--mine")
-        if tagged:
-            style += self.get_component_rich_style("process-table--tagged")
-        if index == self.cursor:
-            style += self.get_component_rich_style("process-table--cursor")
+        style = self.row_style(row, index == self.cursor)
         return Strip([Segment(text, style)]).adjust_cell_length(width, style)
+
+    def row_state_classes(self, row: Row, at_cursor: bool) -> list[str]:
+        """The component classes of a row, weakest first: later ones win where they
+        set the same attribute, so a flag's colour beats "mine" (my forgotten kernel is
+        the row to notice) and the cursor, which picks a text colour that contrasts
+        with its own background, beats everything."""
+        classes = []
+        if self.me is not None and row.proc.user == self.me:
+            classes.append("process-table--mine")
+        if row.proc.state == "Z":
+            classes.append("process-table--zombie")
+        elif row.flags:
+            classes.append("process-table--flagged")
+        if row.key in self.tagged:
+            classes.append("process-table--tagged")
+        if at_cursor:
+            classes.append(CURSOR)
+        return classes
+
+    def row_style(self, row: Row, at_cursor: bool) -> Style:
+        style = self.rich_style
+        for name in self.row_state_classes(row, at_cursor):
+            # The cursor's full style: its background blended and "auto" text colour
+            # resolved.  The others only what they set, so "mine" (bold) keeps the flag
+            # colour instead of bringing back the default text colour.
+            style += self.get_component_rich_style(name, partial=name != CURSOR)
+        return style
 
     def _layout(self, width: int) -> list[tuple[Column, int]]:
         # Once per width, not once per drawn line.
