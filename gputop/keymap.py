@@ -43,6 +43,7 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("sort_pid", "dashboard", "N", "sort('pid')", "Sort by PID", False),
     KeyAction("detail", "dashboard", "enter", "detail", "Detail"),
     KeyAction("tag", "dashboard", "space", "tag", "Tag"),
+    KeyAction("untag_all", "dashboard", "U", "untag_all", "Untag all", False),
     KeyAction("mine", "dashboard", "m", "mine", "Mine"),
     KeyAction("user_filter", "dashboard", "u", "user_filter", "This user", False),
     KeyAction("gpu_filter", "dashboard", "g", "gpu_filter", "GPU"),

@@ -286,7 +286,17 @@ class DashboardScreen(Screen[None]):
         self.refresh_view()
 
     def action_gpu_filter(self) -> None:
-        self.action_step_gpu(1)
+        """g: the selected row's GPU (as u takes its user), again to clear; ] and [ step."""
+        state = self.app.state
+        proc = state.selected_process()
+        if state.selected_gpu is not None:
+            state.selected_gpu = None
+        elif proc is not None:
+            state.selected_gpu = proc.gpu
+        else:
+            self.action_step_gpu(1)
+            return
+        self.refresh_view()
 
     def action_step_gpu(self, step: int) -> None:
         state = self.app.state
@@ -313,13 +323,15 @@ class DashboardScreen(Screen[None]):
         self.refresh_view()
 
     def action_back(self) -> None:
-        """Esc: close the search box, else clear the filters, else leave for the cluster
-        overview (several hosts)."""
+        """Esc: close the search box, else clear the tags and filters, else leave for the
+        cluster overview (several hosts)."""
         state = self.app.state
         if self.search_box.has_focus:
             self.search_box.close(keep=False)
             return
-        if self.search or self.mine or self.user_filter or state.selected_gpu is not None:
+        if (self.search or self.mine or self.user_filter or state.selected_gpu is not None
+                or state.tagged):
+            state.tagged.clear()
             self.search = ""
             self.search_box.clear()
             self.mine = False
@@ -341,6 +353,10 @@ class DashboardScreen(Screen[None]):
         else:
             state.tagged.add(key)
         self.table.action_cursor_down()
+        self.refresh_view()
+
+    def action_untag_all(self) -> None:
+        self.app.state.tagged.clear()
         self.refresh_view()
 
     # -- actions: other screens --------------------------------------------------------

@@ -177,6 +177,10 @@ class ProcessTable(ScrollView, can_focus=True):
         self._set_selected(rows[self.cursor].key if rows else None)
         self.refresh()
 
+    def rows_shown(self) -> list[RowKey]:
+        """The keys of the rows that pass the view's filters (on screen or scrolled)."""
+        return list(self._index)
+
     def _set_selected(self, key: RowKey | None) -> None:
         if key != self.selected:
             self.selected = key
