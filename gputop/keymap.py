@@ -24,7 +24,7 @@ class KeyAction:
 
 SCOPES = (
     "app", "dashboard", "table", "detail", "help", "log", "topology", "kill", "reserve",
-    "reclaim", "cluster", "cluster_processes", "lines",
+    "reclaim", "cluster", "cluster_processes", "lines", "confirm",
 )
 
 KEY_ACTIONS: tuple[KeyAction, ...] = (
@@ -82,6 +82,8 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("cluster_procs_filter", "cluster_processes", "slash", "filter",
               "Filter host:/user:/label:"),
     KeyAction("lines_open", "lines", "enter", "choose", "Open"),
+    KeyAction("confirm_yes", "confirm", "y", "yes", "Yes"),
+    KeyAction("confirm_no", "confirm", "n,escape", "no", "Cancel"),
 )
 
 BY_ID: dict[str, KeyAction] = {k.id: k for k in KEY_ACTIONS}

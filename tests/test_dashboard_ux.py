@@ -3,11 +3,15 @@ g takes the selected row's GPU, the header names the configured host."""
 
 from __future__ import annotations
 
-from helpers.ui import SIZE, demo_app, demo_snapshots, feed_all, plain
+import dataclasses
+
+from helpers.ui import SIZE, cluster_app, demo_app, demo_snapshots, feed_all, plain
 
 from gputop.model import GpuProcess
 from gputop.ui.screens.kill import KillScreen, cautions, notes_text
 from gputop.ui.state import row_key
+from gputop.ui.widgets.header import HeaderBar, HostLine, host_title
+from gputop.ui.widgets.warnings import WarningsPanel
 
 
 def _key(app, pid):  # type: ignore[no-untyped-def]
@@ -63,3 +67,33 @@ def test_cautions_for_display_processes_and_other_users() -> None:
     shell = GpuProcess(gpu=0, pid=2, user="alice", command="/usr/bin/gnome-shell")
     assert len(cautions(shell, "alice")) == 1
     assert notes_text([], 0).plain == ""
+
+
+async def test_host_header_and_warnings_panel_are_about_the_host_shown() -> None:
+    app = cluster_app()  # hosts lab-0, dgx-h100-1, faulty-2; their machines' own names
+    async with app.run_test(size=(160, 50)) as pilot:
+        feed_all(app)
+        await pilot.pause()
+        app.show_host("faulty-2")
+        await pilot.pause()
+        snap = app.state.snapshot
+        assert snap.hostname and snap.hostname != "faulty-2"
+        header = str(app.query_one(HeaderBar).render())
+        assert header.index("faulty-2") < header.index(f"({snap.hostname})")
+        mine = app.state.warnings_for("faulty-2")
+        others = len(app.state.warnings) - len(mine)
+        assert mine and others  # the faulty host and the lab both have warnings
+        panel = app.dashboard.query_one(WarningsPanel)
+        assert panel.warnings == mine
+        text = plain(panel.render())
+        assert f"+ {others} warning" in text and "on other hosts" in text
+        # the host line counts what the panel lists
+        counts = plain(app.query_one(HostLine).render())
+        crit = sum(1 for w in mine if w.severity == "critical")
+        assert f"✖ {crit}" in counts or crit == 0
+
+
+def test_host_title_names_the_configured_host_first() -> None:
+    snap = demo_snapshots("lab", 1)[0]
+    assert host_title(snap) == "lab (lab-gpu-03)"
+    assert host_title(dataclasses.replace(snap, hostname="lab")) == "lab"

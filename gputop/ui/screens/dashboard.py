@@ -122,7 +122,7 @@ class DashboardScreen(Screen[None]):
         if snap is None:
             return
         self._update_panels(snap, now)
-        self._update_warnings_panel(now)
+        self._update_warnings_panel(snap.host, now)
         rows = table_model.build_rows(
             snap.host, snap.processes, state.flags.get(snap.host),
             mine=state.me if self.mine else None, user=self.user_filter,
@@ -172,10 +172,13 @@ class DashboardScreen(Screen[None]):
                 kept=history.seconds,
             ))
 
-    def _update_warnings_panel(self, now: float) -> None:
+    def _update_warnings_panel(self, host: str, now: float) -> None:
         app = self.app
+        mine = app.state.warnings_for(host)
+        # This host's warnings (the same the host line counts); the others as a count.
+        others = len(app.state.warnings) - len(mine)
         for panel in self.query(WarningsPanel):
-            panel.show(app.state.warnings, app.analyser.tracker.clearing, now)
+            panel.show(mine, app.analyser.tracker.clearing, now, others=others)
             # Warnings matter, but at 80x24 they must leave room for the processes.
             # Set only on change: a style write costs a layout pass.
             limit = max(2, self.size.height // 8)

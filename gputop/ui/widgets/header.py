@@ -12,6 +12,15 @@ from gputop.ui import fmt
 from gputop.ui.widgets.gpu_panel import SEVERITY_BADGE
 
 
+def host_title(snap: HostSnapshot) -> str:
+    """The host as configured (what the user typed or the hosts file calls it), then the
+    machine's own name where it differs: several hosts can share a hostname (``vm``)."""
+    name = fmt.visible(snap.host)
+    if snap.hostname and snap.hostname != snap.host:
+        return f"{name} ({fmt.visible(snap.hostname)})"
+    return name
+
+
 class HeaderBar(Widget):
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $panel; }
@@ -49,7 +58,7 @@ class HeaderBar(Widget):
             return out
         wide = self.size.width >= 110
         out.append(" ")
-        out.append(fmt.visible(snap.hostname or snap.host), style="bold")
+        out.append(host_title(snap), style="bold")
         if snap.demo:
             out.append(" ")
             out.append(" DEMO ", style="bold reverse yellow")

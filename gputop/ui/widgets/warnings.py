@@ -87,6 +87,7 @@ class WarningsPanel(Widget):
         self._warnings: list[HealthWarning] = []
         self._clearing: frozenset[tuple[object, ...]] = frozenset()
         self._now: float | None = None
+        self._others = 0  # warnings of other hosts, shown only as a count
 
     @property
     def warnings(self) -> list[HealthWarning]:
@@ -97,32 +98,36 @@ class WarningsPanel(Widget):
         warnings: Iterable[HealthWarning],
         clearing: Callable[[HealthWarning], bool] | None = None,
         now: float | None = None,
+        others: int = 0,
     ) -> bool:
-        """Set the list; returns True when it changed (and a repaint was asked for)."""
+        """Set the list (``others``: how many warnings other hosts have, shown as one
+        count line); returns True when it changed (and a repaint was asked for)."""
         items = list(warnings)
         faded = frozenset(w.key for w in items if clearing is not None and clearing(w))
         # Ages shown are whole minutes: repaint for the clock only when a minute passes.
         minute = None if now is None else int(now // 60)
         old_minute = None if self._now is None else int(self._now // 60)
-        if items == self._warnings and faded == self._clearing and minute == old_minute:
+        if (items == self._warnings and faded == self._clearing and minute == old_minute
+                and others == self._others):
             return False
         # A layout pass of the whole screen costs tens of ms; only a change in the number
         # of lines can move the widgets below, so a changed text is a plain repaint.
-        resized = self._lines(items) != self._lines(self._warnings)
+        resized = (self._lines(items, others) != self._lines(self._warnings, self._others))
+        self._others = others
         self._warnings = items
         self._clearing = faded
         self._now = now
         self.refresh(layout=resized)
         return True
 
-    def _lines(self, items: list[HealthWarning]) -> int:
+    def _lines(self, items: list[HealthWarning], others: int = 0) -> int:
         per_item = 2 if self.hints else 1
-        return max(1, len(items) * per_item)
+        return max(1, len(items) * per_item + (1 if others else 0))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         # Ask for every line; max-height (set by the app) caps it and render() then
         # summarises what did not fit.
-        return self._lines(self._warnings)
+        return self._lines(self._warnings, self._others)
 
     def render(self) -> RenderableType:
         now = self._now if self._now is not None else time.time()
@@ -130,7 +135,8 @@ class WarningsPanel(Widget):
         room = self.content_size.height
         per_item = 2 if self.hints else 1
         hidden = 0
-        if room and len(items) * per_item > room:
+        footer = 1 if self._others else 0
+        if room and len(items) * per_item + footer > room:
             # Clipped silently, the least severe warnings would vanish without a trace.
             keep = max(0, (room - 1) // per_item)
             hidden = len(items) - keep
@@ -141,9 +147,16 @@ class WarningsPanel(Widget):
             show_host=self.show_host,
             hints=self.hints,
             now=now,
-        ) if items else Text()
+        ) if items or not self._others else Text()
+        parts = []
         if hidden:
+            parts.append(f"… {hidden} more")
+        if self._others:
+            noun = "warning" if self._others == 1 else "warnings"
+            parts.append(f"+ {self._others} {noun} on other hosts")
+        if parts:
             if items:
                 text.append("\n")
-            text.append(f"… {hidden} more: press w for all warnings and hints", style="dim")
+            where = "w for all warnings and hints" if hidden else "c for the cluster"
+            text.append(", ".join(parts) + f": press {where}", style="dim")
         return text
