@@ -10,6 +10,8 @@ from helpers.ui import SIZE, cluster_app, demo_app, demo_snapshots, feed_all, pl
 from gputop.model import GpuProcess
 from gputop.ui.screens.kill import KillScreen, cautions, notes_text
 from gputop.ui.state import row_key
+from gputop.ui.table_model import COLUMNS
+from gputop.ui.widgets.process_table import TableHeader
 from gputop.ui.widgets.header import HeaderBar, HostLine, host_title
 from gputop.ui.widgets.warnings import WarningsPanel
 
@@ -97,3 +99,31 @@ def test_host_title_names_the_configured_host_first() -> None:
     snap = demo_snapshots("lab", 1)[0]
     assert host_title(snap) == "lab (lab-gpu-03)"
     assert host_title(dataclasses.replace(snap, hostname="lab")) == "lab"
+
+
+async def test_ctrl_c_quits() -> None:
+    app, _ = demo_app("lab")
+    async with app.run_test(size=SIZE) as pilot:
+        feed_all(app)
+        assert app.return_code is None
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0  # exit() was called, not a "press ctrl+q" hint
+
+
+async def test_every_column_shows_its_sort_direction() -> None:
+    app, _ = demo_app("lab")
+    async with app.run_test(size=SIZE) as pilot:
+        feed_all(app)
+        await pilot.pause()
+        header = app.dashboard.query_one(TableHeader)
+        for column in ("gpu", "type", "gpu_mem", "flags", "pid", "command"):
+            for reverse, mark in ((True, "▼"), (False, "▲")):
+                header.set_sort(column, reverse)
+                line = header.render_line(0).text
+                title = COLUMNS[column].title
+                assert f"{title}{mark}" in line, (column, line)
+                assert line.count(mark) == 1
+        # the marker of a full-width title takes the gap, not the next title's first cell
+        header.set_sort("gpu", True)
+        assert " GPU▼    PID USER" in header.render_line(0).text

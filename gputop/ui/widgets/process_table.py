@@ -72,23 +72,20 @@ class TableHeader(Widget):
         return layout(self.columns, max(self.size.width - self.marker_width, 1))
 
     def render_line(self, y: int) -> Strip:
-        cols = self._layout()
-        titles = []
-        for col, _width in cols:
-            mark = ("▼" if self.sort_reverse else "▲") if col.id == self.sort_column else ""
-            titles.append(col.title + mark)
-        text = " " * self.marker_width + _cells(cols, titles)
         style = self.rich_style
+        # Underlined as well as marked, so the sort column reads without colour too.
         sort_style = style + Style(underline=True)
-        # Underline the sorted column so it reads without colour too.
-        segments = []
-        pos = self.marker_width
-        segments.append(Segment(text[: self.marker_width], style))
-        for col, width in cols:
-            piece = text[pos : pos + width]
-            segments.append(Segment(piece, sort_style if col.id == self.sort_column else style))
-            segments.append(Segment(text[pos + width : pos + width + 1], style))
-            pos += width + 1
+        segments = [Segment(" " * self.marker_width, style)]
+        for col, width in self._layout():
+            sorted_here = col.id == self.sort_column
+            title = col.title + (("▼" if self.sort_reverse else "▲") if sorted_here else "")
+            # A title that fills its column puts the marker in the gap after it, so every
+            # column shows its direction without widening the table.
+            cell_width = width + 1 if len(title) > width else width
+            text = _right(title, cell_width) if col.right else set_cell_size(title, cell_width)
+            segments.append(Segment(text, sort_style if sorted_here else style))
+            if cell_width == width:
+                segments.append(Segment(" ", style))
         return Strip(segments).adjust_cell_length(self.size.width, style)
 
     def column_at(self, x: int) -> str | None:
