@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from helpers.ui import SIZE, cluster_app, demo_app, demo_snapshots, feed_all, plain
+from helpers.ui import SIZE, cluster_app, demo_app, demo_snapshots, feed_all, plain, wait_for
 
 from gputop.model import GpuProcess
+from gputop.ui.app import screenshot_directory
 from gputop.ui.screens.kill import KillScreen, cautions, notes_text
 from gputop.ui.state import row_key
 from gputop.ui.table_model import COLUMNS
@@ -127,3 +128,29 @@ async def test_every_column_shows_its_sort_direction() -> None:
         # the marker of a full-width title takes the gap, not the next title's first cell
         header.set_sort("gpu", True)
         assert " GPU▼    PID USER" in header.render_line(0).text
+
+
+def test_screenshot_directory_without_downloads(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    downloads = tmp_path / "Downloads"
+    state = tmp_path / "state"
+    monkeypatch.chdir(tmp_path)
+    assert screenshot_directory({}, downloads) == tmp_path
+    assert screenshot_directory({"XDG_STATE_HOME": "relative"}, downloads) == tmp_path
+    assert screenshot_directory({"XDG_STATE_HOME": str(state)}, downloads) == state / "gputop"
+    assert (state / "gputop").is_dir()
+    downloads.mkdir()
+    assert screenshot_directory({"XDG_STATE_HOME": str(state)}, downloads) == downloads
+
+
+async def test_palette_screenshot_lands_where_it_says(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/Downloads here
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("XDG_DOWNLOAD_DIR", raising=False)
+    app, _ = demo_app("lab")
+    async with app.run_test(size=SIZE) as pilot:
+        feed_all(app)
+        app.deliver_screenshot("shot.svg")
+        target = tmp_path / "state" / "gputop" / "shot.svg"
+        await wait_for(pilot, lambda: any(str(target) in n.message
+                                          for n in app._notifications))
+        assert target.read_text().startswith("<svg")
