@@ -29,7 +29,7 @@ SCOPES = (
 
 KEY_ACTIONS: tuple[KeyAction, ...] = (
     # everywhere
-    KeyAction("quit", "app", "q,f10,ctrl+c", "quit", "Quit"),  # ctrl+c as in htop, nvitop  # ctrl+c as in htop, nvitop
+    KeyAction("quit", "app", "q,f10,ctrl+c", "quit", "Quit"),  # ctrl+c as in htop, nvitop
     KeyAction("help", "app", "question_mark,f1", "help", "Help"),
     # the dashboard of one host
     KeyAction("search", "dashboard", "slash,f3", "search", "Search"),

@@ -12,8 +12,8 @@ from gputop.ui.app import screenshot_directory
 from gputop.ui.screens.kill import KillScreen, cautions, notes_text
 from gputop.ui.state import row_key
 from gputop.ui.table_model import COLUMNS
-from gputop.ui.widgets.process_table import TableHeader
 from gputop.ui.widgets.header import HeaderBar, HostLine, host_title
+from gputop.ui.widgets.process_table import TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
 
 

@@ -27,7 +27,6 @@ from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey
 from gputop.ui.table_model import Column, Row, cell, layout
 
-
 CURSOR = "process-table--cursor"
 
 
