@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from helpers.ui import SIZE, cluster_app, demo_app, demo_snapshots, feed_all, plain, wait_for
+from helpers.ui import SIZE, START, cluster_app, demo_app, demo_snapshots, feed_all, plain, wait_for
+from textual.geometry import Region
 
-from gputop.model import GpuProcess
+from gputop.model import GpuProcess, HealthWarning
 from gputop.ui.app import screenshot_directory
 from gputop.ui.screens.kill import KillScreen, cautions, notes_text
+from gputop.ui.screens.log import WarningLogScreen
 from gputop.ui.state import row_key
 from gputop.ui.table_model import COLUMNS
 from gputop.ui.widgets.header import HeaderBar, HostLine, host_title
@@ -154,3 +156,18 @@ async def test_palette_screenshot_lands_where_it_says(tmp_path, monkeypatch) -> 
         await wait_for(pilot, lambda: any(str(target) in n.message
                                           for n in app._notifications))
         assert target.read_text().startswith("<svg")
+
+
+async def test_warnings_log_wraps_long_messages() -> None:
+    long = "link flapping " + "x" * 200 + " END-OF-MESSAGE"
+    warning = HealthWarning(host="node1", gpu=0, severity="warning", code="long",
+                            message=long, hint="reseat it", since=START)
+    app, _ = demo_app("lab")
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.push_screen(WarningLogScreen([], [warning], now=START))
+        await pilot.pause()
+        panel = app.screen.query_one("#active", WarningsPanel)
+        assert panel.size.height >= 4  # the message takes 3 lines, its hint 1
+        lines = panel.render_lines(Region(0, 0, panel.size.width, panel.size.height))
+        shown = "".join(line.text.strip() for line in lines)
+        assert "END-OF-MESSAGE" in shown and "reseat it" in shown

@@ -29,10 +29,12 @@ def warning_lines(
     show_host: bool = True,
     hints: bool = True,
     now: float | None = None,
+    wrap: bool = False,
 ) -> Text:
-    """The panel's text, also used by the log screen and tests."""
+    """The panel's text, also used by the log screen and tests; ``wrap``: long messages
+    go on over the next lines instead of ending in an ellipsis."""
     items = sorted(warnings, key=lambda w: SEVERITY_ORDER.get(w.severity, 9))
-    out = Text(no_wrap=True, overflow="ellipsis")
+    out = Text(no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
     if not items:
         out.append("no warnings", style="green")
         return out
@@ -62,7 +64,7 @@ class WarningsPanel(Widget):
     """Current warnings of every host (or one), sorted by severity.
 
     On the dashboard it is one line per warning (``hints=False``), so it leaves room for
-    the processes; the warnings-log screen shows the hints.
+    the processes; the warnings-log screen shows the hints and wraps (``wrap=True``).
     """
 
     DEFAULT_CSS = """
@@ -77,6 +79,7 @@ class WarningsPanel(Widget):
         *,
         show_host: bool = True,
         hints: bool = False,
+        wrap: bool = False,
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
@@ -84,6 +87,9 @@ class WarningsPanel(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self.show_host = show_host
         self.hints = hints
+        self.wrap = wrap
+        if wrap:
+            self.styles.text_wrap = "wrap"
         self._warnings: list[HealthWarning] = []
         self._clearing: frozenset[tuple[object, ...]] = frozenset()
         self._now: float | None = None
@@ -125,6 +131,8 @@ class WarningsPanel(Widget):
         return max(1, len(items) * per_item + (1 if others else 0))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self.wrap:  # as many lines as the wrapped text takes at this width
+            return super().get_content_height(container, viewport, width)
         # Ask for every line; max-height (set by the app) caps it and render() then
         # summarises what did not fit.
         return self._lines(self._warnings, self._others)
@@ -147,6 +155,7 @@ class WarningsPanel(Widget):
             show_host=self.show_host,
             hints=self.hints,
             now=now,
+            wrap=self.wrap,
         ) if items or not self._others else Text()
         parts = []
         if hidden:
