@@ -8,8 +8,10 @@ import dataclasses
 from helpers.ui import SIZE, START, cluster_app, demo_app, demo_snapshots, feed_all, plain, wait_for
 from textual.geometry import Region
 
-from gputop.model import GpuProcess, HealthWarning
+from gputop.model import HOST_CONNECTING, GpuProcess, HealthWarning, error_snapshot
+from gputop.ui import fmt
 from gputop.ui.app import screenshot_directory
+from gputop.ui.screens.cluster import Totals, _matches, host_line, host_width
 from gputop.ui.screens.kill import KillScreen, cautions, notes_text
 from gputop.ui.screens.log import WarningLogScreen
 from gputop.ui.state import row_key
@@ -171,3 +173,21 @@ async def test_warnings_log_wraps_long_messages() -> None:
         lines = panel.render_lines(Region(0, 0, panel.size.width, panel.size.height))
         shown = "".join(line.text.strip() for line in lines)
         assert "END-OF-MESSAGE" in shown and "reseat it" in shown
+
+
+def test_cluster_filter_terms_reasons_and_plurals() -> None:
+    snap = dataclasses.replace(demo_snapshots("lab", 1)[0], host="node7", labels=("a100", "train"))
+    assert _matches(snap, "host:node7") and _matches(snap, "label:train")
+    assert _matches(snap, "host:node label:a100") and _matches(snap, "a100")
+    assert not _matches(snap, "host:a100") and not _matches(snap, "label:node7")
+    assert not _matches(snap, "host:node7 label:h100")
+
+    reason = "connecting to gpu-login-02.example.org:22 (attempt 3)"
+    down = error_snapshot("node8", START, HOST_CONNECTING, reason)
+    width = host_width(1)
+    assert len(reason) > width
+    assert reason in host_line(down, START, set(), width).plain
+
+    assert fmt.count(1, "host") == "1 host" and fmt.count(2, "host") == "2 hosts"
+    assert fmt.count(1, "process", "processes") == "1 process"
+    assert "1 host " in Totals(hosts=1).text().plain
