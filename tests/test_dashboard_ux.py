@@ -8,7 +8,7 @@ import dataclasses
 from helpers.ui import SIZE, START, cluster_app, demo_app, demo_snapshots, feed_all, plain, wait_for
 from textual.geometry import Region
 
-from gputop.model import HOST_CONNECTING, GpuProcess, HealthWarning, error_snapshot
+from gputop.model import HOST_CONNECTING, Gpu, GpuProcess, HealthWarning, error_snapshot
 from gputop.ui import fmt
 from gputop.ui.app import screenshot_directory
 from gputop.ui.screens.cluster import Totals, _matches, host_line, host_width
@@ -16,6 +16,7 @@ from gputop.ui.screens.kill import KillScreen, cautions, notes_text
 from gputop.ui.screens.log import WarningLogScreen
 from gputop.ui.state import row_key
 from gputop.ui.table_model import COLUMNS
+from gputop.ui.widgets.gpu_panel import gpu_facts
 from gputop.ui.widgets.header import HeaderBar, HostLine, host_title
 from gputop.ui.widgets.process_table import TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
@@ -191,3 +192,22 @@ def test_cluster_filter_terms_reasons_and_plurals() -> None:
     assert fmt.count(1, "host") == "1 host" and fmt.count(2, "host") == "2 hosts"
     assert fmt.count(1, "process", "processes") == "1 process"
     assert "1 host " in Totals(hosts=1).text().plain
+
+
+def test_gpu_facts_as_nvidia_smi_shows_them() -> None:
+    gpu = Gpu(index=0, pci_bus_id="00000000:3B:00.0", persistence_mode=True, ecc_mode=False,
+              compute_mode="Exclusive_Process", mig_mode=False)
+    assert gpu_facts(gpu) == ["00000000:3B:00.0", "persist on", "ECC off",
+                              "compute Exclusive_Process", "MIG off"]
+    assert gpu_facts(Gpu(index=1)) == []
+
+
+async def test_panel_shows_bandwidth_and_facts_when_wide() -> None:
+    app, _ = demo_app("lab")
+    async with app.run_test(size=(240, 60)) as pilot:
+        feed_all(app)
+        await pilot.pause()
+        gpu = app.state.snapshot.gpus[0]
+        assert gpu.util_mem is not None and gpu.pci_bus_id
+        first = plain(app.dashboard.gpu_panel(0).render()).splitlines()[0]
+        assert f"MBW {gpu.util_mem}%" in first and gpu.pci_bus_id in first
