@@ -211,3 +211,18 @@ async def test_panel_shows_bandwidth_and_facts_when_wide() -> None:
         assert gpu.util_mem is not None and gpu.pci_bus_id
         first = plain(app.dashboard.gpu_panel(0).render()).splitlines()[0]
         assert f"MBW {gpu.util_mem}%" in first and gpu.pci_bus_id in first
+
+
+async def test_host_cpu_and_memory_history_where_there_is_room() -> None:
+    app, _ = demo_app("lab", history=30)
+    async with app.run_test(size=(200, 50)) as pilot:
+        feed_all(app)
+        await pilot.pause()
+        line = plain(app.query_one(HostLine).render())
+        cpu = line[line.index("cpu 3m ") + 7:line.index("  mem 3m ")]
+        # 30 s of a 3-minute window: the newest sixth filled, on the fixed 0-100 scale
+        assert len(cpu) >= 20 and cpu.startswith(" ")
+        assert len(cpu.strip()) >= len(cpu) // 8 and set(cpu.strip()) <= set("▁▂▃▄▅▆▇█")
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert "cpu 3m" not in plain(app.query_one(HostLine).render())

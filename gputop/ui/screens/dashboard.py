@@ -23,7 +23,7 @@ from gputop.ui import table_model
 from gputop.ui.keys import bindings
 from gputop.ui.widgets.filter_input import FilterInput
 from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
-from gputop.ui.widgets.header import HeaderBar, HostLine
+from gputop.ui.widgets.header import HeaderBar, HostHistory, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
 
@@ -118,7 +118,9 @@ class DashboardScreen(Screen[None]):
         now = app.clock()
         self.query_one(HeaderBar).update_data(snap, app.interval, now, len(state.snapshots))
         host_warnings = state.warnings_for(snap.host) if snap else []
-        self.query_one(HostLine).update_data(snap, host_warnings, self.filter_status())
+        self.query_one(HostLine).update_data(
+            snap, host_warnings, self.filter_status(),
+            self._host_history(snap.host, now) if snap else None)
         if snap is None:
             return
         self._update_panels(snap, now)
@@ -134,6 +136,17 @@ class DashboardScreen(Screen[None]):
         table.set_rows(rows, now)
         state.selected = table.selected
         app.first_frame_drawn()
+
+    def _span(self) -> float:
+        """The window the histories show: three minutes, or 60 samples when slower."""
+        return min(self.app.state.history.seconds, max(180.0, 60 * self.app.interval))
+
+    def _host_history(self, host: str, now: float) -> HostHistory:
+        history = self.app.state.history
+        total = dict(history.host_series(host, "mem_total"))
+        mem = [(t, 100.0 * (1 - avail / total[t]))
+               for t, avail in history.host_series(host, "mem_available") if total.get(t)]
+        return HostHistory(history.host_series(host, "cpu_percent"), mem, now, self._span())
 
     def _update_panels(self, snap: HostSnapshot, now: float) -> None:
         box = self.query_one("#gpus", Container)
@@ -156,7 +169,7 @@ class DashboardScreen(Screen[None]):
         self._arrange_panels(len(indexes))
         state = self.app.state
         history = state.history
-        span = min(history.seconds, max(180.0, 60 * self.app.interval))
+        span = self._span()
         for gpu in snap.gpus:
             panel = self._panels[gpu.index]
             panel.set_class(state.selected_gpu == gpu.index, "-selected")
