@@ -52,6 +52,11 @@ class Row:
     key: RowKey
     proc: GpuProcess
     flags: tuple[str, ...]  # orphan flag names
+    # the tree view (gputop/ui/tree.py): a parent that is not itself on a GPU, the
+    # branch drawn before its command, the GPU memory of a row and all under it
+    group: bool = False
+    branch: str = ""
+    subtree_mem: int | None = None
 
 
 def _flags_of(flags: Any) -> tuple[str, ...]:
@@ -121,6 +126,8 @@ def sort_rows(rows: list[Row], column: str, reverse: bool, now: float) -> list[R
 
 def cell(column: str, row: Row, now: float) -> str:
     p = row.proc
+    if row.group and column not in ("pid", "user", "gpu_mem", "command"):
+        return ""
     if column == "gpu":
         return str(p.gpu)
     if column == "pid":
@@ -130,6 +137,8 @@ def cell(column: str, row: Row, now: float) -> str:
     if column == "type":
         return p.type
     if column == "gpu_mem":
+        if row.subtree_mem is not None:
+            return "Σ" + fmt.size(row.subtree_mem)
         return fmt.size(p.gpu_mem)
     if column == "sm":
         return "-" if p.sm_util is None else str(p.sm_util)
@@ -143,9 +152,11 @@ def cell(column: str, row: Row, now: float) -> str:
         state = p.state or ("?" if p.visible else "-")
         return " ".join([state, *(FLAG_SHORT.get(f, f.upper()) for f in row.flags)])
     if column == "command":
+        if row.group:
+            return row.branch + (fmt.visible(p.command) if p.command else "?") + " (no GPU)"
         if p.command:
-            return fmt.visible(p.command)
-        return "(not in this PID namespace)" if not p.visible else "?"
+            return row.branch + fmt.visible(p.command)
+        return row.branch + ("(not in this PID namespace)" if not p.visible else "?")
     raise KeyError(column)
 
 

@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from gputop.model import HostSnapshot
-from gputop.ui import table_model
+from gputop.ui import table_model, tree
 from gputop.ui.keys import bindings
 from gputop.ui.widgets.filter_input import FilterInput
 from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
@@ -49,6 +49,7 @@ class DashboardScreen(Screen[None]):
         self.search = ""
         self.sort_column = "gpu_mem"
         self.sort_reverse = True
+        self.tree_view = False  # the process tree (gputop/ui/tree.py) instead of a flat list
         self._dirty = False
         self._compact: bool | None = None
         self._panel_gpus: tuple[int, ...] = ()
@@ -131,6 +132,8 @@ class DashboardScreen(Screen[None]):
             gpu=state.selected_gpu, search=self.search,
         )
         rows = table_model.sort_rows(rows, self.sort_column, self.sort_reverse, now)
+        if self.tree_view:
+            rows = tree.tree_rows(rows)
         table = self.table
         table.tagged = state.tagged
         table.set_rows(rows, now)
@@ -233,6 +236,8 @@ class DashboardScreen(Screen[None]):
             parts.append(f"GPU {state.selected_gpu}")
         if self.search:
             parts.append(f"/{self.search}")
+        if self.tree_view:
+            parts.append("tree")
         if state.tagged:
             parts.append(f"{len(state.tagged)} tagged")
         if state.readonly:
@@ -362,13 +367,17 @@ class DashboardScreen(Screen[None]):
     def action_tag(self) -> None:
         state = self.app.state
         key = state.selected
-        if key is None:
+        if key is None or state.process(key) is None:  # a tree's group row: no process
             return
         if key in state.tagged:
             state.tagged.discard(key)
         else:
             state.tagged.add(key)
         self.table.action_cursor_down()
+        self.refresh_view()
+
+    def action_tree(self) -> None:
+        self.tree_view = not self.tree_view
         self.refresh_view()
 
     def action_untag_all(self) -> None:
