@@ -8,9 +8,12 @@ import dataclasses
 from helpers.ui import SIZE, START, cluster_app, demo_app, demo_snapshots, feed_all, plain, wait_for
 from textual.geometry import Region
 
+from gputop.config import Config
 from gputop.model import HOST_CONNECTING, Gpu, GpuProcess, HealthWarning, error_snapshot
+from gputop.options import SourceOptions
+from gputop.sources.opener import open_feeds
 from gputop.ui import fmt
-from gputop.ui.app import screenshot_directory
+from gputop.ui.app import GputopApp, screenshot_directory
 from gputop.ui.screens.cluster import Totals, _matches, host_line, host_width
 from gputop.ui.screens.kill import KillScreen, cautions, notes_text
 from gputop.ui.screens.log import WarningLogScreen
@@ -226,3 +229,18 @@ async def test_host_cpu_and_memory_history_where_there_is_room() -> None:
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
         assert "cpu 3m" not in plain(app.query_one(HostLine).render())
+
+
+async def test_demo_lab_shows_the_idle_kernel_at_once() -> None:
+    app = GputopApp(open_feeds(SourceOptions(demo="lab"), Config()), interval=0.2, me="alice")
+    async with app.run_test(size=SIZE) as pilot:
+        def kernel_flags() -> tuple[str, ...]:
+            flags = app.state.flags.get(app.state.host or "", {})
+            found = flags.get((2, 5100032))
+            return tuple(getattr(found, "names", ()) or ())
+
+        await wait_for(pilot, lambda: "idle" in kernel_flags())
+        since = app.state.flags[app.state.host][(2, 5100032)].idle_since
+        assert since is not None and app.clock() - since >= 30 * 60
+        # the seeded minutes are history too: the GPU sparklines are not empty
+        assert len(app.state.history.gpu_series(app.state.host, 0, "util_gpu")) >= 5
