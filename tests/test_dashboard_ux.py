@@ -244,3 +244,14 @@ async def test_demo_lab_shows_the_idle_kernel_at_once() -> None:
         assert since is not None and app.clock() - since >= 30 * 60
         # the seeded minutes are history too: the GPU sparklines are not empty
         assert len(app.state.history.gpu_series(app.state.host, 0, "util_gpu")) >= 5
+
+
+async def test_a_large_screen_shows_the_longer_history() -> None:
+    app, _ = demo_app("lab")
+    async with app.run_test(size=(160, 50)) as pilot:
+        feed_all(app)
+        await pilot.pause()
+        assert "util 3m" in plain(app.dashboard.gpu_panel(0).render())
+        await pilot.resize_terminal(240, 70)
+        await wait_for(pilot, lambda: "util 10m" in plain(app.dashboard.gpu_panel(0).render()))
+        assert "cpu 10m" in plain(app.query_one(HostLine).render())

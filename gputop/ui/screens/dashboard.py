@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from gputop.ui.app import GputopApp
 
 SORT_ORDER = tuple(table_model.COLUMNS)
+LARGE_SCREEN = (240, 70)
 
 
 class DashboardScreen(Screen[None]):
@@ -141,8 +142,13 @@ class DashboardScreen(Screen[None]):
         app.first_frame_drawn()
 
     def _span(self) -> float:
-        """The window the histories show: three minutes, or 60 samples when slower."""
-        return min(self.app.state.history.seconds, max(180.0, 60 * self.app.interval))
+        """The window the histories show: three minutes, or 60 samples when slower; on a
+        large screen (240x70 and more) everything kept, its cells being that much wider."""
+        kept = self.app.state.history.seconds
+        width, height = self.size
+        if width >= LARGE_SCREEN[0] and height >= LARGE_SCREEN[1]:
+            return kept
+        return min(kept, max(180.0, 60 * self.app.interval))
 
     def _host_history(self, host: str, now: float) -> HostHistory:
         history = self.app.state.history
