@@ -44,7 +44,7 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("detail", "dashboard", "enter", "detail", "Detail"),
     KeyAction("tag", "dashboard", "space", "tag", "Tag"),
     KeyAction("untag_all", "dashboard", "U", "untag_all", "Untag all", False),
-    KeyAction("tree", "dashboard", "v,f5", "tree", "Tree"),
+    KeyAction("tree", "dashboard", "v,f5", "tree", "Tree", False),
     KeyAction("mine", "dashboard", "m", "mine", "Mine"),
     KeyAction("user_filter", "dashboard", "u", "user_filter", "This user", False),
     KeyAction("gpu_filter", "dashboard", "g", "gpu_filter", "GPU"),
