@@ -24,12 +24,12 @@ class KeyAction:
 
 SCOPES = (
     "app", "dashboard", "table", "detail", "help", "log", "topology", "kill", "reserve",
-    "reclaim", "cluster", "cluster_processes", "lines", "queue",
+    "reclaim", "cluster", "cluster_processes", "lines", "queue", "confirm",
 )
 
 KEY_ACTIONS: tuple[KeyAction, ...] = (
     # everywhere
-    KeyAction("quit", "app", "q,f10", "quit", "Quit"),
+    KeyAction("quit", "app", "q,f10,ctrl+c", "quit", "Quit"),  # ctrl+c as in htop, nvitop
     KeyAction("help", "app", "question_mark,f1", "help", "Help"),
     # the dashboard of one host
     KeyAction("search", "dashboard", "slash,f3", "search", "Search"),
@@ -43,6 +43,8 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("sort_pid", "dashboard", "N", "sort('pid')", "Sort by PID", False),
     KeyAction("detail", "dashboard", "enter", "detail", "Detail"),
     KeyAction("tag", "dashboard", "space", "tag", "Tag"),
+    KeyAction("untag_all", "dashboard", "U", "untag_all", "Untag all", False),
+    KeyAction("tree", "dashboard", "v,f5", "tree", "Tree", False),
     KeyAction("mine", "dashboard", "m", "mine", "Mine"),
     KeyAction("user_filter", "dashboard", "u", "user_filter", "This user", False),
     KeyAction("gpu_filter", "dashboard", "g", "gpu_filter", "GPU"),
@@ -88,6 +90,8 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
               "Filter host:/user:/label:"),
     KeyAction("lines_open", "lines", "enter", "choose", "Open"),
     KeyAction("queue_back", "queue", "escape,q,Q", "app.pop_screen", "Back"),
+    KeyAction("confirm_yes", "confirm", "y", "yes", "Yes"),
+    KeyAction("confirm_no", "confirm", "n,escape", "no", "Cancel"),
 )
 
 BY_ID: dict[str, KeyAction] = {k.id: k for k in KEY_ACTIONS}

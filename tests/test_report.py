@@ -165,13 +165,28 @@ def run_gputop(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 
 
 def test_once_demo_subprocess() -> None:
-    done = run_gputop("--once", "--demo", "lab")
+    done = run_gputop("--once", "--demo", "lab", env={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr
     assert "TEXTUAL-NOT-LOADED" in done.stderr
     lines = done.stdout.splitlines()
     assert "DEMO" in lines[0] and "lab-gpu-03" in lines[0]
-    assert max(cells(line) for line in lines) <= 80
+    assert max(cells(line) for line in lines) <= 80  # $COLUMNS
     assert "\x1b" not in done.stdout  # not a terminal: no colour
+
+
+def test_once_to_a_pipe_without_columns_cuts_only_long_commands() -> None:
+    done = run_gputop("--once", "--demo", "lab", env={"COLUMNS": None})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(cells(line) for line in lines) > 80
+    # warnings and hints whole; a command line only past a generous width
+    assert not any(line.endswith("...") for line in lines
+                   if "hint:" in line or line.startswith(("WARNING", "CRITICAL", "INFO")))
+    head = next(line for line in lines if "COMMAND" in line)
+    assert " TYPE " in head
+    assert any(" C    " in line and "train_resnet.py" in line for line in lines)
+    gpu = next(line for line in lines if "RTX 3090" in line)
+    assert "GiB" in gpu and "G " not in gpu.replace("GiB", "")
 
 
 def test_json_demo_subprocess() -> None:

@@ -21,6 +21,7 @@ from gputop.config import Config
 from gputop.options import SourceOptions
 from gputop.sources import opener
 from gputop.ui.app import GputopApp
+from gputop.ui.screens.confirm import ConfirmScreen
 from gputop.ui.screens.reserve import ReserveScreen, describe, parse_gpus
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,10 +98,35 @@ async def test_reserve_dialog_validates_then_reserves_and_r_releases(demo_dir: s
         # R on GPU 3 releases only GPU 3
         await pilot.press("R")
         await _until(pilot, lambda: [r["gpu"] for r in store.list_active(demo_dir)] == [4])
-        # R with no GPU of mine selected releases all of mine on the host
+        # R with no GPU of mine selected asks before releasing all of mine on the host
         app.state.selected_gpu = 0
+        await _until(pilot, lambda: len(app.state.snapshot.reservations) == 1)
         await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        body = str(app.screen.query_one("#confirm-body").render())
+        assert "Release all 1 of yours" in body and "GPU 4" in body
+        await pilot.press("n")
+        await _until(pilot, lambda: app.screen is app.dashboard)
+        await pilot.pause()
+        assert [r["gpu"] for r in store.list_active(demo_dir)] == [4]
+        await pilot.press("R")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
         await _until(pilot, lambda: store.list_active(demo_dir) == [])
+
+
+async def test_r_prefills_a_free_card_not_the_selected_process_card(demo_dir: str) -> None:
+    app = _app()
+    async with app.run_test(size=(140, 50)) as pilot:
+        await _until(pilot, lambda: app.state.snapshot is not None)
+        snap = app.state.snapshot
+        busy = {p.gpu for p in snap.processes}
+        assert app.state.selected_process() is not None
+        await pilot.press("r")
+        await _until(pilot, lambda: isinstance(app.screen, ReserveScreen))
+        value = _field(app, "gpus").value
+        free = [g.index for g in snap.gpus if g.index not in busy]
+        assert free and value.isdigit() and int(value) in free
 
 
 async def test_lost_race_names_the_holder_and_keeps_the_dialog(demo_dir: str) -> None:

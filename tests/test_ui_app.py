@@ -174,7 +174,8 @@ async def test_filters_mine_user_gpu_and_clear() -> None:
         await pilot.press("u")
         assert len(app.dashboard.table.rows) == everyone
 
-        # g cycles all -> GPU 0 -> GPU 1 ...; ] and [ step too
+        # g: the selected row's GPU (bob's training job is on GPU 0); ] and [ step
+        assert app.state.selected_process().gpu == 0
         await pilot.press("g")
         assert app.state.selected_gpu == 0
         assert {row.proc.gpu for row in app.dashboard.table.rows} == {0}

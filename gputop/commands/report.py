@@ -7,11 +7,12 @@ checks sys.modules), so that `gputop --once` starts in a fraction of a second.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from gputop import model
@@ -23,6 +24,9 @@ from gputop.options import SourceOptions
 from gputop.text import clock, visible
 
 WIDTH = 80
+# Written to a pipe or file without $COLUMNS nothing is cut but the commands, and those
+# only past this many cells (a command line can be kilobytes long).
+PIPE_COMMAND_WIDTH = 200
 _ELLIPSIS = "..."
 
 _BOLD = "\x1b[1m"
@@ -79,11 +83,13 @@ def run_demo_list() -> int:
     return EXIT_OK
 
 
-def _width(stream: TextIO) -> int:
+def _width(stream: TextIO, env: Mapping[str, str] | None = None) -> int | None:
+    """The terminal's width; else $COLUMNS where set; else None: no limit."""
     isatty = getattr(stream, "isatty", None)
     if isatty and isatty():
-        return max(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
-    return WIDTH
+        return max(shutil.get_terminal_size((WIDTH, 24)).columns, 20)
+    columns = (os.environ if env is None else env).get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and 20 <= int(columns) <= 10_000 else None
 
 
 # -- JSON --------------------------------------------------------------------------------------
@@ -140,7 +146,7 @@ def _json_default(value: Any) -> Any:
 def render_text(
     snapshots: Sequence[HostSnapshot],
     warnings: dict[str, list[model.HealthWarning]] | None = None,
-    width: int = WIDTH,
+    width: int | None = WIDTH,
     color: bool = False,
 ) -> str:
     paint = _painter(color)
@@ -161,11 +167,13 @@ def _painter(color: bool) -> Callable[[str, str], str]:
 
 
 _GPU_HEADER = (
-    f"{'GPU':>3}  {'NAME':<24} {'UTIL':>5} {'MEMORY':>15} {'TEMP':>5} {'POWER':>11} {'FAN':>4}"
+    f"{'GPU':>3}  {'NAME':<24} {'UTIL':>5} {'MEMORY':>17} {'TEMP':>5} {'POWER':>11} {'FAN':>4}"
 )
 
 
-def _host_block(snap: HostSnapshot, width: int, paint: Callable[[str, str], str]) -> list[str]:
+def _host_block(
+    snap: HostSnapshot, width: int | None, paint: Callable[[str, str], str]
+) -> list[str]:
     lines = [_fit(_host_header(snap), width)]
     if not snap.ok:
         message = snap.error or snap.state
@@ -185,7 +193,7 @@ def _host_block(snap: HostSnapshot, width: int, paint: Callable[[str, str], str]
     # The JOB column only where some process has a workload: most hosts have none.
     jobs = any(p.workload is not None for p in snap.processes)
     head = (
-        f"{'GPU':>3} {'PID':>8} {'USER':<10} {'GPU-MEM':>9} {'SM%':>4} {'TIME':>7}  "
+        f"{'GPU':>3} {'PID':>8} {'USER':<10} {'TYPE':<4} {'GPU-MEM':>9} {'SM%':>4} {'TIME':>7}  "
         + (f"{'JOB':<{_JOB_WIDTH}} " if jobs else "")
         + "COMMAND"
     )
@@ -213,13 +221,13 @@ def _host_header(snap: HostSnapshot) -> str:
     return "  ".join(parts)
 
 
-def _gpu_line(gpu: Gpu, width: int, paint: Callable[[str, str], str]) -> str:
+def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> str:
     name = _fit(visible(gpu.name or "n/a"), 24)
     if gpu.state != model.GPU_OK:
         text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {visible(gpu.error or '')}"
         return paint(_fit(text, width), _RED)
     util = _pct(gpu.util_gpu)
-    mem = f"{_gib(gpu.mem_used)}/{_gib(gpu.mem_total)}G"
+    mem = f"{_gib(gpu.mem_used)}/{_gib(gpu.mem_total)}GiB"
     if gpu.mem_used is None and gpu.mem_total is None:
         mem = "n/a"
     temp = f"{gpu.temp}C" if gpu.temp is not None else "n/a"
@@ -227,7 +235,7 @@ def _gpu_line(gpu: Gpu, width: int, paint: Callable[[str, str], str]) -> str:
     if gpu.power_draw is None and gpu.power_limit is None:
         power = "n/a"
     fan = _pct(gpu.fan)
-    text = f"{gpu.index:>3}  {name:<24} {util:>5} {mem:>15} {temp:>5} {power:>11} {fan:>4}"
+    text = f"{gpu.index:>3}  {name:<24} {util:>5} {mem:>17} {temp:>5} {power:>11} {fan:>4}"
     hot = gpu.temp is not None and gpu.temp_slowdown is not None and gpu.temp >= gpu.temp_slowdown
     return paint(_fit(text, width), _YELLOW if hot else "")
 
@@ -235,7 +243,7 @@ def _gpu_line(gpu: Gpu, width: int, paint: Callable[[str, str], str]) -> str:
 _JOB_WIDTH = 18
 
 
-def _process_line(proc: GpuProcess, now: float, width: int, jobs: bool = False) -> str:
+def _process_line(proc: GpuProcess, now: float, width: int | None, jobs: bool = False) -> str:
     user = _fit(visible(proc.user or ("?" if proc.visible else "(hidden)")), 10)
     runtime = format_duration(now - proc.start_time) if proc.start_time is not None else "n/a"
     sm = f"{proc.sm_util}" if proc.sm_util is not None else "n/a"
@@ -243,16 +251,18 @@ def _process_line(proc: GpuProcess, now: float, width: int, jobs: bool = False) 
     if proc.state == "Z":
         command = f"<defunct> {command or ''}"
     fixed = (
-        f"{proc.gpu:>3} {proc.pid:>8} {user:<10} {_mem(proc.gpu_mem):>9} {sm:>4} {runtime:>7}  "
+        f"{proc.gpu:>3} {proc.pid:>8} {user:<10} {visible(proc.type)[:4]:<4} "
+        f"{_mem(proc.gpu_mem):>9} {sm:>4} {runtime:>7}  "
     )
     if jobs:
         job = _fit(visible(proc.workload.label), _JOB_WIDTH) if proc.workload else "-"
         fixed += f"{job:<{_JOB_WIDTH}} "
-    return fixed + _fit(visible(command or "n/a"), max(width - _display_width(fixed), 8))
+    room = PIPE_COMMAND_WIDTH if width is None else max(width - _display_width(fixed), 8)
+    return fixed + _fit(visible(command or "n/a"), room)
 
 
 def _warning_lines(
-    warnings: list[model.HealthWarning], width: int, paint: Callable[[str, str], str]
+    warnings: list[model.HealthWarning], width: int | None, paint: Callable[[str, str], str]
 ) -> list[str]:
     lines = ["", paint("WARNINGS", _BOLD)]
     styles = {model.CRITICAL: _RED, model.WARNING: _YELLOW, model.INFO: _DIM}
@@ -280,9 +290,9 @@ def _display_width(text: str) -> int:
     return sum(_char_width(c) for c in text)
 
 
-def _fit(text: str, width: int) -> str:
-    """Cut text to at most ``width`` terminal cells, marking the cut."""
-    if _display_width(text) <= width:
+def _fit(text: str, width: int | None) -> str:
+    """Cut text to at most ``width`` terminal cells (None: no limit), marking the cut."""
+    if width is None or _display_width(text) <= width:
         return text
     room = width - len(_ELLIPSIS)
     out = []

@@ -76,6 +76,8 @@ class LocalFeed:
     zero-argument factory that makes one (called in the worker thread on the first poll, so
     a slow or failing nvmlInit never blocks the UI).  ``dispatch_env`` is the
     ``gputop.actions.dispatch.ActionEnv`` for requests; None makes the feed a viewer only.
+    ``seed`` returns the snapshots (dicts, oldest first) the host had before the feed
+    started, emitted once before the first poll: the history --demo would have had.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class LocalFeed:
         host: str,
         identity: Identity,
         dispatch_env: Any = None,
+        seed: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         if hasattr(collector, "collect"):
             self._collector: Collector | None = collector  # type: ignore[assignment]
@@ -95,6 +98,7 @@ class LocalFeed:
         self.hosts = [host]
         self._identity = identity
         self._env = dispatch_env
+        self._seed = seed
         self._closed = asyncio.Event()
         # In --demo the collector and the actions share one simulation, which is not
         # thread-safe: a poll and a kill must not interleave.  Real NVML and /proc need no
@@ -164,6 +168,9 @@ class LocalFeed:
                 env.gpu_uuids = uuids
 
     async def run(self, interval: float, emit: Emit) -> None:
+        if self._seed is not None:
+            for data in await asyncio.to_thread(self._seed):
+                emit(HostSnapshot.from_dict(data))
         # Each poll is awaited before the next is scheduled, so polls never overlap even
         # when one takes longer than the interval.
         while not self._closed.is_set():

@@ -16,10 +16,11 @@ import dataclasses
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gputop.config import Config
+from gputop.config import Config, analysis_settings
 from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
@@ -197,6 +198,29 @@ class _WarmedUp:
         return self.collector.collect()
 
 
+# --demo seeds the history it would have had, one sample a minute: enough for the idle
+# rules' streaks (a kernel idle for days is flagged at once, not after 30 minutes).
+DEMO_SEED_STEP_S = 60.0
+
+
+def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[], list[dict]]:
+    def seed() -> list[dict[str, Any]]:
+        from gputop.sources import sim
+
+        # Its own simulation: the simulator's values are pure functions of time, so the
+        # past reads as the live one would have; actions never touch this one.
+        clock = _FrozenClock(now - seconds)
+        nvml = sim.SimNvml(sim.load_scenario(name), clock=clock)
+        collector = Collector(nvml, sim.SimProcs(nvml), host=host, demo=True, clock=clock)
+        out = []
+        while clock.now < now - DEMO_SEED_STEP_S / 2:
+            out.append(collector.collect())
+            clock.now += DEMO_SEED_STEP_S
+        return out
+
+    return seed
+
+
 def _demo_feed(name: str, options: SourceOptions, config: Config, one_shot: bool) -> LocalFeed:
     # The simulator pulls in pyyaml for scenario files: imported only when asked for.
     from gputop.sources import sim
@@ -217,7 +241,12 @@ def _demo_feed(name: str, options: SourceOptions, config: Config, one_shot: bool
     env = _action_env(options, config, sim=nvml, procs=procs)
     identity = dataclasses.replace(named_identity(scenario.me),
                                    reserves_as=local_identity().user)
-    return LocalFeed(collector, host=host, identity=identity, dispatch_env=env)
+    seed = None
+    if not one_shot:
+        # The whole window the idle rules look back over, less the sample live data adds.
+        seconds = analysis_settings(config).history().process_seconds - DEMO_SEED_STEP_S
+        seed = _demo_seed(name, host, seconds, time.time())
+    return LocalFeed(collector, host=host, identity=identity, dispatch_env=env, seed=seed)
 
 
 # -- one round ---------------------------------------------------------------------------------

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import queue
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar
 
+from platformdirs import user_downloads_path
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.message import Message
@@ -309,12 +312,38 @@ class GputopApp(App[int]):
     def action_quit(self) -> None:  # type: ignore[override]
         self.exit(0)
 
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        # Textual saves to ~/Downloads even where there is none (most servers); Textual's
+        # notification then names the file.
+        return super().deliver_screenshot(filename, path or str(screenshot_directory()),
+                                          time_format)
+
     def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
         svg = super().export_screenshot(title=title, simplify=simplify)
         # Rich writes each styled run as its own <text> with spaces as &#160;; librsvg (and
         # so every PNG made from our screenshots) drops a run's leading spaces unless told
         # to keep them, which glued "16%" to "of 48" in every picture.
         return svg.replace("<svg ", '<svg xml:space="preserve" ', 1)
+
+
+def screenshot_directory(env: Mapping[str, str] | None = None,
+                         downloads: Path | None = None) -> Path:
+    """~/Downloads where it exists, else $XDG_STATE_HOME/gputop, else the current
+    directory (where the user is looking)."""
+    env = os.environ if env is None else env
+    downloads = user_downloads_path() if downloads is None else downloads
+    if downloads.is_dir():
+        return downloads
+    state = env.get("XDG_STATE_HOME", "")
+    if os.path.isabs(state):
+        target = Path(state) / "gputop"
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            return target
+        except OSError:
+            pass  # an unusable state directory: the current one still works
+    return Path.cwd()
 
 
 # -- entry point -----------------------------------------------------------------------

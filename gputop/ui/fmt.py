@@ -17,6 +17,11 @@ MIB = KIB * 1024
 GIB = MIB * 1024
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 host``, ``3 hosts``, ``1 process``, ``2 processes``."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def safe_text(text: str | None, style: str = "") -> Text:
     """Untrusted text as a rich Text: never parsed as markup, escapes made visible."""
     return Text(visible(text), style=style, no_wrap=True, overflow="ellipsis")

@@ -56,8 +56,13 @@ class Row:
     key: RowKey
     proc: GpuProcess  # a group's row: its process with the most GPU memory
     flags: tuple[str, ...]  # orphan flag names
-    group: workload_rules.Group | None = None  # issue 15: a folded job / container / pod
+    group: workload_rules.Group | None = None  # a folded job / container / pod
     expanded: bool = False
+    # the tree view (gputop/ui/tree.py): a parent that is not itself on a GPU, the
+    # branch drawn before its command, the GPU memory of a row and all under it
+    tree_parent: bool = False
+    branch: str = ""
+    subtree_mem: int | None = None
 
 
 def _flags_of(flags: Any) -> tuple[str, ...]:
@@ -177,6 +182,8 @@ def cell(column: str, row: Row, now: float) -> str:
     if row.group is not None:
         return _group_cell(column, row, now)
     p = row.proc
+    if row.tree_parent and column not in ("pid", "user", "gpu_mem", "command"):
+        return ""
     if column == "gpu":
         return str(p.gpu)
     if column == "pid":
@@ -186,6 +193,8 @@ def cell(column: str, row: Row, now: float) -> str:
     if column == "type":
         return p.type
     if column == "gpu_mem":
+        if row.subtree_mem is not None:
+            return "Σ" + fmt.size(row.subtree_mem)
         return fmt.size(p.gpu_mem)
     if column == "sm":
         return "-" if p.sm_util is None else str(p.sm_util)
@@ -199,9 +208,11 @@ def cell(column: str, row: Row, now: float) -> str:
         state = p.state or ("?" if p.visible else "-")
         return " ".join([state, *(FLAG_SHORT.get(f, f.upper()) for f in row.flags)])
     if column == "command":
+        if row.tree_parent:
+            return row.branch + (fmt.visible(p.command) if p.command else "?") + " (no GPU)"
         if p.command:
-            return fmt.visible(p.command)
-        return "(not in this PID namespace)" if not p.visible else "?"
+            return row.branch + fmt.visible(p.command)
+        return row.branch + ("(not in this PID namespace)" if not p.visible else "?")
     if column == "job":
         return fmt.visible(p.workload.label) if p.workload is not None else "-"
     raise KeyError(column)

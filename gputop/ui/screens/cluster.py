@@ -119,7 +119,7 @@ class Totals:
 
     def text(self, narrow: bool = False) -> Text:
         out = Text()
-        out.append(f"{self.hosts} hosts", "bold")
+        out.append(fmt.count(self.hosts, "host"), "bold")
         parts = sorted(self.states.items(), key=lambda kv: (kv[0] != model.HOST_OK, kv[0]))
         for state, count in parts:
             out.append("  ")
@@ -201,7 +201,8 @@ def host_line(
     snap: HostSnapshot, now: float, warned: set[tuple[str, int]], width: int,
     narrow: bool = False,
 ) -> Text:
-    """One host: name, state, GPU cells; exactly ``width`` cells wide."""
+    """One host: name, state, GPU cells, ``width`` cells wide; a host without cards
+    names its state's reason in full (at least ``width`` cells)."""
     line = Text(no_wrap=True, overflow="crop")
     line.append(_cells(snap.host, NAME_WIDTH), "bold")
     line.append(" ")
@@ -220,9 +221,13 @@ def host_line(
             line.append(" ")
         if snap.queue:
             line.append(f"Q{len(snap.queue)}", "bold yellow")  # `gputop run` jobs
-    elif snap.error:
-        line.append(fmt.visible(snap.error), "dim")
-    line.truncate(width, pad=True)
+        line.truncate(width, pad=True)
+    else:
+        # No cards: the reason takes the rest of the line, however few cards the other
+        # hosts have (the list cuts it at its own width).
+        if snap.error:
+            line.append(fmt.visible(snap.error), "dim")
+        line.pad_right(max(width - line.cell_len, 0))
     return line
 
 
@@ -353,10 +358,15 @@ def _warned(app: GputopApp) -> set[tuple[str, int]]:
 
 
 def _matches(snap: HostSnapshot, needle: str) -> bool:
-    if not needle:
-        return True
-    low = needle.lower()
-    return low in snap.host.lower() or any(low in label.lower() for label in snap.labels)
+    """``host:NAME`` and ``label:NAME`` terms as in the all-processes filter; a plain
+    word matches the host name or a label.  Every term must match."""
+    terms = ProcFilter.parse(needle)
+    host, labels = snap.host.lower(), [x.lower() for x in snap.labels]
+    if terms.host and terms.host not in host:
+        return False
+    if terms.label and not any(terms.label in x for x in labels):
+        return False
+    return all(w in host or any(w in x for x in labels) for w in terms.words)
 
 
 class ClusterScreen(Screen[None]):
@@ -609,7 +619,7 @@ class ClusterProcessesScreen(Screen[None]):
         rows = process_rows(snaps, state.flags, self.where)
         self.keys = [(snap.host, proc.pid) for snap, proc, _ in rows]
         header = Text(PROC_HEADER)
-        header.append(f"   {len(rows)} processes", "dim")
+        header.append(f"   {fmt.count(len(rows), 'process', 'processes')}", "dim")
         if self.query_text:
             header.append(f"   filter: {self.query_text}", "italic")
         self.query_one("#procs-header", Static).update(header)

@@ -20,12 +20,12 @@ from textual.widgets import Footer
 
 from gputop.analysis import pick as picking
 from gputop.model import HostSnapshot
-from gputop.ui import table_model
+from gputop.ui import table_model, tree
 from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey
 from gputop.ui.widgets.filter_input import FilterInput
 from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
-from gputop.ui.widgets.header import HeaderBar, HostLine
+from gputop.ui.widgets.header import HeaderBar, HostHistory, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from gputop.ui.app import GputopApp
 
 SORT_ORDER = tuple(table_model.COLUMNS)
+LARGE_SCREEN = (240, 70)
 
 # The history lines' windows: this session's, then the usage ledger's 24 h and 7 d.
 HISTORY_RANGES: tuple[float | None, ...] = (None, 86400.0, 7 * 86400.0)
@@ -56,6 +57,7 @@ class DashboardScreen(Screen[None]):
         self.expanded: set[RowKey] = set()
         self.sort_column = "gpu_mem"
         self.sort_reverse = True
+        self.tree_view = False  # the process tree (gputop/ui/tree.py) instead of a flat list
         self._dirty = False
         self._compact: bool | None = None
         self._panel_gpus: tuple[int, ...] = ()
@@ -126,11 +128,13 @@ class DashboardScreen(Screen[None]):
         now = app.clock()
         self.query_one(HeaderBar).update_data(snap, app.interval, now, len(state.snapshots))
         host_warnings = state.warnings_for(snap.host) if snap else []
-        self.query_one(HostLine).update_data(snap, host_warnings, self.filter_status())
+        self.query_one(HostLine).update_data(
+            snap, host_warnings, self.filter_status(),
+            self._host_history(snap.host, now) if snap else None)
         if snap is None:
             return
         self._update_panels(snap, now)
-        self._update_warnings_panel(now)
+        self._update_warnings_panel(snap.host, now)
         rows = table_model.build_rows(
             snap.host, snap.processes, state.flags.get(snap.host),
             mine=state.me if self.mine else None, user=self.user_filter,
@@ -139,6 +143,8 @@ class DashboardScreen(Screen[None]):
         rows = table_model.sort_rows(rows, self.sort_column, self.sort_reverse, now)
         if self.fold_jobs:
             rows = table_model.fold_rows(snap.host, rows, self.expanded)
+        elif self.tree_view:
+            rows = tree.tree_rows(rows)
         table = self.table
         columns = table_model.shown_columns(app.config.columns, snap.processes)
         table.set_columns(columns)
@@ -147,6 +153,22 @@ class DashboardScreen(Screen[None]):
         table.set_rows(rows, now)
         state.selected = table.selected
         app.first_frame_drawn()
+
+    def _span(self) -> float:
+        """The window the histories show: three minutes, or 60 samples when slower; on a
+        large screen (240x70 and more) everything kept, its cells being that much wider."""
+        kept = self.app.state.history.seconds
+        width, height = self.size
+        if width >= LARGE_SCREEN[0] and height >= LARGE_SCREEN[1]:
+            return kept
+        return min(kept, max(180.0, 60 * self.app.interval))
+
+    def _host_history(self, host: str, now: float) -> HostHistory:
+        history = self.app.state.history
+        total = dict(history.host_series(host, "mem_total"))
+        mem = [(t, 100.0 * (1 - avail / total[t]))
+               for t, avail in history.host_series(host, "mem_available") if total.get(t)]
+        return HostHistory(history.host_series(host, "cpu_percent"), mem, now, self._span())
 
     def _update_panels(self, snap: HostSnapshot, now: float) -> None:
         box = self.query_one("#gpus", Container)
@@ -169,7 +191,7 @@ class DashboardScreen(Screen[None]):
         self._arrange_panels(len(indexes))
         state = self.app.state
         history = state.history
-        span = min(history.seconds, max(180.0, 60 * self.app.interval))
+        span = self._span()
         kept = history.seconds
         recorded = None
         if self.history_range is not None and self.app.ledger_series is not None:
@@ -195,10 +217,13 @@ class DashboardScreen(Screen[None]):
                 kept=kept,
             ))
 
-    def _update_warnings_panel(self, now: float) -> None:
+    def _update_warnings_panel(self, host: str, now: float) -> None:
         app = self.app
+        mine = app.state.warnings_for(host)
+        # This host's warnings (the same the host line counts); the others as a count.
+        others = len(app.state.warnings) - len(mine)
         for panel in self.query(WarningsPanel):
-            panel.show(app.state.warnings, app.analyser.tracker.clearing, now)
+            panel.show(mine, app.analyser.tracker.clearing, now, others=others)
             # Warnings matter, but at 80x24 they must leave room for the processes.
             # Set only on change: a style write costs a layout pass.
             limit = max(2, self.size.height // 8)
@@ -240,6 +265,8 @@ class DashboardScreen(Screen[None]):
             parts.append(f"GPU {state.selected_gpu}")
         if self.search:
             parts.append(f"/{self.search}")
+        if self.tree_view:
+            parts.append("tree")
         if state.tagged:
             parts.append(f"{len(state.tagged)} tagged")
         if state.readonly:
@@ -324,7 +351,17 @@ class DashboardScreen(Screen[None]):
         self.refresh_view()
 
     def action_gpu_filter(self) -> None:
-        self.action_step_gpu(1)
+        """g: the selected row's GPU (as u takes its user), again to clear; ] and [ step."""
+        state = self.app.state
+        proc = state.selected_process()
+        if state.selected_gpu is not None:
+            state.selected_gpu = None
+        elif proc is not None:
+            state.selected_gpu = proc.gpu
+        else:
+            self.action_step_gpu(1)
+            return
+        self.refresh_view()
 
     def action_step_gpu(self, step: int) -> None:
         state = self.app.state
@@ -351,13 +388,15 @@ class DashboardScreen(Screen[None]):
         self.refresh_view()
 
     def action_back(self) -> None:
-        """Esc: close the search box, else clear the filters, else leave for the cluster
-        overview (several hosts)."""
+        """Esc: close the search box, else clear the tags and filters, else leave for the
+        cluster overview (several hosts)."""
         state = self.app.state
         if self.search_box.has_focus:
             self.search_box.close(keep=False)
             return
-        if self.search or self.mine or self.user_filter or state.selected_gpu is not None:
+        if (self.search or self.mine or self.user_filter or state.selected_gpu is not None
+                or state.tagged):
+            state.tagged.clear()
             self.search = ""
             self.search_box.clear()
             self.mine = False
@@ -372,13 +411,21 @@ class DashboardScreen(Screen[None]):
     def action_tag(self) -> None:
         state = self.app.state
         key = state.selected
-        if key is None:
+        if key is None or state.process(key) is None:  # a tree's group row: no process
             return
         if key in state.tagged:
             state.tagged.discard(key)
         else:
             state.tagged.add(key)
         self.table.action_cursor_down()
+        self.refresh_view()
+
+    def action_tree(self) -> None:
+        self.tree_view = not self.tree_view
+        self.refresh_view()
+
+    def action_untag_all(self) -> None:
+        self.app.state.tagged.clear()
         self.refresh_view()
 
     # -- actions: other screens --------------------------------------------------------

@@ -27,6 +27,7 @@ from gputop.analysis.orphans import may_signal
 from gputop.model import GpuProcess
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
+from gputop.ui.table_model import FLAG_SHORT
 
 if TYPE_CHECKING:
     from gputop.ui.app import GputopApp
@@ -46,6 +47,8 @@ class KillTarget:
     command: str | None
     gpus: tuple[int, ...]
     gpu_mem: int | None  # bytes over all its GPUs
+    flags: tuple[str, ...] = ()  # orphan flag names, as in the table
+    notes: tuple[str, ...] = ()  # each flag's reason, then the cautions (see cautions())
 
     def request(self, sig: str, grace: float) -> dict:
         return {
@@ -59,11 +62,33 @@ class KillTarget:
 
 # -- who may signal what ------------------------------------------------------------------
 
+# Killing one of these takes a desktop down with it, not only a GPU job.
+DISPLAY_COMMANDS = frozenset({
+    "xorg", "x", "xwayland", "gnome-shell", "kwin_x11", "kwin_wayland", "plasmashell",
+    "mutter", "gdm", "gdm-x-session", "sddm", "lightdm", "weston", "sway", "cinnamon",
+})
+
+
+def cautions(proc: GpuProcess, me: str | None) -> list[str]:
+    """What to think twice about before signalling ``proc`` (as ``me``, maybe root)."""
+    out = []
+    argv0 = (proc.command or "").split(" ", 1)[0].rsplit("/", 1)[-1].lower()
+    if "G" in proc.type or argv0 in DISPLAY_COMMANDS:
+        out.append("CAUTION: a display process: killing it ends the desktop session")
+    if proc.user != me:
+        owner = proc.user or (f"uid {proc.uid}" if proc.uid is not None else "unknown")
+        out.append(f"CAUTION: belongs to {owner}, not to you ({me or '?'})")
+    return out
+
 
 def targets_from_rows(
-    rows: Iterable[tuple[str, GpuProcess]], snapshots: dict[str, Any]
+    rows: Iterable[tuple[str, GpuProcess]], snapshots: dict[str, Any],
+    flags: dict[str, dict[tuple[int, int], Any]] | None = None,
+    me: Callable[[str], str | None] | None = None,
 ) -> list[KillTarget]:
-    """One target per (host, pid, start_ticks), memory summed over all its GPUs."""
+    """One target per (host, pid, start_ticks), memory summed over all its GPUs; with
+    ``flags`` (per host, as in UiState) and ``me`` (who acts on a host), the reasons and
+    cautions the dialog shows."""
     seen: dict[tuple[str, int, int], KillTarget] = {}
     for host, proc in rows:
         if proc.start_ticks is None:
@@ -78,6 +103,16 @@ def targets_from_rows(
             if p.pid == proc.pid and p.start_ticks == proc.start_ticks
         ] or [proc]
         mems = [p.gpu_mem for p in same if p.gpu_mem is not None]
+        names: list[str] = []
+        notes: list[str] = []
+        for p in same:
+            found = (flags or {}).get(host, {}).get((p.gpu, p.pid))
+            for name, reason in getattr(found, "reasons", ()) or ():
+                if name not in names:
+                    names.append(name)
+                    notes.append(f"{name}: {reason}")
+        if me is not None:
+            notes.extend(cautions(proc, me(host)))
         seen[key] = KillTarget(
             host=host,
             pid=proc.pid,
@@ -86,6 +121,8 @@ def targets_from_rows(
             command=proc.command,
             gpus=tuple(sorted({p.gpu for p in same})),
             gpu_mem=sum(mems) if mems else None,
+            flags=tuple(names),
+            notes=tuple(notes),
         )
     return list(seen.values())
 
@@ -114,6 +151,7 @@ def targets_table(targets: list[KillTarget]) -> Table:
     table.add_column("USER", no_wrap=True)
     table.add_column("GPU", no_wrap=True)
     table.add_column("GPU-MEM", justify="right", no_wrap=True)
+    table.add_column("FLAGS", no_wrap=True)
     table.add_column("COMMAND", no_wrap=True, overflow="ellipsis", ratio=1)
     for t in targets:
         table.add_row(
@@ -122,9 +160,26 @@ def targets_table(targets: list[KillTarget]) -> Table:
             fmt.safe_text(t.user or "?"),
             Text(",".join(str(g) for g in t.gpus)),
             Text(fmt.size(t.gpu_mem)),
+            Text(" ".join(FLAG_SHORT.get(f, f.upper()) for f in t.flags) or "-"),
             fmt.safe_text(t.command),
         )
     return table
+
+
+def notes_text(targets: list[KillTarget], hidden: int) -> Text:
+    """Each target's reasons and cautions, and how many of them the view's filter hides."""
+    out = Text()
+    if hidden:
+        noun = "process is" if hidden == 1 else "processes are"
+        out.append(f"{hidden} tagged {noun} hidden by the current filter or on another "
+                   "host: all are listed above\n", style="bold")
+    for t in targets:
+        for note in t.notes:
+            style = "bold red" if note.startswith("CAUTION") else ""
+            out.append(f"{fmt.visible(t.host)} pid {t.pid}: ", style="bold")
+            out.append(fmt.visible(note) + "\n", style=style)
+    out.rstrip()
+    return out
 
 
 class KillScreen(ModalScreen["str | None"]):
@@ -139,6 +194,8 @@ class KillScreen(ModalScreen["str | None"]):
     KillScreen #kill-title { text-style: bold; margin-bottom: 1; }
     KillScreen #kill-targets { height: auto; max-height: 16; overflow-y: auto; }
     KillScreen #kill-total { margin: 1 0; }
+    KillScreen #kill-notes { height: auto; max-height: 10; overflow-y: auto; }
+    KillScreen #kill-keys { color: $text-muted; }
     KillScreen RadioSet { layout: horizontal; width: auto; height: auto; }
     KillScreen #kill-buttons { height: auto; margin-top: 1; align-horizontal: right; }
     KillScreen #kill-buttons Button { margin-left: 2; }
@@ -146,9 +203,10 @@ class KillScreen(ModalScreen["str | None"]):
 
     BINDINGS: ClassVar[list[BindingType]] = bindings("kill")
 
-    def __init__(self, targets: list[KillTarget], grace: float = 5.0) -> None:
+    def __init__(self, targets: list[KillTarget], grace: float = 5.0, hidden: int = 0) -> None:
         super().__init__()
         self.targets = targets
+        self.hidden = hidden
         self.grace = grace
         self.choice = "TERM"
 
@@ -163,6 +221,9 @@ class KillScreen(ModalScreen["str | None"]):
                 Text(f"GPU memory to be freed: {fmt.size(sum(mem)) if mem else 'unknown'}"),
                 id="kill-total",
             )
+            notes = notes_text(self.targets, self.hidden)
+            if notes.plain:
+                yield Static(notes, id="kill-notes")
             with RadioSet(id="kill-signal"):
                 yield RadioButton(
                     f"TERM (then KILL after {self.grace:g} s)", value=True, id="sig-TERM"
@@ -172,6 +233,7 @@ class KillScreen(ModalScreen["str | None"]):
             with Horizontal(id="kill-buttons"):
                 yield Button("Cancel", id="kill-cancel", variant="primary")
                 yield Button("Kill", id="kill-confirm", variant="error")
+            yield Label("y: kill · n or Esc: cancel · arrows: signal", id="kill-keys")
 
     def on_mount(self) -> None:
         self.query_one("#kill-cancel", Button).focus()
@@ -232,6 +294,7 @@ def confirm_and_kill(
     targets: list[KillTarget],
     grace: float,
     on_done: Callable[[list[tuple[KillTarget, dict]]], None] | None = None,
+    hidden: int = 0,
 ) -> None:
     """Push the dialog; on yes, send the requests in a worker and notify each outcome."""
 
@@ -250,7 +313,7 @@ def confirm_and_kill(
 
         app.run_worker(work(), name="kill", group="actions", exit_on_error=False)
 
-    app.push_screen(KillScreen(targets, grace), chosen)
+    app.push_screen(KillScreen(targets, grace, hidden), chosen)
 
 
 def open_kill(app: GputopApp) -> None:
@@ -271,7 +334,11 @@ def open_kill(app: GputopApp) -> None:
             allowed.append((host, proc))
         else:
             app.notify(fmt.visible(why), title="not offered", severity="warning", markup=False)
-    targets = targets_from_rows(allowed, state.snapshots)
+    targets = targets_from_rows(allowed, state.snapshots, state.flags,
+                                lambda host: app.identity(host).user)
     if not targets:
         return
-    confirm_and_kill(app, targets, float(state.config.reclaim.kill_grace_s))
+    # A tag stays when a filter hides its row: say so, rather than kill it unseen.
+    shown = {key[:3] for key in app.dashboard.table.rows_shown()}
+    hidden = sum(1 for t in targets if (t.host, t.pid, t.start_ticks) not in shown)
+    confirm_and_kill(app, targets, float(state.config.reclaim.kill_grace_s), hidden=hidden)

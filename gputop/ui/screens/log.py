@@ -31,7 +31,7 @@ def _clock(epoch: float | None) -> str:
 
 
 def log_text(log: Sequence[ClearedWarning]) -> Text:
-    out = Text(no_wrap=True, overflow="ellipsis")
+    out = Text(overflow="fold")  # wrapped: a long message is read in full here
     if not log:
         out.append("nothing has cleared yet in this session", style="dim")
         return out
@@ -59,7 +59,7 @@ class WarningLogScreen(Screen[None]):
 
     DEFAULT_CSS = """
     WarningLogScreen .title { padding: 1 1 0 1; text-style: bold; }
-    WarningLogScreen #log { padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    WarningLogScreen #log { padding: 0 1; }
     WarningLogScreen #active { max-height: 1000; }
     """
 
@@ -80,7 +80,7 @@ class WarningLogScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(f"Active warnings ({len(self.active)})", classes="title")
-            panel = WarningsPanel(id="active", hints=True)
+            panel = WarningsPanel(id="active", hints=True, wrap=True)
             panel.show(self.active, now=self.now)
             yield panel
             yield Static(f"Cleared this session ({len(self.cleared)})", classes="title")

@@ -1,11 +1,12 @@
 """The reserve dialog (`r`) and the release key (`R`) of the dashboard.
 
-``open_reserve(app)`` asks for the GPUs (prefilled with the selected one), a duration
+``open_reserve(app)`` asks for the GPUs (prefilled with the GPU under focus, else a free
+one: the selected process's card is busy by definition), a duration
 (`4h`, `30m`, `until 18:00`) and a note; mistakes are shown under the fields and nothing
 is sent until they are fixed.  The request goes through the host's feed, so the store of
 the host the cards are in does the work (locally, in --demo, or inside the remote probe).
 Reserving a card I already hold extends it.  ``release(app)`` ends my reservation of the
-selected GPU, or all of mine on the host when the selected GPU is not mine.
+selected GPU, or, after asking, all of mine on the host when the selected GPU is not mine.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from gputop.analysis.durations import format_duration, parse_until
 from gputop.model import HostSnapshot, Reservation
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
+from gputop.ui.screens.confirm import ConfirmScreen
+from gputop.ui.widgets.header import host_title
 
 if TYPE_CHECKING:
     from textual import getters
@@ -45,6 +48,16 @@ def selected_gpus(app: GputopApp) -> list[int]:
         return [state.selected_gpu]
     proc = state.selected_process()
     return [proc.gpu] if proc is not None else []
+
+
+def free_gpu(snapshot: HostSnapshot, now: float) -> list[int]:
+    """A card with no process and no reservation, the least memory used first; none when
+    every card is taken (then the user types one)."""
+    busy = {p.gpu for p in snapshot.processes}
+    busy |= {r.gpu for r in snapshot.reservations if r.active(now)}
+    free = [g for g in snapshot.gpus if g.index not in busy]
+    free.sort(key=lambda g: (g.mem_used if g.mem_used is not None else 1 << 62, g.index))
+    return [free[0].index] if free else []
 
 
 def parse_gpus(text: str, snapshot: HostSnapshot) -> list[int]:
@@ -116,7 +129,9 @@ class ReserveScreen(ModalScreen["dict | None"]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(Text(f"Reserve GPUs on {fmt.visible(self.host)}"), id="reserve-title")
+            snap = self.app.state.snapshots.get(self.host)
+            where = host_title(snap) if snap is not None else fmt.visible(self.host)
+            yield Label(Text(f"Reserve GPUs on {where}"), id="reserve-title")
             yield Label("GPUs")
             yield Input(",".join(map(str, self.gpus)), placeholder="0 or 0,2", id="reserve-gpus")
             yield Label("For how long")
@@ -232,7 +247,10 @@ def open_reserve(app: GputopApp) -> None:
     if host is None or app.state.snapshots.get(host) is None:
         app.notify("reserve: no data from this host yet", severity="warning")
         return
-    app.push_screen(ReserveScreen(host, selected_gpus(app), me_on(app, host), clock=app.clock))
+    snap = app.state.snapshots[host]
+    gpus = ([app.state.selected_gpu] if app.state.selected_gpu is not None
+            else free_gpu(snap, app.clock()))
+    app.push_screen(ReserveScreen(host, gpus, me_on(app, host), clock=app.clock))
 
 
 def release(app: GputopApp) -> None:
@@ -255,6 +273,7 @@ def release(app: GputopApp) -> None:
     chosen = set(selected_gpus(app))
     gpus = sorted(r.gpu for r in mine if r.gpu in chosen) or None
     request = {"op": "release", "gpus": gpus}
+    where = host_title(snapshot)
 
     async def send() -> None:
         try:
@@ -265,4 +284,16 @@ def release(app: GputopApp) -> None:
         message = fmt.visible(f"{host}: {reply.get('message') or ('released' if ok else 'failed')}")
         app.notify(message, severity="information" if ok else "error", markup=False)
 
-    app.run_worker(send(), name="release", exit_on_error=False)
+    if gpus is not None:
+        app.run_worker(send(), name="release", exit_on_error=False)
+        return
+
+    def answered(yes: bool | None) -> None:
+        if yes:
+            app.run_worker(send(), name="release", exit_on_error=False)
+
+    # Nothing of mine on the selected card: releasing everything must not be one slip.
+    body = Text(f"None of your reservations is on the selected GPU. Release all "
+                f"{len(mine)} of yours on {where}?\n")
+    body.append(describe(mine, me, now))
+    app.push_screen(ConfirmScreen(f"Release all on {where}?", body, "Release all"), answered)

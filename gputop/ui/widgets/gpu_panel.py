@@ -186,10 +186,15 @@ class GpuPanel(Widget):
             out.append(f"  SM {gpu.clock_sm}{top} MHz")
         if gpu.clock_mem is not None:
             out.append(f"  MEM {gpu.clock_mem} MHz")
+        if gpu.util_mem is not None:  # nvitop's %GMBW: the memory controller's busy time
+            out.append(f"  MBW {gpu.util_mem}%")
         slowed = [r for r in gpu.clock_event_reasons or () if r not in BENIGN_CLOCK_EVENTS]
         if slowed:
             out.append("  " + ",".join(slowed), style=self._style("warn"))
         out.append_text(self._badges(data))
+        facts = gpu_facts(gpu)
+        if facts:  # last: what a narrow panel cuts first
+            out.append("  " + " · ".join(facts), style="dim")
         out.append("\n")
         # line 2: gauges, widths shared out over the line
         fixed = 5 + 6 + 2 + 5 + 12 + 2 + 6 + 5 + 2 + 5 + 11 + 2 + 5 + 4
@@ -266,6 +271,24 @@ class GpuPanel(Widget):
             out.append(line[seen:], style=self._style("ok"))
         out.append_text(badges)
         return out
+
+
+def gpu_facts(gpu: Gpu) -> list[str]:
+    """The card's settings as nvidia-smi's first table shows them, the unknown left out."""
+    facts = []
+    if gpu.pci_bus_id:
+        facts.append(fmt.visible(gpu.pci_bus_id))
+
+    def on_off(label: str, value: bool | None) -> None:
+        if value is not None:
+            facts.append(f"{label} {'on' if value else 'off'}")
+
+    on_off("persist", gpu.persistence_mode)
+    on_off("ECC", gpu.ecc_mode)
+    if gpu.compute_mode:
+        facts.append(f"compute {fmt.visible(gpu.compute_mode)}")
+    on_off("MIG", gpu.mig_mode)
+    return facts
 
 
 def compact_sparkline(data: PanelData, width: int) -> str:

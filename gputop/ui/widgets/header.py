@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -9,7 +10,16 @@ from textual.widget import Widget
 
 from gputop.model import HealthWarning, HostSnapshot
 from gputop.ui import fmt
-from gputop.ui.widgets.gpu_panel import SEVERITY_BADGE
+from gputop.ui.widgets.gpu_panel import HISTORY_MEM_STYLE, SEVERITY_BADGE, span_label
+
+
+def host_title(snap: HostSnapshot) -> str:
+    """The host as configured (what the user typed or the hosts file calls it), then the
+    machine's own name where it differs: several hosts can share a hostname (``vm``)."""
+    name = fmt.visible(snap.host)
+    if snap.hostname and snap.hostname != snap.host:
+        return f"{name} ({fmt.visible(snap.hostname)})"
+    return name
 
 
 class HeaderBar(Widget):
@@ -49,7 +59,7 @@ class HeaderBar(Widget):
             return out
         wide = self.size.width >= 110
         out.append(" ")
-        out.append(fmt.visible(snap.hostname or snap.host), style="bold")
+        out.append(host_title(snap), style="bold")
         if snap.demo:
             out.append(" ")
             out.append(" DEMO ", style="bold reverse yellow")
@@ -77,6 +87,20 @@ class HeaderBar(Widget):
         return out
 
 
+@dataclass(frozen=True)
+class HostHistory:
+    """The host's CPU and memory use over the window the GPU panels show (0-100 %)."""
+
+    cpu: list[tuple[float, float]]
+    mem: list[tuple[float, float]]
+    now: float
+    span: float
+
+
+SPARK_MIN = 8  # narrower than this a history says nothing: leave it out
+SPARK_MAX = 40
+
+
 class HostLine(Widget):
     DEFAULT_CSS = """
     HostLine { height: 1; }
@@ -87,11 +111,13 @@ class HostLine(Widget):
         self.snapshot: HostSnapshot | None = None
         self.warnings: list[HealthWarning] = []
         self.status = ""
+        self.history: HostHistory | None = None
         self._signature: Any = None
 
     def update_data(self, snapshot: HostSnapshot | None, warnings: list[HealthWarning],
-                    status: str) -> None:
+                    status: str, history: HostHistory | None = None) -> None:
         self.snapshot, self.warnings, self.status = snapshot, warnings, status
+        self.history = history
         signature = (id(snapshot), tuple(w.key for w in warnings), status)
         if signature != self._signature:
             self._signature = signature
@@ -131,7 +157,23 @@ class HostLine(Widget):
                 mark, level = SEVERITY_BADGE[severity]
                 colour = {"crit": "red", "warn": "yellow", "idle": "blue"}[level]
                 out.append(f"  {mark} {counts[severity]}", style=f"bold {colour}")
-        if self.status:
-            out.append("  ")
-            out.append(self.status, style="bold cyan")
+        status = Text("  " + self.status, style="bold cyan") if self.status else Text()
+        self._histories(out, self.size.width - out.cell_len - status.cell_len)
+        out.append_text(status)
         return out
+
+    def _histories(self, out: Text, room: int) -> None:
+        """CPU and memory sparklines on the GPU panels' fixed scale, where they fit."""
+        history = self.history
+        if history is None:
+            return
+        window = span_label(history.span)
+        label_w = len(f"  cpu {window} ")
+        spark_w = min((room - 2 * label_w) // 2, SPARK_MAX)
+        if spark_w < SPARK_MIN:
+            return
+        for label, series, style in (("cpu", history.cpu, "green dim"),
+                                     ("mem", history.mem, HISTORY_MEM_STYLE)):
+            out.append(f"  {label}", style="bold")
+            out.append(f" {window} ", style="dim")
+            out.append(fmt.sparkline(series, spark_w, history.now, history.span), style=style)

@@ -27,6 +27,8 @@ from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey
 from gputop.ui.table_model import Column, Row, cell, layout
 
+CURSOR = "process-table--cursor"
+
 
 def _cells(cols: list[tuple[Column, int]], values: list[str]) -> str:
     parts = []
@@ -74,23 +76,20 @@ class TableHeader(Widget):
         return layout(self.columns, max(self.size.width - self.marker_width, 1))
 
     def render_line(self, y: int) -> Strip:
-        cols = self._layout()
-        titles = []
-        for col, _width in cols:
-            mark = ("▼" if self.sort_reverse else "▲") if col.id == self.sort_column else ""
-            titles.append(col.title + mark)
-        text = " " * self.marker_width + _cells(cols, titles)
         style = self.rich_style
+        # Underlined as well as marked, so the sort column reads without colour too.
         sort_style = style + Style(underline=True)
-        # Underline the sorted column so it reads without colour too.
-        segments = []
-        pos = self.marker_width
-        segments.append(Segment(text[: self.marker_width], style))
-        for col, width in cols:
-            piece = text[pos : pos + width]
-            segments.append(Segment(piece, sort_style if col.id == self.sort_column else style))
-            segments.append(Segment(text[pos + width : pos + width + 1], style))
-            pos += width + 1
+        segments = [Segment(" " * self.marker_width, style)]
+        for col, width in self._layout():
+            sorted_here = col.id == self.sort_column
+            title = col.title + (("▼" if self.sort_reverse else "▲") if sorted_here else "")
+            # A title that fills its column puts the marker in the gap after it, so every
+            # column shows its direction without widening the table.
+            cell_width = width + 1 if len(title) > width else width
+            text = _right(title, cell_width) if col.right else set_cell_size(title, cell_width)
+            segments.append(Segment(text, sort_style if sorted_here else style))
+            if cell_width == width:
+                segments.append(Segment(" ", style))
         return Strip(segments).adjust_cell_length(self.size.width, style)
 
     def column_at(self, x: int) -> str | None:
@@ -129,8 +128,10 @@ class ProcessTable(ScrollView, can_focus=True):
 
     DEFAULT_CSS = """
     ProcessTable { height: 1fr; overflow-x: hidden; }
-    ProcessTable > .process-table--cursor { background: $accent 40%; text-style: bold; }
-    ProcessTable:focus > .process-table--cursor { background: $accent; }
+    ProcessTable > .process-table--cursor {
+        background: $accent 40%; color: auto 95%; text-style: bold;
+    }
+    ProcessTable:focus > .process-table--cursor { background: $accent; color: auto 95%; }
     ProcessTable > .process-table--tagged { color: $warning; text-style: bold; }
     ProcessTable > .process-table--mine { text-style: bold; }
     ProcessTable > .process-table--flagged { color: $warning; }
@@ -182,6 +183,10 @@ class ProcessTable(ScrollView, can_focus=True):
             self.virtual_size = size
         self._set_selected(rows[self.cursor].key if rows else None)
         self.refresh()
+
+    def rows_shown(self) -> list[RowKey]:
+        """The keys of the rows that pass the view's filters (on screen or scrolled)."""
+        return list(self._index)
 
     def _set_selected(self, key: RowKey | None) -> None:
         if key != self.selected:
@@ -245,18 +250,35 @@ class ProcessTable(ScrollView, can_focus=True):
         values = [cell(col.id, row, self.now) for col, _w in cols]
         tagged = row.key in self.tagged
         text = ("*" if tagged else " ") + _cells(cols, values)
-        style = base
-        if row.proc.state == "Z":
-            style += self.get_component_rich_style("process-table--zombie")
-        elif row.flags:
-            style += self.get_component_rich_style("process-table--flagged")
-        if self.me is not None and row.proc.user == self.me:
-            style += self.get_component_rich_style("process-table--mine")
-        if tagged:
-            style += self.get_component_rich_style("process-table--tagged")
-        if index == self.cursor:
-            style += self.get_component_rich_style("process-table--cursor")
+        style = self.row_style(row, index == self.cursor)
         return Strip([Segment(text, style)]).adjust_cell_length(width, style)
+
+    def row_state_classes(self, row: Row, at_cursor: bool) -> list[str]:
+        """The component classes of a row, weakest first: later ones win where they
+        set the same attribute, so a flag's colour beats "mine" (my forgotten kernel is
+        the row to notice) and the cursor, which picks a text colour that contrasts
+        with its own background, beats everything."""
+        classes = []
+        if self.me is not None and row.proc.user == self.me:
+            classes.append("process-table--mine")
+        if row.proc.state == "Z":
+            classes.append("process-table--zombie")
+        elif row.flags:
+            classes.append("process-table--flagged")
+        if row.key in self.tagged:
+            classes.append("process-table--tagged")
+        if at_cursor:
+            classes.append(CURSOR)
+        return classes
+
+    def row_style(self, row: Row, at_cursor: bool) -> Style:
+        style = self.rich_style
+        for name in self.row_state_classes(row, at_cursor):
+            # The cursor's full style: its background blended and "auto" text colour
+            # resolved.  The others only what they set, so "mine" (bold) keeps the flag
+            # colour instead of bringing back the default text colour.
+            style += self.get_component_rich_style(name, partial=name != CURSOR)
+        return style
 
     def _layout(self, width: int) -> list[tuple[Column, int]]:
         # Once per width, not once per drawn line.

@@ -29,10 +29,12 @@ def warning_lines(
     show_host: bool = True,
     hints: bool = True,
     now: float | None = None,
+    wrap: bool = False,
 ) -> Text:
-    """The panel's text, also used by the log screen and tests."""
+    """The panel's text, also used by the log screen and tests; ``wrap``: long messages
+    go on over the next lines instead of ending in an ellipsis."""
     items = sorted(warnings, key=lambda w: SEVERITY_ORDER.get(w.severity, 9))
-    out = Text(no_wrap=True, overflow="ellipsis")
+    out = Text(no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
     if not items:
         out.append("no warnings", style="green")
         return out
@@ -62,7 +64,7 @@ class WarningsPanel(Widget):
     """Current warnings of every host (or one), sorted by severity.
 
     On the dashboard it is one line per warning (``hints=False``), so it leaves room for
-    the processes; the warnings-log screen shows the hints.
+    the processes; the warnings-log screen shows the hints and wraps (``wrap=True``).
     """
 
     DEFAULT_CSS = """
@@ -77,6 +79,7 @@ class WarningsPanel(Widget):
         *,
         show_host: bool = True,
         hints: bool = False,
+        wrap: bool = False,
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
@@ -84,9 +87,13 @@ class WarningsPanel(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self.show_host = show_host
         self.hints = hints
+        self.wrap = wrap
+        if wrap:
+            self.styles.text_wrap = "wrap"
         self._warnings: list[HealthWarning] = []
         self._clearing: frozenset[tuple[object, ...]] = frozenset()
         self._now: float | None = None
+        self._others = 0  # warnings of other hosts, shown only as a count
 
     @property
     def warnings(self) -> list[HealthWarning]:
@@ -97,32 +104,38 @@ class WarningsPanel(Widget):
         warnings: Iterable[HealthWarning],
         clearing: Callable[[HealthWarning], bool] | None = None,
         now: float | None = None,
+        others: int = 0,
     ) -> bool:
-        """Set the list; returns True when it changed (and a repaint was asked for)."""
+        """Set the list (``others``: how many warnings other hosts have, shown as one
+        count line); returns True when it changed (and a repaint was asked for)."""
         items = list(warnings)
         faded = frozenset(w.key for w in items if clearing is not None and clearing(w))
         # Ages shown are whole minutes: repaint for the clock only when a minute passes.
         minute = None if now is None else int(now // 60)
         old_minute = None if self._now is None else int(self._now // 60)
-        if items == self._warnings and faded == self._clearing and minute == old_minute:
+        if (items == self._warnings and faded == self._clearing and minute == old_minute
+                and others == self._others):
             return False
         # A layout pass of the whole screen costs tens of ms; only a change in the number
         # of lines can move the widgets below, so a changed text is a plain repaint.
-        resized = self._lines(items) != self._lines(self._warnings)
+        resized = (self._lines(items, others) != self._lines(self._warnings, self._others))
+        self._others = others
         self._warnings = items
         self._clearing = faded
         self._now = now
         self.refresh(layout=resized)
         return True
 
-    def _lines(self, items: list[HealthWarning]) -> int:
+    def _lines(self, items: list[HealthWarning], others: int = 0) -> int:
         per_item = 2 if self.hints else 1
-        return max(1, len(items) * per_item)
+        return max(1, len(items) * per_item + (1 if others else 0))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self.wrap:  # as many lines as the wrapped text takes at this width
+            return super().get_content_height(container, viewport, width)
         # Ask for every line; max-height (set by the app) caps it and render() then
         # summarises what did not fit.
-        return self._lines(self._warnings)
+        return self._lines(self._warnings, self._others)
 
     def render(self) -> RenderableType:
         now = self._now if self._now is not None else time.time()
@@ -130,7 +143,8 @@ class WarningsPanel(Widget):
         room = self.content_size.height
         per_item = 2 if self.hints else 1
         hidden = 0
-        if room and len(items) * per_item > room:
+        footer = 1 if self._others else 0
+        if room and len(items) * per_item + footer > room:
             # Clipped silently, the least severe warnings would vanish without a trace.
             keep = max(0, (room - 1) // per_item)
             hidden = len(items) - keep
@@ -141,9 +155,17 @@ class WarningsPanel(Widget):
             show_host=self.show_host,
             hints=self.hints,
             now=now,
-        ) if items else Text()
+            wrap=self.wrap,
+        ) if items or not self._others else Text()
+        parts = []
         if hidden:
+            parts.append(f"… {hidden} more")
+        if self._others:
+            noun = "warning" if self._others == 1 else "warnings"
+            parts.append(f"+ {self._others} {noun} on other hosts")
+        if parts:
             if items:
                 text.append("\n")
-            text.append(f"… {hidden} more: press w for all warnings and hints", style="dim")
+            where = "w for all warnings and hints" if hidden else "c for the cluster"
+            text.append(", ".join(parts) + f": press {where}", style="dim")
         return text
