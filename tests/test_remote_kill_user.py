@@ -11,7 +11,6 @@ import asyncio
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers.procs import alive, snapshot_of, start_sleeper, start_ticks
+from helpers.users import ensure_users
 from sshd import HostConf, SshdCluster
 from test_remote_kill import FAKE_PYNVML, LocalView, notes_of, wait_until
 
@@ -37,23 +37,8 @@ GIB = 1024**3
 
 @pytest.fixture(scope="module")
 def user() -> Iterator[pwd.struct_passwd]:
-    if os.geteuid() != 0 or not shutil.which("useradd"):
-        pytest.skip("needs root and useradd to create a test user")
-    created = False
-    try:
-        entry = pwd.getpwnam(USER)
-    except KeyError:
-        # "*": no password, but not locked (sshd without PAM refuses locked accounts).
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", "-p", "*", USER],
-            check=True,
-            capture_output=True,
-        )
-        created = True
-        entry = pwd.getpwnam(USER)
-    yield entry
-    if created:
-        subprocess.run(["userdel", USER], check=False, capture_output=True)
+    with ensure_users([USER]) as (entry,):
+        yield entry
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.users import ensure_users
 from test_reservations import SYSTEM_PYTHON, UUIDS, Worker
 
 from gputop.actions import reservations as store
@@ -29,21 +30,10 @@ ALICE, MALLORY = "gt12a", "gt12b"
 
 @pytest.fixture(scope="module")
 def users() -> Iterator[tuple[int, int]]:
-    if os.geteuid() != 0 or not shutil.which("useradd"):
-        pytest.skip("needs root and useradd to create the test users")
     if not os.path.exists(SYSTEM_PYTHON):
         pytest.skip(f"{SYSTEM_PYTHON} missing")
-    made = []
-    for name in (ALICE, MALLORY):
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                            "/usr/sbin/nologin", name], check=True, capture_output=True)
-            made.append(name)
-    yield pwd.getpwnam(ALICE).pw_uid, pwd.getpwnam(MALLORY).pw_uid
-    for name in made:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
+    with ensure_users([ALICE, MALLORY]) as (alice, mallory):
+        yield alice.pw_uid, mallory.pw_uid
 
 
 @pytest.fixture

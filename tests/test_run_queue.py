@@ -103,12 +103,8 @@ def wait_for(condition: Any, what: str, watch: subprocess.Popen[str] | None = No
 
 @pytest.fixture(scope="module")
 def users() -> Iterator[dict[str, Any]]:
-    gen = ensure_users(USERS)
-    entries = next(gen)
-    try:
+    with ensure_users(USERS) as entries:
         yield {e.pw_name: e for e in entries}
-    finally:
-        gen.close()
 
 
 @pytest.fixture(scope="module")

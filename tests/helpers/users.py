@@ -8,12 +8,14 @@ system's python3 with PYTHONPATH pointing there.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import pwd
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,23 +26,54 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 LIBRARIES = ("pynvml", "psutil", "yaml", "_yaml")
 
 
-def ensure_users(names: list[str]) -> Iterator[list[pwd.struct_passwd]]:
-    """Create the users that do not exist (removed afterwards); yields their entries."""
+# Accounts below this uid are system accounts, as useradd --system makes them (login.defs).
+UID_MIN = 1000
+# Names to remove when the interpreter exits, for a block whose `finally` never ran.
+_PENDING: set[str] = set()
+
+
+def _remove(name: str) -> None:
+    subprocess.run(["userdel", name], check=False, capture_output=True)
+    _PENDING.discard(name)
+
+
+@atexit.register
+def _remove_pending() -> None:
+    for name in sorted(_PENDING):
+        _remove(name)
+
+
+@contextmanager
+def ensure_users(names: Sequence[str]) -> Iterator[list[pwd.struct_passwd]]:
+    """System users for the block (login shell /bin/sh, password "*"); yields their entries.
+
+    They are removed when the block ends, also on Ctrl+C or a failure, and at interpreter
+    exit when the block was never closed. A run killed outright leaves them behind: a
+    leftover system account of the same name is reused here and removed at the end. An
+    ordinary account (uid >= UID_MIN) of that name is someone's: used, never removed.
+    """
     if os.geteuid() != 0 or not shutil.which("useradd"):
         pytest.skip("needs root and useradd to create test users")
-    created = []
-    for name in names:
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/bin/sh",
-                            name], check=True, capture_output=True)
-            created.append(name)
+    owned: list[str] = []
     try:
+        for name in names:
+            try:
+                leftover = pwd.getpwnam(name).pw_uid < UID_MIN
+            except KeyError:
+                leftover = None
+            if leftover is False:
+                continue
+            # Recorded before useradd, so that an interrupt during it still cleans up.
+            owned.append(name)
+            _PENDING.add(name)
+            if leftover is None:
+                # "*": no password, but not locked (sshd without PAM refuses locked accounts).
+                subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                                "/bin/sh", "-p", "*", name], check=True, capture_output=True)
         yield [pwd.getpwnam(name) for name in names]
     finally:
-        for name in created:
-            subprocess.run(["userdel", name], check=False, capture_output=True)
+        for name in owned:
+            _remove(name)
 
 
 def portable_gputop(target: Path) -> Path:
