@@ -12,14 +12,25 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/gputop --demo
+# The demo gets its own virtualenv with only what the app needs (no test tools), built
+# quietly once; `make test`'s .venv is left as it is.
+DEMO_VENV  ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
+$(DEMO_STAMP): pyproject.toml
+	@echo "installing gputop into $(DEMO_VENV) (once)..."
+	@$(PYTHON) -m venv $(DEMO_VENV)
+	@$(DEMO_VENV)/bin/pip install -q --disable-pip-version-check -e .
+	@touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	@$(DEMO_VENV)/bin/gputop --demo
 
 test: $(STAMP)
 	@bash scripts/ensure-sshd.sh
 	@bash scripts/ensure-chromium.sh
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 # Style, types, and the layer contracts of pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
@@ -43,4 +54,4 @@ bench-ssh: $(STAMP)
 	$(BIN)/python bench/bench_ssh.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) build *.egg-info
