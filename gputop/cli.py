@@ -12,12 +12,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gputop import __version__
-from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK
+from gputop import __version__, clihelp
+from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue")
 LEDGER_COMMANDS = ("record", "report")  # the usage ledger (docs/ledger.md)
+CONFIG_COMMAND = "config"  # the config file's place and the shipped examples
+HOST_HELP = "which host of --hosts/-H (default: the only one; required with several)"
+JSON_HELP = "print JSON instead of text (default: text)"
+FILTER_HELP = {"--min-free-mem": "free memory each GPU needs, e.g. 20G, 512M (default: any)",
+               "--max-util": "highest acceptable util %% (default: any)"}
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
@@ -27,17 +32,19 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
         nargs="?",
         const="dgx-h100",
         metavar="SCENARIO",
-        help="use the simulator instead of NVML (SCENARIO name or YAML file; "
-        "'--demo list' names them)",
+        help="use the simulator, not the real driver (default: off); SCENARIO is a name "
+        "or YAML file, dgx-h100 if omitted ('--demo list' names them)",
     )
-    p.add_argument("--hosts", metavar="FILE", help="hosts file (YAML) to watch over SSH")
+    p.add_argument("--hosts", metavar="FILE", help="hosts file (YAML) to watch over SSH "
+                   "(default: $GPUTOP_HOSTS, else ~/.config/gputop/hosts.yaml if it exists)")
     p.add_argument(
-        "-H", dest="host_list", metavar="HOST[,HOST...]", help="ad-hoc SSH hosts, comma separated"
+        "-H", dest="host_list", metavar="HOST[,HOST...]",
+        help="ad-hoc SSH hosts, comma separated (default: none)",
     )
     p.add_argument(
         "--local",
         action="store_true",
-        help="with --hosts/-H: also show this machine's GPUs",
+        help="with --hosts/-H: also show this machine's GPUs (default: off)",
     )
     p.add_argument(
         "--config", metavar="FILE", help="config file (default ~/.config/gputop/config.yaml)"
@@ -54,7 +61,10 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gputop",
+        usage="gputop [options]\n       gputop COMMAND [options]",
         description="A terminal dashboard for NVIDIA GPUs, local or over SSH.",
+        epilog=clihelp.main_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gputop {__version__}")
     _add_source_args(parser)
@@ -66,60 +76,72 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="render the main screens headless against demo scenarios into DIR as SVG",
     )
-    parser.add_argument("--interval", type=float, metavar="S", help="refresh interval in seconds")
+    parser.add_argument("--interval", type=float, metavar="S",
+                        help="refresh interval in seconds (default: the config's, 1)")
     parser.add_argument(
         "--readonly", action="store_true", help="disable every action (kill, reserve, release)"
     )
     return parser
 
 
+def _command_parser(command: str) -> argparse.ArgumentParser:
+    """A subcommand's parser, its two examples under the options."""
+    return argparse.ArgumentParser(prog=f"gputop {command}",
+                                   epilog=clihelp.examples_epilog(command),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def build_subparser(command: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"gputop {command}")
+    p = _command_parser(command)
     _add_source_args(p)
     if command == "check":
         p.description = "Print health warnings; exit 0 ok, 1 warning, 2 critical."
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
     elif command == "topo":
         p.description = "Print the GPU topology matrix (nvidia-smi topo -m vocabulary)."
-        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--host", metavar="H", help=HOST_HELP)
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
     elif command in ("pick", "reserve"):
         if command == "pick":
             p.description = "Choose free, unreserved, healthy GPUs, best first (reserves nothing)."
         else:
             p.description = "Reserve GPUs on a host so that colleagues see who holds them."
-        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
-        p.add_argument("--count", type=int, metavar="N", help="how many GPUs")
-        p.add_argument("--min-free-mem", metavar="SIZE", help="e.g. 20G, 512M")
-        p.add_argument("--max-util", type=float, metavar="PCT", help="highest acceptable util %%")
+        p.add_argument("--host", metavar="H", help=HOST_HELP)
+        p.add_argument("--count", type=int, metavar="N", help="how many GPUs (default 1)")
+        p.add_argument("--min-free-mem", metavar="SIZE", help=FILTER_HELP["--min-free-mem"])
+        p.add_argument("--max-util", type=float, metavar="PCT", help=FILTER_HELP["--max-util"])
         p.add_argument(
-            "--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES=...'"
+            "--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES=...' "
+            "(default: 'CUDA_VISIBLE_DEVICES=...')"
         )
         if command == "reserve":
-            p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated")
+            p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma "
+                           "separated (default: the best --count free ones)")
             p.add_argument(
                 "--for", dest="duration", required=True, metavar="DURATION",
-                help="e.g. 4h, 30m, 1h30m, 'until 18:00'",
+                help="e.g. 4h, 30m, 1h30m, 'until 18:00' (required)",
             )
-            p.add_argument("--note", default="", help="why; shown to everyone")
+            p.add_argument("--note", default="", help="why; shown to everyone (default: none)")
         else:
-            p.add_argument("--json", action="store_true")
+            p.add_argument("--json", action="store_true", help=JSON_HELP)
     elif command == "release":
         p.description = "Release my reservations (all of them, or --gpus)."
-        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
-        p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated")
+        p.add_argument("--host", metavar="H", help=HOST_HELP)
+        p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated "
+                       "(default: all of mine on the host)")
     elif command == "reservations":
         p.description = "List the active reservations."
-        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--host", metavar="H", help=HOST_HELP)
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
     elif command == "run":
         _add_run_args(p)
     elif command == "queue":
         p.description = "List the `gputop run` jobs of each host; 'cancel ID' removes one."
-        p.add_argument("action", nargs="?", metavar="cancel", help="cancel a waiting job")
-        p.add_argument("id", nargs="?", metavar="ID", help="the job to cancel")
-        p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("action", nargs="?", metavar="cancel",
+                       help="cancel a waiting job (default: list the jobs)")
+        p.add_argument("id", nargs="?", metavar="ID", help="the job to cancel (with cancel)")
+        p.add_argument("--host", metavar="H", help=HOST_HELP)
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
     return p
 
 
@@ -129,16 +151,20 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.usage = "gputop run [options] -- CMD [ARGS...]"
     which = p.add_mutually_exclusive_group()
     which.add_argument("--gpus", type=int, metavar="N", help="how many GPUs (default 1)")
-    which.add_argument("--gpu-ids", metavar="LIST", help="these GPUs, e.g. 0,2")
-    p.add_argument("--min-free-mem", metavar="SIZE", help="free memory per GPU, e.g. 20G")
-    p.add_argument("--max-util", type=float, metavar="PCT", help="highest acceptable util %%")
-    p.add_argument("--for", dest="duration", metavar="DURATION",
-                   help="stop CMD after this long (SIGTERM, then SIGKILL), e.g. 8h")
-    p.add_argument("--note", default="", help="why; shown to everyone")
-    p.add_argument("--priority", choices=("low", "normal", "high"), default="normal")
+    which.add_argument("--gpu-ids", metavar="LIST",
+                       help="these GPUs, e.g. 0,2 (default: any free ones)")
+    p.add_argument("--min-free-mem", metavar="SIZE", help=FILTER_HELP["--min-free-mem"])
+    p.add_argument("--max-util", type=float, metavar="PCT", help=FILTER_HELP["--max-util"])
+    p.add_argument("--for", dest="duration", metavar="DURATION", help="stop CMD after this "
+                   "long (SIGTERM, then SIGKILL), e.g. 8h (default: no limit)")
+    p.add_argument("--note", default="", help="why; shown to everyone (default: none)")
+    p.add_argument("--priority", choices=("low", "normal", "high"), default="normal",
+                   help="place in the line, as policy allows (default: %(default)s)")
     wait = p.add_mutually_exclusive_group()
-    wait.add_argument("--wait", metavar="DURATION", help="give up after waiting this long")
-    wait.add_argument("--no-wait", action="store_true", help="run now or give up")
+    wait.add_argument("--wait", metavar="DURATION",
+                      help="give up after waiting this long (default: wait until cards free)")
+    wait.add_argument("--no-wait", action="store_true", help="run now or give up "
+                      "(default: off)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
@@ -146,7 +172,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_ledger_parser(command: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"gputop {command}")
+    p = _command_parser(command)
     _add_source_args(p)
     p.add_argument("--db", metavar="PATH",
                    help="the ledger (default $XDG_STATE_HOME/gputop/ledger.sqlite)")
@@ -159,14 +185,28 @@ def build_ledger_parser(command: str) -> argparse.ArgumentParser:
     else:
         p.description = "Who used which GPUs, how well, and how much was held idle."
         p.add_argument("--since", metavar="DURATION", help="e.g. 7d, 24h (default 7d)")
-        p.add_argument("--from", dest="start", metavar="DATE", help="e.g. 2026-11-30")
-        p.add_argument("--to", dest="end", metavar="DATE", help="default now")
-        p.add_argument("--by", choices=("user", "workload", "gpu", "host"), default="user")
+        p.add_argument("--from", dest="start", metavar="DATE",
+                       help="e.g. 2026-11-30 (default: --since before --to)")
+        p.add_argument("--to", dest="end", metavar="DATE", help="(default: now)")
+        p.add_argument("--by", choices=("user", "workload", "gpu", "host"), default="user",
+                       help="one row per (default: %(default)s)")
         p.add_argument("--format", choices=("text", "md", "csv", "json", "html"),
-                       default="text")
-        p.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+                       default="text", help="(default: %(default)s)")
+        p.add_argument("--out", metavar="FILE",
+                       help="write here instead of stdout (default: stdout)")
         p.add_argument("--top", type=int, default=10, metavar="N",
                        help="how many of the worst idle holds (default %(default)d)")
+    return p
+
+
+def build_config_parser() -> argparse.ArgumentParser:
+    p = _command_parser(CONFIG_COMMAND)
+    p.description = "Print where the config and hosts files are, or a commented example."
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--example", action="store_true",
+                       help="print a complete commented config.yaml (default: the paths)")
+    which.add_argument("--hosts-example", action="store_true",
+                       help="print a commented hosts file (default: the paths)")
     return p
 
 
@@ -204,6 +244,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = args_list[0]
             args = build_subparser(command).parse_args(args_list[1:])
             return _run_subcommand(command, source_options(args), args)
+        if args_list and args_list[0] == CONFIG_COMMAND:
+            from gputop.commands import configfile
+
+            return configfile.run(build_config_parser().parse_args(args_list[1:]))
+        if args_list and not args_list[0].startswith("-"):  # the dashboard has no positional
+            print(clihelp.unknown_command(args_list[0]), file=sys.stderr)
+            return EXIT_USAGE
         args = build_parser().parse_args(args_list)
         return _run_main(source_options(args), args)
     except KeyboardInterrupt:

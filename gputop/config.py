@@ -11,19 +11,8 @@ Sections other modules read:
 - ``reclaim``: ``ReclaimConfig`` (idle rule and kill grace).
 - ``reservations``: ``ReservationsConfig`` (where the store lives).
 
-An example with every section::
-
-    interval: 2                  # seconds between refreshes (--interval wins)
-    history_minutes: 10          # sparkline and detail-view history kept
-    thresholds:                  # gauge colours: >= warn, >= crit
-      util: [50, 90]
-      temp: {warn: 75, crit: 85}
-    colors: {ok: green, warn: yellow, crit: "#ff5f5f", idle: bright_black}
-    columns: [gpu, pid, user, gpu_mem, sm, time, flags, command]
-    keys: {kill: "x,f9", quit: q}
-    health: {mem_percent: 85}
-    reclaim: {idle_minutes: 30, idle_min_mem_mib: 1024, kill_grace_s: 5}
-    reservations: {dir: /var/tmp/gputop-reservations}
+The complete commented example is gputop/examples/config.example.yaml (`gputop config
+--example` prints it).
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_example_file_parses() -> None:
-    specs = load(REPO / "hosts.example.yaml")
+    specs = load(REPO / "gputop" / "examples" / "hosts.example.yaml")
     assert len(specs) >= 3
     assert any(s.jump for s in specs)
     assert any(s.labels for s in specs)

@@ -1,0 +1,33 @@
+"""`gputop config`: where the config and hosts files are looked for, and the commented
+examples shipped in the package (gputop/examples/), printed to start a file from."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import resources
+
+from gputop.config import default_path
+from gputop.exitcodes import EXIT_OK
+from gputop.hosts import DEFAULT_PATH, ENV_VAR, find_hosts_file
+
+CONFIG_EXAMPLE = "config.example.yaml"
+HOSTS_EXAMPLE = "hosts.example.yaml"
+
+
+def example(name: str) -> str:
+    return (resources.files("gputop") / "examples" / name).read_text(encoding="utf-8")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.example or args.hosts_example:
+        sys.stdout.write(example(CONFIG_EXAMPLE if args.example else HOSTS_EXAMPLE))
+        return EXIT_OK
+    config = default_path()
+    hosts, where = find_hosts_file(None)
+    print(f"config file: {config} ({'found' if config.is_file() else 'absent: defaults'};"
+          " --config FILE for another)")
+    print(f"hosts file:  {hosts} (from {where})" if hosts else
+          f"hosts file:  none (--hosts FILE, ${ENV_VAR} or {DEFAULT_PATH}): this machine only")
+    print("examples:    gputop config --example, gputop config --hosts-example")
+    return EXIT_OK

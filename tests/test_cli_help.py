@@ -1,0 +1,129 @@
+"""The command line explains itself: `gputop --help` lists every subcommand, each
+subcommand's options say their default and its examples parse, an unknown command gets
+the nearest one; the shipped example files load, and the README's examples hold."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gputop import cli, clihelp, exitcodes, hosts
+from gputop.commands import configfile
+from gputop.config import load_config
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+ALL = (*cli.SUBCOMMANDS, *cli.LEDGER_COMMANDS, cli.CONFIG_COMMAND)
+
+
+def parser_of(command: str) -> argparse.ArgumentParser:
+    if command in cli.LEDGER_COMMANDS:
+        return cli.build_ledger_parser(command)
+    if command == cli.CONFIG_COMMAND:
+        return cli.build_config_parser()
+    return cli.build_subparser(command)
+
+
+def test_every_command_has_one_help_entry() -> None:
+    assert sorted(clihelp.COMMANDS) == sorted(ALL)
+
+
+def test_main_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for name, (summary, _) in clihelp.COMMANDS.items():
+        assert re.search(rf"^  {name} +{re.escape(summary)}$", out, re.M), name
+    assert "examples:\n  gputop " in out
+
+
+@pytest.mark.parametrize(("word", "near"), [("foo", "topo"), ("reserv", "reserve"),
+                                            ("chek", "check"), ("reprot", "report")])
+def test_unknown_command_suggests_the_nearest(word: str, near: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([word]) == exitcodes.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err == (f"gputop: unknown command '{word}'; did you mean '{near}'? "
+                   "(gputop --help lists the commands)\n")
+
+
+def test_unknown_command_without_a_near_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["xyzzy", "--once"]) == exitcodes.EXIT_USAGE
+    assert "did you mean" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ALL)
+def test_subcommand_help_describes_every_option(command: str) -> None:
+    parser = parser_of(command)
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        name = "/".join(action.option_strings) or action.dest
+        assert action.help, f"{command} {name}: no description"
+        if action.nargs != 0 and action.option_strings:  # takes a value: say its default
+            assert "default" in action.help or action.required, f"{command} {name}"
+    assert parser.description, command
+    help_text = parser.format_help()
+    examples = clihelp.COMMANDS[command][1]
+    assert help_text.endswith("examples:\n" + "".join(f"  {e}\n" for e in examples))
+
+
+@pytest.mark.parametrize("command", ALL)
+def test_subcommand_examples_parse(command: str) -> None:
+    for example in clihelp.COMMANDS[command][1]:
+        words = shlex.split(example)
+        assert words[:2] == ["gputop", command], example
+        parser_of(command).parse_args(words[2:])  # a bad example exits 2 here
+
+
+def test_config_example_loads_with_the_real_loader(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["config", "--example"]) == 0
+    path = tmp_path / "config.yaml"
+    path.write_text(capsys.readouterr().out)
+    config = load_config(path)
+    # Complete: every section of the file format is shown.
+    text = path.read_text()
+    for section in ("interval", "history_minutes", "thresholds", "colors", "columns",
+                    "keys", "health", "reclaim", "reservations"):
+        assert re.search(rf"^{section}:", text, re.M), section
+    assert config.keys["kill"] == "k,f9"
+
+
+def test_hosts_example_loads_with_the_real_loader(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["config", "--hosts-example"]) == 0
+    path = tmp_path / "hosts.yaml"
+    path.write_text(capsys.readouterr().out)
+    specs = hosts.load(path)
+    assert [s.name for s in specs] == ["gpu01", "gpu02", "dgx-1"]
+    assert path.read_text() == configfile.example(configfile.HOSTS_EXAMPLE)
+
+
+def test_config_says_where_the_files_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("GPUTOP_HOSTS", str(tmp_path / "lab.yaml"))
+    assert cli.main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert f"config file: {tmp_path}/gputop/config.yaml (absent" in out
+    assert f"hosts file:  {tmp_path}/lab.yaml (from $GPUTOP_HOSTS)" in out
+
+
+def test_readme_pick_example_works_on_its_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = re.findall(r"^(gputop pick --demo [^#\n]*?)\s*# .*?(CUDA_VISIBLE_DEVICES=\S+)$",
+                       README, re.M)
+    assert lines, "the README names a demo scenario for pick"
+    for command, expected in lines:
+        assert cli.main(shlex.split(command)[1:]) == 0, command
+        assert capsys.readouterr().out == expected + "\n"
+
+
+def test_readme_exit_code_table_is_complete() -> None:
+    table = set(re.findall(r"^\| (\d+) \|", README, re.M))
+    codes = {str(v) for k, v in vars(exitcodes).items() if k.startswith("EXIT_")}
+    assert table == codes
