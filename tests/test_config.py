@@ -123,12 +123,17 @@ def test_cli_bad_config_exits_2_one_line_no_traceback(tmp_path: Path) -> None:
     assert proc.stderr.strip().count("\n") == 0
 
 
-def test_documented_example_parses() -> None:
-    from gputop import config
+def test_shipped_example_parses_and_shows_the_defaults() -> None:
+    """gputop/examples/config.example.yaml (`gputop config --example`) says its values
+    are the defaults: they must be."""
+    from gputop.analysis.health import Thresholds
+    from gputop.commands.configfile import CONFIG_EXAMPLE, example
+    from gputop.keymap import BY_ID
 
-    doc = config.__doc__ or ""
-    body = doc.split("::\n\n", 1)[1]
-    example = "\n".join(line[4:] for line in body.splitlines() if line.startswith("    "))
-    c = parse_config(example, "docstring")
-    assert c.interval == 2.0 and c.keys["kill"] == "x,f9"
-    assert c.thresholds["temp"] == (75.0, 85.0) and c.colors["crit"] == "#ff5f5f"
+    c = parse_config(example(CONFIG_EXAMPLE), "example")
+    d = Config()
+    for name in ("interval", "history_minutes", "thresholds", "colors", "columns", "reclaim",
+                 "reservations"):
+        assert getattr(c, name) == getattr(d, name), name
+    assert Thresholds.from_config(c.health) == Thresholds()
+    assert c.keys and all(keys == BY_ID[name].keys for name, keys in c.keys.items())
