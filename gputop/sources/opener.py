@@ -58,6 +58,7 @@ class SourcePlan:
     demo: str | None
     local: bool
     ssh_hosts: tuple[HostSpec, ...]
+    prometheus: str | None = None  # --prometheus URL (issue 16)
 
 
 def plan_sources(options: SourceOptions) -> SourcePlan:
@@ -70,12 +71,16 @@ def plan_sources(options: SourceOptions) -> SourcePlan:
     try:
         if options.host_list is not None:
             specs = parse_host_list(options.host_list)
+        elif options.prometheus and options.hosts_file is None:
+            specs = []  # --prometheus alone: no default hosts file, no local NVML
         else:
             path, _where = find_hosts_file(options.hosts_file)
             specs = load(path) if path is not None else []
     except HostsFileError as err:
         raise SourceError(f"gputop: {err}") from None
-    return SourcePlan(demo=None, local=not specs or options.local, ssh_hosts=tuple(specs))
+    local = (not specs and not options.prometheus) or options.local
+    return SourcePlan(demo=None, local=local, ssh_hosts=tuple(specs),
+                      prometheus=options.prometheus)
 
 
 LOCAL_HOST = "localhost"  # this machine's name in views and --host
@@ -140,7 +145,18 @@ def open_feeds(
                                  warmup=DEMO_WARMUP_S))
         else:
             feeds.append(SshFeed(plan.ssh_hosts, readonly=options.readonly))
+    if plan.prometheus:
+        feeds.append(_prometheus_feed(plan.prometheus, options, config))
     return feeds
+
+
+def _prometheus_feed(url: str, options: SourceOptions, config: Config) -> Feed:
+    from gputop.sources.prometheus import PrometheusFeed
+
+    try:
+        return PrometheusFeed(url, config.prometheus, options.timeout)
+    except (ValueError, OSError) as err:  # a bad URL, an unreadable CA file
+        raise SourceError(f"gputop: {err}") from None
 
 
 def _action_env(options: SourceOptions, config: Config, **extra: Any) -> Any:
@@ -245,12 +261,18 @@ def collect_once(
     (asyncio costs `gputop --once` tens of ms); SSH hosts in parallel on one loop.
     """
     from gputop.sources.feed import LocalFeed
+    from gputop.sources.prometheus import PrometheusFeed
 
     feeds = open_feeds(options, config, one_shot=True, plan=plan)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
-    remote = [feed for feed in feeds if not isinstance(feed, LocalFeed)]
+    for prom in feeds:
+        if isinstance(prom, PrometheusFeed):  # one blocking query, no event loop needed
+            found = prom.poll()
+            snapshots.extend(found)
+            identities.update({snap.host: prom.identity(snap.host) for snap in found})
+    remote = [feed for feed in feeds if not isinstance(feed, (LocalFeed, PrometheusFeed))]
     if remote:
         import asyncio
 

@@ -164,7 +164,12 @@ class GputopApp(App[int]):
     # -- data in -------------------------------------------------------------------
 
     async def _feed_loop(self, feed: Feed) -> None:
-        await feed.run(self.interval, self._queue.put)
+        def emit(snap: HostSnapshot) -> None:
+            # A Prometheus feed learns its hosts as they appear (issue 16).
+            self.state.feeds.setdefault(snap.host, feed)
+            self._queue.put(snap)
+
+        await feed.run(self.interval, emit)
 
     def _analysis_loop(self) -> None:
         worker = get_current_worker()
