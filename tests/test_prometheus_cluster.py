@@ -20,8 +20,15 @@ from typing import Any
 
 import pytest
 from helpers.prom import (
-    ROOT, FixedServer, Reply, free_port, instant, need_prometheus, start_prometheus,
-    start_serve, wait_http,
+    ROOT,
+    FixedServer,
+    Reply,
+    free_port,
+    instant,
+    need_prometheus,
+    start_prometheus,
+    start_serve,
+    wait_http,
 )
 
 FIXTURES = ROOT / "tests" / "fixtures" / "prometheus"
@@ -117,7 +124,7 @@ def test_every_host_and_gpu_with_its_values(cluster: Cluster) -> None:
     [g] = smi["gpus"]
     assert g["uuid"] == "GPU-7b2f1c9a-3e4d-4f5a-8b6c-1d2e3f4a5b6c"
     assert (g["util_gpu"], g["util_mem"], g["fan"], g["clock_sm"]) == (57, 23, 72, 1905)
-    assert (g["mem_used"], g["mem_total"]) == (12582912000 // 1000 * 1000, 25769803776)
+    assert (g["mem_used"], g["mem_total"]) == (12_582_912_000, 25_769_803_776)
     assert g["name"] == "NVIDIA GeForce RTX 3090" and smi["driver_version"] == "535.183.01"
     assert "power_draw" not in smi["missing"] and "processes" in smi["missing"]
     # The target nobody answers: `up == 0`.

@@ -101,7 +101,7 @@ def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
         server_version = "gputop"
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 openmetrics = "application/openmetrics-text" in self.headers.get("Accept", "")
@@ -146,7 +146,8 @@ def _serve(options: SourceOptions, args: argparse.Namespace) -> int:
     plan = SourcePlan(demo=options.demo, local=not options.demo, ssh_hosts=())
     with common._source_errors():
         [feed] = open_feeds(options, config, plan=plan, need_driver=False)
-    me = feed.identity(feed.host).reservation_owner
+    host = feed.hosts[0]
+    me = feed.identity(host).reservation_owner
     export = expo.ExportSettings(config.serve.lowercase_hostname,
                                  config.serve.max_process_series)
     exporter = Exporter(feed, settings, export, me)
@@ -174,8 +175,7 @@ def _serve(options: SourceOptions, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_term)
     collector = threading.Thread(target=collect_loop, name="collect", daemon=True)
     collector.start()
-    host, port = server.server_address[:2]
-    common.say("serve", f"listening on {host}:{port} (GET /metrics, /api/v1/snapshot)")
+    common.say("serve", f"{host}: listening on {args.listen} (GET /metrics, /api/v1/snapshot)")
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

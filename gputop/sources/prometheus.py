@@ -413,7 +413,7 @@ def _finish_gpu(raw: dict[str, Any], fallback_index: int) -> dict[str, Any]:
             if key in _BOOL_FIELDS:
                 value = value != 0
             elif key not in _FLOAT_FIELDS:
-                value = int(round(value))
+                value = round(value)
         gpu[key] = value
     free = raw.get("_mem_free")
     if gpu.get("mem_total") is None and free is not None and gpu.get("mem_used") is not None:
@@ -512,7 +512,7 @@ class PrometheusFeed:
         if not self.failures:
             return interval
         delay = min(interval * 2 ** min(self.failures, 8), MAX_BACKOFF_S)
-        return delay * random.uniform(0.8, 1.0)  # noqa: S311 (jitter, not a secret)
+        return delay * random.uniform(0.8, 1.0)
 
     async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
         while not self._closed.is_set():

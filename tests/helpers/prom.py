@@ -48,6 +48,7 @@ class Reply:
     body: bytes = b""
     content_type: str = "text/plain; version=0.0.4"
     delay: float = 0.0
+    encoding: str = ""  # Content-Encoding, e.g. gzip
 
 
 class FixedServer:
@@ -67,11 +68,13 @@ class FixedServer:
                     time.sleep(answer.delay)
                 self.send_response(answer.status)
                 self.send_header("Content-Type", answer.content_type)
+                if answer.encoding:
+                    self.send_header("Content-Encoding", answer.encoding)
                 self.send_header("Content-Length", str(len(answer.body)))
                 self.end_headers()
                 self.wfile.write(answer.body)
 
-            do_GET = do_POST = _answer  # noqa: N815
+            do_GET = do_POST = _answer
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
