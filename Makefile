@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint screenshots bench bench-ssh clean
+.PHONY: demo test lint screenshots bench bench-ssh bench-prometheus clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@bash scripts/ensure-sshd.sh
+	@bash scripts/ensure-prometheus.sh
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q
 
@@ -36,6 +37,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/health_rules.py
 	$(BIN)/python bench/orphans.py
 	$(BIN)/python bench/bench_ui.py
+
+# `gputop serve` scrape latency and CPU, `--prometheus` at 1,000 hosts (issue 16).
+bench-prometheus: $(STAMP)
+	$(BIN)/python bench/bench_prometheus.py
 
 # Starts real sshd daemons on 127.0.0.x (root, openssh-server installed).
 bench-ssh: $(STAMP)
