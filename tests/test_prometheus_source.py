@@ -187,3 +187,20 @@ def test_cli_prometheus_down_is_a_state_not_a_traceback() -> None:
                           "--once"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "expected http" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+async def test_dashboard_learns_prometheus_hosts_and_refuses_actions(prom: FakeProm) -> None:
+    from helpers.ui import wait_for
+
+    from gputop.sources.prometheus import WHY_READ_ONLY
+    from gputop.ui.app import GputopApp
+
+    two = [(GPU, 30), ({**GPU, "Hostname": "n2", "instance": "10.0.0.2:9400"}, 60)]
+    prom.reply = Reply(body=vector(*two))
+    app = GputopApp([prom.feed()], interval=0.2, me="alice")
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: {"n1", "n2"} <= set(app.state.feeds))
+        caps = app.capabilities("n2")
+        assert not caps.kill and not caps.reserve and caps.why_not == WHY_READ_ONLY
+        answer = await app.request("n1", {"op": "kill", "pid": 1, "start_ticks": 1})
+        assert answer["ok"] is False and answer["message"] == WHY_READ_ONLY

@@ -51,8 +51,8 @@ class Rendered:
     """One snapshot's answers, rendered once by the collector thread."""
 
     snapshot: HostSnapshot
-    text: str  # families without the age, text format
-    openmetrics: str
+    text: bytes  # families without the age, text format
+    openmetrics: bytes
     json: bytes
 
 
@@ -81,7 +81,8 @@ class Exporter:
         fams = expo.families(snap, analysed.warnings, analysed.flags, self.last_xid,
                              seconds, self.export)
         doc = json_document([snap], snap.time, {snap.host: analysed.warnings})
-        rendered = Rendered(snap, expo.render(fams), expo.render(fams, openmetrics=True),
+        rendered = Rendered(snap, expo.render(fams).encode(),
+                            expo.render(fams, openmetrics=True).encode(),
                             json.dumps(doc).encode())
         self.latest = rendered  # one reference swap: scrapers never see half a rendering
         return rendered
@@ -90,10 +91,10 @@ class Exporter:
         latest = self.latest
         if latest is None:
             return b"# EOF\n" if openmetrics else b""
-        age = expo.render([expo.age_family(latest.snapshot, now)], openmetrics)
+        age = expo.render([expo.age_family(latest.snapshot, now)], openmetrics).encode()
         if openmetrics:
-            return (latest.openmetrics + age + "# EOF\n").encode()
-        return (latest.text + age).encode()
+            return b"".join((latest.openmetrics, age, b"# EOF\n"))
+        return latest.text + age
 
 
 def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
