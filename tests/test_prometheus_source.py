@@ -200,6 +200,9 @@ async def test_dashboard_learns_prometheus_hosts_and_refuses_actions(prom: FakeP
     app = GputopApp([prom.feed()], interval=0.2, me="alice")
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_for(pilot, lambda: {"n1", "n2"} <= set(app.state.feeds))
+        assert type(app.screen).__name__ == "ClusterScreen"  # a cluster starts there
+        # The overview lists the hosts as they were learnt (it redraws at its own rate).
+        await wait_for(pilot, lambda: {"n1", "n2"} <= set(getattr(app.screen, "order", ())))
         caps = app.capabilities("n2")
         assert not caps.kill and not caps.reserve and caps.why_not == WHY_READ_ONLY
         answer = await app.request("n1", {"op": "kill", "pid": 1, "start_ticks": 1})

@@ -113,8 +113,9 @@ class GputopApp(App[int]):
             for feed in self.feeds:
                 self.run_worker(self._feed_loop(feed), name=f"feed {','.join(feed.hosts)}",
                                 group="feeds", exit_on_error=False)
-            if sum(len(feed.hosts) for feed in self.feeds) > 1:
-                # A lab of hosts starts on the overview.
+            if sum(len(feed.hosts) for feed in self.feeds) != 1:
+                # A lab of hosts starts on the overview; so does a feed that learns its
+                # hosts as they come (Prometheus: none known yet).
                 from gputop.ui.screens import cluster
 
                 cluster.open_cluster(self)
