@@ -134,3 +134,31 @@ def test_bad_listen_is_a_usage_error() -> None:
                            "--listen", "nowhere"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "expected HOST:PORT" in done.stderr
+
+
+def test_hosts_file_url_entry_reads_the_snapshot_api(tmp_path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("{}\n")
+    port, dead = free_port(), free_port()
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"hosts:\n  - {{name: box, url: 'http://127.0.0.1:{port}/'}}\n"
+                     f"  - {{name: gone, url: 'http://127.0.0.1:{dead}'}}\n")
+    proc = start_serve("dgx-h100", port, config)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/api/v1/snapshot")
+        done = subprocess.run([sys.executable, "-m", "gputop.cli", "--hosts", str(hosts),
+                               "--json", "--config", str(config)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    assert done.returncode == 0, done.stderr
+    found = {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
+    assert found["box"]["state"] == "ok" and found["box"]["source"] == "gputop serve"
+    assert len(found["box"]["gpus"]) == 8 and found["box"]["processes"]
+    assert found["gone"]["state"] == "unreachable"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts:\n  - {name: x, url: 'ftp://nope'}\n")
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", "--hosts", str(bad), "--once"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"{bad}:2:" in done.stderr and "url" in done.stderr

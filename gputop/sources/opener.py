@@ -137,14 +137,20 @@ def open_feeds(
         feeds.append(_demo_feed(plan.demo, options, config, one_shot))
     elif plan.local:
         feeds.append(_local_feed(options, config, need_driver))
-    if plan.ssh_hosts:
+    ssh_hosts = tuple(spec for spec in plan.ssh_hosts if spec.url is None)
+    if ssh_hosts:
         from gputop.sources.ssh import SshFeed
 
         if one_shot:
-            feeds.append(SshFeed(plan.ssh_hosts, readonly=options.readonly, retry=False,
+            feeds.append(SshFeed(ssh_hosts, readonly=options.readonly, retry=False,
                                  warmup=DEMO_WARMUP_S))
         else:
-            feeds.append(SshFeed(plan.ssh_hosts, readonly=options.readonly))
+            feeds.append(SshFeed(ssh_hosts, readonly=options.readonly))
+    url_hosts = [spec for spec in plan.ssh_hosts if spec.url is not None]
+    if url_hosts:  # `url:` entries: gputop serve's snapshot API (issue 16)
+        from gputop.sources.serveapi import ServeFeed
+
+        feeds.append(ServeFeed(url_hosts, options.timeout))
     if plan.prometheus:
         feeds.append(_prometheus_feed(plan.prometheus, options, config))
     return feeds
@@ -267,12 +273,15 @@ def collect_once(
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
-    for prom in feeds:
-        if isinstance(prom, PrometheusFeed):  # one blocking query, no event loop needed
-            found = prom.poll()
+    from gputop.sources.serveapi import ServeFeed
+
+    for http in feeds:
+        if isinstance(http, (PrometheusFeed, ServeFeed)):  # blocking HTTP, no event loop
+            found = http.poll()
             snapshots.extend(found)
-            identities.update({snap.host: prom.identity(snap.host) for snap in found})
-    remote = [feed for feed in feeds if not isinstance(feed, (LocalFeed, PrometheusFeed))]
+            identities.update({snap.host: http.identity(snap.host) for snap in found})
+    remote = [feed for feed in feeds
+              if not isinstance(feed, (LocalFeed, PrometheusFeed, ServeFeed))]
     if remote:
         import asyncio
 

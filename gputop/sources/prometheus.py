@@ -172,7 +172,7 @@ class PromClient:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout,
                                         context=self.context) as response:
-                raw = _read_body(response)
+                raw = read_body(response)
         except urllib.error.HTTPError as err:
             raise _http_error(err) from None
         except (TimeoutError, OSError) as err:
@@ -184,7 +184,7 @@ class PromClient:
         return _decode(raw)
 
 
-def _read_body(response: Any) -> bytes:
+def read_body(response: Any) -> bytes:
     data = response.read(MAX_BODY_BYTES + 1)
     if len(data) > MAX_BODY_BYTES:
         raise PromError(model.HOST_ERROR, f"answer larger than {MAX_BODY_BYTES // MIB} MiB")
@@ -206,7 +206,7 @@ def _http_error(err: urllib.error.HTTPError) -> PromError:
                          "credentials named in the config's prometheus: section")
     detail = ""
     with contextlib.suppress(Exception):
-        doc = json.loads(_read_body(err))
+        doc = json.loads(read_body(err))
         detail = f": {doc.get('errorType', '')} {str(doc.get('error', ''))[:200]}".rstrip()
         if doc.get("errorType") == "timeout":
             return PromError(model.HOST_TIMEOUT, f"query timed out{detail}")
