@@ -186,3 +186,21 @@ def test_dashboard_12239_queries_find_gputop_series(cluster: Cluster) -> None:
             assert found, f"{query['panel']}: {expr} is empty for {host}"
             if "label" in query:
                 assert all(query["label"] in r["metric"] for r in found)
+
+
+def test_history_backfill_from_query_range(cluster: Cluster) -> None:
+    from gputop.config import PrometheusConfig
+    from gputop.sources.prometheus import PrometheusFeed
+
+    feed = PrometheusFeed(cluster.url, PrometheusConfig(selector='job="gputop"'), 10.0,
+                          environ={}, history_s=120.0)
+    end = time.monotonic() + 30
+    while not (snaps := feed.backfill(120.0)):  # needs two scrapes in the range
+        assert time.monotonic() < end, "no history in Prometheus"
+        time.sleep(0.5)
+    times = [s.time for s in snaps]
+    assert times == sorted(times) and times[-1] < time.time()
+    assert {s.host for s in snaps} <= {"dgx-h100-07", "lab-gpu-03"}
+    dgx = [s for s in snaps if s.host == "dgx-h100-07"]
+    assert dgx and all(len(s.gpus) == 8 for s in dgx)
+    assert all(g.util_gpu is not None and g.mem_total == 81559 * MIB for g in dgx[0].gpus)

@@ -152,15 +152,17 @@ def open_feeds(
 
         feeds.append(ServeFeed(url_hosts, options.timeout))
     if plan.prometheus:
-        feeds.append(_prometheus_feed(plan.prometheus, options, config))
+        feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot))
     return feeds
 
 
-def _prometheus_feed(url: str, options: SourceOptions, config: Config) -> Feed:
+def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot: bool) -> Feed:
     from gputop.sources.prometheus import PrometheusFeed
 
+    # The dashboard's sparklines start from Prometheus' history; a one-shot needs none.
+    history_s = 0.0 if one_shot else config.history_minutes * 60.0
     try:
-        return PrometheusFeed(url, config.prometheus, options.timeout)
+        return PrometheusFeed(url, config.prometheus, options.timeout, history_s=history_s)
     except (ValueError, OSError) as err:  # a bad URL, an unreadable CA file
         raise SourceError(f"gputop: {err}") from None
 

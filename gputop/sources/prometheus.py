@@ -166,8 +166,19 @@ class PromClient:
 
     def query(self, expr: str) -> tuple[list[Any], list[str]]:
         """The result vector and the server's warnings."""
-        body = urllib.parse.urlencode({"query": expr}).encode()
-        request = urllib.request.Request(f"{self.url}/api/v1/query", data=body,
+        return self._post("query", {"query": expr}, "vector")
+
+    def query_range(self, expr: str, start: float, end: float,
+                    step: float) -> tuple[list[Any], list[str]]:
+        """The result matrix (``values`` per series) and the server's warnings."""
+        form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                "step": f"{step:.3f}"}
+        return self._post("query_range", form, "matrix")
+
+    def _post(self, endpoint: str, form: dict[str, str],
+              kind: str) -> tuple[list[Any], list[str]]:
+        body = urllib.parse.urlencode(form).encode()
+        request = urllib.request.Request(f"{self.url}/api/v1/{endpoint}", data=body,
                                          headers=self._headers(), method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout,
@@ -181,7 +192,7 @@ class PromClient:
                 raise PromError(model.HOST_TIMEOUT,
                                 f"no answer within {self.timeout:g} s") from None
             raise PromError(model.HOST_UNREACHABLE, f"unreachable: {reason}") from None
-        return _decode(raw)
+        return _decode(raw, kind)
 
 
 def read_body(response: Any) -> bytes:
@@ -213,7 +224,7 @@ def _http_error(err: urllib.error.HTTPError) -> PromError:
     return PromError(model.HOST_ERROR, f"HTTP {err.code} {err.reason}{detail}")
 
 
-def _decode(raw: bytes) -> tuple[list[Any], list[str]]:
+def _decode(raw: bytes, kind: str = "vector") -> tuple[list[Any], list[str]]:
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
@@ -223,15 +234,28 @@ def _decode(raw: bytes) -> tuple[list[Any], list[str]]:
     if doc.get("status") != "success":
         raise PromError(model.HOST_ERROR, f"query failed: {str(doc.get('error'))[:200]}")
     data = doc.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "vector" \
+    if not isinstance(data, dict) or data.get("resultType") != kind \
             or not isinstance(data.get("result"), list):
-        raise PromError(model.HOST_ERROR, "malformed answer: no result vector")
+        raise PromError(model.HOST_ERROR, f"malformed answer: no result {kind}")
     result = data["result"]
     if len(result) > MAX_SERIES:
         raise PromError(model.HOST_ERROR, f"more than {MAX_SERIES} series: narrow the selector")
     found = doc.get("warnings")
     warnings = [str(w)[:300] for w in found] if isinstance(found, list) else []
     return result, warnings
+
+
+# What the sparklines draw: utilization and memory, from each exporter.
+HISTORY_SERIES = ("DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|"
+                  "DCGM_FI_DEV_FB_RESERVED|gputop_gpu_memory_total_bytes|"
+                  "nvidia_smi_utilization_gpu_ratio|nvidia_smi_memory_used_bytes|"
+                  "nvidia_smi_memory_total_bytes")
+HISTORY_POINTS = 120  # per series: the sparklines' width, not the scrape resolution
+
+
+def history_query(selector: str) -> str:
+    inner = f", {selector}" if selector else ""
+    return f'{{__name__=~"{HISTORY_SERIES}"{inner}}}'
 
 
 def cluster_query(selector: str) -> str:
@@ -476,8 +500,9 @@ class PrometheusFeed:
 
     def __init__(self, url: str, config: PrometheusConfig, timeout: float,
                  environ: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, history_s: float = 0.0) -> None:
         self.client = PromClient(url, config, timeout, environ)
+        self.history_s = history_s  # the dashboard's history window, backfilled at start
         self.config = config
         self.hosts: list[str] = []
         self.clock = clock
@@ -526,7 +551,38 @@ class PrometheusFeed:
         delay = min(interval * 2 ** min(self.failures, 8), MAX_BACKOFF_S)
         return delay * random.uniform(0.8, 1.0)
 
+    def backfill(self, seconds: float) -> list[HostSnapshot]:
+        """The last ``seconds`` of utilization and memory as past snapshots, oldest
+        first, from one ``query_range``: the dashboard's history starts full.  A failure
+        gives nothing (the live query reports the server's state)."""
+        if seconds <= 0:
+            return []
+        end = self.clock()
+        step = max(seconds / HISTORY_POINTS, 1.0)
+        try:
+            matrix, _warnings = self.client.query_range(
+                history_query(self.config.selector), end - seconds, end, step)
+        except PromError:
+            return []
+        at: dict[float, list[dict[str, Any]]] = {}
+        for series in matrix:
+            if not isinstance(series, dict) or not isinstance(series.get("values"), list):
+                continue
+            for point in series["values"][: HISTORY_POINTS * 2]:
+                if isinstance(point, list) and len(point) == 2 \
+                        and isinstance(point[0], (int, float)):
+                    at.setdefault(float(point[0]), []).append(
+                        {"metric": series.get("metric"), "value": point})
+        out = []
+        for when in sorted(at)[:-1]:  # the newest point is the live query's
+            out += [snap for snap in pivot(at[when], when, math.inf, self._names)
+                    if snap.gpus]
+        return out
+
     async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
+        if self.history_s:
+            for snap in await asyncio.to_thread(self.backfill, self.history_s):
+                emit(snap)
         while not self._closed.is_set():
             started = time.monotonic()
             snapshots = await asyncio.to_thread(self.poll)
