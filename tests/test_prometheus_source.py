@@ -207,3 +207,19 @@ async def test_dashboard_learns_prometheus_hosts_and_refuses_actions(prom: FakeP
         assert not caps.kill and not caps.reserve and caps.why_not == WHY_READ_ONLY
         answer = await app.request("n1", {"op": "kill", "pid": 1, "start_ticks": 1})
         assert answer["ok"] is False and answer["message"] == WHY_READ_ONLY
+
+
+def test_prometheus_combines_with_hosts_and_alone_reads_no_default_hosts(tmp_path,
+                                                                        monkeypatch) -> None:
+    from gputop.options import SourceOptions
+    from gputop.sources.opener import plan_sources
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts: [gpu01]\n")
+    monkeypatch.setenv("GPUTOP_HOSTS", str(hosts))
+    url = "http://prom:9090"
+    alone = plan_sources(SourceOptions(prometheus=url))
+    assert alone.prometheus == url and alone.ssh_hosts == () and not alone.local
+    both = plan_sources(SourceOptions(prometheus=url, hosts_file=str(hosts), local=True))
+    assert both.prometheus == url and [s.name for s in both.ssh_hosts] == ["gpu01"]
+    assert both.local
