@@ -28,7 +28,6 @@ import statistics
 import sys
 import threading
 import time
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -50,8 +49,7 @@ def _exporter_child(port: int, interval: float, ready: multiprocessing.Event) ->
     collector = Collector(nvml, sim.SimProcs(nvml), host="synthetic", demo=True)
     feed = LocalFeed(collector, host="synthetic", identity=named_identity("alice"))
     exporter = serve.Exporter(feed, Settings(), expo.ExportSettings(), "alice")
-    server = ThreadingHTTPServer(("127.0.0.1", port), serve._handler(exporter))
-    server.daemon_threads = True
+    server = serve.Server(("127.0.0.1", port), serve._handler(exporter))
 
     def collect() -> None:
         while True:

@@ -97,6 +97,13 @@ class Exporter:
         return latest.text + age
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog of 5 drops the SYNs of a burst of scrapers, which
+    # then wait a full second for the retransmit.
+    request_queue_size = 128
+
+
 def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "gputop"
@@ -153,13 +160,12 @@ def _serve(options: SourceOptions, args: argparse.Namespace) -> int:
                                  config.serve.max_process_series)
     exporter = Exporter(feed, settings, export, me)
     try:
-        server = ThreadingHTTPServer(address, _handler(exporter))
+        server = Server(address, _handler(exporter))
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             raise common.usage_error(
                 f"{args.listen}: address in use (another gputop serve?)") from None
         raise common.usage_error(f"{args.listen}: {err.strerror or err}") from None
-    server.daemon_threads = True
     stop = threading.Event()
 
     def collect_loop() -> None:
