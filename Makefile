@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint screenshots bench bench-ssh clean
+.PHONY: demo test lint screenshots bench bench-ssh bench-prometheus clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	@bash scripts/ensure-sshd.sh
 	@bash scripts/ensure-chromium.sh
+	@bash scripts/ensure-prometheus.sh
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q
 
@@ -37,6 +38,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/health_rules.py
 	$(BIN)/python bench/orphans.py
 	$(BIN)/python bench/bench_ui.py
+
+# `gputop serve` scrape latency and CPU, `--prometheus` at 1,000 hosts (issue 16).
+bench-prometheus: $(STAMP)
+	$(BIN)/python bench/bench_prometheus.py
 
 # Starts real sshd daemons on 127.0.0.x (root, openssh-server installed).
 bench-ssh: $(STAMP)

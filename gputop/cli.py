@@ -16,7 +16,8 @@ from gputop import __version__
 from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
-SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue")
+SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue",
+               "serve")
 LEDGER_COMMANDS = ("record", "report")  # the usage ledger (docs/ledger.md)
 
 
@@ -49,6 +50,10 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="one-shot modes: give up on a host after S seconds (default %(default)g)",
     )
+    # issue 16: a cluster read from Prometheus (credentials only from the config file)
+    p.add_argument("--prometheus", metavar="URL",
+                   help="read every host from this Prometheus server (dcgm-exporter, "
+                   "nvidia_gpu_exporter, gputop serve)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +113,10 @@ def build_subparser(command: str) -> argparse.ArgumentParser:
         p.description = "Release my reservations (all of them, or --gpus)."
         p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
         p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated")
+    elif command == "serve":  # issue 16
+        from gputop.commands import serve
+
+        serve.add_arguments(p)
     elif command == "reservations":
         p.description = "List the active reservations."
         p.add_argument("--host", metavar="H", help="which host of --hosts/-H")
@@ -190,6 +199,7 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
         timeout=args.timeout,
         readonly=getattr(args, "readonly", False),  # the dashboard's; subcommands act
         config_path=args.config,
+        prometheus=args.prometheus,
     )
 
 
@@ -231,6 +241,10 @@ def _run_subcommand(command: str, options: SourceOptions, args: argparse.Namespa
         from gputop.commands import queue
 
         return queue.run(options, args)
+    if command == "serve":
+        from gputop.commands import serve
+
+        return serve.run(options, args)
     from gputop.commands import reserve
 
     return reserve.run(command, options, args)

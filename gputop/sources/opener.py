@@ -59,6 +59,7 @@ class SourcePlan:
     demo: str | None
     local: bool
     ssh_hosts: tuple[HostSpec, ...]
+    prometheus: str | None = None  # --prometheus URL (issue 16)
 
 
 def plan_sources(options: SourceOptions) -> SourcePlan:
@@ -71,12 +72,16 @@ def plan_sources(options: SourceOptions) -> SourcePlan:
     try:
         if options.host_list is not None:
             specs = parse_host_list(options.host_list)
+        elif options.prometheus and options.hosts_file is None:
+            specs = []  # --prometheus alone: no default hosts file, no local NVML
         else:
             path, _where = find_hosts_file(options.hosts_file)
             specs = load(path) if path is not None else []
     except HostsFileError as err:
         raise SourceError(f"gputop: {err}") from None
-    return SourcePlan(demo=None, local=not specs or options.local, ssh_hosts=tuple(specs))
+    local = (not specs and not options.prometheus) or options.local
+    return SourcePlan(demo=None, local=local, ssh_hosts=tuple(specs),
+                      prometheus=options.prometheus)
 
 
 LOCAL_HOST = "localhost"  # this machine's name in views and --host
@@ -133,15 +138,34 @@ def open_feeds(
         feeds.append(_demo_feed(plan.demo, options, config, one_shot))
     elif plan.local:
         feeds.append(_local_feed(options, config, need_driver))
-    if plan.ssh_hosts:
+    ssh_hosts = tuple(spec for spec in plan.ssh_hosts if spec.url is None)
+    if ssh_hosts:
         from gputop.sources.ssh import SshFeed
 
         if one_shot:
-            feeds.append(SshFeed(plan.ssh_hosts, readonly=options.readonly, retry=False,
+            feeds.append(SshFeed(ssh_hosts, readonly=options.readonly, retry=False,
                                  warmup=DEMO_WARMUP_S))
         else:
-            feeds.append(SshFeed(plan.ssh_hosts, readonly=options.readonly))
+            feeds.append(SshFeed(ssh_hosts, readonly=options.readonly))
+    url_hosts = [spec for spec in plan.ssh_hosts if spec.url is not None]
+    if url_hosts:  # `url:` entries: gputop serve's snapshot API (issue 16)
+        from gputop.sources.serveapi import ServeFeed
+
+        feeds.append(ServeFeed(url_hosts, options.timeout))
+    if plan.prometheus:
+        feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot))
     return feeds
+
+
+def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot: bool) -> Feed:
+    from gputop.sources.prometheus import PrometheusFeed
+
+    # The dashboard's sparklines start from Prometheus' history; a one-shot needs none.
+    history_s = 0.0 if one_shot else config.history_minutes * 60.0
+    try:
+        return PrometheusFeed(url, config.prometheus, options.timeout, history_s=history_s)
+    except (ValueError, OSError) as err:  # a bad URL, an unreadable CA file
+        raise SourceError(f"gputop: {err}") from None
 
 
 def _action_env(options: SourceOptions, config: Config, **extra: Any) -> Any:
@@ -274,12 +298,21 @@ def collect_once(
     (asyncio costs `gputop --once` tens of ms); SSH hosts in parallel on one loop.
     """
     from gputop.sources.feed import LocalFeed
+    from gputop.sources.prometheus import PrometheusFeed
 
     feeds = open_feeds(options, config, one_shot=True, plan=plan)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
-    remote = [feed for feed in feeds if not isinstance(feed, LocalFeed)]
+    from gputop.sources.serveapi import ServeFeed
+
+    for http in feeds:
+        if isinstance(http, (PrometheusFeed, ServeFeed)):  # blocking HTTP, no event loop
+            found = http.poll()
+            snapshots.extend(found)
+            identities.update({snap.host: http.identity(snap.host) for snap in found})
+    remote = [feed for feed in feeds
+              if not isinstance(feed, (LocalFeed, PrometheusFeed, ServeFeed))]
     if remote:
         import asyncio
 

@@ -125,8 +125,9 @@ class GputopApp(App[int]):
             for feed in self.feeds:
                 self.run_worker(self._feed_loop(feed), name=f"feed {','.join(feed.hosts)}",
                                 group="feeds", exit_on_error=False)
-            if sum(len(feed.hosts) for feed in self.feeds) > 1:
-                # A lab of hosts starts on the overview.
+            if sum(len(feed.hosts) for feed in self.feeds) != 1:
+                # A lab of hosts starts on the overview; so does a feed that learns its
+                # hosts as they come (Prometheus: none known yet).
                 from gputop.ui.screens import cluster
 
                 cluster.open_cluster(self)
@@ -178,9 +179,15 @@ class GputopApp(App[int]):
     async def _feed_loop(self, feed: Feed) -> None:
         name = f"feed {','.join(feed.hosts)}"
         failures = 0
+
+        def emit(snap: HostSnapshot) -> None:
+            # A Prometheus feed learns its hosts as they appear.
+            self.state.feeds.setdefault(snap.host, feed)
+            self._queue.put(snap)
+
         while True:
             try:
-                await feed.run(self.interval, self._queue.put)
+                await feed.run(self.interval, emit)
                 return
             except Exception as err:  # any fault: logged, shown once, the feed restarted
                 failures += 1
