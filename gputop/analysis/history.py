@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Any, NamedTuple
 
@@ -268,22 +268,43 @@ class History:
         with self._lock:
             return self._series(host, self._hosts.get(host, ()), field)
 
-    def gpu_series(self, host: str, gpu: int, field: str) -> list[tuple[float, Any]]:
+    def gpu_series(
+        self, host: str, gpu: int, field: str, since: float | None = None
+    ) -> list[tuple[float, Any]]:
         """(time, value) of a Gpu field or property (e.g. util_gpu, mem_percent).
 
-        Samples where the value is None (not supported, GPU lost) are left out.
+        Samples where the value is None (not supported, GPU lost) are left out.  With
+        ``since``, only samples from that time on: the ring is walked from the newest end
+        and the walk stops there, so a view's per-tick cost follows what it draws, not how
+        long gputop has run.
         """
         with self._lock:
-            return self._series(host, self._gpus.get((host, gpu), ()), field)
+            return self._series(host, self._gpus.get((host, gpu), ()), field, since)
 
     def _series(
-        self, host: str, ring: Iterable[tuple[int, Any]], field: str
+        self,
+        host: str,
+        ring: Sequence[tuple[int, Any]],
+        field: str,
+        since: float | None = None,
     ) -> list[tuple[float, Any]]:
         """(time, value) of ``field`` over a ring of (seq, record); call with the lock held."""
         times = self._times.get(host)
         if times is None:
             return []
         out = []
+        if since is not None:
+            for seq, record in reversed(ring):
+                if seq < times.base:
+                    break
+                t = times.time_of(seq)
+                if t < since:
+                    break
+                value = getattr(record, field)
+                if value is not None:
+                    out.append((t, value))
+            out.reverse()
+            return out
         for seq, record in ring:
             if seq >= times.base:
                 value = getattr(record, field)

@@ -22,7 +22,7 @@ from gputop.model import HostSnapshot
 from gputop.ui import table_model
 from gputop.ui.keys import bindings
 from gputop.ui.widgets.filter_input import FilterInput
-from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
+from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData, history_reach
 from gputop.ui.widgets.header import HeaderBar, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
@@ -160,10 +160,13 @@ class DashboardScreen(Screen[None]):
         for gpu in snap.gpus:
             panel = self._panels[gpu.index]
             panel.set_class(state.selected_gpu == gpu.index, "-selected")
+            # Only the samples the panel draws, however long the history kept.
+            since = now - history_reach(span, history.seconds, bool(self._compact),
+                                        panel.size.width)
             panel.update_data(PanelData(
                 gpu=gpu,
-                util_series=history.gpu_series(snap.host, gpu.index, "util_gpu"),
-                mem_series=history.gpu_series(snap.host, gpu.index, "mem_percent"),
+                util_series=history.gpu_series(snap.host, gpu.index, "util_gpu", since),
+                mem_series=history.gpu_series(snap.host, gpu.index, "mem_percent", since),
                 warnings=state.warnings_for(snap.host, gpu.index),
                 reservations=[r for r in snap.reservations
                               if r.gpu == gpu.index and r.active(now)],

@@ -85,18 +85,24 @@ class GpuPanel(Widget):
         self._signature: Any = None
         self._strips: list[Strip] = []
         self._strips_key: Any = None
+        self._stats: tuple[str, str] = ("", "")
 
     def update_data(self, data: PanelData) -> None:
         self.data = data
         compact = self.has_class("-compact")
+        # Each figure is computed once per tick and kept for render(): a history line
+        # costs a walk over its window, and the panel draws only when one changed.
+        self._stats = (
+            history_stats(data.util_series, data.now, data.span),
+            history_stats(data.mem_series, data.now, data.span),
+        )
         signature = (
             data.gpu,
             fmt.sparkline(data.util_series, 60, data.now, data.span),
             # A compact row's line reaches further back than the span above.
             compact_sparkline(data, self.size.width) if compact else None,
             fmt.sparkline(data.mem_series, 60, data.now, data.span),
-            history_stats(data.util_series, data.now, data.span),
-            history_stats(data.mem_series, data.now, data.span),
+            self._stats,
             tuple(w.key for w in data.warnings),
             tuple(data.reservations),
             self.size.width,
@@ -217,15 +223,16 @@ class GpuPanel(Widget):
         # line 3: history on a fixed 0-100 scale, labelled with the window it covers
         half = max((width - 2) // 2, 12)
         # Muted: the history is context for the gauges above it, not a second set of gauges.
-        self._history(out, "util", data.util_series, data, half, f"{self._style('ok')} dim")
+        util_stat, mem_stat = self._stats
+        self._history(out, "util", data.util_series, data, half, f"{self._style('ok')} dim",
+                      util_stat)
         out.append("  ")
-        self._history(out, "mem", data.mem_series, data, half, HISTORY_MEM_STYLE)
+        self._history(out, "mem", data.mem_series, data, half, HISTORY_MEM_STYLE, mem_stat)
         return out
 
     def _history(self, out: Text, label: str, series: list[tuple[float, float]],
-                 data: PanelData, width: int, style: str) -> None:
+                 data: PanelData, width: int, style: str, stat: str) -> None:
         window = span_label(data.span)
-        stat = history_stats(series, data.now, data.span)
         spark_w = max(width - len(label) - len(window) - 2 - len(stat), 4)
         out.append(label, style="bold")
         out.append(f" {window} ", style="dim")
@@ -266,6 +273,13 @@ class GpuPanel(Widget):
             out.append(line[seen:], style=self._style("ok"))
         out.append_text(badges)
         return out
+
+
+def history_reach(span: float, kept: float, compact: bool, width: int) -> float:
+    """Seconds of history a panel draws: one span, or a compact row's span/60 per cell."""
+    if not compact:
+        return span
+    return min(kept, max(span, width * span / 60))
 
 
 def compact_sparkline(data: PanelData, width: int) -> str:
