@@ -48,7 +48,7 @@ def _report(options: SourceOptions, as_json: bool) -> int:
 
     config = common.config(options)
     settings = common.settings(config)
-    collected = common.collect(options, config)
+    collected = common.collect(options, config, lean=not as_json)
     snapshots = collected.snapshots
     now = time.time()
     warnings = {

@@ -119,19 +119,20 @@ def reservations_dir(options: SourceOptions, config: Config) -> str:
 
 def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
-    plan: SourcePlan | None = None, need_driver: bool = True,
+    plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
     False (commands that only touch the reservation store: this machine is then a "no
     GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
-    command (no SSH retries, a frozen simulated clock), not the dashboard's stream."""
+    command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
+    ``lean``: local collectors skip topology, XID registration and the device scan."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
     if plan.demo:
-        feeds.append(_demo_feed(plan.demo, options, config, one_shot))
+        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean))
     elif plan.local:
-        feeds.append(_local_feed(options, config, need_driver))
+        feeds.append(_local_feed(options, config, need_driver, lean))
     if plan.ssh_hosts:
         from gputop.sources.ssh import SshFeed
 
@@ -150,14 +151,16 @@ def _action_env(options: SourceOptions, config: Config, **extra: Any) -> Any:
                      readonly=options.readonly, **extra)
 
 
-def _local_feed(options: SourceOptions, config: Config, need_driver: bool = True) -> LocalFeed:
+def _local_feed(
+    options: SourceOptions, config: Config, need_driver: bool = True, lean: bool = False
+) -> LocalFeed:
     from gputop.sources.feed import LocalFeed
     from gputop.sources.procfs import ProcFs
 
     store = reservations_dir(options, config)
     collector: Collector | Any
     try:
-        collector = open_local(reservations_dir=store)
+        collector = open_local(reservations_dir=store, lean=lean)
         procs = collector.procs
     except NoDriverError as err:
         if need_driver:
@@ -197,7 +200,9 @@ class _WarmedUp:
         return self.collector.collect()
 
 
-def _demo_feed(name: str, options: SourceOptions, config: Config, one_shot: bool) -> LocalFeed:
+def _demo_feed(
+    name: str, options: SourceOptions, config: Config, one_shot: bool, lean: bool = False
+) -> LocalFeed:
     # The simulator pulls in pyyaml for scenario files: imported only when asked for.
     from gputop.sources import sim
     from gputop.sources.feed import LocalFeed
@@ -211,7 +216,8 @@ def _demo_feed(name: str, options: SourceOptions, config: Config, one_shot: bool
     nvml = sim.SimNvml(scenario, clock=clock)
     procs = sim.SimProcs(nvml)
     collector: Any = Collector(nvml, procs, host=host, demo=True,
-                               reservations_dir=reservations_dir(options, config), clock=clock)
+                               reservations_dir=reservations_dir(options, config), clock=clock,
+                               lean=lean)
     if one_shot:
         collector = _WarmedUp(collector, clock)
     env = _action_env(options, config, sim=nvml, procs=procs)
@@ -237,7 +243,7 @@ class Round:
 
 
 def collect_once(
-    options: SourceOptions, config: Config, plan: SourcePlan | None = None
+    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False
 ) -> Round:
     """One round of snapshots for the one-shot commands.
 
@@ -246,7 +252,7 @@ def collect_once(
     """
     from gputop.sources.feed import LocalFeed
 
-    feeds = open_feeds(options, config, one_shot=True, plan=plan)
+    feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
