@@ -27,8 +27,6 @@ import math
 import os
 import pwd
 import re
-import secrets
-import socket
 import stat
 import time
 import unicodedata
@@ -552,6 +550,8 @@ def _reserve_locked(
         top = max(found.generations.get(target.key, ()), default=0)
         plans.append((target, mine, moved, top + 1))
 
+    import socket  # only when writing: reading the store is on `gputop --once`'s path
+
     host = socket.gethostname()
     user = _user_name(me)
     created: list[str] = []
@@ -670,6 +670,8 @@ def _clean(found: _Scan, now: float) -> None:
 def _write_temp(directory: str, key: str, record: dict[str, Any]) -> str:
     payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     for _ in range(10):
+        import secrets  # only when writing: reading the store is on `gputop --once`'s path
+
         path = os.path.join(directory, f"{TMP_PREFIX}{key}-{os.getpid()}-{secrets.token_hex(4)}")
         try:
             fd = os.open(

@@ -7,7 +7,6 @@ checks sys.modules), so that `gputop --once` starts in a fraction of a second.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 import unicodedata
@@ -77,6 +76,8 @@ def run_demo_list() -> int:
 def _width(stream: TextIO) -> int:
     isatty = getattr(stream, "isatty", None)
     if isatty and isatty():
+        import shutil  # a terminal only: shutil pulls in bz2, lzma and more
+
         return max(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
     return WIDTH
 

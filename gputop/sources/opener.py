@@ -171,7 +171,8 @@ def _local_feed(
             raise failure
 
         procs = ProcFs()
-    env = _action_env(options, config, procs=procs)
+    # A lean one-shot only reads: no action env, and none of the action modules imported.
+    env = None if lean else _action_env(options, config, procs=procs)
     return LocalFeed(collector, host=LOCAL_HOST, identity=local_identity(), dispatch_env=env)
 
 
@@ -220,7 +221,7 @@ def _demo_feed(
                                lean=lean)
     if one_shot:
         collector = _WarmedUp(collector, clock)
-    env = _action_env(options, config, sim=nvml, procs=procs)
+    env = None if lean else _action_env(options, config, sim=nvml, procs=procs)
     identity = dataclasses.replace(named_identity(scenario.me),
                                    reserves_as=local_identity().user)
     return LocalFeed(collector, host=host, identity=identity, dispatch_env=env)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import socket
 import time
 from typing import Any
 
@@ -95,7 +94,7 @@ class ProcFs:
 
     def host_info(self) -> dict[str, Any]:
         return {
-            "hostname": socket.gethostname(),
+            "hostname": os.uname().nodename,  # what gethostname() returns, without socket
             "cpu_count": os.cpu_count(),
             "cpu_percent": self._host_cpu_percent(),
             "load": self._load(),
