@@ -21,6 +21,7 @@ from textual.widget import Widget
 from gputop.config import DEFAULT_COLORS, DEFAULT_THRESHOLDS
 from gputop.model import CRITICAL, GPU_OK, SEVERITY_ORDER, Gpu, HealthWarning, Reservation
 from gputop.ui import fmt
+from gputop.ui.partial import changed_regions
 
 # Clock events that are not a slowdown anyone should look at.
 BENIGN_CLOCK_EVENTS = frozenset(
@@ -110,7 +111,25 @@ class GpuPanel(Widget):
         )
         if signature != self._signature:
             self._signature = signature
+            self._repaint_changes()
+
+    def _repaint_changes(self) -> None:
+        """Dirty only the cells that differ from what is on screen (gputop/ui/partial.py)."""
+        key = self._key()
+        old = self._strips if self._strips_key is not None else None
+        if old is None or not self.is_mounted or key[1:] != self._strips_key[1:]:
             self.refresh()
+            return
+        new = text_strips(self.render(), max(self.size.width, 1), self.rich_style)
+        regions = changed_regions(old, new)
+        self._strips, self._strips_key = new, key
+        if regions is None:
+            self.refresh()
+        elif regions:
+            self.refresh(*regions)
+
+    def _key(self) -> Any:
+        return (self._signature, self.size, self.has_class("-compact"), self.rich_style)
 
     def on_click(self, event: events.Click) -> None:
         self.post_message(self.Clicked(self.index))
@@ -121,7 +140,7 @@ class GpuPanel(Widget):
         # Line API with cached strips: Textual's conversion of a Text full of styled spans
         # cost more than everything else in a tick.
         base = self.rich_style
-        key = (self._signature, self.size, self.has_class("-compact"), base)
+        key = self._key()
         if key != self._strips_key:
             self._strips = text_strips(self.render(), max(self.size.width, 1), base)
             self._strips_key = key
@@ -367,4 +386,5 @@ def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
                 lines.append([])
             if part:
                 lines[-1].append(Segment(part, style))
-    return [Strip(line).crop_extend(0, width, base) for line in lines]
+    # Neighbouring spans of one style become one segment: one colour code sent, not two.
+    return [Strip(Segment.simplify(line)).crop_extend(0, width, base) for line in lines]
