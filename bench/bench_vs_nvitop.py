@@ -108,7 +108,13 @@ def nvml_calls(cmd: list[str], env: dict[str, str]) -> int:
     with tempfile.NamedTemporaryFile() as trace:
         subprocess.run(cmd, env=dict(env, FAKE_NVML_TRACE=trace.name),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        return sum(1 for line in open(trace.name) if "nvml" in line)
+        with open(trace.name) as lines:
+            return sum(1 for line in lines if "nvml" in line)
+
+
+def _lines(path: str) -> int:
+    with open(path) as f:
+        return sum(1 for _ in f)
 
 
 def _cpu_s(pid: int) -> float:
@@ -129,9 +135,10 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
     env = dict(env, TERM="xterm-256color", COLUMNS=str(COLS), LINES=str(ROWS))
-    trace_file = tempfile.NamedTemporaryFile() if trace else None
-    if trace_file is not None:
-        env["FAKE_NVML_TRACE"] = trace_file.name
+    trace_dir = tempfile.mkdtemp()
+    trace_path = os.path.join(trace_dir, "trace") if trace else None
+    if trace_path is not None:
+        env["FAKE_NVML_TRACE"] = trace_path
     proc = subprocess.Popen(cmd, env=env, stdin=slave, stdout=slave, stderr=slave,
                             start_new_session=True)
     os.close(slave)
@@ -152,12 +159,12 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
     try:
         drain(time.monotonic() + warmup)
         cpu0 = _cpu_s(proc.pid)
-        if trace_file is not None:
-            calls_at = sum(1 for _ in open(trace_file.name))
+        if trace_path is not None:
+            calls_at = _lines(trace_path)
         counted = drain(time.monotonic() + seconds)
         cpu1 = _cpu_s(proc.pid)
         rss = _rss_mib(proc.pid)
-        calls = (sum(1 for _ in open(trace_file.name)) - calls_at) if trace_file else 0
+        calls = (_lines(trace_path) - calls_at) if trace_path else 0
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -166,8 +173,7 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         os.close(master)
-        if trace_file is not None:
-            trace_file.close()
+        shutil.rmtree(trace_dir, ignore_errors=True)
     return {"cpu": 1000 * (cpu1 - cpu0) / seconds, "kib": counted / 1024 / seconds,
             "rss": rss, "calls": calls / seconds}
 
@@ -195,17 +201,17 @@ def main() -> int:
     template = str(FAKENVML / "scenarios" / "dgx8.json")
     rows = []
     with fake_gpus(template) as env:
-        g, n = once_ms(GPUTOP + ["--once"], env, args.runs), once_ms(nvitop() + ["-1"], env,
+        g, n = once_ms([*GPUTOP, "--once"], env, args.runs), once_ms([*nvitop(), "-1"], env,
                                                                        args.runs)
         rows.append(row("`--once`, quiet host", g, n, "<= 0.5", "ms"))
-        gc, nc = nvml_calls(GPUTOP + ["--once"], env), nvml_calls(nvitop() + ["-1"], env)
+        gc, nc = nvml_calls([*GPUTOP, "--once"], env), nvml_calls([*nvitop(), "-1"], env)
         rows.append(row("NVML calls, `--once`", gc, nc, "<= 1.0", ""))
         with host_processes(args.host_procs):
-            g = once_ms(GPUTOP + ["--once"], env, args.runs)
-            n = once_ms(nvitop() + ["-1"], env, args.runs)
+            g = once_ms([*GPUTOP, "--once"], env, args.runs)
+            n = once_ms([*nvitop(), "-1"], env, args.runs)
         rows.append(row(f"`--once`, {args.host_procs} host processes", g, n, "<= 0.5", "ms"))
-        gt = tui(GPUTOP + ["--interval", "1"], env, args.warmup, args.tui_seconds, trace=True)
-        nt = tui(nvitop() + ["--interval", "1"], env, args.warmup, args.tui_seconds, trace=True)
+        gt = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds, trace=True)
+        nt = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds, trace=True)
         up = f"{(args.warmup + args.tui_seconds) / 60:.1f} min"
         rows.append(row(f"TUI CPU at 1 s refresh, {up} uptime", gt["cpu"], nt["cpu"],
                         "<= 1.0", "ms/s"))
@@ -222,8 +228,8 @@ def main() -> int:
                            check=True, stdout=subprocess.DEVNULL)
             env = dict(os.environ, LD_LIBRARY_PATH=str(LIBDIR), FAKE_NVML_SCENARIO=big,
                        FAKE_NVML_QUIET="1", PYTHONPATH=str(ROOT))
-            gt = tui(GPUTOP + ["--interval", "1"], env, args.warmup, args.tui_seconds)
-            nt = tui(nvitop() + ["--interval", "1"], env, args.warmup, args.tui_seconds)
+            gt = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds)
+            nt = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds)
             rows.append(row("TUI at 8 GPUs x 500 processes", gt["cpu"], nt["cpu"], "<= 0.6",
                             "ms/s"))
     print("| measure | gputop | nvitop | ratio | goal |")

@@ -359,7 +359,7 @@ class Collector:
         found: list[tuple[str | None, int | None]] = []
         fn = self._fn("nvmlDeviceGetNvLinkState")
         if fn is None:
-            return remotes
+            return found
         for link in range(self._const("NVML_NVLINK_MAX_LINKS", _NVLINK_MAX_LINKS)):
             try:
                 fn(handle, link)
@@ -659,9 +659,9 @@ class Collector:
         corrected = self._const("NVML_MEMORY_ERROR_TYPE_CORRECTED", _ECC_CORRECTED)
         # One field-value call stands in for the eight below (ECC, retired pages, row
         # remapping); per-field failures are None, as the single calls would give.
-        batch = self._field_values(handle, [(f, 0) for f in _ECC_FIELDS])
+        batch = self._field_values(handle, [(field_id, 0) for _, field_id in _ECC_FIELDS])
         if batch is not None and any(v is not None for v in batch):
-            for key, value in zip(_ECC_FIELD_KEYS, batch):
+            for (key, _), value in zip(_ECC_FIELDS, batch, strict=True):
                 gpu[key] = (bool(value) if key in _BOOL_FIELD_KEYS else int(value)) if (
                     value is not None) else None
             return
@@ -892,7 +892,7 @@ _PROCESS_KEYS = (
 
 
 # Field ids (nvml.h) of what _ecc reads one call at a time, and the keys they fill.
-_ECC_FIELD_KEYS, _ECC_FIELDS = zip(
+_ECC_FIELDS = (
     ("ecc_volatile_corrected", 3),  # NVML_FI_DEV_ECC_SBE_VOL_TOTAL
     ("ecc_volatile_uncorrected", 4),
     ("ecc_aggregate_corrected", 5),

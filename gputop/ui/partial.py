@@ -37,7 +37,7 @@ def changed_regions(old: Sequence[Strip], new: Sequence[Strip]) -> list[Region] 
     if len(old) != len(new):
         return None
     regions = []
-    for y, (before, after) in enumerate(zip(old, new)):
+    for y, (before, after) in enumerate(zip(old, new, strict=True)):
         if before is after:
             continue
         a, b = _cells(before), _cells(after)
