@@ -339,18 +339,3 @@ def error_snapshot(host: str, time: float, state: str, error: str, **extra: Any)
     """A snapshot that carries only a host state: unreachable, no driver, ..."""
     return HostSnapshot(host=host, time=time, state=state, error=error, **extra)
 
-
-
-# -- memory no listed process accounts for (the orphan rules, and the collector's gate on
-# the /dev/nvidia* scan) ----------------------------------------------------------------------
-
-# Per GPU, memory NVML counts as used that no process owns is normal up to this much: the
-# driver's own reservation plus, on a card driving a display, the framebuffer.  The RTX 4080
-# capture (tests/fixtures) shows 244-259 MiB that way, an idle H100 in MIG mode 59 MiB.
-UNACCOUNTED_FLOOR = 512 * 1024 * 1024
-UNACCOUNTED_FLOOR_FRACTION = 0.01
-
-
-def unaccounted_floor(mem_total: int | None) -> int:
-    """Bytes of used memory beyond the listed processes' that are still nothing to report."""
-    return max(UNACCOUNTED_FLOOR, int((mem_total or 0) * UNACCOUNTED_FLOOR_FRACTION))

@@ -589,7 +589,7 @@ def test_device_scan_runs_while_memory_is_unaccounted_at_most_once_a_minute(tmp_
 def test_memory_unaccounted_only_beyond_the_drivers_share() -> None:
     gib = 1 << 30
     gpus = [{"index": 0, "mem_used": 10 * gib, "mem_total": 80 * gib}]
-    held = [{"gpu": 0, "gpu_mem": 10 * gib - (1 << 29)}]  # 512 MiB short: the driver's
+    held = [{"gpu": 0, "gpu_mem": 10 * gib - (1 << 28)}]  # 256 MiB short: the driver's
     assert not memory_unaccounted(gpus, held)
     assert memory_unaccounted(gpus, [{"gpu": 0, "gpu_mem": 8 * gib}])
     assert memory_unaccounted(gpus, [{"gpu": 0, "gpu_mem": None}])  # cannot rule it out

@@ -16,13 +16,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gputop.analysis.durations import format_duration
-from gputop.model import DeviceHolder, GpuProcess, HostSnapshot, unaccounted_floor
+from gputop.model import DeviceHolder, GpuProcess, HostSnapshot
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
 FLAG_NAMES = ("zombie", "orphan", "idle", "kernel", "hidden")
 
+# Per GPU, memory NVML counts as used that no process owns is normal up to this much: the
+# driver's own reservation plus, on a card driving a display, the framebuffer.  The RTX 4080
+# capture (tests/fixtures) shows 244-259 MiB that way, an idle H100 in MIG mode 59 MiB.
+UNACCOUNTED_FLOOR = 512 * MIB
+UNACCOUNTED_FLOOR_FRACTION = 0.01
 
 # Helpers of the driver itself hold /dev/nvidia* without a context NVML would list.
 DRIVER_HELPERS = frozenset(
@@ -367,7 +372,8 @@ def unaccounted(snapshot: HostSnapshot) -> dict[int, int]:
         if gpu.mem_used is None or gpu.index in unknown:
             continue
         extra = gpu.mem_used - listed.get(gpu.index, 0)
-        if extra > unaccounted_floor(gpu.mem_total):
+        floor = max(UNACCOUNTED_FLOOR, int((gpu.mem_total or 0) * UNACCOUNTED_FLOOR_FRACTION))
+        if extra > floor:
             out[gpu.index] = extra
     return out
 

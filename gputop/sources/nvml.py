@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gputop.model import unaccounted_floor
 from gputop.sources.devscan import scan_device_holders
 
 # Error codes (same numbers in pynvml and the simulator) that mean "this field is not
@@ -81,6 +80,11 @@ _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Excl
 # processes): it runs only while NVML shows memory the listed processes do not account
 # for, and at most once in this many seconds.
 DEVSCAN_EVERY_S = 60.0
+# Used memory beyond the listed processes' that opens the gate.  Below the orphan rules'
+# floor (analysis/orphans.py: the larger of 512 MiB and 1 % of the card), so the scan runs
+# whenever they could report something; not imported from there, because the probe never
+# loads the model's dataclasses.
+DEVSCAN_UNACCOUNTED = 256 * 1024 * 1024
 # nvmlDeviceGetFieldValues ids (nvml.h): NVLink link count, and one link's state (scopeId).
 _FI_NVLINK_LINK_COUNT = 91
 _FI_NVLINK_GET_STATE = 165
@@ -923,9 +927,7 @@ def memory_unaccounted(gpus: list[dict], processes: list[dict]) -> bool:
         listed[row["gpu"]] = listed.get(row["gpu"], 0) + mem
     for gpu in gpus:
         used = gpu.get("mem_used")
-        if used is not None and used - listed.get(gpu["index"], 0) > unaccounted_floor(
-            gpu.get("mem_total")
-        ):
+        if used is not None and used - listed.get(gpu["index"], 0) > DEVSCAN_UNACCOUNTED:
             return True
     return False
 
