@@ -47,5 +47,12 @@ bench-prometheus: $(STAMP)
 bench-ssh: $(STAMP)
 	$(BIN)/python bench/bench_ssh.py
 
+# issue 14: gputop next to nvitop on the shared fake driver; nvitop goes into its own venv
+# (BENCH_VENV, default /work/bench-venv), never into gputop's dependencies.
+.PHONY: bench-nvitop
+bench-nvitop: $(STAMP)
+	$(BIN)/python bench/bench_vs_nvitop.py --setup
+	$(BIN)/python bench/bench_vs_nvitop.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -125,19 +125,20 @@ def reservations_dir(options: SourceOptions, config: Config) -> str:
 
 def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
-    plan: SourcePlan | None = None, need_driver: bool = True,
+    plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
     False (commands that only touch the reservation store: this machine is then a "no
     GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
-    command (no SSH retries, a frozen simulated clock), not the dashboard's stream."""
+    command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
+    ``lean``: local collectors skip topology, XID registration and the device scan."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
     if plan.demo:
-        feeds.append(_demo_feed(plan.demo, options, config, one_shot))
+        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean))
     elif plan.local:
-        feeds.append(_local_feed(options, config, need_driver))
+        feeds.append(_local_feed(options, config, need_driver, lean))
     ssh_hosts = tuple(spec for spec in plan.ssh_hosts if spec.url is None)
     if ssh_hosts:
         from gputop.sources.ssh import SshFeed
@@ -148,7 +149,7 @@ def open_feeds(
         else:
             feeds.append(SshFeed(ssh_hosts, readonly=options.readonly))
     url_hosts = [spec for spec in plan.ssh_hosts if spec.url is not None]
-    if url_hosts:  # `url:` entries: gputop serve's snapshot API (issue 16)
+    if url_hosts:  # `url:` entries: gputop serve's snapshot API
         from gputop.sources.serveapi import ServeFeed
 
         feeds.append(ServeFeed(url_hosts, options.timeout))
@@ -175,14 +176,16 @@ def _action_env(options: SourceOptions, config: Config, **extra: Any) -> Any:
                      readonly=options.readonly, **extra)
 
 
-def _local_feed(options: SourceOptions, config: Config, need_driver: bool = True) -> LocalFeed:
+def _local_feed(
+    options: SourceOptions, config: Config, need_driver: bool = True, lean: bool = False
+) -> LocalFeed:
     from gputop.sources.feed import LocalFeed
     from gputop.sources.procfs import ProcFs
 
     store = reservations_dir(options, config)
     collector: Collector | Any
     try:
-        collector = open_local(reservations_dir=store)
+        collector = open_local(reservations_dir=store, lean=lean)
         procs = collector.procs
     except NoDriverError as err:
         if need_driver:
@@ -193,7 +196,8 @@ def _local_feed(options: SourceOptions, config: Config, need_driver: bool = True
             raise failure
 
         procs = ProcFs()
-    env = _action_env(options, config, procs=procs)
+    # A lean one-shot only reads: no action env, and none of the action modules imported.
+    env = None if lean else _action_env(options, config, procs=procs)
     return LocalFeed(collector, host=LOCAL_HOST, identity=local_identity(), dispatch_env=env)
 
 
@@ -245,7 +249,9 @@ def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[],
     return seed
 
 
-def _demo_feed(name: str, options: SourceOptions, config: Config, one_shot: bool) -> LocalFeed:
+def _demo_feed(
+    name: str, options: SourceOptions, config: Config, one_shot: bool, lean: bool = False
+) -> LocalFeed:
     # The simulator pulls in pyyaml for scenario files: imported only when asked for.
     from gputop.sources import sim
     from gputop.sources.feed import LocalFeed
@@ -259,10 +265,11 @@ def _demo_feed(name: str, options: SourceOptions, config: Config, one_shot: bool
     nvml = sim.SimNvml(scenario, clock=clock)
     procs = sim.SimProcs(nvml)
     collector: Any = Collector(nvml, procs, host=host, demo=True,
-                               reservations_dir=reservations_dir(options, config), clock=clock)
+                               reservations_dir=reservations_dir(options, config), clock=clock,
+                               lean=lean)
     if one_shot:
         collector = _WarmedUp(collector, clock)
-    env = _action_env(options, config, sim=nvml, procs=procs)
+    env = None if lean else _action_env(options, config, sim=nvml, procs=procs)
     identity = dataclasses.replace(named_identity(scenario.me),
                                    reserves_as=local_identity().user)
     seed = None
@@ -290,7 +297,7 @@ class Round:
 
 
 def collect_once(
-    options: SourceOptions, config: Config, plan: SourcePlan | None = None
+    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False
 ) -> Round:
     """One round of snapshots for the one-shot commands.
 
@@ -300,7 +307,7 @@ def collect_once(
     from gputop.sources.feed import LocalFeed
     from gputop.sources.prometheus import PrometheusFeed
 
-    feeds = open_feeds(options, config, one_shot=True, plan=plan)
+    feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}

@@ -56,6 +56,9 @@ class SnapshotAnalysed(Message):
         self.result = result
 
 
+GC_GEN0_AFTER_START = 20_000
+
+
 def freeze_startup_objects() -> None:
     """Move everything alive after the first full frame out of the collector's sight.
 
@@ -65,6 +68,10 @@ def freeze_startup_objects() -> None:
     """
     gc.collect()
     gc.freeze()
+    # A tick allocates thousands of short-lived objects (rows, strips, segments): at the
+    # default 700 the young generation was collected several times per tick.
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_AFTER_START, gen1, gen2)
 
 
 class GputopApp(App[int]):
