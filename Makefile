@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint screenshots bench bench-ssh clean
+.PHONY: demo test lint screenshots bench bench-ssh bench-prometheus clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,7 @@ demo: $(DEMO_STAMP)
 test: $(STAMP)
 	@bash scripts/ensure-sshd.sh
 	@bash scripts/ensure-chromium.sh
+	@bash scripts/ensure-prometheus.sh
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q -rs
 
@@ -49,9 +50,20 @@ bench: $(STAMP)
 	$(BIN)/python bench/orphans.py
 	$(BIN)/python bench/bench_ui.py
 
+# `gputop serve` scrape latency and CPU, `--prometheus` at 1,000 hosts (issue 16).
+bench-prometheus: $(STAMP)
+	$(BIN)/python bench/bench_prometheus.py
+
 # Starts real sshd daemons on 127.0.0.x (root, openssh-server installed).
 bench-ssh: $(STAMP)
 	$(BIN)/python bench/bench_ssh.py
+
+# issue 14: gputop next to nvitop on the shared fake driver; nvitop goes into its own venv
+# (BENCH_VENV, default /work/bench-venv), never into gputop's dependencies.
+.PHONY: bench-nvitop
+bench-nvitop: $(STAMP)
+	$(BIN)/python bench/bench_vs_nvitop.py --setup
+	$(BIN)/python bench/bench_vs_nvitop.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) build *.egg-info

@@ -16,7 +16,8 @@ from gputop import __version__, clihelp
 from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
-SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue")
+SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue",
+               "serve")
 LEDGER_COMMANDS = ("record", "report")  # the usage ledger (docs/ledger.md)
 CONFIG_COMMAND = "config"  # the config file's place and the shipped examples
 HOST_HELP = "which host of --hosts/-H (default: the only one; required with several)"
@@ -56,6 +57,10 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="one-shot modes: give up on a host after S seconds (default %(default)g)",
     )
+    # issue 16: a cluster read from Prometheus (credentials only from the config file)
+    p.add_argument("--prometheus", metavar="URL",
+                   help="read every host from this Prometheus server (dcgm-exporter, "
+                   "nvidia_gpu_exporter, gputop serve) (default: none)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,6 +134,10 @@ def build_subparser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--host", metavar="H", help=HOST_HELP)
         p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated "
                        "(default: all of mine on the host)")
+    elif command == "serve":  # issue 16
+        from gputop.commands import serve
+
+        serve.add_arguments(p)
     elif command == "reservations":
         p.description = "List the active reservations."
         p.add_argument("--host", metavar="H", help=HOST_HELP)
@@ -230,6 +239,7 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
         timeout=args.timeout,
         readonly=getattr(args, "readonly", False),  # the dashboard's; subcommands act
         config_path=args.config,
+        prometheus=args.prometheus,
     )
 
 
@@ -278,6 +288,10 @@ def _run_subcommand(command: str, options: SourceOptions, args: argparse.Namespa
         from gputop.commands import queue
 
         return queue.run(options, args)
+    if command == "serve":
+        from gputop.commands import serve
+
+        return serve.run(options, args)
     from gputop.commands import reserve
 
     return reserve.run(command, options, args)

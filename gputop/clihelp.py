@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, str]]] = {
              "gputop run --gpu-ids 0 --for 8h --no-wait -- ./bench.sh")),
     "queue": ("the `gputop run` line of each host; `queue cancel ID` removes a job",
               ("gputop queue", "gputop queue cancel 17")),
+    "serve": ("serve this machine's GPUs as Prometheus metrics (DCGM names) and JSON",
+              ("gputop serve", "gputop serve --listen 0.0.0.0:9400 --interval 5")),
     "record": ("record GPU and process usage into the ledger until stopped",
                ("gputop record", "gputop record --hosts lab.yaml --interval 30")),
     "report": ("who used which GPUs, how well, and how much was held idle",

@@ -69,6 +69,30 @@ class ReservationsConfig:
     dir: str = "/var/tmp/gputop-reservations"
 
 
+# -- issue 16: `gputop serve` and the Prometheus source --------------------------------
+
+
+@dataclass
+class ServeConfig:
+    lowercase_hostname: bool = False  # also a `hostname` label, as newer dcgm-exporters do
+    max_process_series: int = 1000  # per-process series per scrape, biggest holders first
+
+
+@dataclass
+class PrometheusConfig:
+    selector: str = ""  # label matchers that narrow the query, e.g. cluster="a"
+    username: str = ""  # basic auth; the password from password_env or password_file
+    password_env: str = ""
+    password_file: str = ""
+    token_env: str = ""  # bearer token from an environment variable or a file
+    token_file: str = ""
+    ca_file: str = ""
+    stale_after_s: float = 60.0  # series older than this: the host is stale
+
+
+# -- end issue 16 ----------------------------------------------------------------------
+
+
 @dataclass
 class Config:
     path: str | None = None  # the file it came from; None: built-in defaults
@@ -83,6 +107,8 @@ class Config:
     health: dict[str, Any] = field(default_factory=dict)
     reclaim: ReclaimConfig = field(default_factory=ReclaimConfig)
     reservations: ReservationsConfig = field(default_factory=ReservationsConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)  # issue 16
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)  # issue 16
 
 
 def default_path() -> Path:
@@ -153,6 +179,8 @@ class _Reader:
             "health": self._health,
             "reclaim": self._reclaim,
             "reservations": self._reservations,
+            "serve": self._serve,  # issue 16
+            "prometheus": self._prometheus,  # issue 16
         }
         for name, knode, vnode, full in self.mapping(root, "", sections):
             sections[name](knode, vnode, full, config)
@@ -253,6 +281,31 @@ class _Reader:
     def _reservations(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         for _name, _k, v, full in self.mapping(vnode, key, ("dir",)):
             config.reservations.dir = os.path.expanduser(self.string(v, full))
+
+
+    # -- issue 16 ------------------------------------------------------------------------
+
+    def _serve(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        known = ("lowercase_hostname", "max_process_series")
+        for name, _k, v, full in self.mapping(vnode, key, known):
+            if name == "lowercase_hostname":
+                value = self.scalar(v, full)
+                if not isinstance(value, bool):
+                    raise self.fail(v, full, f"expected true or false, got {v.value!r}")
+                config.serve.lowercase_hostname = value
+            else:
+                config.serve.max_process_series = int(self.number(v, full, 0, 1_000_000))
+
+    def _prometheus(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        strings = ("selector", "username", "password_env", "password_file", "token_env",
+                   "token_file", "ca_file")
+        for name, _k, v, full in self.mapping(vnode, key, (*strings, "stale_after_s")):
+            if name == "stale_after_s":
+                config.prometheus.stale_after_s = self.number(v, full, 1, 86400)
+            elif name.endswith("_file"):
+                setattr(config.prometheus, name, os.path.expanduser(self.string(v, full)))
+            else:
+                setattr(config.prometheus, name, self.string(v, full))
 
 
 def analysis_settings(config: Config) -> Settings:

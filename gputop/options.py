@@ -22,3 +22,4 @@ class SourceOptions:
     timeout: float = DEFAULT_TIMEOUT_S  # one-shot commands: give up on a host after this
     readonly: bool = False  # no action of any kind
     config_path: str | None = None  # --config FILE (None: the default file, if any)
+    prometheus: str | None = None  # --prometheus URL: a cluster read from Prometheus

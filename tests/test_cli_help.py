@@ -5,6 +5,7 @@ the nearest one; the shipped example files load, and the README's examples hold.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import shlex
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from gputop import cli, clihelp, exitcodes, hosts
 from gputop.commands import configfile
-from gputop.config import load_config
+from gputop.config import Config, load_config
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 ALL = (*cli.SUBCOMMANDS, *cli.LEDGER_COMMANDS, cli.CONFIG_COMMAND)
@@ -88,8 +89,7 @@ def test_config_example_loads_with_the_real_loader(tmp_path: Path,
     config = load_config(path)
     # Complete: every section of the file format is shown.
     text = path.read_text()
-    for section in ("interval", "history_minutes", "thresholds", "colors", "columns",
-                    "keys", "health", "reclaim", "reservations"):
+    for section in (f.name for f in dataclasses.fields(Config) if f.name != "path"):
         assert re.search(rf"^{section}:", text, re.M), section
     assert config.keys["kill"] == "k,f9"
 
@@ -100,7 +100,7 @@ def test_hosts_example_loads_with_the_real_loader(tmp_path: Path,
     path = tmp_path / "hosts.yaml"
     path.write_text(capsys.readouterr().out)
     specs = hosts.load(path)
-    assert [s.name for s in specs] == ["gpu01", "gpu02", "dgx-1"]
+    assert {"gpu01", "gpu02", "dgx-1"} <= {s.name for s in specs}
     assert path.read_text() == configfile.example(configfile.HOSTS_EXAMPLE)
 
 

@@ -13,11 +13,13 @@ from gputop import model
 from gputop.model import HostSnapshot
 from gputop.sources import sim
 from gputop.sources.nvml import (
+    DEVSCAN_EVERY_S,
     Collector,
     NoDriverError,
     cpulist,
     cuda_version_string,
     decode_clock_events,
+    memory_unaccounted,
     normalize_bus_id,
 )
 
@@ -564,7 +566,7 @@ def test_reservations_are_included(tmp_path) -> None:
     assert snap_of(collector).reservations == ()
 
 
-def test_device_holders_scanned_every_tenth_collect(tmp_path) -> None:
+def test_device_scan_runs_while_memory_is_unaccounted_at_most_once_a_minute(tmp_path) -> None:
     from gputop.sources.procfs import ProcFs
 
     def holder(pid: int) -> None:
@@ -576,16 +578,44 @@ def test_device_holders_scanned_every_tenth_collect(tmp_path) -> None:
     holder(101)
     clock = Clock()
     nvml = sim.SimNvml(sim.load_scenario("lab"), clock=clock)
+    # /proc here holds none of the scenario's pids: NVML's used memory is unaccounted for.
     collector = Collector(nvml, ProcFs(root=str(tmp_path)), clock=clock)
     assert [h.pid for h in snap_of(collector).device_holders] == [101]
     holder(102)
-    for _ in range(9):
-        clock.now += 1
+    for _ in range(5):
+        clock.now += DEVSCAN_EVERY_S / 6
         assert [h.pid for h in snap_of(collector).device_holders] == [101]
-    clock.now += 1
+    clock.now += DEVSCAN_EVERY_S / 6
     snap = snap_of(collector)
     assert [h.pid for h in snap.device_holders] == [101, 102]
     assert snap.device_holders[0].devices == ("/dev/nvidia0",)
+
+
+def test_memory_unaccounted_only_beyond_the_drivers_share() -> None:
+    gib = 1 << 30
+    gpus = [{"index": 0, "mem_used": 10 * gib, "mem_total": 80 * gib}]
+    held = [{"gpu": 0, "gpu_mem": 10 * gib - (1 << 28)}]  # 256 MiB short: the driver's
+    assert not memory_unaccounted(gpus, held)
+    assert memory_unaccounted(gpus, [{"gpu": 0, "gpu_mem": 8 * gib}])
+    assert memory_unaccounted(gpus, [{"gpu": 0, "gpu_mem": None}])  # cannot rule it out
+    assert not memory_unaccounted([{"index": 0, "mem_used": None}], [])
+
+
+def test_lean_collect_skips_topology_events_and_nvlink_remotes() -> None:
+    full, _, full_calls, _ = make("dgx-h100")
+    lean_nvml = Counting(sim.SimNvml(sim.load_scenario("dgx-h100"), clock=Clock()))
+    lean = Collector(lean_nvml, sim.SimProcs(lean_nvml._inner), host="h", demo=True,
+                     clock=Clock(), lean=True)
+    a, b = snap_of(full), snap_of(lean)
+    assert a.topology and not b.topology
+    assert a.xid_watched is not None and b.xid_watched is None
+    for name in ("nvmlDeviceRegisterEvents", "nvmlDeviceGetNvLinkRemotePciInfo",
+                 "nvmlDeviceGetSupportedEventTypes"):
+        assert full_calls.calls[name] > 0 and lean_nvml.calls[name] == 0, name
+    # The table's figures are the same: only what it never shows was left out.
+    assert [(g.util_gpu, g.mem_used, len(g.nvlinks)) for g in a.gpus] == [
+        (g.util_gpu, g.mem_used, len(g.nvlinks)) for g in b.gpus]
+    assert [p.pid for p in a.processes] == [p.pid for p in b.processes]
 
 
 def test_helpers() -> None:

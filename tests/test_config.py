@@ -133,7 +133,7 @@ def test_shipped_example_parses_and_shows_the_defaults() -> None:
     c = parse_config(example(CONFIG_EXAMPLE), "example")
     d = Config()
     for name in ("interval", "history_minutes", "thresholds", "colors", "columns", "reclaim",
-                 "reservations"):
+                 "reservations", "serve", "prometheus"):
         assert getattr(c, name) == getattr(d, name), name
     assert Thresholds.from_config(c.health) == Thresholds()
     assert c.keys and all(keys == BY_ID[name].keys for name, keys in c.keys.items())

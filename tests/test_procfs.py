@@ -261,3 +261,26 @@ def test_relative_kernel_file_is_relative_to_the_kernels_cwd(spawn, tmp_path: Pa
     (tmp_path / "kernel-rel.json").write_text("{}")
     info = procs.process_info([child.pid])[child.pid]
     assert info["kernel_file"] == "kernel-rel.json" and info["kernel_file_exists"] is True
+
+
+def test_facts_that_never_change_are_read_once_per_process(tmp_path: Path) -> None:
+    procs = ProcFs(root=str(tmp_path))
+    _fake_proc(tmp_path, 10, 1)
+    _fake_proc(tmp_path, 11, 1)
+    (tmp_path / "11" / "cmdline").write_bytes(b"bash\0")
+    child = _fake_proc(tmp_path, 4242, 10)
+    (child / "cmdline").write_bytes(b"python\0train.py\0")
+    assert procs.process_info([4242])[4242]["command"] == "python train.py"
+    # The same process (pid and start ticks): its command line is not read again...
+    (child / "cmdline").write_bytes(b"rewritten\0")
+    info = procs.process_info([4242])[4242]
+    assert (info["command"], info["parent_command"]) == ("python train.py", "fake")
+    # ...but its stat is, and a new parent is looked up.
+    _fake_proc(tmp_path, 4242, 11)
+    (child / "cmdline").write_bytes(b"rewritten\0")
+    info = procs.process_info([4242])[4242]
+    assert (info["ppid"], info["parent_command"]) == (11, "bash")
+    # A new process under the same pid (other start ticks) is read afresh.
+    stat = (child / "stat").read_text().replace(" 9000 ", " 9500 ")
+    (child / "stat").write_text(stat)
+    assert procs.process_info([4242])[4242]["command"] == "rewritten"

@@ -23,7 +23,6 @@ import json
 import math
 import os
 import re
-import secrets
 import stat
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +96,8 @@ def submit(directory: str, request: dict[str, Any]) -> Job:
         raise ReservationError(
             f"you have {len(mine)} jobs in line already (at most {MAX_WAITING_PER_USER})"
         )
+    import secrets  # only when writing: reading the line is on `gputop --once`'s path
+
     for _ in range(10):
         job_id = secrets.token_hex(4)
         record["id"] = job_id
@@ -112,6 +113,8 @@ def submit(directory: str, request: dict[str, Any]) -> Job:
 def _link_whole(directory: str, path: str, record: dict[str, Any]) -> bool:
     """Write ``record`` to a temp file and link it to ``path``: readers see all of it or
     nothing. False when the name is taken."""
+    import secrets
+
     payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     tmp = os.path.join(directory, f"{reservations.TMP_PREFIX}job-{os.getpid()}-"
                                   f"{secrets.token_hex(4)}")

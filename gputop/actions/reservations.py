@@ -33,8 +33,6 @@ import math
 import os
 import pwd
 import re
-import secrets
-import socket
 import stat
 import time
 import unicodedata
@@ -849,6 +847,8 @@ def _reserve_locked(
         top = max(found.generations.get(target.key, ()), default=0)
         plans.append((target, holder, top + 1))
 
+    import socket  # only when writing: reading the store is on `gputop --once`'s path
+
     host = socket.gethostname()
     user = user_name(me)
     created: list[tuple[_Target, str]] = []
@@ -1013,6 +1013,8 @@ def _clean(found: _Scan, now: float, cards: set[int]) -> None:
 def _write_temp(directory: str, record: dict[str, Any]) -> str:
     payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     for _ in range(10):
+        import secrets  # only when writing: reading the store is on `gputop --once`'s path
+
         # The card in the name: only a writer holding that card's lock cleans it up.
         name = f"{TMP_PREFIX}gpu{record['gpu']}-{os.getpid()}-{secrets.token_hex(4)}"
         path = os.path.join(directory, name)

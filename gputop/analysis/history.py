@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Any, NamedTuple
 
@@ -276,38 +276,38 @@ class History:
     ) -> list[tuple[float, Any]]:
         """(time, value) of a Gpu field or property (e.g. util_gpu, mem_percent).
 
-        Samples where the value is None (not supported, GPU lost) are left out; with
-        ``since``, so are those before it (only the tail is walked: rules that look at
-        the last minutes run on every refresh).
+        Samples where the value is None (not supported, GPU lost) are left out.  With
+        ``since``, only samples from that time on: the ring is walked from the newest end
+        and the walk stops there, so a view's per-tick cost follows what it draws, not how
+        long gputop has run.
         """
         with self._lock:
-            ring = self._gpus.get((host, gpu), ())
-            if since is None:
-                return self._series(host, ring, field)
-            times = self._times.get(host)
-            if times is None:
-                return []
-            out = []
-            for seq, record in reversed(ring):
-                if seq < times.base:
-                    break
-                when = times.time_of(seq)
-                if when < since:
-                    break
-                value = getattr(record, field)
-                if value is not None:
-                    out.append((when, value))
-            out.reverse()
-            return out
+            return self._series(host, self._gpus.get((host, gpu), ()), field, since)
 
     def _series(
-        self, host: str, ring: Iterable[tuple[int, Any]], field: str
+        self,
+        host: str,
+        ring: Sequence[tuple[int, Any]],
+        field: str,
+        since: float | None = None,
     ) -> list[tuple[float, Any]]:
         """(time, value) of ``field`` over a ring of (seq, record); call with the lock held."""
         times = self._times.get(host)
         if times is None:
             return []
         out = []
+        if since is not None:
+            for seq, record in reversed(ring):
+                if seq < times.base:
+                    break
+                t = times.time_of(seq)
+                if t < since:
+                    break
+                value = getattr(record, field)
+                if value is not None:
+                    out.append((t, value))
+            out.reverse()
+            return out
         for seq, record in ring:
             if seq >= times.base:
                 value = getattr(record, field)

@@ -93,12 +93,15 @@ def plan(options: SourceOptions, one_host: bool = False, host: str | None = None
         return opener.narrow_to_one(found, host) if one_host else found
 
 
-def collect(options: SourceOptions, config: Config, plan: SourcePlan | None = None) -> Round:
-    """One round of snapshots of the sources the options (or ``plan``) name."""
+def collect(
+    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False
+) -> Round:
+    """One round of snapshots of the sources the options (or ``plan``) name; ``lean``:
+    without what a plain table never shows (topology, XID watch, device scan)."""
     from gputop.sources.opener import collect_once
 
     with source_errors():
-        return collect_once(options, config, plan)
+        return collect_once(options, config, plan, lean=lean)
 
 
 @contextlib.asynccontextmanager

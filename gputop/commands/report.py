@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 import unicodedata
@@ -52,7 +51,7 @@ def _report(options: SourceOptions, as_json: bool) -> int:
 
     config = common.config(options)
     settings = common.settings(config)
-    collected = common.collect(options, config)
+    collected = common.collect(options, config, lean=not as_json)
     snapshots = collected.snapshots
     now = time.time()
     warnings = {
@@ -87,6 +86,8 @@ def _width(stream: TextIO, env: Mapping[str, str] | None = None) -> int | None:
     """The terminal's width; else $COLUMNS where set; else None: no limit."""
     isatty = getattr(stream, "isatty", None)
     if isatty and isatty():
+        import shutil  # a terminal only: shutil pulls in bz2, lzma and more
+
         return max(shutil.get_terminal_size((WIDTH, 24)).columns, 20)
     columns = (os.environ if env is None else env).get("COLUMNS", "")
     return int(columns) if columns.isdigit() and 20 <= int(columns) <= 10_000 else None

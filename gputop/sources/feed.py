@@ -9,17 +9,19 @@ never probe a feed's internals.  ``LocalFeed`` is this machine (or the simulator
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gputop.model import HOST_ERROR, HOST_NO_GPU, HostSnapshot, error_snapshot
 from gputop.sources.identity import Identity
 from gputop.sources.nvml import Collector, NoDriverError
+
+if TYPE_CHECKING:
+    import asyncio
 
 Emit = Callable[[HostSnapshot], None]
 
@@ -99,7 +101,9 @@ class LocalFeed:
         self._identity = identity
         self._env = dispatch_env
         self._seed = seed
-        self._closed = asyncio.Event()
+        # Made on first use: asyncio costs a one-shot command (which never runs a feed)
+        # tens of ms to import.
+        self._closed_event: asyncio.Event | None = None
         # In --demo the collector and the actions share one simulation, which is not
         # thread-safe: a poll and a kill must not interleave.  Real NVML and /proc need no
         # lock, and a kill's grace wait must not stall polling there.
@@ -167,7 +171,17 @@ class LocalFeed:
             if uuids:
                 env.gpu_uuids = uuids
 
+    @property
+    def _closed(self) -> asyncio.Event:
+        if self._closed_event is None:
+            import asyncio
+
+            self._closed_event = asyncio.Event()
+        return self._closed_event
+
     async def run(self, interval: float, emit: Emit) -> None:
+        import asyncio
+
         if self._seed is not None:
             for data in await asyncio.to_thread(self._seed):
                 emit(HostSnapshot.from_dict(data))
@@ -186,6 +200,8 @@ class LocalFeed:
     # -- actions ------------------------------------------------------------------------
 
     async def request(self, host: str, request: dict[str, Any]) -> dict[str, Any]:
+        import asyncio
+
         return await asyncio.to_thread(self.handle, host, request)
 
     def handle(self, host: str, request: dict[str, Any]) -> dict[str, Any]:

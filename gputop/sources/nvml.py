@@ -77,8 +77,18 @@ _TOPOLOGY_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "S
 
 _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 
-# Devices are rescanned on every Nth collect: the scan walks every fd of every process.
-DEVSCAN_EVERY = 10
+# The /dev/nvidia* scan walks every fd of every process (95-220 ms at 1,000-8,000
+# processes): it runs only while NVML shows memory the listed processes do not account
+# for, and at most once in this many seconds.
+DEVSCAN_EVERY_S = 60.0
+# Used memory beyond the listed processes' that opens the gate.  Below the orphan rules'
+# floor (analysis/orphans.py: the larger of 512 MiB and 1 % of the card), so the scan runs
+# whenever they could report something; not imported from there, because the probe never
+# loads the model's dataclasses.
+DEVSCAN_UNACCOUNTED = 256 * 1024 * 1024
+# nvmlDeviceGetFieldValues ids (nvml.h): NVLink link count, and one link's state (scopeId).
+_FI_NVLINK_LINK_COUNT = 91
+_FI_NVLINK_GET_STATE = 165
 # At most this many XID events are drained per collect, so a storm cannot stall a refresh.
 _MAX_EVENTS_PER_COLLECT = 64
 # A sick driver can fail every query: this many failed fields per GPU are named.
@@ -193,8 +203,12 @@ class Collector:
         demo: bool = False,
         reservations_dir: str | None = None,
         clock: Callable[[], float] = time.time,
+        lean: bool = False,
     ) -> None:
         self.nvml = nvml
+        # A one-shot table: no topology, NVLink remotes, XID event registration or device
+        # scan, which cost most of its NVML calls and show nowhere in it.
+        self.lean = lean
         self.procs = procs
         self.host = host
         self.demo = demo
@@ -223,7 +237,7 @@ class Collector:
         self._topology: list[dict] | None = None
         self._event_set: Any = None
         self._xid_watched: bool | None = None
-        self._collects = 0
+        self._scanned_at: float | None = None
         self._host_cpu_count: int | None = None
         self._holders: tuple[list[dict], str | None] = ([], None)
         self._field_errors: list[str] | None = None  # of the GPU being read, see _call
@@ -337,7 +351,7 @@ class Collector:
             "numa_node": self._numa_node(handle, bus_id),
         }
         static["_fans"] = self._get("nvmlDeviceGetNumFans", handle)
-        self._nvlink_remote[index] = self._nvlink_remotes(handle)
+        self._nvlink_remote[index] = self._nvlink_remotes(handle, remotes=not self.lean)
         self._static[index] = static
         return static
 
@@ -371,12 +385,22 @@ class Collector:
         node = self._get("nvmlDeviceGetNumaNodeId", handle)
         return int(node) if node is not None and node >= 0 else None
 
-    def _nvlink_remotes(self, handle: Any) -> list[tuple[str | None, int | None]]:
-        """(remote PCI bus id, remote device type) per NVLink; the length is the link count."""
-        remotes: list[tuple[str | None, int | None]] = []
+    def _nvlink_remotes(
+        self, handle: Any, remotes: bool = True
+    ) -> list[tuple[str | None, int | None]]:
+        """(remote PCI bus id, remote device type) per NVLink; the length is the link count.
+
+        ``remotes`` False: only the count (one field-value call where the driver has it),
+        the remote ends unknown.
+        """
+        if not remotes:
+            count = self._field_values(handle, [(_FI_NVLINK_LINK_COUNT, 0)])
+            if count is not None and count[0] is not None:
+                return [(None, None)] * max(0, min(int(count[0]), _NVLINK_MAX_LINKS))
+        found: list[tuple[str | None, int | None]] = []
         fn = self._fn("nvmlDeviceGetNvLinkState")
         if fn is None:
-            return remotes
+            return found
         for link in range(self._const("NVML_NVLINK_MAX_LINKS", _NVLINK_MAX_LINKS)):
             try:
                 fn(handle, link)
@@ -386,11 +410,37 @@ class Collector:
                     raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetNvLinkState)") from None
                 # NotSupported / InvalidArgument: no such link, and none beyond it.
                 break
+            if not remotes:
+                found.append((None, None))
+                continue
             pci = self._get("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             bus = _text(getattr(pci, "busId", None)) if pci is not None else None
             kind = self._get("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
-            remotes.append((bus, kind))
-        return remotes
+            found.append((bus, kind))
+        return found
+
+    def _field_values(self, handle: Any, fields: list[tuple[int, int]]) -> list[Any] | None:
+        """Several (field id, scope id) in one NVML call: a value per field, None where that
+        field failed; None when the call itself is unavailable."""
+        fn = self._fn("nvmlDeviceGetFieldValues")
+        if fn is None or not fields:
+            return None
+        try:
+            values = fn(handle, fields)
+        except self._error_class as err:
+            if getattr(err, "value", None) == _ERR_GPU_IS_LOST:
+                raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetFieldValues)") from None
+            return None
+        except self._mismatch_class:
+            return None
+        out: list[Any] = []
+        for value in values:
+            if getattr(value, "nvmlReturn", 1) != 0:
+                out.append(None)
+                continue
+            kind = _FIELD_VALUE_TYPES.get(getattr(value, "valueType", -1))
+            out.append(getattr(value.value, kind) if kind else None)
+        return out
 
     def _nvlink_count(self, a: int, b: int, gpu_buses: dict[int, str | None]) -> int:
         """NVLinks between two GPUs: direct links, or links into NVSwitches both reach."""
@@ -546,14 +596,15 @@ class Collector:
         snap["gpus"] = gpus
         snap["processes"] = self._add_process_facts(raw_procs)
         self._add_workloads(snap, snap["processes"])
-        snap["topology"] = self._topology_once(sorted(self._handles.keys() & set(readable)))
-        self._xid_setup_once()
-        snap["xid_watched"] = self._xid_watched
-        snap["xid_events"] = self._poll_xid(now)
+        if not self.lean:
+            snap["topology"] = self._topology_once(sorted(self._handles.keys() & set(readable)))
+            self._xid_setup_once()
+            snap["xid_watched"] = self._xid_watched
+            snap["xid_events"] = self._poll_xid(now)
+            snap["device_holders"], snap["device_scan_note"] = self._device_holders(
+                gpus, snap["processes"], now)
         snap["reservations"] = self._reservations(now)
         snap["queue"] = self._queue()
-        snap["device_holders"], snap["device_scan_note"] = self._device_holders()
-        self._collects += 1
         return snap
 
     def _collect_gpu(self, index: int, now: float) -> tuple[dict, list[dict]]:
@@ -657,6 +708,14 @@ class Collector:
         gpu["ecc_mode"] = bool(mode[0]) if mode else None
         gpu["ecc_mode_pending"] = bool(mode[1]) if mode else None
         corrected = self._const("NVML_MEMORY_ERROR_TYPE_CORRECTED", _ECC_CORRECTED)
+        # One field-value call stands in for the eight below (ECC, retired pages, row
+        # remapping); per-field failures are None, as the single calls would give.
+        batch = self._field_values(handle, [(field_id, 0) for _, field_id in _ECC_FIELDS])
+        if batch is not None and any(v is not None for v in batch):
+            for (key, _), value in zip(_ECC_FIELDS, batch, strict=True):
+                gpu[key] = (bool(value) if key in _BOOL_FIELD_KEYS else int(value)) if (
+                    value is not None) else None
+            return
         uncorrected = self._const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", _ECC_UNCORRECTED)
         volatile = self._const("NVML_VOLATILE_ECC", _ECC_VOLATILE)
         aggregate = self._const("NVML_AGGREGATE_ECC", _ECC_AGGREGATE)
@@ -699,8 +758,14 @@ class Collector:
 
     def _nvlinks(self, index: int, handle: Any) -> list[dict]:
         links = []
-        for link, (remote, _) in enumerate(self._nvlink_remote.get(index, ())):
-            state = self._get("nvmlDeviceGetNvLinkState", handle, link)
+        known = self._nvlink_remote.get(index, ())
+        # One call for every link's state instead of one per link (18 on an H100).
+        states = self._field_values(handle, [(_FI_NVLINK_GET_STATE, n) for n in range(len(known))])
+        for link, (remote, _) in enumerate(known):
+            if states is not None:
+                state = states[link]
+            else:
+                state = self._get("nvmlDeviceGetNvLinkState", handle, link)
             links.append(
                 {
                     "link": link,
@@ -888,8 +953,15 @@ class Collector:
         except (OSError, ValueError):
             return []
 
-    def _device_holders(self) -> tuple[list[dict], str | None]:
-        if self._collects % DEVSCAN_EVERY == 0:
+    def _device_holders(
+        self, gpus: list[dict], processes: list[dict], now: float
+    ) -> tuple[list[dict], str | None]:
+        if not memory_unaccounted(gpus, processes):
+            # Nothing to explain: last scan's holders would only be stale.
+            self._holders = ([], None)
+            self._scanned_at = None
+        elif self._scanned_at is None or not 0 <= now - self._scanned_at < DEVSCAN_EVERY_S:
+            self._scanned_at = now
             if self.demo:
                 scan = getattr(self.procs, "device_holders", None)
                 self._holders = scan() if callable(scan) else ([], None)
@@ -918,6 +990,43 @@ _PROCESS_KEYS = (
 )
 
 
+# Field ids (nvml.h) of what _ecc reads one call at a time, and the keys they fill.
+_ECC_FIELDS = (
+    ("ecc_volatile_corrected", 3),  # NVML_FI_DEV_ECC_SBE_VOL_TOTAL
+    ("ecc_volatile_uncorrected", 4),
+    ("ecc_aggregate_corrected", 5),
+    ("ecc_aggregate_uncorrected", 6),
+    ("retired_pages_sbe", 29),  # NVML_FI_DEV_RETIRED_SBE
+    ("retired_pages_dbe", 30),
+    ("retired_pages_pending", 31),
+    ("remapped_correctable", 142),  # NVML_FI_DEV_REMAPPED_COR
+    ("remapped_uncorrectable", 143),
+    ("remap_pending", 144),
+    ("remap_failure", 145),
+)
+_BOOL_FIELD_KEYS = frozenset({"retired_pages_pending", "remap_pending", "remap_failure"})
+
+# nvmlValueType_t -> the c_nvmlValue_t member that holds it.
+_FIELD_VALUE_TYPES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                      6: "usVal"}
+
+
+def memory_unaccounted(gpus: list[dict], processes: list[dict]) -> bool:
+    """Whether a GPU counts more memory as used than its listed processes hold (beyond the
+    driver's own share): only then can a /dev/nvidia* scan explain something."""
+    listed: dict[Any, int] = {}
+    for row in processes:
+        mem = row.get("gpu_mem")
+        if mem is None:
+            return True  # a process of unknown size: the difference cannot be ruled out
+        listed[row["gpu"]] = listed.get(row["gpu"], 0) + mem
+    for gpu in gpus:
+        used = gpu.get("mem_used")
+        if used is not None and used - listed.get(gpu["index"], 0) > DEVSCAN_UNACCOUNTED:
+            return True
+    return False
+
+
 def _watts(milliwatts: Any) -> float | None:
     # Not rounded here: each output rounds once (1 W on screen, 0.1 W in --json), since
     # rounding twice shows 23.46 W as 24 W.
@@ -943,7 +1052,7 @@ def _init_failure_message(err: BaseException) -> str:
 
 
 def open_local(
-    host: str = "localhost", reservations_dir: str | None = None
+    host: str = "localhost", reservations_dir: str | None = None, lean: bool = False
 ) -> Collector:
     """A Collector for this machine's GPUs; NoDriverError when there are none to read."""
     try:
@@ -952,7 +1061,8 @@ def open_local(
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
     from gputop.sources.procfs import ProcFs
 
-    collector = Collector(pynvml, ProcFs(), host=host, reservations_dir=reservations_dir)
+    collector = Collector(pynvml, ProcFs(), host=host, reservations_dir=reservations_dir,
+                          lean=lean)
     # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
     if collector._get("nvmlDeviceGetCount") == 0:
         raise NoDriverError(NO_GPUS_MESSAGE)

@@ -59,6 +59,7 @@ class SourcePlan:
     demo: str | None
     local: bool
     ssh_hosts: tuple[HostSpec, ...]
+    prometheus: str | None = None  # --prometheus URL (issue 16)
 
 
 def plan_sources(options: SourceOptions) -> SourcePlan:
@@ -71,12 +72,16 @@ def plan_sources(options: SourceOptions) -> SourcePlan:
     try:
         if options.host_list is not None:
             specs = parse_host_list(options.host_list)
+        elif options.prometheus and options.hosts_file is None:
+            specs = []  # --prometheus alone: no default hosts file, no local NVML
         else:
             path, _where = find_hosts_file(options.hosts_file)
             specs = load(path) if path is not None else []
     except HostsFileError as err:
         raise SourceError(f"gputop: {err}") from None
-    return SourcePlan(demo=None, local=not specs or options.local, ssh_hosts=tuple(specs))
+    local = (not specs and not options.prometheus) or options.local
+    return SourcePlan(demo=None, local=local, ssh_hosts=tuple(specs),
+                      prometheus=options.prometheus)
 
 
 LOCAL_HOST = "localhost"  # this machine's name in views and --host
@@ -120,28 +125,48 @@ def reservations_dir(options: SourceOptions, config: Config) -> str:
 
 def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
-    plan: SourcePlan | None = None, need_driver: bool = True,
+    plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
     False (commands that only touch the reservation store: this machine is then a "no
     GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
-    command (no SSH retries, a frozen simulated clock), not the dashboard's stream."""
+    command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
+    ``lean``: local collectors skip topology, XID registration and the device scan."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
     if plan.demo:
-        feeds.append(_demo_feed(plan.demo, options, config, one_shot))
+        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean))
     elif plan.local:
-        feeds.append(_local_feed(options, config, need_driver))
-    if plan.ssh_hosts:
+        feeds.append(_local_feed(options, config, need_driver, lean))
+    ssh_hosts = tuple(spec for spec in plan.ssh_hosts if spec.url is None)
+    if ssh_hosts:
         from gputop.sources.ssh import SshFeed
 
         if one_shot:
-            feeds.append(SshFeed(plan.ssh_hosts, readonly=options.readonly, retry=False,
+            feeds.append(SshFeed(ssh_hosts, readonly=options.readonly, retry=False,
                                  warmup=DEMO_WARMUP_S))
         else:
-            feeds.append(SshFeed(plan.ssh_hosts, readonly=options.readonly))
+            feeds.append(SshFeed(ssh_hosts, readonly=options.readonly))
+    url_hosts = [spec for spec in plan.ssh_hosts if spec.url is not None]
+    if url_hosts:  # `url:` entries: gputop serve's snapshot API
+        from gputop.sources.serveapi import ServeFeed
+
+        feeds.append(ServeFeed(url_hosts, options.timeout))
+    if plan.prometheus:
+        feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot))
     return feeds
+
+
+def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot: bool) -> Feed:
+    from gputop.sources.prometheus import PrometheusFeed
+
+    # The dashboard's sparklines start from Prometheus' history; a one-shot needs none.
+    history_s = 0.0 if one_shot else config.history_minutes * 60.0
+    try:
+        return PrometheusFeed(url, config.prometheus, options.timeout, history_s=history_s)
+    except (ValueError, OSError) as err:  # a bad URL, an unreadable CA file
+        raise SourceError(f"gputop: {err}") from None
 
 
 def _action_env(options: SourceOptions, config: Config, **extra: Any) -> Any:
@@ -151,14 +176,16 @@ def _action_env(options: SourceOptions, config: Config, **extra: Any) -> Any:
                      readonly=options.readonly, **extra)
 
 
-def _local_feed(options: SourceOptions, config: Config, need_driver: bool = True) -> LocalFeed:
+def _local_feed(
+    options: SourceOptions, config: Config, need_driver: bool = True, lean: bool = False
+) -> LocalFeed:
     from gputop.sources.feed import LocalFeed
     from gputop.sources.procfs import ProcFs
 
     store = reservations_dir(options, config)
     collector: Collector | Any
     try:
-        collector = open_local(reservations_dir=store)
+        collector = open_local(reservations_dir=store, lean=lean)
         procs = collector.procs
     except NoDriverError as err:
         if need_driver:
@@ -169,7 +196,8 @@ def _local_feed(options: SourceOptions, config: Config, need_driver: bool = True
             raise failure
 
         procs = ProcFs()
-    env = _action_env(options, config, procs=procs)
+    # A lean one-shot only reads: no action env, and none of the action modules imported.
+    env = None if lean else _action_env(options, config, procs=procs)
     return LocalFeed(collector, host=LOCAL_HOST, identity=local_identity(), dispatch_env=env)
 
 
@@ -221,7 +249,9 @@ def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[],
     return seed
 
 
-def _demo_feed(name: str, options: SourceOptions, config: Config, one_shot: bool) -> LocalFeed:
+def _demo_feed(
+    name: str, options: SourceOptions, config: Config, one_shot: bool, lean: bool = False
+) -> LocalFeed:
     # The simulator pulls in pyyaml for scenario files: imported only when asked for.
     from gputop.sources import sim
     from gputop.sources.feed import LocalFeed
@@ -235,10 +265,11 @@ def _demo_feed(name: str, options: SourceOptions, config: Config, one_shot: bool
     nvml = sim.SimNvml(scenario, clock=clock)
     procs = sim.SimProcs(nvml)
     collector: Any = Collector(nvml, procs, host=host, demo=True,
-                               reservations_dir=reservations_dir(options, config), clock=clock)
+                               reservations_dir=reservations_dir(options, config), clock=clock,
+                               lean=lean)
     if one_shot:
         collector = _WarmedUp(collector, clock)
-    env = _action_env(options, config, sim=nvml, procs=procs)
+    env = None if lean else _action_env(options, config, sim=nvml, procs=procs)
     identity = dataclasses.replace(named_identity(scenario.me),
                                    reserves_as=local_identity().user)
     seed = None
@@ -266,7 +297,7 @@ class Round:
 
 
 def collect_once(
-    options: SourceOptions, config: Config, plan: SourcePlan | None = None
+    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False
 ) -> Round:
     """One round of snapshots for the one-shot commands.
 
@@ -274,12 +305,21 @@ def collect_once(
     (asyncio costs `gputop --once` tens of ms); SSH hosts in parallel on one loop.
     """
     from gputop.sources.feed import LocalFeed
+    from gputop.sources.prometheus import PrometheusFeed
 
-    feeds = open_feeds(options, config, one_shot=True, plan=plan)
+    feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
-    remote = [feed for feed in feeds if not isinstance(feed, LocalFeed)]
+    from gputop.sources.serveapi import ServeFeed
+
+    for http in feeds:
+        if isinstance(http, (PrometheusFeed, ServeFeed)):  # blocking HTTP, no event loop
+            found = http.poll()
+            snapshots.extend(found)
+            identities.update({snap.host: http.identity(snap.host) for snap in found})
+    remote = [feed for feed in feeds
+              if not isinstance(feed, (LocalFeed, PrometheusFeed, ServeFeed))]
     if remote:
         import asyncio
 

@@ -56,6 +56,9 @@ class SnapshotAnalysed(Message):
         self.result = result
 
 
+GC_GEN0_AFTER_START = 20_000
+
+
 def freeze_startup_objects() -> None:
     """Move everything alive after the first full frame out of the collector's sight.
 
@@ -65,6 +68,10 @@ def freeze_startup_objects() -> None:
     """
     gc.collect()
     gc.freeze()
+    # A tick allocates thousands of short-lived objects (rows, strips, segments): at the
+    # default 700 the young generation was collected several times per tick.
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_AFTER_START, gen1, gen2)
 
 
 class GputopApp(App[int]):
@@ -125,8 +132,9 @@ class GputopApp(App[int]):
             for feed in self.feeds:
                 self.run_worker(self._feed_loop(feed), name=f"feed {','.join(feed.hosts)}",
                                 group="feeds", exit_on_error=False)
-            if sum(len(feed.hosts) for feed in self.feeds) > 1:
-                # A lab of hosts starts on the overview.
+            if sum(len(feed.hosts) for feed in self.feeds) != 1:
+                # A lab of hosts starts on the overview; so does a feed that learns its
+                # hosts as they come (Prometheus: none known yet).
                 from gputop.ui.screens import cluster
 
                 cluster.open_cluster(self)
@@ -178,9 +186,15 @@ class GputopApp(App[int]):
     async def _feed_loop(self, feed: Feed) -> None:
         name = f"feed {','.join(feed.hosts)}"
         failures = 0
+
+        def emit(snap: HostSnapshot) -> None:
+            # A Prometheus feed learns its hosts as they appear.
+            self.state.feeds.setdefault(snap.host, feed)
+            self._queue.put(snap)
+
         while True:
             try:
-                await feed.run(self.interval, self._queue.put)
+                await feed.run(self.interval, emit)
                 return
             except Exception as err:  # any fault: logged, shown once, the feed restarted
                 failures += 1

@@ -24,7 +24,7 @@ from gputop.ui import table_model, tree
 from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey
 from gputop.ui.widgets.filter_input import FilterInput
-from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
+from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData, history_reach
 from gputop.ui.widgets.header import HeaderBar, HostHistory, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
@@ -203,8 +203,11 @@ class DashboardScreen(Screen[None]):
             if recorded is not None:
                 util_series, mem_series = recorded.get(gpu.index, ([], []))
             else:
-                util_series = history.gpu_series(snap.host, gpu.index, "util_gpu")
-                mem_series = history.gpu_series(snap.host, gpu.index, "mem_percent")
+                # Only the samples the panel draws, however long the history kept.
+                since = now - history_reach(span, history.seconds, bool(self._compact),
+                                            panel.size.width)
+                util_series = history.gpu_series(snap.host, gpu.index, "util_gpu", since)
+                mem_series = history.gpu_series(snap.host, gpu.index, "mem_percent", since)
             panel.update_data(PanelData(
                 gpu=gpu,
                 util_series=util_series,

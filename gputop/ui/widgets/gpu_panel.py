@@ -21,6 +21,7 @@ from textual.widget import Widget
 from gputop.config import DEFAULT_COLORS, DEFAULT_THRESHOLDS
 from gputop.model import CRITICAL, GPU_OK, SEVERITY_ORDER, Gpu, HealthWarning, Reservation
 from gputop.ui import fmt
+from gputop.ui.partial import changed_regions
 
 # Clock events that are not a slowdown anyone should look at.
 BENIGN_CLOCK_EVENTS = frozenset(
@@ -85,18 +86,24 @@ class GpuPanel(Widget):
         self._signature: Any = None
         self._strips: list[Strip] = []
         self._strips_key: Any = None
+        self._stats: tuple[str, str] = ("", "")
 
     def update_data(self, data: PanelData) -> None:
         self.data = data
         compact = self.has_class("-compact")
+        # Each figure is computed once per tick and kept for render(): a history line
+        # costs a walk over its window, and the panel draws only when one changed.
+        self._stats = (
+            history_stats(data.util_series, data.now, data.span),
+            history_stats(data.mem_series, data.now, data.span),
+        )
         signature = (
             data.gpu,
             fmt.sparkline(data.util_series, 60, data.now, data.span),
             # A compact row's line reaches further back than the span above.
             compact_sparkline(data, self.size.width) if compact else None,
             fmt.sparkline(data.mem_series, 60, data.now, data.span),
-            history_stats(data.util_series, data.now, data.span),
-            history_stats(data.mem_series, data.now, data.span),
+            self._stats,
             tuple(w.key for w in data.warnings),
             tuple(data.reservations),
             self.size.width,
@@ -104,7 +111,25 @@ class GpuPanel(Widget):
         )
         if signature != self._signature:
             self._signature = signature
+            self._repaint_changes()
+
+    def _repaint_changes(self) -> None:
+        """Dirty only the cells that differ from what is on screen (gputop/ui/partial.py)."""
+        key = self._key()
+        old = self._strips if self._strips_key is not None else None
+        if old is None or not self.is_mounted or key[1:] != self._strips_key[1:]:
             self.refresh()
+            return
+        new = text_strips(self.render(), max(self.size.width, 1), self.rich_style)
+        regions = changed_regions(old, new)
+        self._strips, self._strips_key = new, key
+        if regions is None:
+            self.refresh()
+        elif regions:
+            self.refresh(*regions)
+
+    def _key(self) -> Any:
+        return (self._signature, self.size, self.has_class("-compact"), self.rich_style)
 
     def on_click(self, event: events.Click) -> None:
         self.post_message(self.Clicked(self.index))
@@ -115,7 +140,7 @@ class GpuPanel(Widget):
         # Line API with cached strips: Textual's conversion of a Text full of styled spans
         # cost more than everything else in a tick.
         base = self.rich_style
-        key = (self._signature, self.size, self.has_class("-compact"), base)
+        key = self._key()
         if key != self._strips_key:
             self._strips = text_strips(self.render(), max(self.size.width, 1), base)
             self._strips_key = key
@@ -222,15 +247,16 @@ class GpuPanel(Widget):
         # line 3: history on a fixed 0-100 scale, labelled with the window it covers
         half = max((width - 2) // 2, 12)
         # Muted: the history is context for the gauges above it, not a second set of gauges.
-        self._history(out, "util", data.util_series, data, half, f"{self._style('ok')} dim")
+        util_stat, mem_stat = self._stats
+        self._history(out, "util", data.util_series, data, half, f"{self._style('ok')} dim",
+                      util_stat)
         out.append("  ")
-        self._history(out, "mem", data.mem_series, data, half, HISTORY_MEM_STYLE)
+        self._history(out, "mem", data.mem_series, data, half, HISTORY_MEM_STYLE, mem_stat)
         return out
 
     def _history(self, out: Text, label: str, series: list[tuple[float, float]],
-                 data: PanelData, width: int, style: str) -> None:
+                 data: PanelData, width: int, style: str, stat: str) -> None:
         window = span_label(data.span)
-        stat = history_stats(series, data.now, data.span)
         spark_w = max(width - len(label) - len(window) - 2 - len(stat), 4)
         out.append(label, style="bold")
         out.append(f" {window} ", style="dim")
@@ -289,6 +315,13 @@ def gpu_facts(gpu: Gpu) -> list[str]:
         facts.append(f"compute {fmt.visible(gpu.compute_mode)}")
     on_off("MIG", gpu.mig_mode)
     return facts
+
+
+def history_reach(span: float, kept: float, compact: bool, width: int) -> float:
+    """Seconds of history a panel draws: one span, or a compact row's span/60 per cell."""
+    if not compact:
+        return span
+    return min(kept, max(span, width * span / 60))
 
 
 def compact_sparkline(data: PanelData, width: int) -> str:
@@ -378,4 +411,5 @@ def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
                 lines.append([])
             if part:
                 lines[-1].append(Segment(part, style))
-    return [Strip(line).crop_extend(0, width, base) for line in lines]
+    # Neighbouring spans of one style become one segment: one colour code sent, not two.
+    return [Strip(Segment.simplify(line)).crop_extend(0, width, base) for line in lines]

@@ -9,7 +9,7 @@ already made visible by table_model.cell.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.cells import set_cell_size
 from rich.segment import Segment
@@ -24,6 +24,7 @@ from textual.widget import Widget
 
 from gputop.config import COLUMNS as DEFAULT_COLUMNS
 from gputop.ui.keys import bindings
+from gputop.ui.partial import changed_regions
 from gputop.ui.state import RowKey
 from gputop.ui.table_model import Column, Row, cell, layout
 
@@ -159,6 +160,9 @@ class ProcessTable(ScrollView, can_focus=True):
         self.now = 0.0
         self._index: dict[RowKey, int] = {}
         self._columns_at: tuple[int, list[tuple[Column, int]]] | None = None
+        # The visible lines as last drawn, and what they were drawn for (scroll, size,
+        # style): set_rows repaints only the cells that changed (gputop/ui/partial.py).
+        self._shown: tuple[Any, list[Strip]] | None = None
 
     # -- data ----------------------------------------------------------------------
 
@@ -182,7 +186,26 @@ class ProcessTable(ScrollView, can_focus=True):
         if size != self.virtual_size:  # a new virtual size costs a layout pass
             self.virtual_size = size
         self._set_selected(rows[self.cursor].key if rows else None)
-        self.refresh()
+        self._repaint_changes()
+
+    def _view_key(self) -> Any:
+        return (int(self.scroll_offset.y), self.scrollable_content_region.width,
+                self.scrollable_content_region.height, self.rich_style)
+
+    def _repaint_changes(self) -> None:
+        old = self._shown
+        key = self._view_key()
+        if not self.is_mounted or old is None or old[0] != key:
+            self._shown = None
+            self.refresh()
+            return
+        new = [self._line(y) for y in range(len(old[1]))]
+        self._shown = (key, new)
+        regions = changed_regions(old[1], new)
+        if regions is None:
+            self.refresh()
+        elif regions:
+            self.refresh(*regions)
 
     def rows_shown(self) -> list[RowKey]:
         """The keys of the rows that pass the view's filters (on screen or scrolled)."""
@@ -200,6 +223,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self.cursor = index
         self._set_selected(self.rows[index].key)
         self._scroll_cursor_visible()
+        self._shown = None
         self.refresh()
 
     def _scroll_cursor_visible(self) -> None:
@@ -240,6 +264,15 @@ class ProcessTable(ScrollView, can_focus=True):
     # -- drawing -------------------------------------------------------------------
 
     def render_line(self, y: int) -> Strip:
+        key = self._view_key()
+        shown = self._shown
+        if shown is None or shown[0] != key:
+            shown = self._shown = (key, [self._line(n) for n in range(key[2])])
+        if y < len(shown[1]):
+            return shown[1][y]
+        return self._line(y)
+
+    def _line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         index = int(self.scroll_offset.y) + y
         base = self.rich_style
@@ -288,4 +321,5 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
+        self._shown = None
         self.refresh()

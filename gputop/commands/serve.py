@@ -1,0 +1,191 @@
+"""`gputop serve`: this machine as a Prometheus exporter (and a snapshot API for gputop).
+
+Collection runs in its own thread on its own schedule (the same collector, analysis,
+orphan flags and reservations as the dashboard) and renders the answers once per
+snapshot; a scrape only copies the last rendering and appends the snapshot's age, so a
+scrape never calls NVML and ten scrapers cost what one does.
+
+    GET /metrics           Prometheus text 0.0.4, or OpenMetrics 1.0 when asked for
+    GET /api/v1/snapshot   the --json document (schema 1) of this host
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from gputop.commands import common
+from gputop.commands import exposition as expo
+from gputop.exitcodes import EXIT_OK
+from gputop.model import HostSnapshot
+from gputop.options import SourceOptions
+
+DEFAULT_LISTEN = "127.0.0.1:9400"
+DEFAULT_INTERVAL_S = 15.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Serve this machine's GPUs as Prometheus metrics (DCGM names) and JSON."
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help="address to listen on (default %(default)s; 0.0.0.0:9400 opens it)")
+    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, metavar="S",
+                   help="seconds between collections (default %(default)g)")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise common.usage_error(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One snapshot's answers, rendered once by the collector thread."""
+
+    snapshot: HostSnapshot
+    text: bytes  # families without the age, text format
+    openmetrics: bytes
+    json: bytes
+
+
+class Exporter:
+    """Holds the latest rendering; ``collect_once`` makes the next one."""
+
+    def __init__(self, feed: Any, settings: Any, export: expo.ExportSettings,
+                 me: str | None) -> None:
+        from gputop.analysis.pipeline import Analyser
+
+        self.feed = feed
+        self.export = export
+        self.analyser = Analyser(settings, settings.history(), lambda _host: me)
+        self.last_xid: dict[int, int] = {}
+        self.latest: Rendered | None = None
+
+    def collect_once(self) -> Rendered:
+        from gputop.commands.report import json_document
+
+        started = time.monotonic()
+        snap = self.feed.poll()
+        analysed = self.analyser(snap)
+        for event in snap.xid_events:  # DCGM's XID_ERRORS is the last one seen
+            self.last_xid[event.gpu] = event.xid
+        seconds = time.monotonic() - started
+        fams = expo.families(snap, analysed.warnings, analysed.flags, self.last_xid,
+                             seconds, self.export)
+        doc = json_document([snap], snap.time, {snap.host: analysed.warnings})
+        rendered = Rendered(snap, expo.render(fams).encode(),
+                            expo.render(fams, openmetrics=True).encode(),
+                            json.dumps(doc).encode())
+        self.latest = rendered  # one reference swap: scrapers never see half a rendering
+        return rendered
+
+    def metrics(self, openmetrics: bool, now: float) -> bytes:
+        latest = self.latest
+        if latest is None:
+            return b"# EOF\n" if openmetrics else b""
+        age = expo.render([expo.age_family(latest.snapshot, now)], openmetrics).encode()
+        if openmetrics:
+            return b"".join((latest.openmetrics, age, b"# EOF\n"))
+        return latest.text + age
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog of 5 drops the SYNs of a burst of scrapers, which
+    # then wait a full second for the retransmit.
+    request_queue_size = 128
+
+
+def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "gputop"
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                openmetrics = "application/openmetrics-text" in self.headers.get("Accept", "")
+                body = exporter.metrics(openmetrics, time.time())
+                kind = expo.CONTENT_TYPE_OPENMETRICS if openmetrics else expo.CONTENT_TYPE_TEXT
+                self._send(200, kind, body)
+            elif path == "/api/v1/snapshot":
+                latest = exporter.latest
+                if latest is None:
+                    self._send(503, "text/plain", b"no snapshot yet\n")
+                else:
+                    self._send(200, "application/json", latest.json)
+            else:
+                self._send(404, "text/plain", b"try /metrics or /api/v1/snapshot\n")
+
+        def _send(self, code: int, kind: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # a scrape every 15 s per scraper is not news
+
+    return Handler
+
+
+def run(options: SourceOptions, args: argparse.Namespace) -> int:
+    return common.run("serve", lambda: _serve(options, args))
+
+
+def _serve(options: SourceOptions, args: argparse.Namespace) -> int:
+    from gputop.sources.opener import SourcePlan, open_feeds
+
+    if not 0.5 <= args.interval <= 3600:
+        raise common.usage_error("--interval: expected 0.5 to 3600 seconds")
+    address = parse_listen(args.listen)
+    config = common.config(options)
+    settings = common.settings(config)
+    # This machine only (or the simulator): an exporter ignores hosts files.
+    plan = SourcePlan(demo=options.demo, local=not options.demo, ssh_hosts=())
+    with common.source_errors():
+        [feed] = open_feeds(options, config, plan=plan, need_driver=False)
+    host = feed.hosts[0]
+    me = feed.identity(host).reservation_owner
+    export = expo.ExportSettings(config.serve.lowercase_hostname,
+                                 config.serve.max_process_series)
+    exporter = Exporter(feed, settings, export, me)
+    try:
+        server = Server(address, _handler(exporter))
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise common.usage_error(
+                f"{args.listen}: address in use (another gputop serve?)") from None
+        raise common.usage_error(f"{args.listen}: {err.strerror or err}") from None
+    stop = threading.Event()
+
+    def collect_loop() -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            exporter.collect_once()
+            stop.wait(max(args.interval - (time.monotonic() - started), 0.0))
+
+    def on_term(_signum: int, _frame: Any) -> None:
+        # shutdown() waits for serve_forever, which runs in this very thread: ask from
+        # another one.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
+    collector = threading.Thread(target=collect_loop, name="collect", daemon=True)
+    collector.start()
+    common.say("serve", f"{host}: listening on {args.listen} (GET /metrics, /api/v1/snapshot)")
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        stop.set()
+        server.server_close()
+    return EXIT_OK

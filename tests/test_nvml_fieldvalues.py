@@ -1,0 +1,86 @@
+"""Batched NVML reads through real pynvml on the shared fake driver (issue 14).
+
+ECC, retired pages, row remapping and NVLink states come from one
+nvmlDeviceGetFieldValues call per GPU; the values must equal what the single calls give.
+The fake libnvidia-ml.so.1 (../shared/fakenvml) is built into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKENVML = Path(os.environ.get("FAKENVML", ROOT.parent / "shared" / "fakenvml"))
+
+KEYS = (
+    "ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
+    "ecc_aggregate_uncorrected", "retired_pages_sbe", "retired_pages_dbe",
+    "retired_pages_pending", "remapped_correctable", "remapped_uncorrectable",
+    "remap_pending", "remap_failure",
+)
+
+PROBE = """
+import json, sys
+import pynvml
+from gputop.sources.nvml import Collector
+from gputop.sources.procfs import ProcFs
+
+class Single:
+    # pynvml without nvmlDeviceGetFieldValues: the collector's one-call-per-field path.
+    def __getattr__(self, name):
+        if name == "nvmlDeviceGetFieldValues":
+            raise AttributeError(name)
+        return getattr(pynvml, name)
+
+keys = sys.argv[1].split(",")
+out = {}
+for name, nvml in (("batched", pynvml), ("single", Single())):
+    gpus = Collector(nvml, ProcFs()).collect()["gpus"]
+    out[name] = [dict({k: g.get(k) for k in keys},
+                      nvlinks=[link["active"] for link in g["nvlinks"]]) for g in gpus]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (FAKENVML / "Makefile").exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the fake NVML driver is missing: {FAKENVML}")
+        pytest.skip(f"no fake NVML driver at {FAKENVML}")
+    pytest.importorskip("pynvml")
+    out = tmp_path_factory.mktemp("fakenvml")
+    subprocess.run(["make", "-s", "-C", str(FAKENVML), f"OUT={out}"], check=True,
+                   capture_output=True)
+    return out
+
+
+def collect(lib: Path, scenario: str) -> dict:
+    env = dict(os.environ, LD_LIBRARY_PATH=str(lib), FAKE_NVML_QUIET="1",
+               FAKE_NVML_SCENARIO=str(FAKENVML / "scenarios" / f"{scenario}.json"),
+               PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", PROBE, ",".join(KEYS)], env=env, check=True,
+                          capture_output=True, text=True, timeout=60)
+    return json.loads(done.stdout)
+
+
+def test_ecc_and_remapping_batched_equal_the_single_calls(fake_lib: Path) -> None:
+    got = collect(fake_lib, "faulty")
+    assert got["batched"] == got["single"]
+    bad = got["batched"][1]  # the scenario's GPU 1: uncorrectable ECC, a pending remap
+    assert bad["ecc_volatile_uncorrected"] > 0 and bad["remap_pending"] is True
+    assert got["batched"][0]["ecc_volatile_uncorrected"] == 0
+
+
+def test_nvlink_states_batched_equal_the_single_calls(fake_lib: Path) -> None:
+    got = collect(fake_lib, "dgx8")
+    assert got["batched"] == got["single"]
+    assert [len(g["nvlinks"]) for g in got["batched"]] == [18] * 8
+    states = got["batched"][0]["nvlinks"]
+    assert True in states and None not in states

@@ -1,0 +1,206 @@
+"""`gputop serve` scraped by a real Prometheus, and `gputop --prometheus` reading it back.
+
+One Prometheus (Debian's package) on loopback scrapes two `gputop serve --demo`
+processes, recorded dcgm-exporter and nvidia_gpu_exporter output served as static text,
+and a port where nothing listens.  Then `gputop --prometheus URL --json` must show every
+host and GPU with the right values, and every query of Grafana dashboard 12239 must find
+gputop's series.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.prom import (
+    ROOT,
+    FixedServer,
+    Reply,
+    free_port,
+    instant,
+    need_prometheus,
+    start_prometheus,
+    start_serve,
+    wait_http,
+)
+
+FIXTURES = ROOT / "tests" / "fixtures" / "prometheus"
+MIB = 1024**2
+
+
+@dataclass
+class Cluster:
+    url: str
+    serve_urls: dict[str, str]  # scenario -> http://...
+    dead: str  # instance of the target nobody answers
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    need_prometheus()
+    tmp = tmp_path_factory.mktemp("prom")
+    config = tmp / "config.yaml"
+    config.write_text("serve: {lowercase_hostname: true}\n")
+    texts = {"/dcgm": (FIXTURES / "dcgm-exporter.txt").read_bytes(),
+             "/smi": (FIXTURES / "nvidia_gpu_exporter.txt").read_bytes()}
+    static = {name: FixedServer(lambda path, b=body: Reply(body=b))
+              for name, body in texts.items()}
+    procs = []
+    serve_urls = {}
+    try:
+        for scenario in ("dgx-h100", "lab"):
+            port = free_port()
+            procs.append(start_serve(scenario, port, config))
+            serve_urls[scenario] = f"http://127.0.0.1:{port}"
+        for url in serve_urls.values():
+            wait_http(f"{url}/api/v1/snapshot")
+        dead = f"127.0.0.1:{free_port()}"
+        jobs = {
+            "gputop": [u.removeprefix("http://") for u in serve_urls.values()],
+            "dcgm": [static["/dcgm"].url.removeprefix("http://")],
+            "smi": [static["/smi"].url.removeprefix("http://")],
+            "dead": [dead],
+        }
+        prom, url = start_prometheus(tmp, jobs)
+        procs.append(prom)
+        end = time.monotonic() + 60
+        # Ready when every live target was scraped and the serve's processes are in.
+        while (len(instant(url, "up == 1")) < 4
+               or not instant(url, "gputop_process_gpu_memory_bytes")):
+            assert time.monotonic() < end, "Prometheus never scraped every target"
+            time.sleep(0.3)
+        yield Cluster(url, serve_urls, dead)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+        for server in static.values():
+            server.close()
+
+
+def gputop_json(*args: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", *args, "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_every_host_and_gpu_with_its_values(cluster: Cluster) -> None:
+    doc = gputop_json("--prometheus", cluster.url)
+    hosts = {h["host"]: h for h in doc["hosts"]}
+    assert set(hosts) == {"dgx-h100-07", "lab-gpu-03", "dcgm-node-1", cluster.dead,
+                          *[h for h in hosts if h.startswith("127.0.0.1:")]}
+    # gputop serve: everything, processes and users included.
+    dgx = hosts["dgx-h100-07"]
+    assert dgx["state"] == "ok" and dgx["source"] == "prometheus: gputop serve"
+    assert len(dgx["gpus"]) == 8 and [g["index"] for g in dgx["gpus"]] == list(range(8))
+    assert {g["mem_total"] for g in dgx["gpus"]} == {81559 * MIB}
+    assert all(g["name"] == "NVIDIA H100 80GB HBM3" for g in dgx["gpus"])
+    assert len(dgx["processes"]) == 10 and all(p["user"] for p in dgx["processes"])
+    assert "processes" not in dgx["missing"]
+    assert len(hosts["lab-gpu-03"]["gpus"]) == 4
+    # The recorded dcgm-exporter output, value for value.
+    dcgm = hosts["dcgm-node-1"]
+    assert dcgm["source"] == "prometheus: dcgm-exporter"
+    g0, g1 = dcgm["gpus"]
+    assert (g0["index"], g0["uuid"]) == (0, "GPU-4d2a7b5e-1c3f-4a8e-9b6d-0f1e2d3c4b5a")
+    assert (g0["util_gpu"], g0["util_mem"], g0["temp"], g0["clock_sm"]) == (93, 41, 61, 1410)
+    assert g0["power_draw"] == pytest.approx(312.456)
+    assert g0["mem_used"] == 78262 * MIB
+    assert g0["mem_total"] == (78262 + 2140 + 598) * MIB
+    assert g1["remapped_uncorrectable"] == 1 and g0["remap_failure"] is False
+    assert {"processes", "reservations", "fan"} <= set(dcgm["missing"])
+    # nvidia_gpu_exporter: ratios, bytes and hertz, and a uuid without "GPU-".
+    [smi] = [h for h in hosts.values() if h["source"] == "prometheus: nvidia_gpu_exporter"]
+    [g] = smi["gpus"]
+    assert g["uuid"] == "GPU-7b2f1c9a-3e4d-4f5a-8b6c-1d2e3f4a5b6c"
+    assert (g["util_gpu"], g["util_mem"], g["fan"], g["clock_sm"]) == (57, 23, 72, 1905)
+    assert (g["mem_used"], g["mem_total"]) == (12_582_912_000, 25_769_803_776)
+    assert g["name"] == "NVIDIA GeForce RTX 3090" and smi["driver_version"] == "535.183.01"
+    assert "power_draw" not in smi["missing"] and "processes" in smi["missing"]
+    # The target nobody answers: `up == 0`.
+    dead = hosts[cluster.dead]
+    assert dead["state"] == "unreachable" and "up == 0" in dead["error"]
+
+
+def test_selector_narrows_and_check_runs(cluster: Cluster, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text('prometheus: {selector: \'job="dcgm"\'}\n')
+    doc = gputop_json("--prometheus", cluster.url, "--config", str(config))
+    assert [h["host"] for h in doc["hosts"]] == ["dcgm-node-1"]
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", "check", "--prometheus",
+                           cluster.url, "--config", str(config)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # GPU 1 has an uncorrectable remapped row: a health warning, not a crash.
+    assert done.returncode in (1, 2), done.stderr
+    assert "dcgm-node-1" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_exposition_passes_promtool(cluster: Cluster) -> None:
+    for url in cluster.serve_urls.values():
+        text = wait_http(f"{url}/metrics")
+        assert b'hostname="' in text  # the config switch for newer dashboards
+        done = subprocess.run(["promtool", "check", "metrics"], input=text,
+                              capture_output=True, timeout=30)
+        # promtool's lint asks counters to end in _total and label names in snake_case;
+        # DCGM's names and labels (UUID, modelName, Hostname) are neither, and must not
+        # change (dashboards query them by name).  Anything else, a parse error above
+        # all, fails.
+        problems = [line for line in done.stderr.decode().splitlines()
+                    if line.strip() and "_total" not in line and "camelCase" not in line]
+        assert not problems, done.stderr.decode()
+        assert done.returncode in (0, 3)
+
+
+def test_openmetrics_when_asked(cluster: Cluster) -> None:
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{cluster.serve_urls['lab']}/metrics",
+        headers={"Accept": "application/openmetrics-text;version=1.0.0"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        kind = response.headers["Content-Type"]
+        text = response.read().decode()
+    assert kind.startswith("application/openmetrics-text")
+    assert text.endswith("# EOF\n")
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter" not in text
+
+
+def test_dashboard_12239_queries_find_gputop_series(cluster: Cluster) -> None:
+    spec = json.loads((FIXTURES / "dashboard-12239-queries.json").read_text())
+    for host, nvml in (("dgx-h100-07", True), ("dcgm-node-1", False)):
+        for query in spec["queries"]:
+            if nvml and query.get("nvml") is False:
+                continue  # tensor-pipe activity: a profiling field NVML does not give
+            expr = query["expr"].replace("$Hostname", host).replace("$gpu", ".*")
+            found = instant(cluster.url, expr)
+            assert found, f"{query['panel']}: {expr} is empty for {host}"
+            if "label" in query:
+                assert all(query["label"] in r["metric"] for r in found)
+
+
+def test_history_backfill_from_query_range(cluster: Cluster) -> None:
+    from gputop.config import PrometheusConfig
+    from gputop.sources.prometheus import PrometheusFeed
+
+    feed = PrometheusFeed(cluster.url, PrometheusConfig(selector='job="gputop"'), 10.0,
+                          environ={}, history_s=120.0)
+    end = time.monotonic() + 30
+    while not (snaps := feed.backfill(120.0)):  # needs two scrapes in the range
+        assert time.monotonic() < end, "no history in Prometheus"
+        time.sleep(0.5)
+    times = [s.time for s in snaps]
+    assert times == sorted(times) and times[-1] < time.time()
+    assert {s.host for s in snaps} <= {"dgx-h100-07", "lab-gpu-03"}
+    dgx = [s for s in snaps if s.host == "dgx-h100-07"]
+    assert dgx and all(len(s.gpus) == 8 for s in dgx)
+    assert all(g.util_gpu is not None and g.mem_total == 81559 * MIB for g in dgx[0].gpus)

@@ -1,0 +1,225 @@
+"""The Prometheus source against real HTTP servers that misbehave: down, 401, a query
+that times out, warnings, malformed JSON, a slow answer.  Each is one clear host state
+naming the server, never a traceback; the feed keeps retrying with backoff."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from helpers.prom import ROOT, FixedServer, Reply, free_port
+
+from gputop import model
+from gputop.config import PrometheusConfig
+from gputop.sources.prometheus import PrometheusFeed, cluster_query, pivot
+
+
+def vector(*series: tuple[dict[str, str], float], warnings: list[str] | None = None) -> bytes:
+    doc: dict[str, object] = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": labels, "value": [1700000000.0, str(value)]} for labels, value in series]}}
+    if warnings:
+        doc["warnings"] = warnings
+    return json.dumps(doc).encode()
+
+
+class FakeProm:
+    """A real HTTP server whose next answer the test sets."""
+
+    def __init__(self) -> None:
+        self.reply = Reply()
+        self.server = FixedServer(lambda path: self.reply)
+
+    def feed(self, config: PrometheusConfig | None = None, timeout: float = 5.0,
+             environ: dict[str, str] | None = None) -> PrometheusFeed:
+        return PrometheusFeed(self.server.url, config or PrometheusConfig(), timeout,
+                              environ=environ or {})
+
+
+@pytest.fixture
+def prom() -> Iterator[FakeProm]:
+    fake = FakeProm()
+    yield fake
+    fake.server.close()
+
+
+GPU = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "UUID": "GPU-1", "Hostname": "n1",
+       "instance": "10.0.0.1:9400", "job": "dcgm"}
+
+
+def test_one_query_form_encoded_gzip_and_bearer_token(prom: FakeProm) -> None:
+    prom.reply = Reply(body=vector((GPU, 42)), content_type="application/json")
+    config = PrometheusConfig(token_env="PROM_TOKEN", selector='cluster="a"')
+    feed = prom.feed(config, environ={"PROM_TOKEN": "s3cret"})
+    [snap] = feed.poll()
+    assert snap.host == "n1" and snap.gpus[0].util_gpu == 42
+    [(path, headers, body)] = prom.server.requests
+    assert path == "/api/v1/query"
+    assert headers["Authorization"] == "Bearer s3cret"
+    assert headers["Accept-Encoding"] == "gzip"
+    assert headers["Content-Type"] == "application/x-www-form-urlencoded"
+    assert b'cluster%3D%22a%22' in body and body.startswith(b"query=")
+
+
+def test_gzip_answer_is_inflated(prom: FakeProm) -> None:
+    prom.reply = Reply(body=gzip.compress(vector((GPU, 7))), encoding="gzip")
+    [snap] = prom.feed().poll()
+    assert snap.state == model.HOST_OK and snap.gpus[0].util_gpu == 7
+    prom.reply = Reply(body=b"\x1f\x8b not gzip at all", encoding="gzip")
+    [snap] = prom.feed().poll()
+    assert snap.state == model.HOST_ERROR and "gzip" in (snap.error or "")
+
+
+@pytest.mark.parametrize(("reply", "state", "words"), [
+    (Reply(status=401, body=b"Unauthorized"), model.HOST_AUTH_FAILED, "401"),
+    (Reply(status=503, body=json.dumps({"status": "error", "errorType": "timeout",
+                                        "error": "query timed out in expression evaluation"}
+                                       ).encode()), model.HOST_TIMEOUT, "timed out"),
+    (Reply(body=b"{not json", content_type="application/json"), model.HOST_ERROR,
+     "malformed JSON"),
+    (Reply(body=b'{"status": "success", "data": {"resultType": "matrix", "result": []}}'),
+     model.HOST_ERROR, "no result vector"),
+    (Reply(body=b"[1, 2]"), model.HOST_ERROR, "not a JSON object"),
+    (Reply(body=vector((GPU, 1)), delay=2.0), model.HOST_TIMEOUT, "no answer within"),
+])
+def test_bad_answers_are_one_clear_state(prom: FakeProm, reply: Reply, state: str,
+                                         words: str) -> None:
+    prom.reply = reply
+    feed = prom.feed(timeout=0.5)
+    [snap] = feed.poll()
+    assert snap.host.startswith("prometheus 127.0.0.1:")
+    assert snap.state == state and words in (snap.error or "")
+    assert feed.failures == 1 and feed.backoff(2.0) > 2.0  # retries, later
+
+
+def test_warnings_keep_the_data_and_are_shown(prom: FakeProm) -> None:
+    prom.reply = Reply(body=vector((GPU, 5), warnings=["PromQL info: partial data"]))
+    snaps = {s.host: s for s in prom.feed().poll()}
+    assert snaps["n1"].gpus[0].util_gpu == 5
+    source = next(s for h, s in snaps.items() if h.startswith("prometheus "))
+    assert "partial data" in (source.error or "")
+
+
+def test_prometheus_down_then_back_backs_off_then_recovers() -> None:
+    port = free_port()
+    feed = PrometheusFeed(f"http://127.0.0.1:{port}", PrometheusConfig(), 2.0, environ={})
+    for expected in (1, 2, 3):
+        [snap] = feed.poll()
+        assert snap.state == model.HOST_UNREACHABLE and feed.failures == expected
+    assert 2.0 * 2**3 * 0.8 <= feed.backoff(2.0) <= 2.0 * 2**3
+    assert feed.backoff(30.0) <= 60.0  # capped
+    server = FixedServer(lambda path: Reply(body=vector((GPU, 3))))
+    try:
+        feed.client.url = server.url
+        [snap] = feed.poll()
+        assert snap.state == model.HOST_OK and feed.failures == 0
+        assert feed.backoff(2.0) == 2.0
+    finally:
+        server.close()
+
+
+def test_credentials_come_only_from_the_config(prom: FakeProm, tmp_path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("hunter2\n")
+    prom.reply = Reply(body=vector((GPU, 1)))
+    config = PrometheusConfig(username="ops", password_file=str(secret))
+    prom.feed(config).poll()
+    [(_path, headers, _body)] = prom.server.requests
+    assert headers["Authorization"] == "Basic b3BzOmh1bnRlcjI="  # ops:hunter2
+    missing = PrometheusConfig(token_env="NOT_SET_ANYWHERE")
+    [snap] = prom.feed(missing).poll()
+    assert snap.state == model.HOST_AUTH_FAILED and "$NOT_SET_ANYWHERE" in (snap.error or "")
+
+
+def test_hostile_series_are_dropped_not_trusted() -> None:
+    now = 1700000000.0
+    result = [
+        {"metric": {**GPU}, "value": [now, "NaN"]},  # not a number: absent
+        {"metric": {**GPU, "gpu": "999999999", "UUID": "GPU-2"}, "value": [now, "1"]},
+        {"metric": "nope", "value": [now, "1"]},
+        {"metric": {**GPU, "__name__": "gputop_process_gpu_memory_bytes", "pid": "12x"},
+         "value": [now, "1"]},
+        {"metric": {**GPU, "__name__": "DCGM_FI_DEV_GPU_TEMP", "Hostname": "n" * 5000},
+         "value": [now, "50"]},
+        [1, 2],
+    ]
+    snaps = pivot(result, now, 60.0)
+    names = {s.host for s in snaps}
+    assert "n1" in names and all(len(n) <= 1024 for n in names)
+    n1 = next(s for s in snaps if s.host == "n1")
+    uuids = {g.uuid: g for g in n1.gpus}
+    assert "GPU-1" not in uuids  # its only value was NaN: absent, not 0
+    assert uuids["GPU-2"].index == 0  # the absurd index was not taken
+    assert n1.processes == ()  # a pid that is not a number
+
+
+def test_stale_host_and_dead_exporter() -> None:
+    now = 1700000100.0
+    result = [
+        {"metric": GPU, "value": [now, "10"]},
+        {"metric": {"gputop_up_timestamp": "1", "instance": "10.0.0.1:9400", "job": "dcgm"},
+         "value": [now, str(now - 95)]},
+        {"metric": {"__name__": "up", "instance": "10.0.0.9:9400", "job": "dcgm"},
+         "value": [now, "0"]},
+    ]
+    snaps = {s.host: s for s in pivot(result, now, 30.0, {"10.0.0.9:9400": "n9"})}
+    assert snaps["n1"].state == model.HOST_STALE and "95 s" in (snaps["n1"].error or "")
+    assert snaps["n9"].state == model.HOST_UNREACHABLE  # the name it had while alive
+
+
+def test_query_names_every_exporter_and_up() -> None:
+    expr = cluster_query('cluster="a"')
+    assert "DCGM_FI_DEV_" in expr and "nvidia_smi_" in expr and "gputop_" in expr
+    assert 'timestamp(up{cluster="a"})' in expr and expr.endswith('up{cluster="a"}')
+
+
+def test_cli_prometheus_down_is_a_state_not_a_traceback() -> None:
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", "--prometheus",
+                           f"http://127.0.0.1:{free_port()}", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    [host] = json.loads(done.stdout)["hosts"]
+    assert host["state"] == "unreachable" and host["host"].startswith("prometheus ")
+    bad = subprocess.run([sys.executable, "-m", "gputop.cli", "--prometheus", "ftp://x",
+                          "--once"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "expected http" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+async def test_dashboard_learns_prometheus_hosts_and_refuses_actions(prom: FakeProm) -> None:
+    from helpers.ui import wait_for
+
+    from gputop.sources.prometheus import WHY_READ_ONLY
+    from gputop.ui.app import GputopApp
+
+    two = [(GPU, 30), ({**GPU, "Hostname": "n2", "instance": "10.0.0.2:9400"}, 60)]
+    prom.reply = Reply(body=vector(*two))
+    app = GputopApp([prom.feed()], interval=0.2, me="alice")
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: {"n1", "n2"} <= set(app.state.feeds))
+        assert type(app.screen).__name__ == "ClusterScreen"  # a cluster starts there
+        # The overview lists the hosts as they were learnt (it redraws at its own rate).
+        await wait_for(pilot, lambda: {"n1", "n2"} <= set(getattr(app.screen, "order", ())))
+        caps = app.capabilities("n2")
+        assert not caps.kill and not caps.reserve and caps.why_not == WHY_READ_ONLY
+        answer = await app.request("n1", {"op": "kill", "pid": 1, "start_ticks": 1})
+        assert answer["ok"] is False and answer["message"] == WHY_READ_ONLY
+
+
+def test_prometheus_combines_with_hosts_and_alone_reads_no_default_hosts(tmp_path,
+                                                                        monkeypatch) -> None:
+    from gputop.options import SourceOptions
+    from gputop.sources.opener import plan_sources
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts: [gpu01]\n")
+    monkeypatch.setenv("GPUTOP_HOSTS", str(hosts))
+    url = "http://prom:9090"
+    alone = plan_sources(SourceOptions(prometheus=url))
+    assert alone.prometheus == url and alone.ssh_hosts == () and not alone.local
+    both = plan_sources(SourceOptions(prometheus=url, hosts_file=str(hosts), local=True))
+    assert both.prometheus == url and [s.name for s in both.ssh_hosts] == ["gpu01"]
+    assert both.local
