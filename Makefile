@@ -31,7 +31,7 @@ test: $(STAMP)
 	@bash scripts/ensure-chromium.sh
 	@bash scripts/ensure-prometheus.sh
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rfEs
 
 # Style, types, and the layer contracts of pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
