@@ -33,6 +33,8 @@ STDLIB_ONLY = (
     "gputop.actions.kill",
     "gputop.actions.reservations",
     "gputop.actions.dispatch",
+    "gputop.actions.liveness",
+    "gputop.actions.queue",
 )
 
 

@@ -78,9 +78,10 @@ def tick_cost(samples: int, compact: bool) -> int:
 
 
 def test_a_tick_costs_the_same_with_more_history_behind_it() -> None:
-    # Both lengths are past what a full panel draws (SPAN), and equal modulo the
-    # history's tidying cycle (16) and the data's period (7): the same tick, later.
-    short, long = tick_cost(256, compact=False), tick_cost(480, compact=False)
+    # Both lengths are past what a full panel draws (SPAN) and the OOM trend's window
+    # (5 minutes), and equal modulo the history's tidying cycle (16) and the data's
+    # period (7): the same tick, later.
+    short, long = tick_cost(368, compact=False), tick_cost(592, compact=False)
     assert short > 1000  # the hook saw the work
     assert long == short
 

@@ -28,7 +28,7 @@ def test_workers_group_under_their_launcher_and_memory_sums() -> None:
         _row(40, 7, 3, 2, "python alone.py"),  # an only child of a non-GPU parent: no group
     ]
     out = tree_rows(rows)
-    assert [(r.proc.pid, r.group) for r in out] == [
+    assert [(r.proc.pid, r.tree_parent) for r in out] == [
         (10, True), (11, False), (12, False), (30, False), (31, False), (40, False)]
     launcher = out[0]
     assert launcher.key == ("h", 10, None, GROUP_GPU) and launcher.proc.user == "bob"
@@ -56,7 +56,7 @@ async def test_v_toggles_the_tree_and_group_rows_cannot_be_tagged() -> None:
         await pilot.press("v")
         rows = app.dashboard.table.rows
         assert app.dashboard.tree_view and "tree" in app.dashboard.filter_status()
-        groups = [r for r in rows if r.group]
+        groups = [r for r in rows if r.tree_parent]
         assert len(rows) == flat + len(groups)
         # alice's orphaned worker and kernel, both adopted by her systemd --user
         adopted = next(g for g in groups if "systemd --user" in (g.proc.command or ""))
