@@ -65,7 +65,8 @@ def test_dcgm_names_units_labels_and_absent_values() -> None:
     procs = lines(text, "gputop_process_gpu_memory_bytes")
     assert len(procs) == 3 and 'pid="99"' not in "".join(procs)
     assert '\\"train\\".py\\nx' in procs[0] and "\n" not in procs[0]
-    command = procs[0].split('command="')[1].split('"}')[0].replace('\\"', '"')
+    command = procs[0].split('command="')[1].split('",workload="')[0].replace('\\"', '"')
+    assert 'workload=""}' in procs[0]  # no job or container here
     assert len(command.replace("\\n", "\n")) == expo.COMMAND_LABEL_MAX
     assert "# TYPE DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS" not in text  # no values known
 

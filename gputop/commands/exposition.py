@@ -215,7 +215,9 @@ def _process_families(
         entry[1] += 1
     for proc in holders[:cap]:
         labels = {**host, **_gpu_of(by_index, proc.gpu), "pid": str(proc.pid),
-                  "user": proc.user or "", "command": (proc.command or "")[:COMMAND_LABEL_MAX]}
+                  "user": proc.user or "", "command": (proc.command or "")[:COMMAND_LABEL_MAX],
+                  # the Slurm job, container or pod (docs/workloads.md), "" when none
+                  "workload": proc.workload.label if proc.workload is not None else ""}
         mem.add(labels, proc.gpu_mem)
         sm.add(labels, proc.sm_util)
     for user, (total, count) in sorted(users.items()):
