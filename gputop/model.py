@@ -152,6 +152,23 @@ class Gpu(_Record):
     numa_node: int | None = None
     cpu_affinity: str | None = None  # cpulist, e.g. "0-23,48-71"
     mig_mode: bool | None = None
+    # issue 19: MIG (docs/mig.md); mig_devices is empty unless the current mode is on
+    mig_mode_pending: bool | None = None
+    mig_max_devices: int | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+    mig_note: str | None = None  # why instances cannot be listed, e.g. no permission
+
+    @property
+    def mig_free_slices(self) -> int | None:
+        """Compute slices no instance holds (7 on an H100), counting each GPU instance once."""
+        if not self.mig_mode or self.mig_max_devices is None:
+            return None
+        used: dict[int | None, int] = {}
+        for dev in self.mig_devices:
+            if dev.slices is None:
+                return None
+            used[dev.gi if dev.gi is not None else -1 - dev.index] = dev.slices
+        return max(self.mig_max_devices - sum(used.values()), 0)
 
     @property
     def mem_free(self) -> int | None:
@@ -171,7 +188,62 @@ class Gpu(_Record):
         links = data.get("nvlinks") or ()
         if links and not isinstance(links[0], NvLink):
             gpu = dataclasses.replace(gpu, nvlinks=tuple(_flat(NvLink, link) for link in links))
+        migs = data.get("mig_devices") or ()
+        if migs and not isinstance(migs[0], MigDevice):
+            gpu = dataclasses.replace(gpu, mig_devices=tuple(_flat(MigDevice, m) for m in migs))
         return gpu
+
+
+# -- MIG (issue 19): instances of a card in MIG mode, see docs/mig.md ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice(_Record):
+    """One MIG device (a compute instance inside a GPU instance) of card ``gpu``.
+
+    Temperature, power and clocks belong to the parent card; ``sm_active`` comes from GPM
+    (Hopper and newer) and is None where the driver gives no per-instance activity.
+    """
+
+    gpu: int  # the parent card's index
+    index: int  # nvmlDeviceGetMigDeviceHandleByIndex slot: the "1" of "0:1"
+    gi: int | None = None  # GPU instance id
+    ci: int | None = None  # compute instance id
+    uuid: str | None = None  # "MIG-..."
+    name: str | None = None
+    profile: str | None = None  # "1g.10gb", from the name
+    mem_used: int | None = None  # bytes; shared by the compute instances of one GI
+    mem_total: int | None = None
+    bar1_used: int | None = None
+    bar1_total: int | None = None
+    sm_active: int | None = None  # percent, GPM SM activity
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu}:{self.index}"
+
+    @property
+    def slices(self) -> int | None:
+        head = (self.profile or "").split("g.", 1)[0]
+        return int(head) if head.isdigit() else None
+
+    @property
+    def mem_free(self) -> int | None:
+        if self.mem_used is None or self.mem_total is None:
+            return None
+        return max(self.mem_total - self.mem_used, 0)
+
+
+def mig_memory(gpu: Gpu) -> tuple[int | None, int | None]:
+    """(used, total) over a card's MIG devices, each GPU instance counted once."""
+    seen: dict[Any, tuple[int | None, int | None]] = {}
+    for dev in gpu.mig_devices:
+        seen.setdefault(dev.gi if dev.gi is not None else ("slot", dev.index),
+                        (dev.mem_used, dev.mem_total))
+    if not seen or any(u is None or t is None for u, t in seen.values()):
+        return None, None
+    return (sum(u or 0 for u, _ in seen.values()), sum(t or 0 for _, t in seen.values()))
 
 
 # -- workloads (issue 15): who is behind a process ---------------------------------------
@@ -266,10 +338,20 @@ class GpuProcess(_Record):
     kernel_file_exists: bool | None = None
     simulated: bool = False  # a --demo process: actions only touch the simulation
     workload: Workload | None = None  # issue 15: Slurm job, container or pod; None: none
+    # issue 19: the MIG device it runs on (None on a card without MIG)
+    mig_device: int | None = None  # MigDevice.index on card ``gpu``
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    mig_uuid: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:
         return (self.gpu, self.pid)
+
+    @property
+    def gpu_label(self) -> str:
+        """The GPU column: "0", or "0:1" for MIG device 1 of card 0."""
+        return f"{self.gpu}:{self.mig_device}" if self.mig_device is not None else str(self.gpu)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuProcess:

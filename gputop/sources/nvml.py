@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gputop.sources.devscan import scan_device_holders
+from gputop.sources.mig import MigReader
 
 # Error codes (same numbers in pynvml and the simulator) that mean "this field is not
 # available here": the field becomes None and collection goes on.
@@ -204,6 +205,7 @@ class Collector:
         self._collects = 0
         self._host_cpu_count: int | None = None
         self._holders: tuple[list[dict], str | None] = ([], None)
+        self._mig = MigReader(nvml, self._get, self._running, lambda m: _GpuLost("lost", m))
 
     # -- NVML access -----------------------------------------------------------------------
 
@@ -523,6 +525,7 @@ class Collector:
             gpu.update((k, v) for k, v in static.items() if not k.startswith("_"))
             self._dynamic_fields(gpu, handle, static)
             procs = self._processes(index, handle, gpu.get("mem_total"), now)
+            procs += self._mig.read(index, handle, gpu, procs)
         except _GpuLost as lost:
             return self._broken_gpu(index, lost.state, lost.message), []
         except Exception as err:
@@ -582,8 +585,6 @@ class Collector:
             "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)
         )
         gpu["nvlinks"] = self._nvlinks(gpu["index"], handle)
-        mig = get("nvmlDeviceGetMigMode", handle)
-        gpu["mig_mode"] = bool(mig[0]) if mig else None
 
     def _memory(self, gpu: dict[str, Any], handle: Any) -> None:
         info = None
