@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputop import model
+from gputop.analysis import mig as mig_rules
 from gputop.analysis import orphans
 from gputop.analysis import workloads as workload_rules
 from gputop.analysis import xid as xid_catalog
@@ -167,6 +168,7 @@ def warnings(
             _process_rules(snapshot, proc, history, th, add, flags)
     out.extend(_foreign_warnings(snapshot, now, me))
     out.extend(workload_rules.warnings(snapshot, now))
+    out.extend(mig_rules.warnings(snapshot, now))  # issue 19
     return sort_warnings(out)
 
 
