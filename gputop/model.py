@@ -400,6 +400,13 @@ class Reservation(_Record):
     gpu_uuid: str | None = None
     host: str | None = None
     job: str | None = None  # a `gputop run` job's id: its process holds the card
+    # issue 19: set when one MIG device of card ``gpu`` is reserved, not the whole card
+    mig_uuid: str | None = None
+    mig_device: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu}:{self.mig_device}" if self.mig_device is not None else str(self.gpu)
 
     def active(self, now: float) -> bool:
         return self.until > now

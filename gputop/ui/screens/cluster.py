@@ -89,7 +89,8 @@ def gpu_class(gpu: Gpu, snap: HostSnapshot, now: float, warned: bool = False) ->
         return BROKEN
     if warned and gpu.ecc_volatile_uncorrected:
         return BROKEN
-    if any(r.gpu == gpu.index and r.active(now) for r in snap.reservations):
+    if any(r.gpu == gpu.index and r.active(now) and r.mig_uuid is None
+           for r in snap.reservations):
         return RESERVED
     if gpu.util_gpu is None and gpu.mem_percent is None:
         return UNKNOWN
@@ -175,6 +176,8 @@ def gpu_cell(gpu: Gpu, kind: str, warned: bool, reserved: bool, narrow: bool = F
     mem = "  -" if gpu.mem_percent is None else f"{min(round(gpu.mem_percent), 100):>3}"
     if kind == BROKEN and gpu.state != model.GPU_OK:
         body = "OFF" if narrow else f"{gpu.state.upper():^6}"
+    elif gpu.mig_devices:
+        body = _mig_body(gpu, narrow)
     else:
         body = util if narrow else f"{util}{mem}"
     # The card's colour on its numbers only: as the Text's base style it would also paint
@@ -184,6 +187,23 @@ def gpu_cell(gpu: Gpu, kind: str, warned: bool, reserved: bool, narrow: bool = F
     cell.append("!" if warned else " ", "bold red" if warned else "")
     cell.append("R" if reserved else " ", "bold cyan" if reserved else "")
     return cell
+
+
+_FILL = "·▁▂▃▄▅▆▇█"  # "·": an instance nobody uses
+
+
+def _mig_body(gpu: Gpu, narrow: bool) -> str:
+    """Issue 19: a MIG card's cell, "M" and one bar per MIG device's memory (narrow: the
+    instances' memory together, in percent)."""
+    if narrow:
+        used, total = model.mig_memory(gpu)
+        return f"M{min(round(100 * used / total), 99):>2}" if used is not None and total else "M -"
+    bars = "".join(
+        _FILL[min(round(8 * d.mem_used / d.mem_total), 8)]
+        if d.mem_used is not None and d.mem_total else "?"
+        for d in gpu.mig_devices
+    )
+    return f"M{bars:<5}"
 
 
 def host_line(
@@ -527,7 +547,7 @@ def process_line(snap: HostSnapshot, proc: GpuProcess, idle: bool,
     line = Text(no_wrap=True, overflow="crop")
     line.append(_fit(fmt.visible(snap.host), 16).ljust(16), "bold")
     sm = "-" if proc.sm_util is None else str(proc.sm_util)
-    line.append(f" {proc.gpu:>3} {proc.pid:>8} ")
+    line.append(f" {proc.gpu_label:>3} {proc.pid:>8} ")
     line.append(_fit(fmt.visible(proc.user) or "-", 12).ljust(12))
     line.append(" ")
     line.append(f"{fmt.size(proc.gpu_mem):>7}", "magenta" if idle else "")
