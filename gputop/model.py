@@ -235,6 +235,11 @@ class MigDevice(_Record):
         return max(self.mem_total - self.mem_used, 0)
 
 
+def mig_map(gpus: tuple[Gpu, ...]) -> dict[str, tuple[int, int]]:
+    """MIG UUID -> (card index, slot) of a host's MIG devices: what reservations check."""
+    return {d.uuid: (d.gpu, d.index) for g in gpus for d in g.mig_devices if d.uuid}
+
+
 def mig_memory(gpu: Gpu) -> tuple[int | None, int | None]:
     """(used, total) over a card's MIG devices, each GPU instance counted once."""
     seen: dict[Any, tuple[int | None, int | None]] = {}

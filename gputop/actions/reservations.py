@@ -45,6 +45,7 @@ MAX_NOTE_CHARS = 200
 MAX_RESERVATION_S = 31 * 86400
 MAX_FILE_BYTES = 4096
 MAX_GPUS = 64  # per request: a request may come from anyone over SSH
+MAX_MIG_SLOTS = 7  # MIG devices per card (A100/H100/B200)
 LOCK_NAME = ".lock"
 QUEUE_PREFIX = "job."  # `gputop run`'s queue (gputop/actions/queue.py) shares the store
 TMP_PREFIX = ".tmp-"
@@ -65,13 +66,15 @@ class ReservationError(ValueError):
 class _Target:
     index: int
     uuid: str | None
+    mig: int | None = None  # issue 19: one MIG device (its slot) of card ``index``
+    parent_uuid: str | None = None  # a MIG target's card
 
     @property
     def key(self) -> str:
         return self.uuid if self.uuid else f"index-{self.index}"
 
     def label(self) -> str:
-        return f"GPU {self.index}"
+        return f"GPU {self.index}:{self.mig}" if self.mig is not None else f"GPU {self.index}"
 
 
 @dataclass
@@ -97,17 +100,7 @@ class _Entry:
 
     def public(self) -> dict[str, Any]:
         """The dict the collector and the views use: model.Reservation's fields."""
-        return {
-            "gpu": self.data["gpu"],
-            "gpu_uuid": self.data.get("uuid"),
-            "user": self.owner,
-            "uid": self.owner_uid,
-            "since": float(self.data["since"]),
-            "until": self.until,
-            "note": self.data.get("note", ""),
-            "host": self.data.get("host"),
-            "job": (self.data.get("job") or {}).get("id"),
-        }
+        return _public(self.data, self.owner)
 
 
 @dataclass
@@ -157,6 +150,7 @@ def reserve(
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
     now: float | None = None,
     job: dict[str, Any] | None = None,
+    mig_devices: dict[str, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Reserve all of `gpus` until `until` (epoch s), or none of them.
 
@@ -169,7 +163,7 @@ def reserve(
     try:
         until = _check_until(until, now)
         note = check_note(note)
-        targets = resolve_gpus(gpus, gpu_uuids)
+        targets = resolve_gpus(gpus, gpu_uuids, mig_devices)
         if not targets:
             raise ReservationError("no GPU given")
         ensure_directory(directory)
@@ -186,11 +180,12 @@ def release(
     gpus: Sequence[int | str] | None = None,
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
     now: float | None = None,
+    mig_devices: dict[str, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Release my reservations (all, or those of `gpus`). Root may release anyone's."""
     now = time.time() if now is None else now
     try:
-        targets = resolve_gpus(gpus, gpu_uuids) if gpus is not None else None
+        targets = resolve_gpus(gpus, gpu_uuids, mig_devices) if gpus is not None else None
         if not os.path.isdir(directory):
             return {"ok": True, "released": [], "message": "no reservations"}
         ensure_directory(directory)
@@ -206,7 +201,8 @@ def handle(op: str, request: dict[str, Any], env: Any) -> dict[str, Any]:
     """Entry for gputop.actions.dispatch: `env` is its ActionEnv (reservations_dir,
     gpu_uuids); `op` is request["op"], already checked to be one of ours."""
     directory = getattr(env, "reservations_dir", None) or DEFAULT_DIRECTORY
-    return handle_request({**request, "op": op}, directory, getattr(env, "gpu_uuids", None))
+    return handle_request({**request, "op": op}, directory, getattr(env, "gpu_uuids", None),
+                          mig_devices=getattr(env, "mig_devices", None))
 
 
 def handle_request(
@@ -214,6 +210,7 @@ def handle_request(
     directory: str,
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
     now: float | None = None,
+    mig_devices: dict[str, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """The reservation ops of the action protocol (docs/architecture.md), never raising."""
     op = request.get("op")
@@ -229,12 +226,13 @@ def handle_request(
             return {"ok": False, "message": "reserve: 'until' must be a number", "reservations": []}
         if not isinstance(note, str):
             return {"ok": False, "message": "reserve: 'note' must be text", "reservations": []}
-        return reserve(directory, gpus, float(until), note, gpu_uuids=gpu_uuids, now=now)
+        return reserve(directory, gpus, float(until), note, gpu_uuids=gpu_uuids, now=now,
+                       mig_devices=mig_devices)
     if op == "release":
         gpus = request.get("gpus")
         if gpus is not None and not isinstance(gpus, list):
             return {"ok": False, "message": "release: 'gpus' must be a list", "released": []}
-        return release(directory, gpus, gpu_uuids=gpu_uuids, now=now)
+        return release(directory, gpus, gpu_uuids=gpu_uuids, now=now, mig_devices=mig_devices)
     return {"ok": False, "message": f"not a reservation op: {op!r}"}
 
 
@@ -268,8 +266,12 @@ def _check_until(until: Any, now: float) -> float:
 def resolve_gpus(
     gpus: Sequence[int | str] | None,
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None,
+    mig_devices: dict[str, tuple[int, int]] | None = None,
 ) -> list[_Target]:
-    """GPU indexes or UUIDs -> targets. With the host's GPU list, unknown ones are errors."""
+    """GPU indexes or UUIDs -> targets. With the host's GPU list, unknown ones are errors.
+
+    Issue 19: a MIG device is named by its MIG-... UUID or as "card:slot" ("0:1");
+    ``mig_devices`` (MIG UUID -> (card index, slot)) says which exist."""
     if gpus is None or isinstance(gpus, (str, bytes)):
         raise ReservationError("GPUs must be a list of indexes or UUIDs")
     if len(gpus) > MAX_GPUS:
@@ -277,7 +279,7 @@ def resolve_gpus(
     known = _uuid_map(gpu_uuids)
     targets: list[_Target] = []
     for gpu in gpus:
-        target = _resolve_one(gpu, known)
+        target = _resolve_mig(gpu, known, mig_devices) or _resolve_one(gpu, known)
         if target not in targets:
             targets.append(target)
     return targets
@@ -318,6 +320,30 @@ def _resolve_one(gpu: Any, known: dict[int, str | None] | None) -> _Target:
                 return _Target(index, uuid)
         raise ReservationError(f"no GPU {text} on this host")
     raise ReservationError(f"bad GPU {gpu!r}")
+
+
+def _resolve_mig(
+    gpu: Any, known: dict[int, str | None] | None, mig_devices: dict[str, tuple[int, int]] | None
+) -> _Target | None:
+    """A target for a MIG device, None for anything that does not name one."""
+    if not isinstance(gpu, str):
+        return None
+    text = gpu.strip()
+    label = re.fullmatch(r"(\d{1,4}):(\d)", text)
+    if not text.startswith("MIG-") and label is None:
+        return None
+    for uuid, (index, slot) in (mig_devices or {}).items():
+        if uuid == text or (label and (index, slot) == (int(label[1]), int(label[2]))):
+            if not _UUID.fullmatch(uuid):
+                # Old drivers' "MIG-GPU-.../1/0" cannot name a file: no reservation.
+                raise ReservationError(f"MIG device {text} has no usable UUID ({uuid!r})")
+            parent = (known or {}).get(index)
+            return _Target(index, uuid, slot, parent if parent and _UUID.fullmatch(parent)
+                           else None)
+    if mig_devices is None:
+        raise ReservationError(f"cannot check MIG device {text}: this host's MIG devices are "
+                               "unknown")
+    raise ReservationError(f"no MIG device {text} on this host")
 
 
 def _describe(known: dict[int, str | None]) -> str:
@@ -487,6 +513,15 @@ def _content_problem(data: Any, key: str, owner_uid: int) -> str | None:
         # The file says one user, the OS says another: someone wrote it by hand.
         return f"claims uid {uid!r} but is owned by uid {owner_uid} (foreign)"
     uuid = data.get("uuid")
+    mig = data.get("mig_device")
+    if key.startswith("MIG-") != (mig is not None):
+        return "'mig_device' must be given exactly for a MIG-... key"
+    if mig is not None and (isinstance(mig, bool) or not isinstance(mig, int)
+                            or not 0 <= mig < MAX_MIG_SLOTS):
+        return "bad 'mig_device'"
+    parent = data.get("parent_uuid")
+    if parent is not None and not (isinstance(parent, str) and _UUID.fullmatch(parent)):
+        return "bad 'parent_uuid'"
     if key.startswith("index-"):
         if key != f"index-{gpu}":
             return "file name does not match its 'gpu'"
@@ -541,15 +576,33 @@ def _slot(entries: list[_Entry], target: _Target) -> list[_Entry]:
     """Files that speak for this GPU, lowest generation first: its UUID key and its index
     key (written by a client that did not know the UUID); and when we do not know the
     UUID, any file that says it is this index."""
+    if target.mig is not None:
+        return sorted((e for e in entries if e.key == target.key), key=lambda e: e.generation)
     keys = {target.key, f"index-{target.index}"}
     return sorted(
         (
             e
             for e in entries
-            if e.key in keys or (target.uuid is None and e.data["gpu"] == target.index)
+            if e.key in keys
+            or (target.uuid is None and e.data["gpu"] == target.index and not _is_mig(e))
         ),
         key=lambda e: (e.key, e.generation),
     )
+
+
+def _is_mig(entry: _Entry) -> bool:
+    return entry.data.get("mig_device") is not None
+
+
+def _related(entries: list[_Entry], target: _Target, now: float) -> list[_Entry]:
+    """Issue 19: active reservations that overlap ``target`` without being its own: a
+    card's MIG devices for the card, the card for one of its MIG devices."""
+    if target.mig is None:
+        found = [e for e in entries if _is_mig(e) and e.data["gpu"] == target.index]
+    else:
+        card = _Target(target.index, target.parent_uuid)
+        found = [e for e in _slot(entries, card)]
+    return [e for e in found if e.active(now)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -570,6 +623,11 @@ def _reserve_locked(
         holder = active[0] if active else None
         if holder is not None and holder.owner_uid != me:
             return _lost(target, holder)
+        # Reserving a card reserves its MIG devices: neither may be taken over the other
+        # user's reservation (the lock makes the check and the write one step).
+        for other in _related(found.entries, target, now):
+            if other.owner_uid != me:
+                return _lost(target, other)
         if holder is not None and target.uuid is None and holder.key != target.key:
             # We do not know the UUID but my file does: extend that one.
             target = _Target(target.index, holder.data.get("uuid"))
@@ -589,6 +647,8 @@ def _reserve_locked(
             record: dict[str, Any] = {
                 "gpu": target.index,
                 "uuid": target.uuid,
+                **({"mig_device": target.mig, "parent_uuid": target.parent_uuid}
+                   if target.mig is not None else {}),
                 "user": user,
                 "uid": me,
                 "since": float(mine.data["since"]) if mine else now,
@@ -626,7 +686,7 @@ def _reserve_locked(
         for path in created:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-    indexes = ", ".join(str(t.index) for t in targets)
+    indexes = ", ".join(t.label()[4:] for t in targets)
     verb = "extended" if len(extended) == len(targets) else "reserved"
     return {
         "ok": True,
@@ -653,7 +713,7 @@ def _release_locked(directory: str, targets: list[_Target] | None, now: float) -
                 holder = active[0]
                 holder_name = holder.owner
                 refused.append(
-                    f"GPU {target.index} is reserved by {holder.owner}: only they or root"
+                    f"{target.label()} is reserved by {holder.owner}: only they or root"
                     " can release it"
                 )
                 continue
@@ -672,7 +732,7 @@ def _release_locked(directory: str, targets: list[_Target] | None, now: float) -
             released.append(entry.public())
     fsync_dir(directory)
     reply: dict[str, Any] = {"ok": not refused, "released": released}
-    gpus = ", ".join(str(r["gpu"]) for r in released)
+    gpus = ", ".join(_label(r) for r in released)
     parts = [f"released GPU {gpus}" if released else "nothing to release", *refused]
     reply["message"] = "; ".join(parts)
     if holder_name is not None:
@@ -737,16 +797,19 @@ def fsync_dir(directory: str) -> None:
 
 
 def _public(record: dict[str, Any], user: str) -> dict[str, Any]:
+    mig = record.get("mig_device")
     return {
         "gpu": record["gpu"],
-        "gpu_uuid": record["uuid"],
+        "gpu_uuid": record.get("parent_uuid") if mig is not None else record.get("uuid"),
         "user": user,
         "uid": record["uid"],
-        "since": record["since"],
-        "until": record["until"],
-        "note": record["note"],
-        "host": record["host"],
+        "since": float(record["since"]),
+        "until": float(record["until"]),
+        "note": record.get("note", ""),
+        "host": record.get("host"),
         "job": (record.get("job") or {}).get("id"),
+        "mig_uuid": record.get("uuid") if mig is not None else None,
+        "mig_device": mig,
     }
 
 
@@ -757,7 +820,7 @@ def _lost(target: _Target, holder: _Entry) -> dict[str, Any]:
         "ok": False,
         "holder": holder.owner,
         "reservations": [holder.public()],
-        "message": f"GPU {target.index} is reserved by {holder.owner} until "
+        "message": f"{target.label()} is reserved by {holder.owner} until "
         f"{_clock(holder.until)}{why}",
     }
 
@@ -771,8 +834,13 @@ def _lost_to_file(target: _Target, path: str) -> dict[str, Any]:
         "ok": False,
         "holder": owner,
         "reservations": [],
-        "message": f"GPU {target.index} was just reserved by {owner}",
+        "message": f"{target.label()} was just reserved by {owner}",
     }
+
+
+def _label(public: dict[str, Any]) -> str:
+    mig = public.get("mig_device")
+    return f"{public['gpu']}:{mig}" if mig is not None else str(public["gpu"])
 
 
 def _clock(epoch: float) -> str:

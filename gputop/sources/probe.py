@@ -231,6 +231,12 @@ def main(
         snapshot = dict(snapshot or {})
         snapshot["time"] = snapshot.get("time") or time.time()
         out.write(snapshot)
+        if source is not None:
+            source.env.mig_devices = {
+                m.get("uuid"): (m.get("gpu"), m.get("index"))
+                for g in snapshot.get("gpus") or () for m in g.get("mig_devices") or ()
+                if m.get("uuid")
+            }
         if source is not None and source.env.gpu_uuids is None:
             source.env.gpu_uuids = {
                 g.get("index"): g.get("uuid") for g in snapshot.get("gpus") or ()
