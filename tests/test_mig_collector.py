@@ -43,7 +43,7 @@ class Clock:
         return self.now
 
 
-def _collect(scenario: sim.Scenario | str, rounds: int = 2) -> tuple[HostSnapshot, Any]:
+def _collect(scenario: sim.Scenario | str, rounds: int = 2) -> HostSnapshot:
     clock = Clock()
     nvml = sim.SimNvml(scenario, clock=clock)
     collector = Collector(nvml, sim.SimProcs(nvml), host="h", demo=True, clock=clock)
@@ -51,7 +51,7 @@ def _collect(scenario: sim.Scenario | str, rounds: int = 2) -> tuple[HostSnapsho
     for _ in range(rounds):
         data = collector.collect()
         clock.now += 2.0
-    return HostSnapshot.from_dict(data), nvml
+    return HostSnapshot.from_dict(data)
 
 
 def _scenario(**gpu: Any) -> sim.Scenario:
@@ -63,7 +63,7 @@ def _scenario(**gpu: Any) -> sim.Scenario:
 
 
 def test_mig_scenario_collects_instances_processes_and_modes() -> None:
-    snap, _ = _collect("mig")
+    snap = _collect("mig")
     card0, card1, pending, whole = snap.gpus
     assert [d.label for d in card0.mig_devices] == [f"0:{i}" for i in range(7)]
     assert {d.profile for d in card0.mig_devices} == {"1g.10gb"}
@@ -89,9 +89,9 @@ def test_mig_scenario_collects_instances_processes_and_modes() -> None:
 
 
 def test_gpm_activity_needs_two_samples_and_a_supporting_card() -> None:
-    first, _ = _collect("mig", rounds=1)
+    first = _collect("mig", rounds=1)
     assert all(d.sm_active is None for d in first.gpus[0].mig_devices)
-    snap, nvml = _collect("mig", rounds=2)
+    snap = _collect("mig", rounds=2)
     busy = {d.index: d.sm_active for d in snap.gpus[0].mig_devices}
     assert busy[2] is not None and busy[2] >= 80  # a training run (util 80-95)
     assert busy[3] == 0  # nobody there
@@ -100,7 +100,7 @@ def test_gpm_activity_needs_two_samples_and_a_supporting_card() -> None:
 
 
 def test_empty_slots_are_skipped_and_keep_their_numbers() -> None:
-    snap, _ = _collect(_scenario(mig=True, mig_devices=["3g.40gb", None, "1g.10gb"]))
+    snap = _collect(_scenario(mig=True, mig_devices=["3g.40gb", None, "1g.10gb"]))
     (card,) = snap.gpus
     assert [(d.index, d.gi) for d in card.mig_devices] == [(0, 1), (2, 3)]
     assert card.mig_free_slices == 3
@@ -108,7 +108,7 @@ def test_empty_slots_are_skipped_and_keep_their_numbers() -> None:
 
 
 def test_no_permission_is_said_on_the_card_and_warned() -> None:
-    snap, _ = _collect(_scenario(mig=True, mig_no_permission=True, mig_devices=["7g.80gb"]))
+    snap = _collect(_scenario(mig=True, mig_no_permission=True, mig_devices=["7g.80gb"]))
     (card,) = snap.gpus
     assert card.mig_devices == () and card.mig_note == NO_PERMISSION_NOTE
     assert "NVIDIA_MIG_MONITOR_DEVICES=all" in card.mig_note
@@ -117,7 +117,7 @@ def test_no_permission_is_said_on_the_card_and_warned() -> None:
 
 
 def test_pending_mode_is_an_info_with_the_reset_hint() -> None:
-    snap, _ = _collect("mig")
+    snap = _collect("mig")
     found = [w for w in warnings(snap) if w.code == mig_rules.MIG_PENDING]
     assert [(w.gpu, w.severity) for w in found] == [(2, "info")]
     assert "nvidia-smi -r -i 2" in (found[0].hint or "")
