@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/health_rules.py
 	$(BIN)/python bench/orphans.py
 	$(BIN)/python bench/bench_ui.py
+	$(BIN)/python bench/bench_mig.py
 
 # Starts real sshd daemons on 127.0.0.x (root, openssh-server installed).
 bench-ssh: $(STAMP)

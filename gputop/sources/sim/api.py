@@ -437,6 +437,21 @@ class c_nvmlGpmMetric_t(_Struct):
     value: float
 
 
+class _Metrics:
+    """The struct's fixed array of NVML_GPM_METRIC_MAX entries, made as they are used:
+    building all of them on every call cost more than the collector's own work."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, c_nvmlGpmMetric_t] = {}
+
+    def __getitem__(self, i: int) -> c_nvmlGpmMetric_t:
+        if not 0 <= i < NVML_GPM_METRIC_MAX:
+            raise IndexError(i)
+        if i not in self._made:
+            self._made[i] = c_nvmlGpmMetric_t(metricId=0, nvmlReturn=0, value=0.0)
+        return self._made[i]
+
+
 class c_nvmlGpmMetricsGet_t:
     """Filled by the caller (version, numMetrics, sample1, sample2, metrics[i].metricId)."""
 
@@ -445,8 +460,7 @@ class c_nvmlGpmMetricsGet_t:
         self.numMetrics = 0
         self.sample1: Any = None
         self.sample2: Any = None
-        self.metrics = [c_nvmlGpmMetric_t(metricId=0, nvmlReturn=0, value=0.0)
-                        for _ in range(NVML_GPM_METRIC_MAX)]
+        self.metrics = _Metrics()
 
 
 class SimEventSet:

@@ -41,6 +41,7 @@ from gputop.sources.sim.api import (
     NVML_ERROR_UNINITIALIZED,
     NVML_FEATURE_DISABLED,
     NVML_FEATURE_ENABLED,
+    NVML_GPM_METRIC_MAX,
     NVML_GPM_METRIC_SM_UTIL,
     NVML_GPM_METRICS_GET_VERSION,
     NVML_GPM_SUPPORT_VERSION,
@@ -1076,7 +1077,8 @@ class SimNvml:
         for sample in (first, second):
             if not isinstance(sample, SimGpmSample) or sample.freed or sample.gi is None:
                 raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        for metric in metricsGet.metrics[: metricsGet.numMetrics]:
+        for i in range(min(metricsGet.numMetrics, NVML_GPM_METRIC_MAX)):
+            metric = metricsGet.metrics[i]
             if metric.metricId == NVML_GPM_METRIC_SM_UTIL:
                 metric.nvmlReturn = NVML_SUCCESS
                 metric.value = (first.sm_active + second.sm_active) / 2
