@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_collector import Clock, Timed, cpu_per_collect  # noqa: E402
+from bench_collector import Clock, Timed, cpu_per_collect
 
-from gputop.sources import sim  # noqa: E402
-from gputop.sources.nvml import Collector  # noqa: E402
+from gputop.sources import sim
+from gputop.sources.nvml import Collector
 
 TARGET_MS = 10.0
 CARDS, SLOTS, PER_SLOT = 8, 7, 10
