@@ -190,7 +190,7 @@ class Gpu(_Record):
             gpu = dataclasses.replace(gpu, nvlinks=tuple(_flat(NvLink, link) for link in links))
         migs = data.get("mig_devices") or ()
         if migs and not isinstance(migs[0], MigDevice):
-            gpu = dataclasses.replace(gpu, mig_devices=tuple(_flat(MigDevice, m) for m in migs))
+            gpu = dataclasses.replace(gpu, mig_devices=MigDevice.all_from(migs))
         return gpu
 
 
@@ -217,11 +217,29 @@ class MigDevice(_Record):
     bar1_used: int | None = None
     bar1_total: int | None = None
     sm_active: int | None = None  # percent, GPM SM activity
-    error: str | None = None
 
     @property
     def label(self) -> str:
         return f"{self.gpu}:{self.index}"
+
+    @classmethod
+    def all_from(cls, items: Any) -> tuple[MigDevice, ...]:
+        """From a probe's JSON (untrusted): entries without ints for gpu and index are
+        dropped, a field of the wrong type becomes None, at most 8 per card."""
+        out = []
+        texts = ("uuid", "name", "profile")
+        for item in list(items)[:8] if isinstance(items, (list, tuple)) else ():
+            if not isinstance(item, dict):
+                continue
+            clean: dict[str, Any] = {}
+            for name in _field_names(cls):
+                value = item.get(name)
+                ok = isinstance(value, str) if name in texts else (
+                    isinstance(value, int) and not isinstance(value, bool))
+                clean[name] = value if ok else None
+            if clean["gpu"] is not None and clean["index"] is not None:
+                out.append(cls(**clean))
+        return tuple(out)
 
     @property
     def slices(self) -> int | None:

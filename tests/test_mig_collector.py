@@ -258,3 +258,13 @@ def test_collector_on_the_fake_driver_through_real_pynvml(tmp_path: Path) -> Non
             assert seen.sm_util is None
     assert by_pid[scenario["devices"][3]["processes"][0]["pid"]].mig_device is None
     assert all(d.sm_active is None for d in card0.mig_devices)  # the fake has no GPM
+
+
+def test_mig_devices_from_a_hostile_probe_are_cleaned() -> None:
+    gpu = {"index": 0, "mig_mode": True, "mig_devices": [
+        "junk", {"gpu": 0, "index": "1"}, {"gpu": 0, "index": 2, "mem_used": "lots",
+                                             "profile": "1g\x1b[31m.10gb", "gi": True}]}
+    (card,) = HostSnapshot.from_dict({"host": "h", "time": 0.0, "gpus": [gpu]}).gpus
+    (dev,) = card.mig_devices
+    assert (dev.index, dev.mem_used, dev.gi) == (2, None, None)
+    assert "\x1b" not in mig_rules.describe(dev)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gputop.model import INFO, WARNING, Gpu, HealthWarning, HostSnapshot, MigDevice
+from gputop.text import visible
 
 MIG_PENDING = "mig-pending"
 MIG_UNREADABLE = "mig-unreadable"
@@ -57,7 +58,7 @@ def describe(dev: MigDevice) -> str:
     """"1g.10gb GI 1 / CI 0"."""
     gi = dev.gi if dev.gi is not None else "?"
     ci = dev.ci if dev.ci is not None else "?"
-    return f"{dev.profile or 'MIG'} GI {gi} / CI {ci}"
+    return f"{visible(dev.profile or 'MIG')} GI {gi} / CI {ci}"
 
 
 def activity(dev: MigDevice) -> str:

@@ -291,8 +291,8 @@ def _gpu_list(text: str) -> list[int | str]:
         elif item.startswith(("GPU-", "MIG-")) or re.fullmatch(r"\d{1,4}:\d", item):
             items.append(item)  # "0:1": MIG device 1 of card 0 (issue 19)
         else:
-            raise usage_error(f"--gpus: {item!r} is neither an index, a card:MIG-device pair "
-                              "nor a GPU-.../MIG-... UUID")
+            raise usage_error(f"--gpus: {item!r} is neither an index nor a GPU-.../MIG-... "
+                              "UUID nor card:slot of a MIG device (0:1)")
     return items
 
 

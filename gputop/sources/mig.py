@@ -129,7 +129,6 @@ class MigReader:
             "bar1_used": getattr(bar1, "bar1Used", None),
             "bar1_total": getattr(bar1, "bar1Total", None),
             "sm_active": None,
-            "error": None,
         }
 
     def _processes(
