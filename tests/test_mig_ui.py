@@ -1,0 +1,60 @@
+"""Issue 19: reserving one MIG device from the dashboard (`r` on a process of it), seeing
+it on the device's row, and `R` releasing it; the real app on the real --demo mig feed
+with a real reservation store in a temp directory."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+
+import pytest
+
+from gputop.actions import reservations as store
+from gputop.config import Config
+from gputop.options import SourceOptions
+from gputop.sources import opener
+from gputop.ui.app import GputopApp
+from gputop.ui.screens.reserve import ReserveScreen
+
+
+@pytest.fixture
+def demo_dir(monkeypatch: pytest.MonkeyPatch) -> str:
+    base = tempfile.mkdtemp(prefix="gputop-ui-mig-")
+    os.chmod(base, 0o755)
+    monkeypatch.setattr(tempfile, "tempdir", base)
+    return opener.demo_reservations_dir("mig")
+
+
+async def _until(pilot, check: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.05)
+
+
+async def test_reserve_a_mig_device_from_its_process_and_release_it(demo_dir: str) -> None:
+    app = GputopApp(opener.open_feeds(SourceOptions(demo="mig"), Config()), interval=0.2)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await _until(pilot, lambda: app.state.snapshot is not None)
+        carol = next(p for p in app.state.snapshot.processes if p.pid == 6100003)
+        app.state.selected = (app.state.host, carol.pid, carol.start_ticks, carol.gpu)
+        await pilot.press("r")
+        await _until(pilot, lambda: isinstance(app.screen, ReserveScreen))
+        field = app.screen.query_one("#reserve-gpus")
+        assert field.value == "0:2"  # the MIG device, not the whole card
+        app.screen.query_one("#reserve-for").value = "1h"
+        await pilot.press("enter")
+        await _until(pilot, lambda: not isinstance(app.screen, ReserveScreen))
+        (held,) = store.list_active(demo_dir)
+        assert (held["gpu"], held["mig_device"]) == (0, 2)
+        assert held["mig_uuid"] == app.state.snapshot.gpus[0].mig_devices[2].uuid
+        panel = app.query_one("#gpu-0")
+        await _until(pilot, lambda: "RSV" in str(panel.render()))
+        # the RSV badge is on the device's own row, not on the card's first line
+        lines = str(panel.render()).split("\n")
+        assert "RSV" not in lines[0]
+        assert any("0:2" in line and "RSV" in line for line in lines)
+        await pilot.press("R")
+        await _until(pilot, lambda: store.list_active(demo_dir) == [])
