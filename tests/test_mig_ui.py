@@ -38,8 +38,10 @@ async def test_reserve_a_mig_device_from_its_process_and_release_it(demo_dir: st
     app = GputopApp(opener.open_feeds(SourceOptions(demo="mig"), Config()), interval=0.2)
     async with app.run_test(size=(160, 50)) as pilot:
         await _until(pilot, lambda: app.state.snapshot is not None)
-        carol = next(p for p in app.state.snapshot.processes if p.pid == 6100003)
-        app.state.selected = (app.state.host, carol.pid, carol.start_ticks, carol.gpu)
+        # the search leaves carol's training run (on MIG device 0:2) the only row
+        await pilot.press("slash", *"resnet50-mig", "enter")
+        await _until(pilot, lambda: (p := app.state.selected_process()) is not None
+                     and p.pid == 6100003)
         await pilot.press("r")
         await _until(pilot, lambda: isinstance(app.screen, ReserveScreen))
         field = app.screen.query_one("#reserve-gpus")
