@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 
 import pytest
+from helpers.ui import plain
+from textual.widgets import Static
 
 from gputop.actions import reservations as store
 from gputop.config import Config
@@ -60,3 +62,20 @@ async def test_reserve_a_mig_device_from_its_process_and_release_it(demo_dir: st
         assert any("0:2" in line and "RSV" in line for line in lines)
         await pilot.press("R")
         await _until(pilot, lambda: store.list_active(demo_dir) == [])
+
+
+async def test_detail_names_the_mig_device(demo_dir: str) -> None:
+    app = GputopApp(opener.open_feeds(SourceOptions(demo="mig"), Config()), interval=0.2)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await _until(pilot, lambda: app.state.snapshot is not None)
+        await pilot.press("slash", *"resnet50-mig", "enter")
+        await _until(pilot, lambda: (p := app.state.selected_process()) is not None
+                     and p.pid == 6100003)
+        await pilot.press("enter")
+        await _until(pilot, lambda: type(app.screen).__name__ == "DetailScreen")
+        await pilot.pause()
+        title = plain(app.screen.query_one("#detail-title", Static).content)
+        facts = plain(app.screen.query_one("#detail-facts", Static).content)
+        assert "GPU 0:2" in title
+        uuid = app.state.snapshot.gpus[0].mig_devices[2].uuid
+        assert f"0:2  GI 3 / CI 0  {uuid}" in facts
