@@ -79,3 +79,21 @@ async def test_detail_names_the_mig_device(demo_dir: str) -> None:
         assert "GPU 0:2" in title
         uuid = app.state.snapshot.gpus[0].mig_devices[2].uuid
         assert f"0:2  GI 3 / CI 0  {uuid}" in facts
+
+
+def test_cluster_cell_of_a_mig_card_keeps_the_cell_width() -> None:
+    from gputop.model import Gpu, MigDevice
+    from gputop.ui.screens.cluster import BUSY, gpu_cell
+
+    def card(used_gib: list[int]) -> Gpu:
+        devs = tuple(MigDevice(gpu=0, index=i, mem_used=u << 30, mem_total=10 << 30)
+                     for i, u in enumerate(used_gib))
+        return Gpu(index=0, mig_mode=True, mig_devices=devs, mem_total=80 << 30, util_gpu=50)
+
+    plain_cell = gpu_cell(Gpu(index=1, util_gpu=5, mem_total=1, mem_used=1), BUSY, False, False)
+    four = gpu_cell(card([10, 0, 5, 2]), BUSY, False, False)
+    seven = gpu_cell(card([10, 0, 5, 2, 0, 0, 0]), BUSY, True, False)
+    assert four.plain == "M█·▄▂   " and len(four.plain) == len(plain_cell.plain)
+    assert seven.plain == "M  24%! "  # 17 of 70 GiB, each instance counted once
+    narrow = gpu_cell(card([10, 0, 5, 2]), BUSY, False, False, narrow=True)
+    assert narrow.plain == "M42  "  # 17 of 40 GiB

@@ -193,17 +193,19 @@ _FILL = "·▁▂▃▄▅▆▇█"  # "·": an instance nobody uses
 
 
 def _mig_body(gpu: Gpu, narrow: bool) -> str:
-    """Issue 19: a MIG card's cell, "M" and one bar per MIG device's memory (narrow: the
-    instances' memory together, in percent)."""
-    if narrow:
-        used, total = model.mig_memory(gpu)
-        return f"M{min(round(100 * used / total), 99):>2}" if used is not None and total else "M -"
-    bars = "".join(
-        _FILL[min(round(8 * d.mem_used / d.mem_total), 8)]
-        if d.mem_used is not None and d.mem_total else "?"
-        for d in gpu.mig_devices
-    )
-    return f"M{bars:<5}"
+    """Issue 19: a MIG card's cell, "M" and one bar per MIG device's memory; with more
+    devices than the cell has room for (or narrow), the devices' memory together in
+    percent.  Always the width of a card's cell: columns of hosts stay aligned."""
+    room = (NARROW_CELL_WIDTH if narrow else CELL_WIDTH) - 3  # "M", then the "!R" marks
+    if len(gpu.mig_devices) <= room and not narrow:
+        return "M" + "".join(
+            _FILL[min(round(8 * d.mem_used / d.mem_total), 8)]
+            if d.mem_used is not None and d.mem_total else "?"
+            for d in gpu.mig_devices
+        ).ljust(room)
+    used, total = model.mig_memory(gpu)
+    pct = f"{min(round(100 * used / total), 99)}" if used is not None and total else "-"
+    return ("M" + (pct if narrow else f"{pct}%").rjust(room))[: room + 1]
 
 
 def host_line(
