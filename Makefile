@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/health_rules.py
 	$(BIN)/python bench/orphans.py
 	$(BIN)/python bench/bench_ui.py
+	$(BIN)/python bench/bench_mig.py
 
 # `gputop serve` scrape latency and CPU, `--prometheus` at 1,000 hosts (issue 16).
 bench-prometheus: $(STAMP)

@@ -158,6 +158,23 @@ class Gpu(_Record):
     # Fields whose query failed with an error (Unknown, Timeout, NoPermission), as
     # "nvmlDeviceGetX: reason": they are None like unsupported ones, but not "not there".
     field_errors: tuple[str, ...] = ()
+    # MIG (docs/mig.md); mig_devices is empty unless the current mode is on
+    mig_mode_pending: bool | None = None
+    mig_max_devices: int | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+    mig_note: str | None = None  # why instances cannot be listed, e.g. no permission
+
+    @property
+    def mig_free_slices(self) -> int | None:
+        """Compute slices no instance holds (7 on an H100), counting each GPU instance once."""
+        if not self.mig_mode or self.mig_max_devices is None:
+            return None
+        used: dict[int | None, int] = {}
+        for dev in self.mig_devices:
+            if dev.slices is None:
+                return None
+            used[dev.gi if dev.gi is not None else -1 - dev.index] = dev.slices
+        return max(self.mig_max_devices - sum(used.values()), 0)
 
     @property
     def mem_free(self) -> int | None:
@@ -177,7 +194,85 @@ class Gpu(_Record):
         links = data.get("nvlinks") or ()
         if links and not isinstance(links[0], NvLink):
             gpu = dataclasses.replace(gpu, nvlinks=tuple(_flat(NvLink, link) for link in links))
+        migs = data.get("mig_devices") or ()
+        if migs and not isinstance(migs[0], MigDevice):
+            gpu = dataclasses.replace(gpu, mig_devices=MigDevice.all_from(migs))
         return gpu
+
+
+# -- MIG (issue 19): instances of a card in MIG mode, see docs/mig.md ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice(_Record):
+    """One MIG device (a compute instance inside a GPU instance) of card ``gpu``.
+
+    Temperature, power and clocks belong to the parent card; ``sm_active`` comes from GPM
+    (Hopper and newer) and is None where the driver gives no per-instance activity.
+    """
+
+    gpu: int  # the parent card's index
+    index: int  # nvmlDeviceGetMigDeviceHandleByIndex slot: the "1" of "0:1"
+    gi: int | None = None  # GPU instance id
+    ci: int | None = None  # compute instance id
+    uuid: str | None = None  # "MIG-..."
+    name: str | None = None
+    profile: str | None = None  # "1g.10gb", from the name
+    mem_used: int | None = None  # bytes; shared by the compute instances of one GI
+    mem_total: int | None = None
+    bar1_used: int | None = None
+    bar1_total: int | None = None
+    sm_active: int | None = None  # percent, GPM SM activity
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu}:{self.index}"
+
+    @classmethod
+    def all_from(cls, items: Any) -> tuple[MigDevice, ...]:
+        """From a probe's JSON (untrusted): entries without ints for gpu and index are
+        dropped, a field of the wrong type becomes None, at most 8 per card."""
+        out = []
+        texts = ("uuid", "name", "profile")
+        for item in list(items)[:8] if isinstance(items, (list, tuple)) else ():
+            if not isinstance(item, dict):
+                continue
+            clean: dict[str, Any] = {}
+            for name in _field_names(cls):
+                value = item.get(name)
+                ok = isinstance(value, str) if name in texts else (
+                    isinstance(value, int) and not isinstance(value, bool))
+                clean[name] = value if ok else None
+            if clean["gpu"] is not None and clean["index"] is not None:
+                out.append(cls(**clean))
+        return tuple(out)
+
+    @property
+    def slices(self) -> int | None:
+        head = (self.profile or "").split("g.", 1)[0]
+        return int(head) if head.isdigit() else None
+
+    @property
+    def mem_free(self) -> int | None:
+        if self.mem_used is None or self.mem_total is None:
+            return None
+        return max(self.mem_total - self.mem_used, 0)
+
+
+def mig_map(gpus: tuple[Gpu, ...]) -> dict[str, tuple[int, int]]:
+    """MIG UUID -> (card index, slot) of a host's MIG devices: what reservations check."""
+    return {d.uuid: (d.gpu, d.index) for g in gpus for d in g.mig_devices if d.uuid}
+
+
+def mig_memory(gpu: Gpu) -> tuple[int | None, int | None]:
+    """(used, total) over a card's MIG devices, each GPU instance counted once."""
+    seen: dict[Any, tuple[int | None, int | None]] = {}
+    for dev in gpu.mig_devices:
+        seen.setdefault(dev.gi if dev.gi is not None else ("slot", dev.index),
+                        (dev.mem_used, dev.mem_total))
+    if not seen or any(u is None or t is None for u, t in seen.values()):
+        return None, None
+    return (sum(u or 0 for u, _ in seen.values()), sum(t or 0 for _, t in seen.values()))
 
 
 # -- workloads (issue 15): who is behind a process ---------------------------------------
@@ -272,10 +367,20 @@ class GpuProcess(_Record):
     kernel_file_exists: bool | None = None
     simulated: bool = False  # a --demo process: actions only touch the simulation
     workload: Workload | None = None  # issue 15: Slurm job, container or pod; None: none
+    # issue 19: the MIG device it runs on (None on a card without MIG)
+    mig_device: int | None = None  # MigDevice.index on card ``gpu``
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    mig_uuid: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:
         return (self.gpu, self.pid)
+
+    @property
+    def gpu_label(self) -> str:
+        """The GPU column: "0", or "0:1" for MIG device 1 of card 0."""
+        return f"{self.gpu}:{self.mig_device}" if self.mig_device is not None else str(self.gpu)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuProcess:
@@ -324,6 +429,13 @@ class Reservation(_Record):
     gpu_uuid: str | None = None
     host: str | None = None
     job: str | None = None  # a `gputop run` job's id: its process holds the card
+    # issue 19: set when one MIG device of card ``gpu`` is reserved, not the whole card
+    mig_uuid: str | None = None
+    mig_device: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu}:{self.mig_device}" if self.mig_device is not None else str(self.gpu)
 
     def active(self, now: float) -> bool:
         return self.until > now

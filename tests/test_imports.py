@@ -20,6 +20,7 @@ STDLIB_ONLY = (
     "gputop.model",
     "gputop.yamlnodes",
     "gputop.sources.nvml",
+    "gputop.sources.mig",  # issue 19
     "gputop.sources.procfs",
     "gputop.sources.devscan",
     "gputop.sources.workload",  # issue 15
@@ -32,6 +33,8 @@ STDLIB_ONLY = (
     "gputop.sources.probe",
     "gputop.actions.kill",
     "gputop.actions.reservations",
+    "gputop.actions.liveness",  # issue 18 (shipped in the bundle)
+    "gputop.actions.queue",
     "gputop.actions.dispatch",
     "gputop.actions.liveness",
     "gputop.actions.queue",

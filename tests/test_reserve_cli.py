@@ -246,7 +246,7 @@ def test_reserve_count_tries_the_next_cards_after_a_lost_race(
                                                         time.time() + 600, "")
             return chosen
 
-    assert asyncio.run(race()) == [4, 7]
+    assert asyncio.run(race()) == ["4", "7"]
     directory = _demo_store(tmpdir_env)
     users = {r["gpu"]: r["user"] for r in store.list_active(directory)}
     assert users == {3: "nobody", 4: "root", 7: "root"}

@@ -165,7 +165,7 @@ def test_parse_gpus_and_describe() -> None:
 
     snap = HostSnapshot(host="h", time=0.0, gpus=(Gpu(index=0), Gpu(index=1)))
     assert parse_gpus("1, 0,1", snap) == [1, 0]
-    for bad, why in (("", "at least one"), ("2", "no GPU 2"), ("x", "not a GPU index")):
+    for bad, why in (("", "at least one"), ("2", "no GPU 2"), ("x", "neither a GPU index")):
         with pytest.raises(ValueError, match=why):
             parse_gpus(bad, snap)
     text = describe(

@@ -11,7 +11,7 @@ import pytest
 from gputop.sources import sim
 
 T0 = 1_764_680_000.0
-BUILTINS = ("dgx-h100", "faulty", "lab", "slurm")
+BUILTINS = ("dgx-h100", "faulty", "lab", "mig", "slurm")
 
 
 def test_builtin_scenarios_are_listed_with_descriptions() -> None:

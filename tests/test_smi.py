@@ -301,3 +301,27 @@ def test_pending_row_remap_on_a_fallback_host_is_critical() -> None:
                         gpus=(model.Gpu.from_dict(gpu),))
     assert [(w.code, w.severity) for w in health.warnings(snap)] == [
         ("remap-pending", model.CRITICAL)]
+
+
+def test_xml_mig_devices_of_an_a100() -> None:
+    """Issue 19: the MIG section of a real A100 capture (four instances, no processes)."""
+    gpus, _, _ = smi.parse_xml((FIXTURES / "xml-a100-sxm4-mig-535.xml").read_text())
+    gpu = HostSnapshot.from_dict({"host": "x", "time": 0.0, "gpus": gpus}).gpus[0]
+    assert (gpu.mig_mode, gpu.mig_mode_pending) == (True, True)
+    assert [(d.index, d.gi, d.ci) for d in gpu.mig_devices] == [
+        (0, 3, 0), (1, 4, 0), (2, 5, 0), (3, 6, 0)]
+    first = gpu.mig_devices[0]
+    assert (first.mem_total, first.mem_used, first.bar1_total) == (
+        19968 << 20, 12 << 20, 32767 << 20)
+    assert first.uuid is None and first.label == f"{gpu.index}:0"  # minor number 1 here
+
+
+def test_xml_process_on_a_mig_device() -> None:
+    text = (FIXTURES / "xml-a100-sxm4-mig-535.xml").read_text().replace(
+        "<processes />",
+        "<processes><process_info><gpu_instance_id>3</gpu_instance_id>"
+        "<compute_instance_id>0</compute_instance_id><pid>4242</pid><type>C</type>"
+        "<process_name>python</process_name><used_memory>10 MiB</used_memory>"
+        "</process_info></processes>", 1)
+    _, _, (proc,) = smi.parse_xml(text)
+    assert (proc["mig_device"], proc["gpu_instance_id"], proc["compute_instance_id"]) == (0, 3, 0)

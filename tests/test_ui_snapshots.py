@@ -48,3 +48,11 @@ async def _folded(pilot: Any) -> None:
 def test_slurm_node(snap_compare: Any, fold: bool) -> None:
     assert snap_compare(demo_app("slurm"), terminal_size=(160, 50),
                         run_before=_folded if fold else load)
+
+
+# -- issue 19: a node whose cards are split with MIG -------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
+def test_mig_node(snap_compare: Any, size: tuple[int, int]) -> None:
+    assert snap_compare(demo_app("mig"), terminal_size=size, run_before=load)

@@ -49,6 +49,7 @@ MAX_NOTE_CHARS = 200
 MAX_RESERVATION_S = 31 * 86400
 MAX_FILE_BYTES = 4096
 MAX_GPUS = 64  # per request: a request may come from anyone over SSH
+MAX_MIG_SLOTS = 7  # MIG devices per card (A100/H100/B200)
 LOCK_NAME = ".lock"
 QUEUE_PREFIX = "job."  # `gputop run`'s queue (gputop/actions/queue.py) shares the store
 TMP_PREFIX = ".tmp-"
@@ -85,13 +86,15 @@ class ReservationError(ValueError):
 class _Target:
     index: int
     uuid: str | None
+    mig: int | None = None  # one MIG device (its slot) of card ``index``
+    parent_uuid: str | None = None  # a MIG target's card
 
     @property
     def key(self) -> str:
         return self.uuid if self.uuid else f"index-{self.index}"
 
     def label(self) -> str:
-        return f"GPU {self.index}"
+        return f"GPU {self.index}:{self.mig}" if self.mig is not None else f"GPU {self.index}"
 
 
 @dataclass
@@ -133,6 +136,7 @@ class _Entry:
             "note": (self.extension or self.data).get("note", ""),
             "host": self.data.get("host"),
             "job": (self.data.get("job") or {}).get("id"),
+            **_mig_fields(self.data),
         }
 
 
@@ -191,6 +195,7 @@ def reserve(
     now: float | None = None,
     must_hold: bool = False,
     job: dict[str, Any] | None = None,
+    mig_devices: dict[str, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Reserve all of `gpus` until `until` (epoch s), or none of them.
 
@@ -204,7 +209,7 @@ def reserve(
     try:
         until = check_until(until, now)
         note = check_note(note)
-        targets = resolve_gpus(gpus, gpu_uuids)
+        targets = resolve_gpus(gpus, gpu_uuids, mig_devices)
         if not targets:
             raise ReservationError("no GPU given")
         ensure_directory(directory)
@@ -223,10 +228,12 @@ def extend(
     note: str = "",
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
     now: float | None = None,
+    mig_devices: dict[str, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Move the end of my reservations of `gpus` (all of them, or none): like reserve,
     but a card I do not hold is an error rather than a new reservation."""
-    return reserve(directory, gpus, until, note, gpu_uuids, now, must_hold=True)
+    return reserve(directory, gpus, until, note, gpu_uuids, now, must_hold=True,
+                   mig_devices=mig_devices)
 
 
 def release(
@@ -234,11 +241,12 @@ def release(
     gpus: Sequence[int | str] | None = None,
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
     now: float | None = None,
+    mig_devices: dict[str, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Release my reservations (all, or those of `gpus`). Root may release anyone's."""
     now = time.time() if now is None else now
     try:
-        targets = resolve_gpus(gpus, gpu_uuids) if gpus is not None else None
+        targets = resolve_gpus(gpus, gpu_uuids, mig_devices) if gpus is not None else None
         if not os.path.isdir(directory):
             return {"ok": True, "released": [], "message": "no reservations"}
         ensure_directory(directory)
@@ -259,7 +267,8 @@ def handle(op: str, request: dict[str, Any], env: Any) -> dict[str, Any]:
     """Entry for gputop.actions.dispatch: `env` is its ActionEnv (reservations_dir,
     gpu_uuids); `op` is request["op"], already checked to be one of ours."""
     directory = getattr(env, "reservations_dir", None) or DEFAULT_DIRECTORY
-    return handle_request({**request, "op": op}, directory, getattr(env, "gpu_uuids", None))
+    return handle_request({**request, "op": op}, directory, getattr(env, "gpu_uuids", None),
+                          mig_devices=getattr(env, "mig_devices", None))
 
 
 def handle_request(
@@ -267,6 +276,7 @@ def handle_request(
     directory: str,
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
     now: float | None = None,
+    mig_devices: dict[str, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """The reservation ops of the action protocol (docs/architecture.md), never raising."""
     op = request.get("op")
@@ -282,12 +292,13 @@ def handle_request(
             return {"ok": False, "message": "reserve: 'until' must be a number", "reservations": []}
         if not isinstance(note, str):
             return {"ok": False, "message": "reserve: 'note' must be text", "reservations": []}
-        return reserve(directory, gpus, float(until), note, gpu_uuids=gpu_uuids, now=now)
+        return reserve(directory, gpus, float(until), note, gpu_uuids=gpu_uuids, now=now,
+                       mig_devices=mig_devices)
     if op == "release":
         gpus = request.get("gpus")
         if gpus is not None and not isinstance(gpus, list):
             return {"ok": False, "message": "release: 'gpus' must be a list", "released": []}
-        return release(directory, gpus, gpu_uuids=gpu_uuids, now=now)
+        return release(directory, gpus, gpu_uuids=gpu_uuids, now=now, mig_devices=mig_devices)
     return {"ok": False, "message": f"not a reservation op: {op!r}"}
 
 
@@ -321,8 +332,12 @@ def check_until(until: Any, now: float) -> float:
 def resolve_gpus(
     gpus: Sequence[int | str] | None,
     gpu_uuids: Sequence[str | None] | dict[int, str | None] | None,
+    mig_devices: dict[str, tuple[int, int]] | None = None,
 ) -> list[_Target]:
-    """GPU indexes or UUIDs -> targets. With the host's GPU list, unknown ones are errors."""
+    """GPU indexes or UUIDs -> targets. With the host's GPU list, unknown ones are errors.
+
+    A MIG device is named by its MIG-... UUID or as "card:slot" ("0:1");
+    ``mig_devices`` (MIG UUID -> (card index, slot)) says which exist."""
     if gpus is None or isinstance(gpus, (str, bytes)):
         raise ReservationError("GPUs must be a list of indexes or UUIDs")
     if len(gpus) > MAX_GPUS:
@@ -330,7 +345,7 @@ def resolve_gpus(
     known = _uuid_map(gpu_uuids)
     targets: list[_Target] = []
     for gpu in gpus:
-        target = _resolve_one(gpu, known)
+        target = _resolve_mig(gpu, known, mig_devices) or _resolve_one(gpu, known)
         if target not in targets:
             targets.append(target)
     return targets
@@ -371,6 +386,30 @@ def _resolve_one(gpu: Any, known: dict[int, str | None] | None) -> _Target:
                 return _Target(index, uuid)
         raise ReservationError(f"no GPU {text} on this host")
     raise ReservationError(f"bad GPU {gpu!r}")
+
+
+def _resolve_mig(
+    gpu: Any, known: dict[int, str | None] | None, mig_devices: dict[str, tuple[int, int]] | None
+) -> _Target | None:
+    """A target for a MIG device, None for anything that does not name one."""
+    if not isinstance(gpu, str):
+        return None
+    text = gpu.strip()
+    label = re.fullmatch(r"(\d{1,4}):(\d)", text)
+    if not text.startswith("MIG-") and label is None:
+        return None
+    for uuid, (index, slot) in (mig_devices or {}).items():
+        if uuid == text or (label and (index, slot) == (int(label[1]), int(label[2]))):
+            if not _UUID.fullmatch(uuid):
+                # Old drivers' "MIG-GPU-.../1/0" cannot name a file: no reservation.
+                raise ReservationError(f"MIG device {text} has no usable UUID ({uuid!r})")
+            parent = (known or {}).get(index)
+            return _Target(index, uuid, slot, parent if parent and _UUID.fullmatch(parent)
+                           else None)
+    if mig_devices is None:
+        raise ReservationError(f"cannot check MIG device {text}: this host's MIG devices are "
+                               "unknown")
+    raise ReservationError(f"no MIG device {text} on this host")
 
 
 def _describe(known: dict[int, str | None]) -> str:
@@ -749,6 +788,15 @@ def _content_problem(data: dict[str, Any], key: str, info: os.stat_result) -> st
     if since > float(data["until"]):
         return "'since' after 'until'"
     uuid = data.get("uuid")
+    mig = data.get("mig_device")
+    if key.startswith("MIG-") != (mig is not None):
+        return "'mig_device' must be given exactly for a MIG-... key"
+    if mig is not None and (isinstance(mig, bool) or not isinstance(mig, int)
+                            or not 0 <= mig < MAX_MIG_SLOTS):
+        return "bad 'mig_device'"
+    parent = data.get("parent_uuid")
+    if parent is not None and not (isinstance(parent, str) and _UUID.fullmatch(parent)):
+        return "bad 'parent_uuid'"
     if key.startswith("index-"):
         if key != f"index-{gpu}":
             return "file name does not match its 'gpu'"
@@ -809,15 +857,33 @@ def _slot(entries: list[_Entry], target: _Target) -> list[_Entry]:
     """Files that speak for this GPU, the first linked first: its UUID key and its index
     key (written by a client that did not know the UUID); and when we do not know the
     UUID, any file that says it is this index."""
+    if target.mig is not None:
+        return sorted((e for e in entries if e.key == target.key), key=_first)
     keys = {target.key, f"index-{target.index}"}
     return sorted(
         (
             e
             for e in entries
-            if e.key in keys or (target.uuid is None and e.data["gpu"] == target.index)
+            if e.key in keys
+            or (target.uuid is None and e.data["gpu"] == target.index and not _is_mig(e))
         ),
         key=_first,
     )
+
+
+def _is_mig(entry: _Entry) -> bool:
+    return entry.data.get("mig_device") is not None
+
+
+def _related(entries: list[_Entry], target: _Target, now: float) -> list[_Entry]:
+    """Active reservations that overlap ``target`` without being its own: a card's MIG
+    devices for the card, the card for one of its MIG devices. (They share the card's
+    lock, so checking them and writing is one step.)"""
+    if target.mig is None:
+        found = [e for e in entries if _is_mig(e) and e.data["gpu"] == target.index]
+    else:
+        found = _slot(entries, _Target(target.index, target.parent_uuid))
+    return [e for e in found if e.active(now)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -838,9 +904,14 @@ def _reserve_locked(
         holder = active[0] if active else None
         if holder is not None and holder.owner_uid != me:
             return _lost(target, holder)
+        # Reserving a card reserves its MIG devices: neither may be taken over the other
+        # user's reservation.
+        for other in _related(found.entries, target, now):
+            if other.owner_uid != me:
+                return _lost(target, other)
         if holder is None and must_hold:
             return {"ok": False, "reservations": [],
-                    "message": f"GPU {target.index}: you hold no reservation of it to extend"}
+                    "message": f"{target.label()}: you hold no reservation of it to extend"}
         # My claim is extended where it is, under whichever key it was made: a claim
         # moved to another key would be linked anew and lose its place to any claim
         # planted meanwhile.
@@ -859,6 +930,8 @@ def _reserve_locked(
             record: dict[str, Any] = {
                 "gpu": target.index,
                 "uuid": mine.data.get("uuid") if mine else target.uuid,
+                **({"mig_device": target.mig, "parent_uuid": target.parent_uuid}
+                   if target.mig is not None else {}),
                 "user": user,
                 "uid": me,
                 "since": float(mine.data["since"]) if mine else now,
@@ -892,7 +965,7 @@ def _reserve_locked(
         for _target, path in created:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-    indexes = ", ".join(str(t.index) for t in targets)
+    indexes = ", ".join(t.label()[4:] for t in targets)
     verb = "extended" if len(extended) == len(targets) else "reserved"
     return {
         "ok": True,
@@ -962,7 +1035,7 @@ def _release_locked(
                 holder = active[0]
                 holder_name = holder.owner
                 refused.append(
-                    f"GPU {target.index} is reserved by {holder.owner}: only they or root"
+                    f"{target.label()} is reserved by {holder.owner}: only they or root"
                     " can release it"
                 )
                 continue
@@ -984,7 +1057,7 @@ def _release_locked(
             released.append(entry.public())
     fsync_dir(directory)
     reply: dict[str, Any] = {"ok": not refused, "released": released}
-    gpus = ", ".join(str(r["gpu"]) for r in released)
+    gpus = ", ".join(_label(r) for r in released)
     parts = [f"released GPU {gpus}" if released else "nothing to release", *refused]
     reply["message"] = "; ".join(parts)
     if holder_name is not None:
@@ -1065,7 +1138,23 @@ def _public(record: dict[str, Any], user: str) -> dict[str, Any]:
         "note": record["note"],
         "host": record["host"],
         "job": (record.get("job") or {}).get("id"),
+        **_mig_fields(record),
     }
+
+
+def _mig_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """A MIG device's reservation names its card by index and UUID (``gpu``, and
+    ``gpu_uuid`` overridden here), itself by ``mig_uuid`` and slot."""
+    mig = record.get("mig_device")
+    if mig is None:
+        return {"mig_uuid": None, "mig_device": None}
+    return {"gpu_uuid": record.get("parent_uuid"), "mig_uuid": record.get("uuid"),
+            "mig_device": mig}
+
+
+def _label(public: dict[str, Any]) -> str:
+    mig = public.get("mig_device")
+    return f"{public['gpu']}:{mig}" if mig is not None else str(public["gpu"])
 
 
 def _lost(target: _Target, holder: _Entry) -> dict[str, Any]:
@@ -1075,7 +1164,7 @@ def _lost(target: _Target, holder: _Entry) -> dict[str, Any]:
         "ok": False,
         "holder": holder.owner,
         "reservations": [holder.public()],
-        "message": f"GPU {target.index} is reserved by {holder.owner} until "
+        "message": f"{target.label()} is reserved by {holder.owner} until "
         f"{_clock(holder.until)}{why}",
     }
 
@@ -1089,7 +1178,7 @@ def _lost_to_file(target: _Target, path: str) -> dict[str, Any]:
         "ok": False,
         "holder": owner,
         "reservations": [],
-        "message": f"GPU {target.index} was just reserved by {owner}",
+        "message": f"{target.label()} was just reserved by {owner}",
     }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from gputop import model
 from gputop.analysis import memtrend, orphans
+from gputop.analysis import mig as mig_rules
 from gputop.analysis import workloads as workload_rules
 from gputop.analysis import xid as xid_catalog
 from gputop.analysis.durations import format_duration
@@ -178,6 +179,7 @@ def warnings(
             _process_rules(snapshot, proc, history, th, add, flags)
     out.extend(_foreign_warnings(snapshot, now, me))
     out.extend(workload_rules.warnings(snapshot, now))
+    out.extend(mig_rules.warnings(snapshot, now))  # issue 19
     return sort_warnings(out)
 
 

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 
 from gputop import model
 from gputop.analysis.durations import format_duration
-from gputop.model import Gpu, HostSnapshot, Reservation
+from gputop.model import Gpu, HostSnapshot, MigDevice, Reservation
 from gputop.text import clock
 
 EXPIRING_SOON_S = 15 * 60
+MIG_UNIT = "MIG mode: its MIG devices are the unit (gputop pick / reserve)"
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,12 @@ def reserves(reservation: Reservation, gpu: Gpu) -> bool:
 
 
 def active_reservations(snapshot: HostSnapshot, now: float) -> dict[int, Reservation]:
-    """GPU index -> its active reservation (the first one when a store has several)."""
+    """GPU index -> its active reservation of the whole card (the first one when a store
+    has several); reservations of one MIG device are in ``mig_reservations``."""
     found: dict[int, Reservation] = {}
     for reservation in snapshot.reservations:
-        if not reservation.active(now):
-            continue
+        if not reservation.active(now) or reservation.mig_uuid is not None:
+            continue  # a MIG device's reservation is not its card's
         for gpu in snapshot.gpus:
             if gpu.index not in found and reserves(reservation, gpu):
                 found[gpu.index] = reservation
@@ -139,6 +141,8 @@ def _rejection(
     blind = unknown(gpu)
     if blind:
         return blind
+    if gpu.mig_devices:
+        return MIG_UNIT  # after the reasons that hold for each of its MIG devices too
     if min_free_mem is None and max_util is None:
         if busy.get(gpu.index):
             return f"{busy[gpu.index]} process(es) running"
@@ -154,6 +158,138 @@ def _rejection(
             return "utilization unknown"
         if gpu.util_gpu > max_util:
             return f"{gpu.util_gpu} % busy"
+    return None
+
+
+# -- issue 19: MIG devices as pickable units --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A unit pick and reserve hand out: a whole card, or one MIG device of a card."""
+
+    gpu: Gpu
+    mig: MigDevice | None = None
+
+    @property
+    def label(self) -> str:
+        return self.mig.label if self.mig is not None else str(self.gpu.index)
+
+    @property
+    def target(self) -> int | str:
+        """What a reserve request names: the card's index or the MIG device's UUID."""
+        return self.mig.uuid if self.mig is not None and self.mig.uuid else self.gpu.index
+
+    @property
+    def device(self) -> str:
+        """Its CUDA_VISIBLE_DEVICES entry."""
+        return str(self.target)
+
+    @property
+    def mem_free(self) -> int | None:
+        return self.mig.mem_free if self.mig is not None else self.gpu.mem_free
+
+    @property
+    def util(self) -> int | None:
+        return self.mig.sm_active if self.mig is not None else self.gpu.util_gpu
+
+
+@dataclass(frozen=True)
+class DeviceRanking:
+    chosen: tuple[Choice, ...]
+    rejected: dict[str, str] = field(default_factory=dict)
+
+    def shortfall(self, count: int) -> str:
+        have = len(self.chosen)
+        reasons = "; ".join(f"GPU {k}: {why}" for k, why in sorted(self.rejected.items()))
+        head = f"only {have} of {count} requested GPUs qualify"
+        return f"{head} ({reasons})" if reasons else head
+
+
+def mig_reservations(snapshot: HostSnapshot, now: float) -> dict[str, Reservation]:
+    """MIG UUID -> the active reservation of that one MIG device."""
+    found: dict[str, Reservation] = {}
+    for r in snapshot.reservations:
+        if r.mig_uuid is not None and r.active(now):
+            found.setdefault(r.mig_uuid, r)
+    return found
+
+
+def rank_devices(
+    snapshot: HostSnapshot,
+    now: float,
+    me: str | None = None,
+    min_free_mem: int | None = None,
+    max_util: float | None = None,
+    warnings: Iterable[model.HealthWarning] = (),
+    exclude: Iterable[int | str] = (),
+) -> DeviceRanking:
+    """Like ``rank``, with each card in MIG mode replaced by its MIG devices: a MIG
+    device is free of processes, has the free memory, or is idle enough (GPM activity;
+    unknown without GPM) on its own; its card's reservation by someone else, a critical
+    warning or a lost card rule it out too."""
+    cards = rank(snapshot, now, me, min_free_mem, max_util, warnings,
+                 [e for e in exclude if isinstance(e, int)])
+    excluded = {e for e in exclude if isinstance(e, str)}
+    chosen = [Choice(gpu) for gpu in cards.chosen]
+    rejected = {str(i): why for i, why in cards.rejected.items()}
+    held = mig_reservations(snapshot, now)
+    busy: dict[tuple[int, int], int] = {}
+    for proc in snapshot.processes:
+        if proc.mig_device is not None and proc.type != "G":
+            key = (proc.gpu, proc.mig_device)
+            busy[key] = busy.get(key, 0) + 1
+    for gpu in snapshot.gpus:
+        if not gpu.mig_devices or gpu.state != model.GPU_OK:
+            continue
+        card_why = _card_rejection(rejected.pop(str(gpu.index), None))
+        for dev in gpu.mig_devices:
+            reservation = held.get(dev.uuid or "")
+            why = card_why or _mig_rejection(dev, reservation, busy.get((gpu.index, dev.index)),
+                                             excluded, me, min_free_mem, max_util)
+            if why:
+                rejected[dev.label] = why
+            else:
+                chosen.append(Choice(gpu, dev))
+    chosen.sort(key=lambda c: (-(c.mem_free or 0), c.util or 0, c.gpu.index,
+                               c.mig.index if c.mig is not None else -1))
+    return DeviceRanking(tuple(chosen), rejected)
+
+
+def _card_rejection(why: str | None) -> str | None:
+    """A MIG card's own rejection, when it rules out all its MIG devices (excluded, lost,
+    reserved by someone else, critical): anything but MIG_UNIT."""
+    return None if why is None or why == MIG_UNIT else why
+
+
+def _mig_rejection(
+    dev: MigDevice,
+    reservation: Reservation | None,
+    busy: int | None,
+    excluded: set[str],
+    me: str | None,
+    min_free_mem: int | None,
+    max_util: float | None,
+) -> str | None:
+    if dev.uuid is None:
+        return "no UUID (cannot be named in CUDA_VISIBLE_DEVICES)"
+    if dev.uuid in excluded:
+        return "excluded"
+    if reservation is not None and reservation.user != me:
+        return f"reserved by {reservation.user}"
+    if min_free_mem is None and max_util is None:
+        return f"{busy} process(es) running" if busy else None
+    if min_free_mem is not None:
+        free = dev.mem_free
+        if free is None:
+            return "free memory unknown"
+        if free < min_free_mem:
+            return f"{free / 2**30:.1f} GiB free"
+    if max_util is not None:
+        if dev.sm_active is None:
+            return "utilization unknown (no GPM on this card)"
+        if dev.sm_active > max_util:
+            return f"{dev.sm_active} % busy"
     return None
 
 
@@ -193,6 +329,8 @@ def reservation_warnings(
                     since=reservation.since,
                 )
             )
+    for reservation in mig_reservations(snapshot, now).values():
+        out.extend(_intruders(snapshot, reservation.gpu, reservation))
     return out
 
 
@@ -205,13 +343,16 @@ def _intruders(
         # a display server: graphics-only processes live on every card with a screen.
         if proc.gpu != index or proc.user is None or proc.type == "G":
             continue
+        if reservation.mig_device is not None and proc.mig_device != reservation.mig_device:
+            continue  # issue 19: a reserved MIG device is intruded on only by its own
         if proc.user != reservation.user:
             found.setdefault(proc.user, []).append(proc.pid)
     return [
         model.HealthWarning(
             severity=model.WARNING,
             code="reserved-by-other",
-            message=f"{user} runs pid {', '.join(map(str, pids))} on GPU {index}, reserved by "
+            message=f"{user} runs pid {', '.join(map(str, pids))} on GPU {reservation.label}, "
+            f"reserved by "
             f"{reservation.user} until {_hhmm(reservation.until)}",
             host=snapshot.host,
             gpu=index,

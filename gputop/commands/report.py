@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from gputop import model
+from gputop.analysis import mig
 from gputop.analysis.durations import format_duration
 from gputop.commands import common
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_OK
@@ -185,6 +186,7 @@ def _host_block(
         lines.append("  no GPUs")
     for gpu in snap.gpus:
         lines.append(_gpu_line(gpu, width, paint))
+        lines.extend(_fit(line, width) for line in mig_lines(gpu))
     for res in sorted(snap.reservations, key=lambda r: r.gpu):
         until = clock("%a %H:%M", res.until)
         note = f"  {visible(res.note)}" if res.note else ""
@@ -241,6 +243,21 @@ def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> 
     return paint(_fit(text, width), _YELLOW if hot else "")
 
 
+def mig_lines(gpu: Gpu) -> list[str]:
+    """Under a MIG card (issue 19): its MIG state, then one line per MIG device in the card
+    line's columns."""
+    state = mig.summary(gpu)
+    lines = [f"     {state}"] if state else []
+    for dev in gpu.mig_devices:
+        mem = f"{_gib(dev.mem_used)}/{_gib(dev.mem_total)}G"
+        bar1 = f"BAR1 {_mem(dev.bar1_used)}/{_mem(dev.bar1_total)}"
+        lines.append(f" {dev.label:<4}{mig.describe(dev):<20} {mig.activity(dev):>9} {mem:>15}"
+                     f"  {visible(dev.uuid or 'n/a')}  {bar1}")
+    if gpu.mig_note:
+        lines.append(f"     {visible(gpu.mig_note)}")
+    return lines
+
+
 _JOB_WIDTH = 18
 
 
@@ -252,7 +269,7 @@ def _process_line(proc: GpuProcess, now: float, width: int | None, jobs: bool = 
     if proc.state == "Z":
         command = f"<defunct> {command or ''}"
     fixed = (
-        f"{proc.gpu:>3} {proc.pid:>8} {user:<10} {visible(proc.type)[:4]:<4} "
+        f"{proc.gpu_label:>3} {proc.pid:>8} {user:<10} {visible(proc.type)[:4]:<4} "
         f"{_mem(proc.gpu_mem):>9} {sm:>4} {runtime:>7}  "
     )
     if jobs:

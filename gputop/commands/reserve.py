@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,8 +61,8 @@ def _pick(options: SourceOptions, args: argparse.Namespace) -> int:
     snapshot = _usable(collected.snapshots)
     me = collected.me(snapshot.host)
     now = time.time()
-    ranking = picking.rank(snapshot, now, me, min_free, max_util,
-                           _health(snapshot, settings, me, now))
+    ranking = picking.rank_devices(snapshot, now, me, min_free, max_util,
+                                   _health(snapshot, settings, me, now))
     chosen = ranking.chosen[:count]
     if len(chosen) < count:
         raise action_failed(f"{snapshot.host}: {ranking.shortfall(count)}")
@@ -69,17 +70,20 @@ def _pick(options: SourceOptions, args: argparse.Namespace) -> int:
         rows = [
             {
                 "host": snapshot.host,
-                "index": gpu.index,
-                "uuid": gpu.uuid,
-                "name": gpu.name,
-                "mem_free": gpu.mem_free,
-                "util_gpu": gpu.util_gpu,
+                "index": c.gpu.index,
+                "uuid": c.gpu.uuid,
+                "name": c.mig.name if c.mig is not None else c.gpu.name,
+                "mem_free": c.mem_free,
+                "util_gpu": c.util,
+                # issue 19: set when the unit is one MIG device of card "index"
+                "mig_device": c.mig.index if c.mig is not None else None,
+                "mig_uuid": c.mig.uuid if c.mig is not None else None,
             }
-            for gpu in chosen
+            for c in chosen
         ]
         print(json.dumps(rows, indent=2))
     else:
-        _print_devices([gpu.index for gpu in chosen], args.export)
+        _print_devices([c.device for c in chosen], args.export)
     return EXIT_OK
 
 
@@ -107,7 +111,7 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
     settings = common.settings(config)
     plan = common.plan(options, True, args.host)
 
-    async def reserve() -> tuple[str, dict[str, Any], list[int]]:
+    async def reserve() -> tuple[str, dict[str, Any], list[str]]:
         async with common.session(options, config, plan) as session:
             # The snapshot also tells the store which indexes and UUIDs this host has.
             snapshot = _usable(session.snapshots)
@@ -118,16 +122,16 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
                     host, {"op": "reserve", "gpus": gpus, "until": until, "note": note})
                 if not reply.get("ok"):
                     raise action_failed(_reply_message(reply, host))
-                return host, reply, [r["gpu"] for r in reply.get("reservations", [])]
+                return host, reply, [_device(r) for r in reply.get("reservations", [])]
             me = session.identity(host).reservation_owner
             warnings = _health(snapshot, settings, me, time.time())
             pick = Pick(count, min_free, max_util, me, warnings)
             reply, chosen = await reserve_best(session, snapshot, pick, until, note)
             return host, reply, chosen
 
-    host, reply, indexes = asyncio.run(reserve())
+    host, reply, devices = asyncio.run(reserve())
     common.say("reserve", f"{host}: {reply.get('message', 'reserved')}")
-    _print_devices(indexes, args.export)
+    _print_devices(devices, args.export)
     return EXIT_OK
 
 
@@ -144,24 +148,31 @@ class Pick:
 
 async def reserve_best(
     session: Session, snapshot: HostSnapshot, pick: Pick, until: float, note: str
-) -> tuple[dict[str, Any], list[int]]:
-    """Reserve the ``pick.count`` best cards; a card someone takes between our look and
-    our request is skipped for the next best, PICK_ATTEMPTS times at most."""
+) -> tuple[dict[str, Any], list[str]]:
+    """Reserve the ``pick.count`` best cards or MIG devices; one someone takes between our
+    look and our request is skipped for the next best, PICK_ATTEMPTS times at most."""
     host = snapshot.host
-    lost: set[int] = set()
+    lost: set[int | str] = set()
     last = ""
     for _attempt in range(PICK_ATTEMPTS):
-        ranking = picking.rank(snapshot, time.time(), pick.me, pick.min_free, pick.max_util,
-                               pick.warnings, exclude=lost)
-        chosen = [gpu.index for gpu in ranking.chosen[:pick.count]]
+        ranking = picking.rank_devices(snapshot, time.time(), pick.me, pick.min_free,
+                                       pick.max_util, pick.warnings, exclude=lost)
+        units = ranking.chosen[:pick.count]
+        chosen = [c.target for c in units]
         if len(chosen) < pick.count:
             detail = f"; last try: {last}" if last else ""
             raise action_failed(f"{host}: {ranking.shortfall(pick.count)}{detail}")
         reply = await session.request(
             host, {"op": "reserve", "gpus": chosen, "until": until, "note": note})
         if reply.get("ok"):
-            return reply, chosen
-        taken = {r.get("gpu") for r in reply.get("reservations", [])}
+            return reply, [c.device for c in units]
+        # The holder's reservation names a card, or a MIG device, or (issue 19) the card
+        # of the MIG device we asked for: that one is lost either way.
+        taken: set[int | str] = set()
+        for r in reply.get("reservations", []):
+            taken.add(r.get("mig_uuid") or r.get("gpu"))
+            if r.get("mig_uuid") is None:
+                taken.update(c.target for c in units if c.gpu.index == r.get("gpu"))
         if "holder" not in reply or not taken & set(chosen):
             raise action_failed(_reply_message(reply, host))
         # Someone was faster on one of our picks: try the next best cards.
@@ -296,10 +307,11 @@ def _gpu_list(text: str) -> list[int | str]:
             raise usage_error(f"--gpus: empty item in {text!r}")
         if item.isdigit():
             items.append(int(item))
-        elif item.startswith(("GPU-", "MIG-")):
-            items.append(item)
+        elif item.startswith(("GPU-", "MIG-")) or re.fullmatch(r"\d{1,4}:\d", item):
+            items.append(item)  # "0:1": MIG device 1 of card 0 (issue 19)
         else:
-            raise usage_error(f"--gpus: {item!r} is neither an index nor a GPU-... UUID")
+            raise usage_error(f"--gpus: {item!r} is neither an index nor a GPU-.../MIG-... "
+                              "UUID nor card:slot of a MIG device (0:1)")
     return items
 
 
@@ -307,14 +319,22 @@ def _check_gpus(gpus: list[int | str], snapshot: HostSnapshot) -> None:
     """Name a GPU the host does not have before asking its store (which checks again)."""
     indexes = {gpu.index for gpu in snapshot.gpus}
     uuids = {gpu.uuid for gpu in snapshot.gpus if gpu.uuid}
+    for card in snapshot.gpus:
+        uuids.update(d.uuid for d in card.mig_devices if d.uuid)
+        uuids.update(d.label for d in card.mig_devices)
     for gpu in gpus:
         if gpu not in indexes and gpu not in uuids:
             have = ", ".join(str(i) for i in sorted(indexes)) or "none"
             raise usage_error(f"--gpus: {snapshot.host} has no GPU {gpu} (it has {have})")
 
 
-def _print_devices(indexes: list[int], export: bool) -> None:
-    devices = ",".join(str(i) for i in indexes)
+def _device(reservation: dict[str, Any]) -> str:
+    """A reservation's CUDA_VISIBLE_DEVICES entry: the card index or the MIG UUID."""
+    return str(reservation.get("mig_uuid") or reservation["gpu"])
+
+
+def _print_devices(units: list[str], export: bool) -> None:
+    devices = ",".join(units)
     print(f"export CUDA_VISIBLE_DEVICES={devices}" if export else f"CUDA_VISIBLE_DEVICES={devices}")
 
 
@@ -325,12 +345,14 @@ def _reply_message(reply: dict[str, Any], host: str) -> str:
 
 def _table(rows: list[dict[str, Any]], now: float) -> str:
     header = ("HOST", "GPU", "USER", "UNTIL", "LEFT", "NOTE")
+    # issue 19: a MIG device's reservation shows as "card:slot"
     lines = [header]
     for row in sorted(rows, key=lambda r: (str(r.get("host")), r.get("gpu", 0))):
         lines.append(
             (
                 str(row.get("host") or ""),
-                str(row.get("gpu")),
+                str(row.get("gpu")) if row.get("mig_device") is None
+                else f"{row.get('gpu')}:{row.get('mig_device')}",
                 visible(str(row.get("user") or "")),
                 time.strftime("%Y-%m-%d %H:%M", time.localtime(row["until"])),
                 format_duration(row["until"] - now),

@@ -53,6 +53,7 @@ MODULES = (
     "gputop.sources.devscan",
     "gputop.sources.workload",
     "gputop.sources.procfs",
+    "gputop.sources.mig",
     "gputop.sources.nvml",
     # A package, with every one of its modules: its __init__ re-exports them.
     "gputop.sources.sim",

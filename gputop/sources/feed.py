@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gputop.model import HOST_ERROR, HOST_NO_GPU, HostSnapshot, error_snapshot
+from gputop.model import HOST_ERROR, HOST_NO_GPU, HostSnapshot, error_snapshot, mig_map
 from gputop.sources.identity import Identity
 from gputop.sources.nvml import Collector, NoDriverError
 
@@ -166,6 +166,8 @@ class LocalFeed:
         # Reservations name cards by UUID where known; the action env learns them from the
         # first snapshot that has them, since the feed is built before any GPU was read.
         env = self._env
+        if env is not None:
+            env.mig_devices = mig_map(snapshot.gpus)
         if env is not None and env.gpu_uuids is None:
             uuids = {g.index: g.uuid for g in snapshot.gpus if g.uuid}
             if uuids:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gputop.sources.devscan import scan_device_holders
+from gputop.sources.mig import MigReader
 
 # Error codes (same numbers in pynvml and the simulator) that mean "this field is not
 # available here": the field becomes None and collection goes on.
@@ -241,6 +242,9 @@ class Collector:
         self._host_cpu_count: int | None = None
         self._holders: tuple[list[dict], str | None] = ([], None)
         self._field_errors: list[str] | None = None  # of the GPU being read, see _call
+        # MIG devices list processes as cards do (the first value of _running).
+        self._mig = MigReader(nvml, self._get, lambda *args: self._running(*args)[0],
+                              lambda m: _GpuLost("lost", m))
 
     # -- NVML access -----------------------------------------------------------------------
 
@@ -617,6 +621,7 @@ class Collector:
             self._dynamic_fields(gpu, handle, static)
             procs, gpu["processes_error"] = self._processes(index, handle, gpu.get("mem_total"))
             gpu["field_errors"] = self._field_errors[:_MAX_FIELD_ERRORS]
+            procs += self._mig.read(index, handle, gpu, procs)
         except _GpuLost as lost:
             return self._broken_gpu(index, lost.state, lost.message), []
         except Exception as err:
@@ -678,8 +683,6 @@ class Collector:
             "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)
         )
         gpu["nvlinks"] = self._nvlinks(gpu["index"], handle)
-        mig = get("nvmlDeviceGetMigMode", handle)
-        gpu["mig_mode"] = bool(mig[0]) if mig else None
 
     def _memory(self, gpu: dict[str, Any], handle: Any) -> None:
         info = None

@@ -230,6 +230,14 @@ def main(
         snapshot = failure if source is None else _safe_collect(source, host)
         snapshot = dict(snapshot or {})
         snapshot["time"] = snapshot.get("time") or time.time()
+        if source is not None:
+            # Before the snapshot goes out, like the UUIDs below: a reservation of a MIG
+            # device sent at once must find it.
+            source.env.mig_devices = {
+                m.get("uuid"): (m.get("gpu"), m.get("index"))
+                for g in snapshot.get("gpus") or () for m in g.get("mig_devices") or ()
+                if m.get("uuid")
+            }
         if source is not None and source.env.gpu_uuids is None:
             # Before the snapshot goes out: a client that saw it may send a reservation
             # at once, and a card named by index alone would get an index-N file.

@@ -482,21 +482,27 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
                 "pcie_tx_kbs": integer(_text(gpu, "pci/tx_util")),
                 "pcie_rx_kbs": integer(_text(gpu, "pci/rx_util")),
                 "mig_mode": flag(_text(gpu, "mig_mode/current_mig")),
+                **_xml_mig(gpu, index),
             }
         )
+        by_instance = {(d["gi"], d["ci"]): d for d in gpus[-1]["mig_devices"]}
         for proc in gpu.findall("processes/process_info"):
             pid = integer(_text(proc, "pid"))
             if pid is None:
                 continue
-            procs.append(
-                {
-                    "pid": pid,
-                    "gpu": index,
-                    "type": _text(proc, "type") or "C",
-                    "gpu_mem": mib(_text(proc, "used_memory")),
-                    "command": _text(proc, "process_name"),
-                }
-            )
+            row = {
+                "pid": pid,
+                "gpu": index,
+                "type": _text(proc, "type") or "C",
+                "gpu_mem": mib(_text(proc, "used_memory")),
+                "command": _text(proc, "process_name"),
+            }
+            where = by_instance.get((integer(_text(proc, "gpu_instance_id")),
+                                     integer(_text(proc, "compute_instance_id"))))
+            if where is not None:
+                row.update(mig_device=where["index"], gpu_instance_id=where["gi"],
+                           compute_instance_id=where["ci"])
+            procs.append(row)
     return gpus, host, procs
 
 
@@ -563,6 +569,28 @@ def _memory_health(gpu: ET.Element) -> dict[str, Any]:
         "remap_pending": flag(_text(gpu, "remapped_rows/remapped_row_pending")),
         "remap_failure": flag(_text(gpu, "remapped_rows/remapped_row_failure")),
     }
+
+
+def _xml_mig(gpu: ET.Element, index: int) -> dict[str, Any]:
+    """The MIG section of one ``<gpu>``. nvidia-smi -q -x gives neither the MIG
+    devices' UUIDs nor their profiles (only ``-L`` does), so those stay None here."""
+    devices = []
+    for node in gpu.findall("mig_devices/mig_device")[:8]:
+        slot = integer(_text(node, "index"))
+        if slot is None:
+            continue
+        devices.append({
+            "gpu": index,
+            "index": slot,
+            "gi": integer(_text(node, "gpu_instance_id")),
+            "ci": integer(_text(node, "compute_instance_id")),
+            "mem_total": mib(_text(node, "fb_memory_usage/total")),
+            "mem_used": mib(_text(node, "fb_memory_usage/used")),
+            "bar1_total": mib(_text(node, "bar1_memory_usage/total")),
+            "bar1_used": mib(_text(node, "bar1_memory_usage/used")),
+        })
+    return {"mig_mode_pending": flag(_text(gpu, "mig_mode/pending_mig")),
+            "mig_devices": devices}
 
 
 def _kib(value: int | None) -> int | None:

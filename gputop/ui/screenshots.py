@@ -80,6 +80,7 @@ CLUSTER_HOSTS: list[tuple[str, str, int | None, tuple[str, ...]]] = [
     ("faulty", "a100-node-12", None, ("a100",)),
     ("lab", "lab-gpu-03", None, ("rtx3090", "lab")),
     ("lab", "lab-gpu-04", 4, ("rtx3090", "lab")),
+    ("mig", "mig-h100-01", None, ("h100", "mig")),  # issue 19: cards split with MIG
 ]
 # Hosts without data, as the SSH feed reports them.
 CLUSTER_DOWN: list[tuple[str, str, str, tuple[str, ...]]] = [
@@ -146,6 +147,7 @@ SHOTS: list[tuple[str, str, tuple[int, int], list[Step], str | None]] = [
     ("main-dgx-h100-80x24", "dgx-h100", (80, 24), [], None),
     ("main-dgx-h100-240x70", "dgx-h100", (240, 70), [], None),
     ("main-faulty-160x50", "faulty", (160, 50), [], None),
+    ("main-mig-160x50", "mig", (160, 50), [], None),
     ("detail-lab", "lab", (120, 40), [_press("enter")], "DetailScreen"),
     ("help", "lab", (120, 40), [_press("question_mark")], "HelpScreen"),
     ("topology-dgx-h100", "dgx-h100", (160, 50), [_press("t")], "TopologyScreen"),

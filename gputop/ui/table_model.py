@@ -153,7 +153,7 @@ def _num(value: float | None) -> float:
 
 
 SORT_KEYS: dict[str, Callable[[Row, float], Any]] = {
-    "gpu": lambda r, now: (r.proc.gpu, r.proc.pid),
+    "gpu": lambda r, now: (r.proc.gpu, _num(r.proc.mig_device), r.proc.pid),
     "pid": lambda r, now: r.proc.pid,
     "user": lambda r, now: (r.proc.user or "", r.proc.pid),
     "type": lambda r, now: (r.proc.type, r.proc.pid),
@@ -185,7 +185,7 @@ def cell(column: str, row: Row, now: float) -> str:
     if row.tree_parent and column not in ("pid", "user", "gpu_mem", "command"):
         return ""
     if column == "gpu":
-        return str(p.gpu)
+        return p.gpu_label  # "0:1" on MIG device 1 of card 0 (issue 19)
     if column == "pid":
         return str(p.pid)
     if column == "user":

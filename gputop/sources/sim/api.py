@@ -391,6 +391,78 @@ class SimDeviceHandle:
         return f"<SimDeviceHandle {self.index}>"
 
 
+# -- issue 19: MIG device handles and GPM (values from nvidia-ml-py's pynvml.py) ----------
+
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_SM_OCCUPANCY = 3
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_SUPPORT_VERSION = 1
+NVML_GPM_METRIC_MAX = 477
+
+
+class SimMigHandle:
+    """A MIG device handle: distinct from its parent's, the same object for the same slot."""
+
+    __slots__ = ("index", "slot")
+
+    def __init__(self, index: int, slot: int) -> None:
+        self.index = index  # the parent GPU
+        self.slot = slot
+
+    def __repr__(self) -> str:
+        return f"<SimMigHandle {self.index}:{self.slot}>"
+
+
+class SimGpmSample:
+    """nvmlGpmSampleAlloc's opaque sample; filled by nvmlGpmMigSampleGet."""
+
+    __slots__ = ("freed", "gi", "index", "sm_active", "time")
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self.gi: int | None = None
+        self.time = 0.0
+        self.sm_active = 0.0
+        self.freed = False
+
+
+class c_nvmlGpmSupport_t(_Struct):
+    version: int
+    isSupportedDevice: int
+
+
+class c_nvmlGpmMetric_t(_Struct):
+    metricId: int
+    nvmlReturn: int
+    value: float
+
+
+class _Metrics:
+    """The struct's fixed array of NVML_GPM_METRIC_MAX entries, made as they are used:
+    building all of them on every call cost more than the collector's own work."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, c_nvmlGpmMetric_t] = {}
+
+    def __getitem__(self, i: int) -> c_nvmlGpmMetric_t:
+        if not 0 <= i < NVML_GPM_METRIC_MAX:
+            raise IndexError(i)
+        if i not in self._made:
+            self._made[i] = c_nvmlGpmMetric_t(metricId=0, nvmlReturn=0, value=0.0)
+        return self._made[i]
+
+
+class c_nvmlGpmMetricsGet_t:
+    """Filled by the caller (version, numMetrics, sample1, sample2, metrics[i].metricId)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = _Metrics()
+
+
 class SimEventSet:
     __slots__ = ("delivered", "freed", "registered")
 

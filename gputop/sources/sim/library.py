@@ -29,16 +29,22 @@ from gputop.sources.sim.api import (
     NVML_CLOCK_VIDEO,
     NVML_DEVICE_MIG_DISABLE,
     NVML_DEVICE_MIG_ENABLE,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NO_PERMISSION,
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_TIMEOUT,
     NVML_ERROR_UNINITIALIZED,
     NVML_FEATURE_DISABLED,
     NVML_FEATURE_ENABLED,
+    NVML_GPM_METRIC_MAX,
+    NVML_GPM_METRIC_SM_UTIL,
+    NVML_GPM_METRICS_GET_VERSION,
+    NVML_GPM_SUPPORT_VERSION,
     NVML_MEMORY_ERROR_TYPE_CORRECTED,
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
     NVML_NVLINK_DEVICE_TYPE_GPU,
@@ -49,6 +55,7 @@ from gputop.sources.sim.api import (
     NVML_PCIE_UTIL_RX_BYTES,
     NVML_PCIE_UTIL_TX_BYTES,
     NVML_PSTATE_0,
+    NVML_SUCCESS,
     NVML_TEMPERATURE_GPU,
     NVML_TEMPERATURE_THRESHOLD_GPU_MAX,
     NVML_TEMPERATURE_THRESHOLD_MEM_MAX,
@@ -60,8 +67,11 @@ from gputop.sources.sim.api import (
     NVMLError,
     SimDeviceHandle,
     SimEventSet,
+    SimGpmSample,
+    SimMigHandle,
     c_nvmlBAR1Memory_t,
     c_nvmlEventData_t,
+    c_nvmlGpmSupport_t,
     c_nvmlMemory_t,
     c_nvmlMemory_v2_t,
     c_nvmlProcessInfo_t,
@@ -102,6 +112,7 @@ class _Proc:
     kernel_file_exists: bool | None = None
     vanish_after_list: bool = False
     dips: list[dict[str, Any]] = field(default_factory=list)
+    mig: int | None = None  # the MIG device (slot) of its GPU it runs on
 
 
 @dataclass
@@ -163,6 +174,7 @@ class SimNvml:
                 kernel_file_exists=spec["kernel_file_exists"],
                 vanish_after_list=spec["vanish_after_list"],
                 dips=[dict(d) for d in spec["dips"]],
+                mig=spec["mig"],
             )
         faults = scenario.faults
         self.driver_not_loaded: bool = faults["driver_not_loaded"]
@@ -187,6 +199,7 @@ class SimNvml:
         self._cache: dict[tuple[int, int, int], _GpuState] = {}
         self._grid_cache: dict[tuple[int, int, float], float] = {}
         self._gpu_procs: dict[int, list[_Proc]] | None = None
+        self._mig_handles: dict[tuple[int, int], SimMigHandle] = {}
 
     # ---- test and demo controls -------------------------------------------------------
 
@@ -300,6 +313,11 @@ class SimNvml:
     def _gpu(self, handle: Any, field_name: str | None = None) -> dict[str, Any]:
         """Resolve a handle, raising what real NVML would for this GPU and field."""
         self._check_init()
+        if isinstance(handle, SimMigHandle):
+            self._mig(handle)
+            # What the parent reports (temperature, power, clocks, utilization, PCIe, ...)
+            # is not answered on a MIG device handle; the few calls that are check first.
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         if not isinstance(handle, SimDeviceHandle) or handle.index >= len(self._handles):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         if self.is_lost(handle.index):
@@ -519,9 +537,14 @@ class SimNvml:
         return int(handle.index)
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
+        if isinstance(handle, SimMigHandle):
+            profile = self._mig(handle)["profile"]
+            return f"{self.scenario.gpus[handle.index]['name']} MIG {profile}"
         return str(self._gpu(handle, "Name")["name"])
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        if isinstance(handle, SimMigHandle):
+            return str(self._mig(handle)["uuid"])
         return str(self._gpu(handle, "UUID")["uuid"])
 
     def nvmlDeviceGetSerial(self, handle: Any) -> str:
@@ -543,8 +566,8 @@ class SimNvml:
 
     def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
         g = self._gpu(device, "MigMode")
-        mode = NVML_DEVICE_MIG_ENABLE if g["mig"] else NVML_DEVICE_MIG_DISABLE
-        return [mode, mode]
+        return [NVML_DEVICE_MIG_ENABLE if g[key] else NVML_DEVICE_MIG_DISABLE
+                for key in ("mig", "mig_pending")]
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
         name = self._gpu(handle, "CudaComputeCapability")["name"]
@@ -558,6 +581,7 @@ class SimNvml:
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> c_nvmlUtilization_t:
         self._gpu(handle, "UtilizationRates")
+        self._not_in_mig_mode(handle)
         s = self._state(handle.index)
         return c_nvmlUtilization_t(gpu=s.util, memory=s.util_mem)
 
@@ -572,6 +596,8 @@ class SimNvml:
     def nvmlDeviceGetMemoryInfo(
         self, handle: Any, version: int | None = None
     ) -> c_nvmlMemory_t | c_nvmlMemory_v2_t:
+        if isinstance(handle, SimMigHandle):
+            return self._mig_memory(handle, version)
         g = self._gpu(handle, "MemoryInfo")
         s = self._state(handle.index)
         total = g["mem_total_mib"] * MIB
@@ -585,6 +611,8 @@ class SimNvml:
         return c_nvmlMemory_t(total=total, free=free, used=total - free)
 
     def nvmlDeviceGetBAR1MemoryInfo(self, handle: Any) -> c_nvmlBAR1Memory_t:
+        if isinstance(handle, SimMigHandle):
+            return self._mig_bar1(handle)
         g = self._gpu(handle, "BAR1MemoryInfo")
         s = self._state(handle.index)
         total = g["bar1_total_mib"] * MIB
@@ -849,6 +877,8 @@ class SimNvml:
     # ---- processes -------------------------------------------------------------------
 
     def _running(self, handle: Any, field_name: str, kinds: tuple[str, ...]) -> list[Any]:
+        if isinstance(handle, SimMigHandle):
+            return self._mig_running(handle, kinds)
         self._gpu(handle, field_name)
         s = self._state(handle.index)
         out = []
@@ -861,8 +891,7 @@ class SimNvml:
                     c_nvmlProcessInfo_t(
                         pid=proc.pid,
                         usedGpuMemory=s.proc_mem.get(proc.pid, int(proc.gpus[handle.index] * MIB)),
-                        gpuInstanceId=NVML_VALUE_NOT_AVAILABLE_UINT,
-                        computeInstanceId=NVML_VALUE_NOT_AVAILABLE_UINT,
+                        **self._instance_ids(handle.index, proc),
                     )
                 )
                 if proc.vanish_after_list:
@@ -893,6 +922,7 @@ class SimNvml:
     def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
         """Samples newer than ``timeStamp`` (microseconds); NotFound when there are none."""
         self._gpu(handle, "ProcessUtilization")
+        self._not_in_mig_mode(handle)
         s = self._state(handle.index)
         now_us = int(self.clock() * 1_000_000)
         if not s.proc_util or now_us <= timeStamp:
@@ -904,6 +934,171 @@ class SimNvml:
             for pid, (sm, mem) in s.proc_util.items()
             if pid in self._procs
         ]
+
+    # ---- MIG (issue 19) ------------------------------------------------------------------
+    # Errors as NVML's reference documents them (docs.nvidia.com/deploy/nvml-api):
+    # nvmlDeviceGetMigDeviceHandleByIndex gives NOT_FOUND for an empty slot and
+    # INVALID_ARGUMENT for an index out of range (and, as drivers do, for every index while
+    # MIG mode is off); nvmlDeviceGetUtilizationRates and nvmlDeviceGetProcessUtilization
+    # are "not currently supported" on MIG-enabled GPUs; a MIG device handle answers
+    # only identity, memory, BAR1, processes and its instance ids.
+
+    def _mig(self, handle: SimMigHandle) -> dict[str, Any]:
+        if handle.index >= len(self._handles) or self._mig_handles.get(
+            (handle.index, handle.slot)
+        ) is not handle:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if self.is_lost(handle.index):
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        g = self.scenario.gpus[handle.index]
+        spec = g["mig_devices"][handle.slot] if g["mig"] else None
+        if spec is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return dict(spec)
+
+    def _not_in_mig_mode(self, handle: Any) -> None:
+        if self.scenario.gpus[handle.index]["mig"]:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+    def _instance_ids(self, index: int, proc: _Proc) -> dict[str, int]:
+        spec = None
+        if proc.mig is not None and self.scenario.gpus[index]["mig"]:
+            spec = self.scenario.gpus[index]["mig_devices"][proc.mig]
+        if spec is None:
+            return {"gpuInstanceId": NVML_VALUE_NOT_AVAILABLE_UINT,
+                    "computeInstanceId": NVML_VALUE_NOT_AVAILABLE_UINT}
+        return {"gpuInstanceId": spec["gi"], "computeInstanceId": spec["ci"]}
+
+    def _mig_procs(self, handle: SimMigHandle) -> list[_Proc]:
+        """Processes of the GPU instance (all its compute instances share the memory)."""
+        gi = self._mig(handle)["gi"]
+        devices = self.scenario.gpus[handle.index]["mig_devices"]
+        return [p for p in self._procs_by_gpu()[handle.index]
+                if p.mig is not None and devices[p.mig] is not None
+                and devices[p.mig]["gi"] == gi]
+
+    def _mig_memory(
+        self, handle: SimMigHandle, version: int | None
+    ) -> c_nvmlMemory_t | c_nvmlMemory_v2_t:
+        total = self._mig(handle)["mem_mib"] * MIB
+        s = self._state(handle.index)
+        used = min(sum(s.proc_mem.get(p.pid, 0) for p in self._mig_procs(handle)), total)
+        if version:
+            return c_nvmlMemory_v2_t(version=version, total=total, reserved=0,
+                                     free=total - used, used=used)
+        return c_nvmlMemory_t(total=total, free=total - used, used=used)
+
+    def _mig_bar1(self, handle: SimMigHandle) -> c_nvmlBAR1Memory_t:
+        g = self.scenario.gpus[handle.index]
+        total = g["bar1_total_mib"] * self._mig(handle)["mem_mib"] // g["mem_total_mib"] * MIB
+        used = min(2 * len(self._mig_procs(handle)) * MIB, total)
+        return c_nvmlBAR1Memory_t(bar1Total=total, bar1Free=total - used, bar1Used=used)
+
+    def _mig_running(self, handle: SimMigHandle, kinds: tuple[str, ...]) -> list[Any]:
+        spec = self._mig(handle)
+        s = self._state(handle.index)
+        return [
+            c_nvmlProcessInfo_t(pid=p.pid, usedGpuMemory=s.proc_mem.get(p.pid, 0),
+                                gpuInstanceId=spec["gi"], computeInstanceId=spec["ci"])
+            for p in self._procs_by_gpu()[handle.index]
+            if p.mig == handle.slot and p.type in kinds
+        ]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
+        g = self._gpu(device, "MaxMigDeviceCount")
+        return int(g["mig_max_devices"])
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> SimMigHandle:
+        g = self._gpu(device, "MigDeviceHandleByIndex")
+        if not g["mig"] or not 0 <= index < g["mig_max_devices"]:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if g["mig_no_permission"]:
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        if index >= len(g["mig_devices"]) or g["mig_devices"][index] is None:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        key = (device.index, index)
+        with self._lock:
+            return self._mig_handles.setdefault(key, SimMigHandle(*key))
+
+    def nvmlDeviceIsMigDeviceHandle(self, device: Any) -> int:
+        self._check_init()
+        if isinstance(device, SimMigHandle):
+            self._mig(device)
+            return 1
+        self._gpu(device)
+        return 0
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Any) -> SimDeviceHandle:
+        self._check_init()
+        if not isinstance(migDevice, SimMigHandle):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        self._mig(migDevice)
+        return self._handles[migDevice.index]
+
+    def _instance_id(self, device: Any, key: str) -> int:
+        self._check_init()
+        if isinstance(device, SimMigHandle):
+            return int(self._mig(device)[key])
+        g = self._gpu(device)
+        # A parent handle has no instance: INVALID_ARGUMENT in MIG mode, else unsupported.
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT if g["mig"] else NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+        return self._instance_id(device, "gi")
+
+    def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int:
+        return self._instance_id(device, "ci")
+
+    # GPM: a sample records each GPU instance's SM activity at one moment; the metric
+    # between two samples is their mean (the real one integrates counters in between).
+
+    def nvmlGpmQueryDeviceSupport(self, device: Any) -> c_nvmlGpmSupport_t:
+        g = self._gpu(device, "GpmQueryDeviceSupport")
+        return c_nvmlGpmSupport_t(version=NVML_GPM_SUPPORT_VERSION,
+                                  isSupportedDevice=int(g["gpm"]))
+
+    def nvmlGpmSampleAlloc(self) -> SimGpmSample:
+        self._check_init()
+        return SimGpmSample()
+
+    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
+        self._check_init()
+        if not isinstance(gpmSample, SimGpmSample) or gpmSample.freed:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpmSample.freed = True
+
+    def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: Any) -> Any:
+        g = self._gpu(device, "GpmMigSampleGet")
+        if not isinstance(gpmSample, SimGpmSample) or gpmSample.freed:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if not g["gpm"] or not g["mig"]:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        slots = [i for i, d in enumerate(g["mig_devices"]) if d and d["gi"] == gpuInstanceId]
+        if not slots:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        s = self._state(device.index)
+        busy = sum(s.proc_util.get(p.pid, (0, 0))[0]
+                   for p in self._procs_by_gpu()[device.index] if p.mig in slots)
+        gpmSample.index, gpmSample.gi = device.index, gpuInstanceId
+        gpmSample.time, gpmSample.sm_active = self.clock(), float(min(busy, 100))
+        return gpmSample
+
+    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
+        self._check_init()
+        first, second = metricsGet.sample1, metricsGet.sample2
+        if metricsGet.version != NVML_GPM_METRICS_GET_VERSION:
+            raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        for sample in (first, second):
+            if not isinstance(sample, SimGpmSample) or sample.freed or sample.gi is None:
+                raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        for i in range(min(metricsGet.numMetrics, NVML_GPM_METRIC_MAX)):
+            metric = metricsGet.metrics[i]
+            if metric.metricId == NVML_GPM_METRIC_SM_UTIL:
+                metric.nvmlReturn = NVML_SUCCESS
+                metric.value = (first.sm_active + second.sm_active) / 2
+            else:
+                metric.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+        return metricsGet
 
     # ---- events ----------------------------------------------------------------------
 
@@ -1005,6 +1200,7 @@ for _name, _value in list(vars(api).items()):
     if _name.startswith(("NVML_", "nvmlClocks", "nvmlEventType", "NVMLError")) or _name in (
         "nvmlMemory_v2",
         "NVMLLibraryMismatchError",
+        "c_nvmlGpmMetricsGet_t",
     ):
         setattr(SimNvml, _name, _value)
 SimNvml.nvmlExceptionClass = staticmethod(nvmlExceptionClass)  # type: ignore[attr-defined]

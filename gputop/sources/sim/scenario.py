@@ -157,7 +157,23 @@ _GPU_KEYS: dict[str, tuple[str, Any]] = {
     "throttle": ("strlist", []),
     "not_supported": ("strlist", []),
     "event_types": ("int", None),
+    # issue 19: MIG (docs/mig.md); each entry a profile or a mapping of _MIG_KEYS, null
+    # an empty slot
+    "mig_pending": ("bool", None),  # the mode after the next reset; default: mig
+    "mig_devices": ("list", []),
+    "mig_max_devices": ("int", 7),
+    "mig_no_permission": ("bool", False),  # a container without NVIDIA_MIG_MONITOR_DEVICES
+    "gpm": ("bool", False),  # per-instance SM activity (Hopper and newer drivers)
 }
+
+_MIG_KEYS: dict[str, tuple[str, Any]] = {
+    "profile": ("str", None),
+    "gi": ("int", None),  # default: slot + 1
+    "ci": ("int", 0),
+    "uuid": ("str", None),
+    "mem_mib": ("int", None),  # default: 96.25 % of the profile's size, as the drivers do
+}
+_MIG_PROFILE = re.compile(r"(?:(\d)c\.)?([1-7])g\.(\d{1,3})gb(?:\+me)?")
 
 _PROC_KEYS: dict[str, tuple[str, Any]] = {
     "pid": ("int", None),
@@ -178,6 +194,7 @@ _PROC_KEYS: dict[str, tuple[str, Any]] = {
     "vanish_after_list": ("bool", False),
     "dips": ("dips", []),
     "cgroup": ("str", None),  # issue 15: its /proc/PID/cgroup text (job, container, pod)
+    "mig": ("int", None),  # issue 19: the MIG device (slot) of its one GPU it runs on
 }
 
 # issue 15: a Slurm job as squeue reports it; its processes name it in their cgroup.
@@ -444,6 +461,7 @@ def scenario_from_dict(
             raise chk.fail(("processes", i, "type"), "expected C, G or C+G")
         if not re.fullmatch(r"[RSDZTtXIW]", merged["state"]):
             raise chk.fail(("processes", i, "state"), "expected one letter: R S D Z T ...")
+        _check_proc_mig(merged, gpus, chk, ("processes", i))
         if merged["uid"] is None:
             merged["uid"] = 0 if merged["user"] == "root" else 1000 + zlib.crc32(
                 merged["user"].encode()
@@ -517,6 +535,54 @@ def _complete_gpu(
             raise chk.fail((*path, "cpu_affinity"), str(exc)) from None
     g["not_supported"] = {normalize_field(f) for f in g["not_supported"]}
     g["index"] = index
+    _complete_mig(g, index, h, chk, path)
+
+
+def _complete_mig(
+    g: dict[str, Any], index: int, h: int, chk: _Checker, path: tuple[Any, ...]
+) -> None:
+    """Issue 19: every slot of mig_devices as a full mapping (None: an empty slot)."""
+    if g["mig_pending"] is None:
+        g["mig_pending"] = g["mig"]
+    raw = g["mig_devices"]
+    if raw and not g["mig"]:
+        raise chk.fail((*path, "mig_devices"), "MIG devices need mig: true")
+    if not 1 <= g["mig_max_devices"] <= 7 or len(raw) > g["mig_max_devices"]:
+        raise chk.fail((*path, "mig_devices"), "at most mig_max_devices (1..7) slots")
+    slots: list[dict[str, Any] | None] = []
+    for slot, item in enumerate(raw):
+        where = (*path, "mig_devices", slot)
+        if item is None:
+            slots.append(None)
+            continue
+        spec = chk.mapping({"profile": item} if isinstance(item, str) else item, where,
+                           _MIG_KEYS)
+        found = _MIG_PROFILE.fullmatch(spec.get("profile") or "")
+        if found is None:
+            raise chk.fail((*where, "profile"), "expected a profile like 1g.10gb or 3g.40gb")
+        hx = f"{_mix(h + 101 * (slot + 1)):016x}{_mix(h + 7 * slot):016x}"
+        slots.append({
+            "profile": spec["profile"],
+            "gi": spec.get("gi") if spec.get("gi") is not None else slot + 1,
+            "ci": spec.get("ci") or 0,
+            "uuid": spec.get("uuid")
+            or f"MIG-{hx[:8]}-{hx[8:12]}-5{hx[13:16]}-8{hx[17:20]}-{hx[20:32]}",
+            "mem_mib": spec.get("mem_mib") or round(int(found.group(3)) * 1024 * 0.9625),
+        })
+    g["mig_devices"] = slots
+
+
+def _check_proc_mig(
+    proc: dict[str, Any], gpus: list[dict[str, Any]], chk: _Checker, path: tuple[Any, ...]
+) -> None:
+    slot = proc["mig"]
+    if slot is None:
+        return
+    if len(proc["gpus"]) != 1:
+        raise chk.fail((*path, "mig"), "a process on a MIG device uses exactly one GPU")
+    devices = gpus[next(iter(proc["gpus"]))]["mig_devices"]
+    if not 0 <= slot < len(devices) or devices[slot] is None:
+        raise chk.fail((*path, "mig"), f"no MIG device {slot} on its GPU")
 
 
 def _topology(

@@ -91,7 +91,8 @@ def gpu_class(gpu: Gpu, snap: HostSnapshot, now: float, warned: bool = False) ->
         return BROKEN
     if warned and gpu.ecc_volatile_uncorrected:
         return BROKEN
-    if any(r.active(now) and picking.reserves(r, gpu) for r in snap.reservations):
+    if any(r.active(now) and r.mig_uuid is None and picking.reserves(r, gpu)
+           for r in snap.reservations):
         return RESERVED
     if picking.unknown(gpu):
         return UNKNOWN  # unknown is never free
@@ -186,6 +187,8 @@ def gpu_cell(gpu: Gpu, kind: str, warned: bool, reserved: bool, narrow: bool = F
     mem = "  -" if gpu.mem_percent is None else f"{min(round(gpu.mem_percent), 100):>3}"
     if kind == BROKEN and gpu.state != model.GPU_OK:
         body = "OFF" if narrow else f"{gpu.state.upper():^6}"
+    elif gpu.mig_devices:
+        body = _mig_body(gpu, narrow)
     else:
         body = util if narrow else f"{util}{mem}"
     # The card's colour on its numbers only: as the Text's base style it would also paint
@@ -195,6 +198,25 @@ def gpu_cell(gpu: Gpu, kind: str, warned: bool, reserved: bool, narrow: bool = F
     cell.append("!" if warned else " ", "bold red" if warned else "")
     cell.append("R" if reserved else " ", "bold cyan" if reserved else "")
     return cell
+
+
+_FILL = "·▁▂▃▄▅▆▇█"  # "·": an instance nobody uses
+
+
+def _mig_body(gpu: Gpu, narrow: bool) -> str:
+    """Issue 19: a MIG card's cell, "M" and one bar per MIG device's memory; with more
+    devices than the cell has room for (or narrow), the devices' memory together in
+    percent.  Always the width of a card's cell: columns of hosts stay aligned."""
+    room = (NARROW_CELL_WIDTH if narrow else CELL_WIDTH) - 3  # "M", then the "!R" marks
+    if len(gpu.mig_devices) <= room and not narrow:
+        return "M" + "".join(
+            _FILL[min(round(8 * d.mem_used / d.mem_total), 8)]
+            if d.mem_used is not None and d.mem_total else "?"
+            for d in gpu.mig_devices
+        ).ljust(room)
+    used, total = model.mig_memory(gpu)
+    pct = f"{min(round(100 * used / total), 99)}" if used is not None and total else "-"
+    return ("M" + (pct if narrow else f"{pct}%").rjust(room))[: room + 1]
 
 
 def host_line(
@@ -548,7 +570,7 @@ def process_line(snap: HostSnapshot, proc: GpuProcess, idle: bool,
     line = Text(no_wrap=True, overflow="crop")
     line.append(_cells(snap.host, 16), "bold")
     sm = "-" if proc.sm_util is None else str(proc.sm_util)
-    line.append(f" {proc.gpu:>3} {proc.pid:>8} ")
+    line.append(f" {proc.gpu_label:>3} {proc.pid:>8} ")
     line.append(_cells(proc.user or "-", 12))
     line.append(" ")
     line.append(f"{fmt.size(proc.gpu_mem):>7}", "magenta" if idle else "")

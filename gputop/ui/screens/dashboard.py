@@ -24,7 +24,7 @@ from gputop.ui import table_model, tree
 from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey
 from gputop.ui.widgets.filter_input import FilterInput
-from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData, history_reach
+from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData, history_reach, mig_reservations
 from gputop.ui.widgets.header import HeaderBar, HostHistory, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
@@ -188,7 +188,7 @@ class DashboardScreen(Screen[None]):
                 panel.display = i in indexes
             self._panel_gpus = indexes
             self._compact = None
-        self._arrange_panels(len(indexes))
+        self._arrange_panels(len(indexes), sum(len(g.mig_devices) for g in snap.gpus))
         state = self.app.state
         history = state.history
         span = self._span()
@@ -214,7 +214,9 @@ class DashboardScreen(Screen[None]):
                 mem_series=mem_series,
                 warnings=state.warnings_for(snap.host, gpu.index),
                 reservations=[r for r in snap.reservations
-                              if r.active(now) and picking.reserves(r, gpu)],
+                              if r.active(now) and r.mig_uuid is None
+                              and picking.reserves(r, gpu)],
+                mig_reservations=mig_reservations(snap, gpu, now),
                 now=now,
                 span=span,
                 kept=kept,
@@ -233,10 +235,10 @@ class DashboardScreen(Screen[None]):
             if panel.styles.max_height is None or panel.styles.max_height.value != limit:
                 panel.styles.max_height = limit
 
-    def _arrange_panels(self, count: int) -> None:
+    def _arrange_panels(self, count: int, mig_rows: int = 0) -> None:
         width, height = self.size
         columns = 2 if width >= 200 and count >= 2 else 1
-        rows_full = -(-count // columns) * 3
+        rows_full = -(-count // columns) * 3 + mig_rows // columns
         compact = rows_full > (height - 6) * 0.55
         if compact == self._compact:
             return

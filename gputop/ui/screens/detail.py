@@ -93,7 +93,7 @@ class DetailScreen(Screen[None]):
         host, pid, _ticks, gpu = self.key
         title = Text()
         title.append(f"PID {pid}", style="bold")
-        title.append(f" on {fmt.visible(host)}, GPU {gpu}")
+        title.append(f" on {fmt.visible(host)}, GPU {proc.gpu_label if proc else gpu}")
         if proc is None:
             title.append("  — no longer listed: exited or freed its GPU context",
                          style="bold red")
@@ -128,6 +128,9 @@ class DetailScreen(Screen[None]):
             ("RSS", fmt.size(proc.rss)),
             ("start ticks", "-" if proc.start_ticks is None else str(proc.start_ticks)),
         ]
+        if proc.mig_device is not None:  # issue 19: the MIG device it runs on
+            rows.insert(4, ("MIG device", f"{proc.gpu_label}  GI {proc.gpu_instance_id} / CI "
+                            f"{proc.compute_instance_id}  {fmt.visible(proc.mig_uuid or '')}"))
         if self.facts is not None:
             if self.facts.get("error"):
                 rows.append(("cwd", f"not readable: {self.facts['error']}"))

@@ -41,13 +41,15 @@ def me_on(app: GputopApp, host: str) -> str:
     return app.identity(host).reservation_owner or "?"
 
 
-def selected_gpus(app: GputopApp) -> list[int]:
-    """The GPU under focus, else the GPU of the selected process row."""
+def selected_gpus(app: GputopApp) -> list[int | str]:
+    """The GPU under focus, else the GPU (or MIG device, "0:1") of the selected process."""
     state = app.state
     if state.selected_gpu is not None:
         return [state.selected_gpu]
     proc = state.selected_process()
-    return [proc.gpu] if proc is not None else []
+    if proc is None:
+        return []
+    return [proc.gpu_label if proc.mig_device is not None else proc.gpu]
 
 
 def free_gpu(snapshot: HostSnapshot, now: float) -> list[int]:
@@ -60,20 +62,26 @@ def free_gpu(snapshot: HostSnapshot, now: float) -> list[int]:
     return [free[0].index] if free else []
 
 
-def parse_gpus(text: str, snapshot: HostSnapshot) -> list[int]:
-    """`0,2` -> [0, 2], each checked against the host's GPUs."""
+def parse_gpus(text: str, snapshot: HostSnapshot) -> list[int | str]:
+    """`0,2` -> [0, 2], `0:1` (MIG device 1 of card 0) -> ["0:1"], each checked against
+    the host's GPUs."""
     known = {gpu.index for gpu in snapshot.gpus}
-    gpus: list[int] = []
+    migs = {d.label for gpu in snapshot.gpus for d in gpu.mig_devices if d.uuid}
+    gpus: list[int | str] = []
     for part in text.replace(" ", ",").split(","):
         if not part:
             continue
-        if not part.isdigit():
-            raise ValueError(f"GPUs: {part!r} is not a GPU index")
-        index = int(part)
-        if index not in known:
-            raise ValueError(f"GPUs: this host has no GPU {index}")
-        if index not in gpus:
-            gpus.append(index)
+        item: int | str
+        if part in migs:
+            item = part
+        elif not part.isdigit():
+            raise ValueError(f"GPUs: {part!r} is neither a GPU index nor a MIG device")
+        elif int(part) not in known:
+            raise ValueError(f"GPUs: this host has no GPU {part}")
+        else:
+            item = int(part)
+        if item not in gpus:
+            gpus.append(item)
     if not gpus:
         raise ValueError("GPUs: give at least one index, e.g. 0 or 0,2")
     return gpus
@@ -119,7 +127,8 @@ class ReserveScreen(ModalScreen["dict | None"]):
     if TYPE_CHECKING:
         app = getters.app(GputopApp)
 
-    def __init__(self, host: str, gpus: list[int], me: str, clock: Any = time.time) -> None:
+    def __init__(self, host: str, gpus: list[int | str], me: str,
+                 clock: Any = time.time) -> None:
         super().__init__()
         self.host = host
         self.gpus = gpus
@@ -164,7 +173,8 @@ class ReserveScreen(ModalScreen["dict | None"]):
         except ValueError:
             gpus = []
         now = self.clock()
-        held = [r for r in snapshot.reservations if r.gpu in gpus and r.active(now)]
+        held = [r for r in snapshot.reservations if r.active(now) and (
+            r.label in gpus or (r.mig_uuid is None and r.gpu in gpus))]
         current.update(describe(held, self.me, now))
 
     def _error(self, message: str) -> None:
@@ -248,8 +258,8 @@ def open_reserve(app: GputopApp) -> None:
         app.notify("reserve: no data from this host yet", severity="warning")
         return
     snap = app.state.snapshots[host]
-    gpus = ([app.state.selected_gpu] if app.state.selected_gpu is not None
-            else free_gpu(snap, app.clock()))
+    gpus: list[int | str] = ([app.state.selected_gpu] if app.state.selected_gpu is not None
+                             else list(free_gpu(snap, app.clock())))
     app.push_screen(ReserveScreen(host, gpus, me_on(app, host), clock=app.clock))
 
 
@@ -271,7 +281,10 @@ def release(app: GputopApp) -> None:
         )
         return
     chosen = set(selected_gpus(app))
-    gpus = sorted(r.gpu for r in mine if r.gpu in chosen) or None
+    # A card's own reservation by index, a MIG device's by its UUID (issue 19).
+    gpus: list[int | str] | None = [
+        r.mig_uuid if r.mig_uuid else r.gpu for r in mine
+        if (r.label if r.mig_uuid else r.gpu) in chosen] or None
     request = {"op": "release", "gpus": gpus}
     where = host_title(snapshot)
 

@@ -18,8 +18,17 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
+from gputop.analysis import mig
 from gputop.config import DEFAULT_COLORS, DEFAULT_THRESHOLDS
-from gputop.model import CRITICAL, GPU_OK, SEVERITY_ORDER, Gpu, HealthWarning, Reservation
+from gputop.model import (
+    CRITICAL,
+    GPU_OK,
+    SEVERITY_ORDER,
+    Gpu,
+    HealthWarning,
+    HostSnapshot,
+    Reservation,
+)
 from gputop.ui import fmt
 from gputop.ui.partial import changed_regions
 
@@ -44,6 +53,8 @@ class PanelData:
     now: float = 0.0
     span: float = 180.0  # seconds of history the sparkline covers
     kept: float = 0.0  # seconds of history kept; a compact row may show up to this much
+    # issue 19: reservations of single MIG devices, by MIG UUID
+    mig_reservations: dict[str, list[Reservation]] = field(default_factory=dict)
 
 
 def short_name(name: str | None) -> str:
@@ -106,11 +117,13 @@ class GpuPanel(Widget):
             self._stats,
             tuple(w.key for w in data.warnings),
             tuple(data.reservations),
+            tuple(sorted((k, tuple(v)) for k, v in data.mig_reservations.items())),
             self.size.width,
             compact,
         )
         if signature != self._signature:
             self._signature = signature
+            self._fit_height(data, compact)
             self._repaint_changes()
 
     def _repaint_changes(self) -> None:
@@ -130,6 +143,13 @@ class GpuPanel(Widget):
 
     def _key(self) -> Any:
         return (self._signature, self.size, self.has_class("-compact"), self.rich_style)
+
+    def _fit_height(self, data: PanelData, compact: bool) -> None:
+        """Issue 19: a MIG card's full panel grows by one line per MIG device."""
+        extra = len(data.gpu.mig_devices) + (1 if data.gpu.mig_note else 0)
+        height = 1 if compact else 3 + extra
+        if self.styles.height is None or self.styles.height.value != height:
+            self.styles.height = height
 
     def on_click(self, event: events.Click) -> None:
         self.post_message(self.Clicked(self.index))
@@ -216,6 +236,8 @@ class GpuPanel(Widget):
         slowed = [r for r in gpu.clock_event_reasons or () if r not in BENIGN_CLOCK_EVENTS]
         if slowed:
             out.append("  " + ",".join(slowed), style=self._style("warn"))
+        if gpu.mig_mode or gpu.mig_mode_pending:
+            out.append(f"  {mig.summary(gpu)}", style="bold")
         out.append_text(self._badges(data))
         facts = gpu_facts(gpu)
         if facts:  # last: what a narrow panel cuts first
@@ -252,7 +274,31 @@ class GpuPanel(Widget):
                       util_stat)
         out.append("  ")
         self._history(out, "mem", data.mem_series, data, half, HISTORY_MEM_STYLE, mem_stat)
+        self._mig_rows(out, data, bar_w)
         return out
+
+    def _mig_rows(self, out: Text, data: PanelData, bar_w: int) -> None:
+        """Issue 19: one line per MIG device, its gauges in the columns of the card's."""
+        for dev in data.gpu.mig_devices:
+            out.append("\n")
+            out.append(f"  {dev.label:<4}", style="bold")
+            out.append(f"{mig.describe(dev):<21}")
+            self._gauge(out, "SM", dev.sm_active, _frac(dev.sm_active, 100), "util", bar_w,
+                        f"{mig.activity(dev):>9}")
+            out.append("  ")
+            mem_pct = _pct_of(dev.mem_used, dev.mem_total)
+            self._gauge(out, "MEM", mem_pct, _frac(mem_pct, 100), "mem", bar_w,
+                        f"{fmt.size(dev.mem_used)}/{fmt.size(dev.mem_total)}".rjust(12))
+            out.append(f"  BAR1 {fmt.size(dev.bar1_used)}/{fmt.size(dev.bar1_total)}",
+                       style="dim")
+            for r in data.mig_reservations.get(dev.uuid or "", ()):
+                out.append(" RSV ", style="bold reverse")
+                out.append(fmt.visible(r.user))
+                out.append(f" {fmt.duration(r.until - data.now)}", style="dim")
+            out.append(f"  {fmt.visible(dev.uuid or '')}", style="dim")
+        if data.gpu.mig_note:
+            out.append("\n")
+            out.append(f"  {fmt.visible(data.gpu.mig_note)}", style=self._style("warn"))
 
     def _history(self, out: Text, label: str, series: list[tuple[float, float]],
                  data: PanelData, width: int, style: str, stat: str) -> None:
@@ -285,6 +331,8 @@ class GpuPanel(Widget):
         out.append(f" {power:>4}W", style=self._style(power_level))
         if gpu.pstate is not None:
             out.append(f" P{gpu.pstate}")
+        if gpu.mig_mode:
+            out.append(f" MIG×{len(gpu.mig_devices)}", style="bold")
         badges = self._badges(data)
         spark_w = max(width - out.cell_len - 1 - badges.cell_len, 0)
         if spark_w >= 4:
@@ -322,6 +370,15 @@ def history_reach(span: float, kept: float, compact: bool, width: int) -> float:
     if not compact:
         return span
     return min(kept, max(span, width * span / 60))
+
+
+def mig_reservations(snap: HostSnapshot, gpu: Gpu, now: float) -> dict[str, list[Reservation]]:
+    """Active reservations of single MIG devices of ``gpu``, by MIG UUID."""
+    out: dict[str, list[Reservation]] = {}
+    for r in snap.reservations:
+        if r.gpu == gpu.index and r.mig_uuid and r.active(now):
+            out.setdefault(r.mig_uuid, []).append(r)
+    return out
 
 
 def compact_sparkline(data: PanelData, width: int) -> str:
