@@ -36,8 +36,6 @@ STDLIB_ONLY = (
     "gputop.actions.liveness",  # issue 18 (shipped in the bundle)
     "gputop.actions.queue",
     "gputop.actions.dispatch",
-    "gputop.actions.liveness",
-    "gputop.actions.queue",
 )
 
 
