@@ -147,17 +147,22 @@ def _rejection(
         if busy.get(gpu.index):
             return f"{busy[gpu.index]} process(es) running"
         return None
+    return _limits(gpu.mem_free, gpu.util_gpu, min_free_mem, max_util, "utilization unknown")
+
+
+def _limits(free: int | None, util: float | None, min_free_mem: int | None,
+            max_util: float | None, no_util: str) -> str | None:
+    """Why a card or MIG device misses --min-free-mem or --max-util, or None."""
     if min_free_mem is not None:
-        free = gpu.mem_free
         if free is None:
             return "free memory unknown"
         if free < min_free_mem:
             return f"{free / 2**30:.1f} GiB free"
     if max_util is not None:
-        if gpu.util_gpu is None:
-            return "utilization unknown"
-        if gpu.util_gpu > max_util:
-            return f"{gpu.util_gpu} % busy"
+        if util is None:
+            return no_util
+        if util > max_util:
+            return f"{util} % busy"
     return None
 
 
@@ -279,18 +284,8 @@ def _mig_rejection(
         return f"reserved by {reservation.user}"
     if min_free_mem is None and max_util is None:
         return f"{busy} process(es) running" if busy else None
-    if min_free_mem is not None:
-        free = dev.mem_free
-        if free is None:
-            return "free memory unknown"
-        if free < min_free_mem:
-            return f"{free / 2**30:.1f} GiB free"
-    if max_util is not None:
-        if dev.sm_active is None:
-            return "utilization unknown (no GPM on this card)"
-        if dev.sm_active > max_util:
-            return f"{dev.sm_active} % busy"
-    return None
+    return _limits(dev.mem_free, dev.sm_active, min_free_mem, max_util,
+                   "utilization unknown (no GPM on this card)")
 
 
 def reservation_warnings(

@@ -54,7 +54,7 @@ def run(command: str, options: SourceOptions, args: argparse.Namespace) -> int:
 
 def _pick(options: SourceOptions, args: argparse.Namespace) -> int:
     count = _count(args.count)
-    min_free, max_util = _filters(args)
+    min_free, max_util = card_filters(args)
     config = common.config(options)
     settings = common.settings(config)
     collected = common.collect(options, config, common.plan(options, True, args.host))
@@ -106,7 +106,7 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
     if gpus is not None and (args.min_free_mem or args.max_util is not None):
         raise usage_error("--min-free-mem and --max-util choose cards: use them with --count")
     count = _count(args.count) if gpus is None else 0
-    min_free, max_util = _filters(args)
+    min_free, max_util = card_filters(args)
     config = common.config(options)
     settings = common.settings(config)
     plan = common.plan(options, True, args.host)
@@ -286,7 +286,7 @@ def _count(value: int | None) -> int:
     return count
 
 
-def _filters(args: argparse.Namespace) -> tuple[int | None, float | None]:
+def card_filters(args: argparse.Namespace) -> tuple[int | None, float | None]:
     min_free = None
     if args.min_free_mem:
         try:

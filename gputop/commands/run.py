@@ -28,10 +28,11 @@ from typing import Any
 from gputop.actions import queue, reservations
 from gputop.actions.reservations import ReservationError
 from gputop.analysis import queueing
-from gputop.analysis.durations import format_duration, parse_duration, parse_size
+from gputop.analysis.durations import format_duration, parse_duration
 from gputop.analysis.pipeline import warnings_once
 from gputop.commands import common
 from gputop.commands.common import CommandError, action_failed, usage_error
+from gputop.commands.reserve import card_filters
 from gputop.exitcodes import EXIT_CANNOT_RUN, EXIT_TIME_LIMIT, EXIT_WAIT_EXPIRED
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
@@ -114,14 +115,7 @@ def parse_request(args: argparse.Namespace) -> Request:
             raise usage_error(f"--gpu-ids: {args.gpu_ids!r}: each index once, 0 or more")
     if args.gpus is not None and not 1 <= args.gpus <= reservations.MAX_GPUS:
         raise usage_error(f"--gpus must be 1..{reservations.MAX_GPUS}, got {args.gpus}")
-    min_free = None
-    if args.min_free_mem:
-        try:
-            min_free = parse_size(args.min_free_mem)
-        except ValueError as exc:
-            raise usage_error(f"--min-free-mem: {exc}") from None
-    if args.max_util is not None and not 0 <= args.max_util <= 100:
-        raise usage_error(f"--max-util must be 0..100, got {args.max_util:g}")
+    min_free, max_util = card_filters(args)
     try:
         for_s = parse_duration(args.duration) if args.duration else None
         wait_s = 0.0 if args.no_wait else parse_duration(args.wait) if args.wait else None
@@ -134,7 +128,7 @@ def parse_request(args: argparse.Namespace) -> Request:
     except ReservationError as exc:
         raise usage_error(f"--note: {exc}") from None
     gpus = None if gpu_ids is not None else args.gpus if args.gpus is not None else 1
-    return Request(gpus, gpu_ids, min_free, args.max_util,
+    return Request(gpus, gpu_ids, min_free, max_util,
                    for_s, wait_s, args.priority, note, tuple(command))
 
 

@@ -47,6 +47,30 @@ REPLAY = Capabilities(kill=True, reserve=True, simulated=True)
 READONLY_WHY = "read-only mode (--readonly)"
 
 
+class ReadOnlyFeed:
+    """What a feed that can only read (Prometheus, `gputop serve`'s API) answers: no
+    action, no process details, the local user as "me". ``why`` says why, for dialogs."""
+
+    why = ""
+
+    def __init__(self) -> None:
+        from gputop.sources.identity import local_identity
+
+        self._identity = local_identity()
+
+    def capabilities(self, host: str) -> Capabilities:
+        return Capabilities(why_not=self.why)
+
+    def identity(self, host: str) -> Identity:
+        return self._identity
+
+    def process_details(self, host: str, pid: int, start_ticks: int | None) -> ProcessDetails:
+        return ProcessDetails(None, None)
+
+    async def request(self, host: str, request: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": False, "message": self.why}
+
+
 @dataclass(frozen=True)
 class ProcessDetails:
     facts: dict[str, Any] | None  # procfs' process() dict, or {"error": ...}

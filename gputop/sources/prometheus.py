@@ -45,8 +45,7 @@ from gputop.model import (
     Reservation,
     error_snapshot,
 )
-from gputop.sources.feed import Capabilities, ProcessDetails
-from gputop.sources.identity import Identity, local_identity
+from gputop.sources.feed import ReadOnlyFeed
 
 MIB = 1024**2
 MAX_BODY_BYTES = 512 * MIB  # decompressed; 1,000 hosts x 8 GPUs is about 30 MiB
@@ -63,7 +62,6 @@ SOURCE_GPUTOP = "gputop serve"
 
 WHY_READ_ONLY = ("read through Prometheus: kill and reserve need SSH to the host "
                  "(--hosts) or its gputop serve")
-READ_ONLY = Capabilities(why_not=WHY_READ_ONLY)
 
 # (gpu field, multiplier) per series name.
 _DCGM_FIELDS: dict[str, tuple[str, float]] = {
@@ -499,12 +497,15 @@ def _snapshot(host: _Host, up: dict[str, float], scraped: dict[str, float], now:
 # -- the feed ----------------------------------------------------------------------------------
 
 
-class PrometheusFeed:
+class PrometheusFeed(ReadOnlyFeed):
     """Every host a Prometheus server knows, read-only.  ``hosts`` grows as hosts appear."""
+
+    why = WHY_READ_ONLY
 
     def __init__(self, url: str, config: PrometheusConfig, timeout: float,
                  environ: dict[str, str] | None = None,
                  clock: Callable[[], float] = time.time, history_s: float = 0.0) -> None:
+        super().__init__()
         self.client = PromClient(url, config, timeout, environ)
         self.history_s = history_s  # the dashboard's history window, backfilled at start
         self.config = config
@@ -513,16 +514,6 @@ class PrometheusFeed:
         self.failures = 0
         self._names: dict[str, str] = {}
         self._closed = asyncio.Event()
-        self._identity = local_identity()
-
-    def capabilities(self, host: str) -> Capabilities:
-        return READ_ONLY
-
-    def identity(self, host: str) -> Identity:
-        return self._identity
-
-    def process_details(self, host: str, pid: int, start_ticks: int | None) -> ProcessDetails:
-        return ProcessDetails(None, None)
 
     def poll(self) -> list[HostSnapshot]:
         """One refresh, never raising: a failed query is one snapshot naming the server."""
@@ -597,9 +588,6 @@ class PrometheusFeed:
             delay = max(0.0, self.backoff(interval) - (time.monotonic() - started))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._closed.wait(), timeout=delay)
-
-    async def request(self, host: str, request: dict[str, Any]) -> dict[str, Any]:
-        return {"ok": False, "message": WHY_READ_ONLY}
 
     async def close(self) -> None:
         self._closed.set()

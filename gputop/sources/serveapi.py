@@ -16,18 +16,15 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from gputop import model
 from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot, error_snapshot
-from gputop.sources.feed import Capabilities, ProcessDetails
-from gputop.sources.identity import Identity, local_identity
+from gputop.sources.feed import ReadOnlyFeed
 from gputop.sources.prometheus import PromError, read_body
 
 WHY_READ_ONLY = ("read from gputop serve's snapshot API: kill and reserve need SSH to "
                  "the host")
-READ_ONLY = Capabilities(why_not=WHY_READ_ONLY)
 
 
 def fetch(spec: HostSpec, timeout: float) -> HostSnapshot:
@@ -67,24 +64,17 @@ def _snapshot(spec: HostSpec, raw: bytes) -> HostSnapshot:
         raise PromError(model.HOST_ERROR, f"bad snapshot: {type(err).__name__}") from None
 
 
-class ServeFeed:
+class ServeFeed(ReadOnlyFeed):
     """Hosts with ``url:`` in the hosts file, each polled on its own thread."""
 
+    why = WHY_READ_ONLY
+
     def __init__(self, specs: Sequence[HostSpec], timeout: float) -> None:
+        super().__init__()
         self.specs = list(specs)
         self.hosts = [spec.name for spec in self.specs]
         self.timeout = timeout
         self._closed = asyncio.Event()
-        self._identity = local_identity()
-
-    def capabilities(self, host: str) -> Capabilities:
-        return READ_ONLY
-
-    def identity(self, host: str) -> Identity:
-        return self._identity
-
-    def process_details(self, host: str, pid: int, start_ticks: int | None) -> ProcessDetails:
-        return ProcessDetails(None, None)
 
     def poll(self) -> list[HostSnapshot]:
         return [fetch(spec, self.timeout) for spec in self.specs]
@@ -102,9 +92,6 @@ class ServeFeed:
                     await asyncio.wait_for(self._closed.wait(), timeout=delay)
 
         await asyncio.gather(*(one(spec) for spec in self.specs))
-
-    async def request(self, host: str, request: dict[str, Any]) -> dict[str, Any]:
-        return {"ok": False, "message": WHY_READ_ONLY}
 
     async def close(self) -> None:
         self._closed.set()

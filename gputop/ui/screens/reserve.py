@@ -52,6 +52,15 @@ def selected_gpus(app: GputopApp) -> list[int | str]:
     return [proc.gpu_label if proc.mig_device is not None else proc.gpu]
 
 
+def offered_gpus(app: GputopApp, snapshot: HostSnapshot) -> list[int | str]:
+    """What `r` offers: the GPU under focus, or the MIG device of the selected process
+    (the unit one reserves on a MIG card); else a free card, not a busy process's."""
+    chosen = selected_gpus(app)
+    if app.state.selected_gpu is not None or any(isinstance(c, str) for c in chosen):
+        return chosen
+    return list(free_gpu(snapshot, app.clock()))
+
+
 def free_gpu(snapshot: HostSnapshot, now: float) -> list[int]:
     """A card with no process and no reservation, the least memory used first; none when
     every card is taken (then the user types one)."""
@@ -257,9 +266,7 @@ def open_reserve(app: GputopApp) -> None:
     if host is None or app.state.snapshots.get(host) is None:
         app.notify("reserve: no data from this host yet", severity="warning")
         return
-    snap = app.state.snapshots[host]
-    gpus: list[int | str] = ([app.state.selected_gpu] if app.state.selected_gpu is not None
-                             else list(free_gpu(snap, app.clock())))
+    gpus = offered_gpus(app, app.state.snapshots[host])
     app.push_screen(ReserveScreen(host, gpus, me_on(app, host), clock=app.clock))
 
 
