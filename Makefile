@@ -60,7 +60,7 @@ bench-ssh: $(STAMP)
 	$(BIN)/python bench/bench_ssh.py
 
 # issue 14: gputop next to nvitop on the shared fake driver; nvitop goes into its own venv
-# (BENCH_VENV, default /work/bench-venv), never into gputop's dependencies.
+# (BENCH_VENV, default .venv-nvitop), never into gputop's dependencies.
 .PHONY: bench-nvitop
 bench-nvitop: $(STAMP)
 	$(BIN)/python bench/bench_vs_nvitop.py --setup

@@ -8,7 +8,7 @@ in its own virtual environment, never in gputop's dependencies:
     python bench/bench_vs_nvitop.py                  # the table (about 6 minutes)
     python bench/bench_vs_nvitop.py --tui-seconds 20 --runs 3   # quicker, noisier
 
-Environment: BENCH_VENV (default /work/bench-venv, where `--setup` installs nvitop 1.7.2),
+Environment: BENCH_VENV (default .venv-nvitop here; `--setup` installs nvitop 1.7.2 there),
 FAKENVML (default ../shared/fakenvml), FAKENVML_LIBDIR (where the library is built).
 Without nvitop or the fake driver it says so and exits 0: a benchmark, not a test.
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKENVML = Path(os.environ.get("FAKENVML", ROOT.parent / "shared" / "fakenvml"))
-BENCH_VENV = Path(os.environ.get("BENCH_VENV", "/work/bench-venv"))
+BENCH_VENV = Path(os.environ.get("BENCH_VENV", ROOT / ".venv-nvitop"))
 LIBDIR = Path(os.environ.get("FAKENVML_LIBDIR", Path(tempfile.gettempdir()) / "fakenvml-bench"))
 NVITOP_VERSION = "1.7.2"
 GPUTOP = [str(Path(sys.executable).parent / "gputop")]
