@@ -163,3 +163,24 @@ def test_hosts_file_url_entry_reads_the_snapshot_api(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-m", "gputop.cli", "--hosts", str(bad), "--once"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and f"{bad}:2:" in done.stderr and "url" in done.stderr
+
+
+def test_mig_instances_carry_dcgm_exporters_instance_labels() -> None:
+    from helpers.ui import demo_snapshots
+
+    snap = demo_snapshots("mig", 2)[-1]
+    text = expo.render(expo.families(snap, [], {}, {}, None))
+    card0 = snap.gpus[0]
+    instances = {d.gi for d in card0.mig_devices}
+    used = [line for line in lines(text, "DCGM_FI_DEV_FB_USED") if 'UUID="' + str(card0.uuid)
+            in line and "GPU_I_ID" in line]
+    # One series per GPU instance of card 0, named as dcgm-exporter names them.
+    assert sorted(int(line.split('GPU_I_ID="')[1].split('"')[0]) for line in used) == sorted(
+        instances)
+    first = next(d for d in card0.mig_devices if d.gi is not None)
+    [mine] = [line for line in used if f'GPU_I_ID="{first.gi}"' in line]
+    assert f'GPU_I_PROFILE="{first.profile}"' in mine
+    assert mine.endswith(f" {(first.mem_used or 0) // MIB}")
+    # No label set twice in one family: the exposition stays valid.
+    series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")]
+    assert len(series) == len(set(series))

@@ -110,6 +110,33 @@ def _dcgm_values(gpu: Gpu, last_xid: int | None) -> dict[str, float | int | bool
     }
 
 
+def _mig_values(
+    gpu: Gpu, labels: dict[str, str]
+) -> list[tuple[dict[str, str], dict[str, float | int | None]]]:
+    """A MIG card's GPU instances as dcgm-exporter shows them: the card's labels plus
+    GPU_I_ID and GPU_I_PROFILE, framebuffer per instance, and activity where GPM gives
+    it. Compute instances of one GPU instance share its memory: one series each."""
+    out = []
+    seen: set[int] = set()
+    for dev in gpu.mig_devices:
+        if dev.gi is None or dev.gi in seen:
+            continue
+        seen.add(dev.gi)
+        free = None
+        if dev.mem_total is not None and dev.mem_used is not None:
+            free = max(dev.mem_total - dev.mem_used, 0) // MIB
+        out.append((
+            {**labels, "GPU_I_ID": str(dev.gi), "GPU_I_PROFILE": dev.profile or ""},
+            {
+                "DCGM_FI_DEV_FB_USED": None if dev.mem_used is None else dev.mem_used // MIB,
+                "DCGM_FI_DEV_FB_FREE": free,
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE":
+                    None if dev.sm_active is None else dev.sm_active / 100,
+            },
+        ))
+    return out
+
+
 def gpu_labels(snap: HostSnapshot, gpu: Gpu, settings: ExportSettings) -> dict[str, str]:
     host = snap.hostname or snap.host
     labels = {
@@ -144,6 +171,9 @@ def families(
         xid = last_xid.get(gpu.index, 0 if snap.xid_watched else None)
         for name, value in _dcgm_values(gpu, xid).items():
             dcgm[name].add(labels, value)
+        for mig_labels, values in _mig_values(gpu, labels):
+            for name, value in values.items():
+                dcgm[name].add(mig_labels, value)
     host = {"Hostname": snap.hostname or snap.host}
     if settings.lowercase_hostname:
         host["hostname"] = host["Hostname"]
