@@ -399,3 +399,28 @@ def _blank() -> dict[str, object]:
     from gputop.model import Workload
 
     return {k: v for k, v in Workload(kind="", id="").to_dict().items() if k not in ("kind", "id")}
+
+
+def test_a_one_shot_waits_briefly_for_names_and_never_for_a_hung_squeue(
+        cgroup_v2: Cgroups, reaper: Reaper, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the collector does for `--once`/`--json` (name_wait_s): ask, wait a bounded
+    time, ask again; the answer then has squeue's names."""
+    proc = start_sleeper(reaper)
+    cgroup_v2.move(f"{TAG}.slice/{TAG}_slurmstepd.scope/job_4242/step_0", proc.pid)
+    _squeue(tmp_path, monkeypatch, f"cat {FIXTURES / 'squeue' / 'slurm-23.11.json'}")
+    resolver = WorkloadResolver(sockets={})
+    found = [dict(resolver.resolve(proc.pid, start_ticks(proc.pid)) or {})]
+    resolver.name_all(found)
+    assert "name" not in found[0]  # the first refresh never blocks on squeue
+    resolver.wait(timeout=30.0)
+    resolver.name_all(found)
+    assert found[0]["name"] == "llama-ft" and found[0]["id"] == "4242"
+    # A hung squeue: the bounded wait returns with the lookup still running.
+    hung = tmp_path / "hung"
+    hung.mkdir()
+    _squeue(hung, monkeypatch, "exec sleep 60")
+    slow = WorkloadResolver(sockets={}, squeue_timeout=5.0)
+    slow.name_all([{"kind": "slurm", "id": "4242"}])
+    slow.wait(timeout=0.2)
+    assert slow.slurm._work.busy()

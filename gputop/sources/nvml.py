@@ -205,8 +205,12 @@ class Collector:
         reservations_dir: str | None = None,
         clock: Callable[[], float] = time.time,
         lean: bool = False,
+        name_wait_s: float = 0.0,
     ) -> None:
         self.nvml = nvml
+        # A one-shot command waits this long for job and container names (squeue, the
+        # Engine API); the dashboard never waits: names arrive with a later refresh.
+        self.name_wait_s = name_wait_s
         # A one-shot table: no topology, NVLink remotes, XID event registration or device
         # scan, which cost most of its NVML calls and show nowhere in it.
         self.lean = lean
@@ -929,6 +933,9 @@ class Collector:
                 found.append(row["workload"])
         workloads.forget_except(keys)
         workloads.name_all(found)
+        if found and self.name_wait_s > 0:
+            workloads.wait(self.name_wait_s)
+            workloads.name_all(found)
         snap["workload_notes"] = workloads.notes()
         snap["own_workload"] = workloads.own()
 
@@ -1055,7 +1062,8 @@ def _init_failure_message(err: BaseException) -> str:
 
 
 def open_local(
-    host: str = "localhost", reservations_dir: str | None = None, lean: bool = False
+    host: str = "localhost", reservations_dir: str | None = None, lean: bool = False,
+    name_wait_s: float = 0.0,
 ) -> Collector:
     """A Collector for this machine's GPUs; NoDriverError when there are none to read."""
     try:
@@ -1065,7 +1073,7 @@ def open_local(
     from gputop.sources.procfs import ProcFs
 
     collector = Collector(pynvml, ProcFs(), host=host, reservations_dir=reservations_dir,
-                          lean=lean)
+                          lean=lean, name_wait_s=name_wait_s)
     # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
     if collector._get("nvmlDeviceGetCount") == 0:
         raise NoDriverError(NO_GPUS_MESSAGE)

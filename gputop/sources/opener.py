@@ -46,6 +46,8 @@ __all__ = [
 # In a one-shot --demo the simulation is read twice, this far apart in simulated time, so
 # that rates and per-process SM % have a window to be computed over.
 DEMO_WARMUP_S = 0.2
+# A one-shot command waits at most this long for Slurm job and container names.
+ONE_SHOT_NAME_WAIT_S = 2.0
 
 
 class SourceError(Exception):
@@ -138,7 +140,8 @@ def open_feeds(
     if plan.demo:
         feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean))
     elif plan.local:
-        feeds.append(_local_feed(options, config, need_driver, lean))
+        feeds.append(_local_feed(options, config, need_driver, lean,
+                                 ONE_SHOT_NAME_WAIT_S if one_shot else 0.0))
     ssh_hosts = tuple(spec for spec in plan.ssh_hosts if spec.url is None)
     if ssh_hosts:
         from gputop.sources.ssh import SshFeed
@@ -177,7 +180,8 @@ def _action_env(options: SourceOptions, config: Config, **extra: Any) -> Any:
 
 
 def _local_feed(
-    options: SourceOptions, config: Config, need_driver: bool = True, lean: bool = False
+    options: SourceOptions, config: Config, need_driver: bool = True, lean: bool = False,
+    name_wait_s: float = 0.0,
 ) -> LocalFeed:
     from gputop.sources.feed import LocalFeed
     from gputop.sources.procfs import ProcFs
@@ -185,7 +189,7 @@ def _local_feed(
     store = reservations_dir(options, config)
     collector: Collector | Any
     try:
-        collector = open_local(reservations_dir=store, lean=lean)
+        collector = open_local(reservations_dir=store, lean=lean, name_wait_s=name_wait_s)
         procs = collector.procs
     except NoDriverError as err:
         if need_driver:

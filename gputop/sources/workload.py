@@ -517,9 +517,16 @@ class WorkloadResolver:
             self._k8s_at = now
             self._k8s = scan_k8s_logs(*self._k8s_dirs)
 
-    def wait(self) -> None:
-        """Let pending background lookups finish (tests and one-shot commands)."""
-        self.slurm.wait()
+    def wait(self, timeout: float | None = None) -> None:
+        """Let pending background lookups finish (tests and one-shot commands), for at
+        most ``timeout`` seconds in all when given."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> dict[str, float]:
+            return {} if deadline is None else {
+                "timeout": max(deadline - time.monotonic(), 0.0)}
+
+        self.slurm.wait(**left())
         for names in self.containers.values():
-            names.wait()
+            names.wait(**left())
 
