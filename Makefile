@@ -51,7 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_ui.py
 	$(BIN)/python bench/bench_mig.py
 
-# `gputop serve` scrape latency and CPU, `--prometheus` at 1,000 hosts (issue 16).
+# `gputop serve` scrape latency and CPU, `--prometheus` at 1,000 hosts.
 bench-prometheus: $(STAMP)
 	$(BIN)/python bench/bench_prometheus.py
 
@@ -59,7 +59,7 @@ bench-prometheus: $(STAMP)
 bench-ssh: $(STAMP)
 	$(BIN)/python bench/bench_ssh.py
 
-# issue 14: gputop next to nvitop on the shared fake driver; nvitop goes into its own venv
+# gputop next to nvitop on the shared fake driver; nvitop goes into its own venv
 # (BENCH_VENV, default .venv-nvitop), never into gputop's dependencies.
 .PHONY: bench-nvitop
 bench-nvitop: $(STAMP)

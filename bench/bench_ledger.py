@@ -1,4 +1,4 @@
-"""The usage ledger's costs (issue 17): recording CPU and RSS, size per GPU-year, and
+"""The usage ledger's costs: recording CPU and RSS, size per GPU-year, and
 `gputop report --since 30d` over a 30-day ledger.
 
     .venv/bin/python bench/bench_ledger.py [record|size|report|all]

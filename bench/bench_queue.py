@@ -11,7 +11,7 @@ is one job ending and the next starting. Measured:
 - waiting cost: CPU time (utime + stime from /proc) of the waiting `gputop run`
   processes over IDLE_S seconds while nothing changes, as % of one core per process.
 
-Targets (issue 18): hand-off under 1 s (median) with 20 jobs waiting; a waiting
+Targets: hand-off under 1 s (median) with 20 jobs waiting; a waiting
 `gputop run` under 0.5 % of a core.
 """
 

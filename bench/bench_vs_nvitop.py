@@ -1,4 +1,4 @@
-"""gputop next to nvitop on the same simulated GPUs (issue 14): run by hand, prints a table.
+"""gputop next to nvitop on the same simulated GPUs: run by hand, prints a table.
 
 Both tools load the shared fake driver (``../shared/fakenvml``), so both go through the
 real pynvml ctypes path against the same GPUs and the same real processes.  nvitop lives

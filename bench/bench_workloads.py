@@ -1,4 +1,4 @@
-"""Workload resolution (issue 15) for many GPU processes: cold and with nothing changed.
+"""Workload resolution for many GPU processes: cold and with nothing changed.
 
     .venv/bin/python bench/bench_workloads.py [--processes 2000] [--rounds 50]
 

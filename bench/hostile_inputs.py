@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 12): how long a refusal takes, and what 50,000 junk files in the
+"""Hostile inputs: how long a refusal takes, and what 50,000 junk files in the
 reservation store cost a dashboard.  Run by hand: python bench/hostile_inputs.py"""
 
 from __future__ import annotations

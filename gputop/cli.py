@@ -57,7 +57,7 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="one-shot modes: give up on a host after S seconds (default %(default)g)",
     )
-    # issue 16: a cluster read from Prometheus (credentials only from the config file)
+    # a cluster read from Prometheus (credentials only from the config file)
     p.add_argument("--prometheus", metavar="URL",
                    help="read every host from this Prometheus server (dcgm-exporter, "
                    "nvidia_gpu_exporter, gputop serve) (default: none)")
@@ -134,7 +134,7 @@ def build_subparser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--host", metavar="H", help=HOST_HELP)
         p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated "
                        "(default: all of mine on the host)")
-    elif command == "serve":  # issue 16
+    elif command == "serve":
         from gputop.commands import serve
 
         serve.add_arguments(p)

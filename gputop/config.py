@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 # Process table columns, in their default order.
 COLUMNS = (
     "gpu", "pid", "user", "type", "gpu_mem", "sm", "cpu", "rss", "time", "flags",
-    "job",  # issue 15: hidden where no process has a workload
+    "job",  # hidden where no process has a workload
     "command",
 )
 
@@ -69,7 +69,7 @@ class ReservationsConfig:
     dir: str = "/var/tmp/gputop-reservations"
 
 
-# -- issue 16: `gputop serve` and the Prometheus source --------------------------------
+# -- `gputop serve` and the Prometheus source --------------------------------
 
 
 @dataclass
@@ -90,9 +90,6 @@ class PrometheusConfig:
     stale_after_s: float = 60.0  # series older than this: the host is stale
 
 
-# -- end issue 16 ----------------------------------------------------------------------
-
-
 @dataclass
 class Config:
     path: str | None = None  # the file it came from; None: built-in defaults
@@ -107,8 +104,8 @@ class Config:
     health: dict[str, Any] = field(default_factory=dict)
     reclaim: ReclaimConfig = field(default_factory=ReclaimConfig)
     reservations: ReservationsConfig = field(default_factory=ReservationsConfig)
-    serve: ServeConfig = field(default_factory=ServeConfig)  # issue 16
-    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)  # issue 16
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
 
 
 def default_path() -> Path:
@@ -179,8 +176,8 @@ class _Reader:
             "health": self._health,
             "reclaim": self._reclaim,
             "reservations": self._reservations,
-            "serve": self._serve,  # issue 16
-            "prometheus": self._prometheus,  # issue 16
+            "serve": self._serve,
+            "prometheus": self._prometheus,
         }
         for name, knode, vnode, full in self.mapping(root, "", sections):
             sections[name](knode, vnode, full, config)
@@ -283,7 +280,7 @@ class _Reader:
             config.reservations.dir = os.path.expanduser(self.string(v, full))
 
 
-    # -- issue 16 ------------------------------------------------------------------------
+    # -- `gputop serve` and the Prometheus source --------------------
 
     def _serve(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         known = ("lowercase_hostname", "max_process_series")

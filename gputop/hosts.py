@@ -106,7 +106,7 @@ class HostSpec:
     password_env: str | None = None  # password auth only when this is set
     connect_timeout: float = 10.0
     keepalive: float = 15.0
-    url: str | None = None  # issue 16: read `gputop serve`'s snapshot API, not SSH
+    url: str | None = None  # read `gputop serve`'s snapshot API, not SSH
 
     @property
     def target(self) -> str:
@@ -116,7 +116,7 @@ class HostSpec:
 _HOST_KEYS = (
     "name", "hostname", "user", "port", "identity_file", "jump", "labels", "groups",
     "known_hosts", "ssh_config", "password_env", "connect_timeout", "keepalive",
-    "url",  # issue 16
+    "url",
 )
 _DEFAULT_KEYS = tuple(k for k in _HOST_KEYS if k not in ("name", "hostname", "url"))
 _TOP_KEYS = ("defaults", "hosts", "groups")
@@ -305,7 +305,7 @@ def _check(key: str, value: Any) -> Any:
                 raise ValueError(f"expected text items, got {_kind(raw)}")
             out.append(os.path.expanduser(raw) if key == "known_hosts" else raw)
         return tuple(out)
-    if key == "url":  # issue 16
+    if key == "url":
         if not isinstance(value, str) or not value.startswith(("http://", "https://")):
             shown = repr(value) if isinstance(value, str) else _kind(value)
             raise ValueError(f"expected http://HOST:PORT or https://..., got {shown}")

@@ -200,7 +200,7 @@ class Gpu(_Record):
         return gpu
 
 
-# -- MIG (issue 19): instances of a card in MIG mode, see docs/mig.md ----------------------
+# -- MIG: instances of a card in MIG mode, see docs/mig.md ----------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +275,7 @@ def mig_memory(gpu: Gpu) -> tuple[int | None, int | None]:
     return (sum(u or 0 for u, _ in seen.values()), sum(t or 0 for _, t in seen.values()))
 
 
-# -- workloads (issue 15): who is behind a process ---------------------------------------
+# -- workloads: who is behind a process ---------------------------------------
 WORKLOAD_KINDS = ("slurm", "docker", "podman", "containerd", "crio", "k8s")
 
 
@@ -366,8 +366,8 @@ class GpuProcess(_Record):
     kernel_file: str | None = None  # a Jupyter kernel's -f connection file, if any
     kernel_file_exists: bool | None = None
     simulated: bool = False  # a --demo process: actions only touch the simulation
-    workload: Workload | None = None  # issue 15: Slurm job, container or pod; None: none
-    # issue 19: the MIG device it runs on (None on a card without MIG)
+    workload: Workload | None = None  # Slurm job, container or pod; None: none
+    # the MIG device it runs on (None on a card without MIG)
     mig_device: int | None = None  # MigDevice.index on card ``gpu``
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
@@ -429,7 +429,7 @@ class Reservation(_Record):
     gpu_uuid: str | None = None
     host: str | None = None
     job: str | None = None  # a `gputop run` job's id: its process holds the card
-    # issue 19: set when one MIG device of card ``gpu`` is reserved, not the whole card
+    # set when one MIG device of card ``gpu`` is reserved, not the whole card
     mig_uuid: str | None = None
     mig_device: int | None = None
 
@@ -520,7 +520,7 @@ class HostSnapshot(_Record):
     device_scan_note: str | None = None  # e.g. "12 processes not readable (not root)"
     missing: tuple[str, ...] = ()  # fields this source cannot provide (fallback mode)
     labels: tuple[str, ...] = ()
-    # issue 15: name sources that failed, once each; gputop's own container, if any
+    # name sources that failed, once each; gputop's own container, if any
     workload_notes: tuple[str, ...] = ()
     own_workload: Workload | None = None
 

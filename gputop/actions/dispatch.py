@@ -32,7 +32,7 @@ class ActionEnv:
     reservations_dir: str = DEFAULT_RESERVATIONS_DIR
     readonly: bool = False
     gpu_uuids: Any | None = None
-    # issue 19: MIG UUID -> (card index, slot), refreshed from every snapshot (an admin
+    # MIG UUID -> (card index, slot), refreshed from every snapshot (an admin
     # may re-split a card while we run)
     mig_devices: Any | None = None
 

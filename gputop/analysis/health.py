@@ -179,7 +179,7 @@ def warnings(
             _process_rules(snapshot, proc, history, th, add, flags)
     out.extend(_foreign_warnings(snapshot, now, me))
     out.extend(workload_rules.warnings(snapshot, now))
-    out.extend(mig_rules.warnings(snapshot, now))  # issue 19
+    out.extend(mig_rules.warnings(snapshot, now))
     return sort_warnings(out)
 
 

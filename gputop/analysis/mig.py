@@ -1,4 +1,4 @@
-"""MIG health rules (issue 19, docs/mig.md): pure, one warning per card."""
+"""MIG health rules (docs/mig.md): pure, one warning per card."""
 
 from __future__ import annotations
 

@@ -166,7 +166,7 @@ def _limits(free: int | None, util: float | None, min_free_mem: int | None,
     return None
 
 
-# -- issue 19: MIG devices as pickable units --------------------------------------------
+# -- MIG devices as pickable units --------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -339,7 +339,7 @@ def _intruders(
         if proc.gpu != index or proc.user is None or proc.type == "G":
             continue
         if reservation.mig_device is not None and proc.mig_device != reservation.mig_device:
-            continue  # issue 19: a reserved MIG device is intruded on only by its own
+            continue  # a reserved MIG device is intruded on only by its own
         if proc.user != reservation.user:
             found.setdefault(proc.user, []).append(proc.pid)
     return [

@@ -1,4 +1,4 @@
-"""Workloads (issue 15): rules, grouping and filters over the Slurm job, container or pod
+"""Workloads: rules, grouping and filters over the Slurm job, container or pod
 of each GPU process.  Pure: the workload itself comes from sources/workload.py.
 
 - ``warnings(snapshot)``: GPU memory held outside any Slurm job on a Slurm node, a job on

@@ -244,7 +244,7 @@ def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> 
 
 
 def mig_lines(gpu: Gpu) -> list[str]:
-    """Under a MIG card (issue 19): its MIG state, then one line per MIG device in the card
+    """Under a MIG card: its MIG state, then one line per MIG device in the card
     line's columns."""
     state = mig.summary(gpu)
     lines = [f"     {state}"] if state else []

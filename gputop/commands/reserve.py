@@ -75,7 +75,7 @@ def _pick(options: SourceOptions, args: argparse.Namespace) -> int:
                 "name": c.mig.name if c.mig is not None else c.gpu.name,
                 "mem_free": c.mem_free,
                 "util_gpu": c.util,
-                # issue 19: set when the unit is one MIG device of card "index"
+                # set when the unit is one MIG device of card "index"
                 "mig_device": c.mig.index if c.mig is not None else None,
                 "mig_uuid": c.mig.uuid if c.mig is not None else None,
             }
@@ -166,7 +166,7 @@ async def reserve_best(
             host, {"op": "reserve", "gpus": chosen, "until": until, "note": note})
         if reply.get("ok"):
             return reply, [c.device for c in units]
-        # The holder's reservation names a card, or a MIG device, or (issue 19) the card
+        # The holder's reservation names a card, or a MIG device, or the card
         # of the MIG device we asked for: that one is lost either way.
         taken: set[int | str] = set()
         for r in reply.get("reservations", []):
@@ -308,7 +308,7 @@ def _gpu_list(text: str) -> list[int | str]:
         if item.isdigit():
             items.append(int(item))
         elif item.startswith(("GPU-", "MIG-")) or re.fullmatch(r"\d{1,4}:\d", item):
-            items.append(item)  # "0:1": MIG device 1 of card 0 (issue 19)
+            items.append(item)  # "0:1": MIG device 1 of card 0
         else:
             raise usage_error(f"--gpus: {item!r} is neither an index nor a GPU-.../MIG-... "
                               "UUID nor card:slot of a MIG device (0:1)")
@@ -345,7 +345,7 @@ def _reply_message(reply: dict[str, Any], host: str) -> str:
 
 def _table(rows: list[dict[str, Any]], now: float) -> str:
     header = ("HOST", "GPU", "USER", "UNTIL", "LEFT", "NOTE")
-    # issue 19: a MIG device's reservation shows as "card:slot"
+    # a MIG device's reservation shows as "card:slot"
     lines = [header]
     for row in sorted(rows, key=lambda r: (str(r.get("host")), r.get("gpu", 0))):
         lines.append(

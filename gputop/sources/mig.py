@@ -1,4 +1,4 @@
-"""MIG devices of one card (issue 19, docs/mig.md): stdlib-only, shipped with the probe.
+"""MIG devices of one card (docs/mig.md): stdlib-only, shipped with the probe.
 
 A card in MIG mode is split into GPU instances, each holding one or more compute
 instances; NVML hands out one "MIG device" handle per compute instance.  Memory and BAR1

@@ -915,7 +915,7 @@ class Collector:
         return rows
 
     def _add_workloads(self, snap: dict[str, Any], rows: list[dict]) -> None:
-        """Issue 15: each process's Slurm job, container or pod, and the host's notes."""
+        """Each process's Slurm job, container or pod, and the host's notes."""
         workloads = getattr(self.procs, "workloads", None)
         if workloads is None:
             return

@@ -61,7 +61,7 @@ class SourcePlan:
     demo: str | None
     local: bool
     ssh_hosts: tuple[HostSpec, ...]
-    prometheus: str | None = None  # --prometheus URL (issue 16)
+    prometheus: str | None = None  # --prometheus URL
 
 
 def plan_sources(options: SourceOptions) -> SourcePlan:

@@ -80,7 +80,7 @@ CLUSTER_HOSTS: list[tuple[str, str, int | None, tuple[str, ...]]] = [
     ("faulty", "a100-node-12", None, ("a100",)),
     ("lab", "lab-gpu-03", None, ("rtx3090", "lab")),
     ("lab", "lab-gpu-04", 4, ("rtx3090", "lab")),
-    ("mig", "mig-h100-01", None, ("h100", "mig")),  # issue 19: cards split with MIG
+    ("mig", "mig-h100-01", None, ("h100", "mig")),  # cards split with MIG
 ]
 # Hosts without data, as the SSH feed reports them.
 CLUSTER_DOWN: list[tuple[str, str, str, tuple[str, ...]]] = [

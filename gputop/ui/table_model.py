@@ -18,7 +18,7 @@ from gputop.ui.state import RowKey
 
 FLAG_SHORT = {"zombie": "ZOMB", "orphan": "ORPH", "idle": "IDLE", "kernel": "KERN",
               "hidden": "HID",
-              "nojob": "NJOB", "foreign-gpu": "XGPU"}  # issue 15
+              "nojob": "NJOB", "foreign-gpu": "XGPU"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ COLUMNS: dict[str, Column] = {
         Column("rss", "RSS", 6, True, 1),
         Column("time", "TIME", 8, True, 3),
         Column("flags", "STATE/FLAGS", 11, False, 0),
-        Column("job", "JOB", 16, False, 5),  # issue 15: shown where some process has one
+        Column("job", "JOB", 16, False, 5),  # shown where some process has one
         Column("command", "COMMAND", 0, False, 0),
     )
 }
@@ -82,7 +82,7 @@ def build_rows(
     """Rows that pass every active filter (mine, one user, one GPU, search text)."""
     flags = flags or {}
     needle = search.lower()
-    # job:, container: and pod: select by workload (issue 15); other text as before.
+    # job:, container: and pod: select by workload; other text as before.
     by_workload = needle.startswith(workload_rules.FILTER_PREFIXES)
     processes = tuple(processes)
     slurm_node = workload_rules.runs_jobs(processes)
@@ -185,7 +185,7 @@ def cell(column: str, row: Row, now: float) -> str:
     if row.tree_parent and column not in ("pid", "user", "gpu_mem", "command"):
         return ""
     if column == "gpu":
-        return p.gpu_label  # "0:1" on MIG device 1 of card 0 (issue 19)
+        return p.gpu_label  # "0:1" on MIG device 1 of card 0
     if column == "pid":
         return str(p.pid)
     if column == "user":

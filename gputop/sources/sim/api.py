@@ -391,7 +391,7 @@ class SimDeviceHandle:
         return f"<SimDeviceHandle {self.index}>"
 
 
-# -- issue 19: MIG device handles and GPM (values from nvidia-ml-py's pynvml.py) ----------
+# -- MIG device handles and GPM (values from nvidia-ml-py's pynvml.py) ----------
 
 NVML_GPM_METRIC_SM_UTIL = 2
 NVML_GPM_METRIC_SM_OCCUPANCY = 3

@@ -935,7 +935,7 @@ class SimNvml:
             if pid in self._procs
         ]
 
-    # ---- MIG (issue 19) ------------------------------------------------------------------
+    # ---- MIG ------------------------------------------------------------------
     # Errors as NVML's reference documents them (docs.nvidia.com/deploy/nvml-api):
     # nvmlDeviceGetMigDeviceHandleByIndex gives NOT_FOUND for an empty slot and
     # INVALID_ARGUMENT for an index out of range (and, as drivers do, for every index while

@@ -90,7 +90,7 @@ _HOST_KEYS: dict[str, tuple[str, Any]] = {
     "topology": ("dict", None),
     "nvswitches": ("strlist", []),
     "faults": ("dict", None),
-    "slurm_jobs": ("list", []),  # issue 15: what squeue would say, see _SLURM_JOB_KEYS
+    "slurm_jobs": ("list", []),  # what squeue would say, see _SLURM_JOB_KEYS
 }
 
 _GPU_KEYS: dict[str, tuple[str, Any]] = {
@@ -157,7 +157,7 @@ _GPU_KEYS: dict[str, tuple[str, Any]] = {
     "throttle": ("strlist", []),
     "not_supported": ("strlist", []),
     "event_types": ("int", None),
-    # issue 19: MIG (docs/mig.md); each entry a profile or a mapping of _MIG_KEYS, null
+    # MIG (docs/mig.md); each entry a profile or a mapping of _MIG_KEYS, null
     # an empty slot
     "mig_pending": ("bool", None),  # the mode after the next reset; default: mig
     "mig_devices": ("list", []),
@@ -193,11 +193,11 @@ _PROC_KEYS: dict[str, tuple[str, Any]] = {
     "kernel_file_exists": ("bool", None),
     "vanish_after_list": ("bool", False),
     "dips": ("dips", []),
-    "cgroup": ("str", None),  # issue 15: its /proc/PID/cgroup text (job, container, pod)
-    "mig": ("int", None),  # issue 19: the MIG device (slot) of its one GPU it runs on
+    "cgroup": ("str", None),  # its /proc/PID/cgroup text (job, container, pod)
+    "mig": ("int", None),  # the MIG device (slot) of its one GPU it runs on
 }
 
-# issue 15: a Slurm job as squeue reports it; its processes name it in their cgroup.
+# a Slurm job as squeue reports it; its processes name it in their cgroup.
 _SLURM_JOB_KEYS: dict[str, tuple[str, Any]] = {
     "id": ("int", None),
     "user": ("str", None),
@@ -265,7 +265,6 @@ def parse_cpulist(text: str) -> list[int]:
             raise ValueError(f"range {part!r} runs backwards")
         cpus.extend(range(lo, hi + 1))
     return cpus
-
 
 
 def _slurm_jobs(raw_jobs: list[Any], gpu_count: int, chk: _Checker) -> list[dict[str, Any]]:
@@ -541,7 +540,7 @@ def _complete_gpu(
 def _complete_mig(
     g: dict[str, Any], index: int, h: int, chk: _Checker, path: tuple[Any, ...]
 ) -> None:
-    """Issue 19: every slot of mig_devices as a full mapping (None: an empty slot)."""
+    """Every slot of mig_devices as a full mapping (None: an empty slot)."""
     if g["mig_pending"] is None:
         g["mig_pending"] = g["mig"]
     raw = g["mig_devices"]

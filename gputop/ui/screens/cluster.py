@@ -204,7 +204,7 @@ _FILL = "·▁▂▃▄▅▆▇█"  # "·": an instance nobody uses
 
 
 def _mig_body(gpu: Gpu, narrow: bool) -> str:
-    """Issue 19: a MIG card's cell, "M" and one bar per MIG device's memory; with more
+    """A MIG card's cell, "M" and one bar per MIG device's memory; with more
     devices than the cell has room for (or narrow), the devices' memory together in
     percent.  Always the width of a card's cell: columns of hosts stay aligned."""
     room = (NARROW_CELL_WIDTH if narrow else CELL_WIDTH) - 3  # "M", then the "!R" marks
@@ -411,7 +411,7 @@ class ClusterScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="cluster-totals")
-        yield Static(id="cluster-jobs")  # issue 15: jobs that span hosts
+        yield Static(id="cluster-jobs")  # jobs that span hosts
         yield TextLines(id="cluster-hosts")
         yield FilterInput(placeholder="host name or label; Enter keeps it, Esc clears",
                           id="cluster-filter")
@@ -526,7 +526,7 @@ class ProcFilter:
     user: str = ""
     label: str = ""
     words: tuple[str, ...] = ()
-    workload: tuple[str, ...] = ()  # issue 15: whole terms, e.g. "job:4242"
+    workload: tuple[str, ...] = ()  # whole terms, e.g. "job:4242"
 
     @classmethod
     def parse(cls, text: str) -> ProcFilter:
@@ -578,7 +578,7 @@ def process_line(snap: HostSnapshot, proc: GpuProcess, idle: bool,
     short = " ".join(FLAG_SHORT.get(f, f.upper()) for f in flags)
     line.append(_fit(short, 9).ljust(9), "magenta" if idle else "")
     line.append(" ")
-    if proc.workload is not None:  # issue 15
+    if proc.workload is not None:
         line.append(fmt.visible(proc.workload.label) + " ", "cyan")
     if proc.command:
         line.append(fmt.visible(proc.command))

@@ -53,7 +53,7 @@ class DashboardScreen(Screen[None]):
         self.mine = False
         self.user_filter: str | None = None
         self.search = ""
-        self.fold_jobs = False  # issue 15
+        self.fold_jobs = False
         self.expanded: set[RowKey] = set()
         self.sort_column = "gpu_mem"
         self.sort_reverse = True
@@ -436,7 +436,7 @@ class DashboardScreen(Screen[None]):
     # -- actions: other screens --------------------------------------------------------
 
     def action_fold_jobs(self) -> None:
-        """One line per Slurm job, container or pod (issue 15); Enter opens one."""
+        """One line per Slurm job, container or pod; Enter opens one."""
         self.fold_jobs = not self.fold_jobs
         self.expanded.clear()
         self.refresh_view()

@@ -128,7 +128,7 @@ class DetailScreen(Screen[None]):
             ("RSS", fmt.size(proc.rss)),
             ("start ticks", "-" if proc.start_ticks is None else str(proc.start_ticks)),
         ]
-        if proc.mig_device is not None:  # issue 19: the MIG device it runs on
+        if proc.mig_device is not None:  # the MIG device it runs on
             rows.insert(4, ("MIG device", f"{proc.gpu_label}  GI {proc.gpu_instance_id} / CI "
                             f"{proc.compute_instance_id}  {fmt.visible(proc.mig_uuid or '')}"))
         if self.facts is not None:
@@ -145,7 +145,7 @@ class DetailScreen(Screen[None]):
             rows.append(("flag", line))
         if not proc.visible:
             rows.append(("note", "NVML lists this pid but it is not in our PID namespace"))
-        if proc.workload is not None:  # issue 15
+        if proc.workload is not None:
             rows.extend(workload_rules.facts(proc.workload))
         for name, value in rows:
             table.add_row(name, Text(fmt.visible(value)))

@@ -288,7 +288,7 @@ def release(app: GputopApp) -> None:
         )
         return
     chosen = set(selected_gpus(app))
-    # A card's own reservation by index, a MIG device's by its UUID (issue 19).
+    # A card's own reservation by index, a MIG device's by its UUID.
     gpus: list[int | str] | None = [
         r.mig_uuid if r.mig_uuid else r.gpu for r in mine
         if (r.label if r.mig_uuid else r.gpu) in chosen] or None

@@ -53,7 +53,7 @@ class PanelData:
     now: float = 0.0
     span: float = 180.0  # seconds of history the sparkline covers
     kept: float = 0.0  # seconds of history kept; a compact row may show up to this much
-    # issue 19: reservations of single MIG devices, by MIG UUID
+    # reservations of single MIG devices, by MIG UUID
     mig_reservations: dict[str, list[Reservation]] = field(default_factory=dict)
 
 
@@ -145,7 +145,7 @@ class GpuPanel(Widget):
         return (self._signature, self.size, self.has_class("-compact"), self.rich_style)
 
     def _fit_height(self, data: PanelData, compact: bool) -> None:
-        """Issue 19: a MIG card's full panel grows by one line per MIG device."""
+        """A MIG card's full panel grows by one line per MIG device."""
         extra = len(data.gpu.mig_devices) + (1 if data.gpu.mig_note else 0)
         height = 1 if compact else 3 + extra
         if self.styles.height is None or self.styles.height.value != height:
@@ -278,7 +278,7 @@ class GpuPanel(Widget):
         return out
 
     def _mig_rows(self, out: Text, data: PanelData, bar_w: int) -> None:
-        """Issue 19: one line per MIG device, its gauges in the columns of the card's."""
+        """One line per MIG device, its gauges in the columns of the card's."""
         for dev in data.gpu.mig_devices:
             out.append("\n")
             out.append(f"  {dev.label:<4}", style="bold")
