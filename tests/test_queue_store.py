@@ -156,3 +156,28 @@ def test_cancel_through_the_dispatcher(store: Path) -> None:
         "ok": True, "message": f"cancelled job {job.id}"}
     assert handle({"op": "queue_cancel", "id": job.id}, env)["message"] == (
         f"no job {job.id} in line")
+
+
+def test_a_symlinked_store_is_not_listed(store: Path, tmp_path: Path) -> None:
+    _plant(store, "job.0000000c.json", _record(id="0000000c"))
+    link = tmp_path / "link"
+    link.symlink_to(store)
+    found = queue.list_jobs(str(link))
+    assert found["jobs"] == [] and found["problems"] == [
+        f"{link}: not a directory (a symlink or a file); not read"]
+
+
+def test_a_quiet_store_is_read_once_per_change(store: Path) -> None:
+    path = _plant(store, "job.0000000d.json", _record(id="0000000d"))
+    quiet = time.time() - 10  # unchanged for longer than CACHE_QUIET_S
+    os.utime(store, (quiet, quiet))
+    assert [j["id"] for j in queue.list_jobs(str(store))["jobs"]] == ["0000000d"]
+    # Edited in place, the directory untouched: the cached read stands (up to
+    # CACHE_MAX_S), so a planted file costs one read, not one per refresh.
+    path.write_text("not json")
+    assert [j["id"] for j in queue.list_jobs(str(store))["jobs"]] == ["0000000d"]
+    # Any change to the directory (a job joining or leaving) is read at once.
+    _plant(store, "job.0000000e.json", _record(id="0000000e"))
+    found = queue.list_jobs(str(store))
+    assert [j["id"] for j in found["jobs"]] == ["0000000e"]
+    assert any("0000000d.json: not valid JSON" in p for p in found["problems"])

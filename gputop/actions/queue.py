@@ -19,11 +19,13 @@ The design (docs/queue.md explains it for users):
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
 import re
 import stat
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,34 +215,56 @@ def _remove_dead(directory: str) -> None:
             withdraw(job)
 
 
+# Directory -> (its (dev, ino, mtime, ctime), when read, jobs, problems): the dashboard reads
+# the line every refresh, and 2,000 planted job files must not cost every user a core.
+_CACHE: dict[str, tuple[tuple[int, int, int, int], float, list[Job], list[str]]] = {}
+
+
 def _read_all(directory: str) -> tuple[list[Job], list[str]]:
-    problems: list[str] = []
+    """Every valid job file, cached by the directory's stamp as the reservation scan is
+    (reservations.CACHE_QUIET_S and CACHE_MAX_S); who is alive is checked by the caller."""
     try:
-        names = [n for n in os.listdir(directory) if n.startswith(JOB_PREFIX)]
+        # O_NOFOLLOW: a store replaced by a symlink is never listed, as for reservations.
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return [], []
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return [], [f"{directory}: not a directory (a symlink or a file); not read"]
         return [], [f"{directory}: {exc.strerror or exc}"]
-    if len(names) > MAX_JOBS_READ:
-        problems.append(f"{directory}: {len(names)} job files; read the first {MAX_JOBS_READ}")
-        names = sorted(names)[:MAX_JOBS_READ]
-    jobs: list[Job] = []
-    for name in names:
-        job = _read_job(directory, name, problems)
-        if job is not None:
-            jobs.append(job)
-    jobs.sort(key=lambda j: (j.submitted, j.id))
-    return jobs, problems
+    try:
+        info = os.fstat(fd)
+        stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+        cached = _CACHE.get(directory)
+        if (cached is not None and cached[0] == stamp
+                and time.monotonic() - cached[1] < reservations.CACHE_MAX_S):
+            return list(cached[2]), list(cached[3])
+        problems: list[str] = []
+        names = [n for n in os.listdir(fd) if n.startswith(JOB_PREFIX)]
+        if len(names) > MAX_JOBS_READ:
+            problems.append(f"{directory}: {len(names)} job files; read the first {MAX_JOBS_READ}")
+            names = sorted(names)[:MAX_JOBS_READ]
+        jobs = [job for name in names
+                if (job := _read_job(fd, directory, name, problems)) is not None]
+        jobs.sort(key=lambda j: (j.submitted, j.id))
+        # A directory changed a moment ago may change again within one tick of the file
+        # system's clock, unseen by its mtime: only a quiet one is cached.
+        if time.time() - info.st_mtime > reservations.CACHE_QUIET_S:
+            _CACHE[directory] = (stamp, time.monotonic(), jobs, problems)
+        return list(jobs), list(problems)
+    finally:
+        os.close(fd)
 
 
-def _read_job(directory: str, name: str, problems: list[str]) -> Job | None:
+def _read_job(dir_fd: int, directory: str, name: str, problems: list[str]) -> Job | None:
     path = os.path.join(directory, name)
     match = _NAME.fullmatch(name)
     if not match:
         problems.append(f"{path}: not a job file name; skipped")
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
     except FileNotFoundError:
         return None  # the job ended while we listed
     except OSError as exc:
