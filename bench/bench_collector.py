@@ -16,7 +16,8 @@ from typing import Any
 
 from gputop.model import HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.assembler import HostAssembler
+from gputop.sources.hostsource import nvml_collector
 
 TARGET_MS = 5.0
 
@@ -54,19 +55,19 @@ class Timed:
         return call
 
 
-def build(gpus: int, processes: int, timed: bool) -> tuple[Collector, Clock, list[float]]:
+def build(gpus: int, processes: int, timed: bool) -> tuple[HostAssembler, Clock, list[float]]:
     clock = Clock()
     nvml = sim.SimNvml(sim.synthetic_scenario(gpus=gpus, processes=processes), clock=clock)
     procs = sim.SimProcs(nvml)
     spent = [0.0]
     if timed:
-        collector = Collector(Timed(nvml, spent), Timed(procs, spent), demo=True, clock=clock)
+        collector = nvml_collector(Timed(nvml, spent), Timed(procs, spent), demo=True, clock=clock)
         return collector, clock, spent
-    return Collector(nvml, procs, demo=True, clock=clock), clock, spent
+    return nvml_collector(nvml, procs, demo=True, clock=clock), clock, spent
 
 
 def cpu_per_collect(
-    collector: Collector, clock: Clock, rounds: int, model: bool, spent: list[float]
+    collector: HostAssembler, clock: Clock, rounds: int, model: bool, spent: list[float]
 ) -> list[float]:
     collector.collect()  # the first collect reads the static fields: not a refresh
     spent[0] = 0.0

@@ -35,7 +35,7 @@ from gputop.ledger import store
 from gputop.ledger.writer import Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 GIB = 1 << 30
 DAY = 86400
@@ -53,7 +53,7 @@ class Clock:
 def bench_record(tmp: str) -> None:
     clock = Clock(START)
     nvml = sim.SimNvml(sim.synthetic_scenario(8, 200), clock=clock)
-    collector = Collector(nvml, sim.SimProcs(nvml), host="bench", demo=True, clock=clock)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="bench", demo=True, clock=clock)
     recorder = Recorder(store.open_writer(os.path.join(tmp, "rec.sqlite")), 10.0, GIB)
     settings = Settings()
     cpu = []
@@ -100,7 +100,7 @@ def bench_size(tmp: str) -> None:
     gpus, days = 2, 7
     clock = Clock(START)
     nvml = sim.SimNvml(sim.synthetic_scenario(gpus, 0), clock=clock)
-    collector = Collector(nvml, sim.SimProcs(nvml), host="size", demo=True, clock=clock)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="size", demo=True, clock=clock)
     path = os.path.join(tmp, "size.sqlite")
     recorder = Recorder(store.open_writer(path), 10.0, GIB)
     started = time.perf_counter()

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_collector import Clock, Timed, cpu_per_collect
 
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 TARGET_MS = 10.0
 CARDS, SLOTS, PER_SLOT = 8, 7, 10
@@ -42,10 +42,10 @@ def measure(mig: bool, rounds: int) -> tuple[float, float]:
     clock = Clock()
     nvml = sim.SimNvml(scenario(mig), clock=clock)
     procs = sim.SimProcs(nvml)
-    plain = Collector(nvml, procs, demo=True, clock=clock)
+    plain = nvml_collector(nvml, procs, demo=True, clock=clock)
     total = statistics.mean(cpu_per_collect(plain, clock, rounds, False, [0.0]))
     spent = [0.0]
-    timed = Collector(Timed(nvml, spent), Timed(procs, spent), demo=True, clock=clock)
+    timed = nvml_collector(Timed(nvml, spent), Timed(procs, spent), demo=True, clock=clock)
     cpu_per_collect(timed, clock, rounds, False, spent)
     return total, spent[0] * 1000 / rounds
 

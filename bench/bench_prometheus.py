@@ -42,11 +42,11 @@ from gputop.commands import serve
 def _exporter_child(port: int, interval: float, ready: multiprocessing.Event) -> None:
     from gputop.sources import sim
     from gputop.sources.feed import LocalFeed
+    from gputop.sources.hostsource import nvml_collector
     from gputop.sources.identity import named_identity
-    from gputop.sources.nvml import Collector
 
     nvml = sim.SimNvml(sim.synthetic_scenario(8, 200))
-    collector = Collector(nvml, sim.SimProcs(nvml), host="synthetic", demo=True)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="synthetic", demo=True)
     feed = LocalFeed(collector, host="synthetic", identity=named_identity("alice"))
     exporter = serve.Exporter(feed, Settings(), expo.ExportSettings(), "alice")
     server = serve.Server(("127.0.0.1", port), serve._handler(exporter))

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from gputop.config import Config
 from gputop.model import HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 TICKS = 40
 WARMUP = 5
@@ -51,7 +51,7 @@ def snapshots(gpus: int, processes: int, count: int) -> Iterator[HostSnapshot]:
     """
     clock = Clock(START)
     nvml = sim.SimNvml(sim.synthetic_scenario(gpus, processes), clock=clock)
-    collector = Collector(nvml, sim.SimProcs(nvml), host="synthetic", demo=True, clock=clock)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="synthetic", demo=True, clock=clock)
     for _ in range(count):
         yield HostSnapshot.from_dict(collector.collect())
         clock.now += 1.0

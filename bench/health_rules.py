@@ -13,7 +13,7 @@ from gputop.analysis import health, topology
 from gputop.analysis.history import History
 from gputop.model import GpuProcess, HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 ROUNDS = 300
 
@@ -21,7 +21,7 @@ ROUNDS = 300
 def main() -> None:
     now = [1_764_680_000.0]
     nvml = sim.SimNvml(sim.load_scenario("dgx-h100"), clock=lambda: now[0])
-    collector = Collector(nvml, sim.SimProcs(nvml), host="bench", demo=True,
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="bench", demo=True,
                           clock=lambda: now[0])
     base = HostSnapshot.from_dict(collector.collect())
     rows = []

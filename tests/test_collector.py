@@ -1,4 +1,4 @@
-"""The real Collector against the simulator (the sim is the test double for NVML)."""
+"""The real HostAssembler against the simulator (the sim is the test double for NVML)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,10 @@ import pytest
 from gputop import model
 from gputop.model import HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import (
-    DEVSCAN_EVERY_S,
-    Collector,
-    NoDriverError,
-    cpulist,
-    cuda_version_string,
-    decode_clock_events,
-    memory_unaccounted,
-    normalize_bus_id,
-)
+from gputop.sources.assembler import DEVSCAN_EVERY_S, HostAssembler, memory_unaccounted
+from gputop.sources.backend import NoDriverError
+from gputop.sources.hostsource import nvml_collector
+from gputop.sources.nvml import cpulist, cuda_version_string, decode_clock_events, normalize_bus_id
 
 T0 = 1_800_000_000.0
 SCENARIOS = ("dgx-h100", "lab", "faulty")
@@ -73,17 +67,17 @@ class Counting:
 
 def make(
     scenario: str | sim.Scenario, clock: Clock | None = None, **proxy: Any
-) -> tuple[Collector, sim.SimNvml, Counting, Clock]:
+) -> tuple[HostAssembler, sim.SimNvml, Counting, Clock]:
     clock = clock or Clock()
     if isinstance(scenario, str):
         scenario = sim.load_scenario(scenario)
     nvml = sim.SimNvml(scenario, clock=clock)
     counting = Counting(nvml, **proxy)
-    collector = Collector(counting, sim.SimProcs(nvml), host="h", demo=True, clock=clock)
+    collector = nvml_collector(counting, sim.SimProcs(nvml), host="h", demo=True, clock=clock)
     return collector, nvml, counting, clock
 
 
-def snap_of(collector: Collector) -> HostSnapshot:
+def snap_of(collector: HostAssembler) -> HostSnapshot:
     return HostSnapshot.from_dict(collector.collect())
 
 
@@ -555,7 +549,7 @@ def test_reservations_are_included(tmp_path) -> None:
     clock = Clock(start)
     scenario = sim.load_scenario("lab")
     nvml = sim.SimNvml(scenario, clock=clock)
-    collector = Collector(
+    collector = nvml_collector(
         nvml, sim.SimProcs(nvml), demo=True, clock=clock, reservations_dir=str(tmp_path)
     )
     result = reservations.reserve(str(tmp_path), [1], start + 3600, "tonight", now=start)
@@ -579,7 +573,7 @@ def test_device_scan_runs_while_memory_is_unaccounted_at_most_once_a_minute(tmp_
     clock = Clock()
     nvml = sim.SimNvml(sim.load_scenario("lab"), clock=clock)
     # /proc here holds none of the scenario's pids: NVML's used memory is unaccounted for.
-    collector = Collector(nvml, ProcFs(root=str(tmp_path)), clock=clock)
+    collector = nvml_collector(nvml, ProcFs(root=str(tmp_path)), clock=clock)
     assert [h.pid for h in snap_of(collector).device_holders] == [101]
     holder(102)
     for _ in range(5):
@@ -604,7 +598,7 @@ def test_memory_unaccounted_only_beyond_the_drivers_share() -> None:
 def test_lean_collect_skips_topology_events_and_nvlink_remotes() -> None:
     full, _, full_calls, _ = make("dgx-h100")
     lean_nvml = Counting(sim.SimNvml(sim.load_scenario("dgx-h100"), clock=Clock()))
-    lean = Collector(lean_nvml, sim.SimProcs(lean_nvml._inner), host="h", demo=True,
+    lean = nvml_collector(lean_nvml, sim.SimProcs(lean_nvml._inner), host="h", demo=True,
                      clock=Clock(), lean=True)
     a, b = snap_of(full), snap_of(lean)
     assert a.topology and not b.topology

@@ -13,9 +13,11 @@ from gputop.actions.dispatch import ActionEnv
 from gputop.config import Config
 from gputop.options import SourceOptions
 from gputop.sources import opener, sim
+from gputop.sources.assembler import HostAssembler
+from gputop.sources.backend import NoDriverError
 from gputop.sources.feed import LocalFeed
+from gputop.sources.hostsource import nvml_collector
 from gputop.sources.identity import local_identity, named_identity
-from gputop.sources.nvml import Collector, NoDriverError
 
 ME = named_identity("alice")
 
@@ -31,13 +33,13 @@ class Clock:
 def demo_parts(name: str = "lab"):
     nvml = sim.SimNvml(sim.load_scenario(name))
     procs = sim.SimProcs(nvml)
-    return nvml, procs, Collector(nvml, procs, host=name, demo=True)
+    return nvml, procs, nvml_collector(nvml, procs, host=name, demo=True)
 
 
 class Watched:
-    """A real Collector whose collect() records overlap and can fail on chosen calls."""
+    """A real collector whose collect() records overlap and can fail on chosen calls."""
 
-    def __init__(self, inner: Collector, fail_on: set[int] = frozenset()) -> None:
+    def __init__(self, inner: HostAssembler, fail_on: set[int] = frozenset()) -> None:
         self.inner = inner
         self.fail_on = fail_on
         self.calls = 0
@@ -91,7 +93,7 @@ async def test_polls_never_overlap_and_errors_become_snapshots() -> None:
 
 
 async def test_factory_without_driver_gives_a_no_gpu_snapshot() -> None:
-    def factory() -> Collector:
+    def factory() -> HostAssembler:
         raise NoDriverError("gputop: no NVIDIA driver found on this machine.")
 
     snaps = await _run_until(LocalFeed(factory, host="localhost", identity=ME), 2, interval=0.001)

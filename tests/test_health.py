@@ -607,12 +607,12 @@ def test_reservation_warnings_are_included() -> None:
 
 def test_fields_that_failed_are_named_apart_from_unsupported_ones() -> None:
     from gputop.sources import sim
-    from gputop.sources.nvml import Collector
+    from gputop.sources.hostsource import nvml_collector
 
     nvml = sim.SimNvml(sim.load_scenario("faulty"), clock=lambda: NOW)
     nvml.set_error(1, "PowerUsage", sim.NVML_ERROR_TIMEOUT)
     nvml.set_not_supported(1, "FanSpeed")
-    collector = Collector(nvml, sim.SimProcs(nvml), host="f", demo=True, clock=lambda: NOW)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="f", demo=True, clock=lambda: NOW)
     got = HostSnapshot.from_dict(collector.collect())
     gpu1 = got.gpu(1)
     assert gpu1 is not None and gpu1.power_draw is None and gpu1.fan is None

@@ -6,7 +6,7 @@ import dataclasses
 
 from gputop.model import HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 from gputop.ui.app import GputopApp
 from gputop.ui.screens.log import WarningLogScreen
 from gputop.ui.screens.topology import TopologyScreen
@@ -18,7 +18,7 @@ START = 1_764_680_000.0
 def faulty_snapshot() -> HostSnapshot:
     clock = [START]
     nvml = sim.SimNvml(sim.load_scenario("faulty"), clock=lambda: clock[0])
-    collector = Collector(nvml, sim.SimProcs(nvml), host="faulty", demo=True,
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="faulty", demo=True,
                           clock=lambda: clock[0])
     collector.collect()
     clock[0] += 1

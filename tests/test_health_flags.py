@@ -18,7 +18,7 @@ from gputop.analysis.pipeline import Analyser
 from gputop.config import Config, analysis_settings
 from gputop.model import GpuProcess, HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 T0 = 1_764_680_000.0
 
@@ -27,7 +27,7 @@ def lab_after(minutes: int) -> tuple[HostSnapshot, History]:
     """The lab scenario observed once a minute for ``minutes``: idle and orphan holders."""
     now = [T0]
     nvml = sim.SimNvml(sim.load_scenario("lab"), clock=lambda: now[0])
-    collector = Collector(nvml, sim.SimProcs(nvml), host="lab", demo=True,
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="lab", demo=True,
                           clock=lambda: now[0])
     history = History(seconds=3600, process_seconds=3600)
     snap = None
@@ -113,7 +113,7 @@ def test_analyser_honours_the_health_idle_limit_when_it_differs() -> None:
 def test_analyser_flags_and_warnings_agree() -> None:
     now = [T0]
     nvml = sim.SimNvml(sim.load_scenario("lab"), clock=lambda: now[0])
-    collector = Collector(nvml, sim.SimProcs(nvml), host="lab", demo=True,
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="lab", demo=True,
                           clock=lambda: now[0])
     analyse = analyser(Config(), History(seconds=3600, process_seconds=3600))
     result = None

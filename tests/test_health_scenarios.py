@@ -15,7 +15,7 @@ from gputop.analysis.health import Thresholds, WarningTracker
 from gputop.analysis.history import History
 from gputop.model import CRITICAL, INFO, WARNING, HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 START = 1_764_680_000.0
 
@@ -34,7 +34,7 @@ class Node:
     def __init__(self, scenario: str) -> None:
         self.clock = Clock()
         self.nvml = sim.SimNvml(sim.load_scenario(scenario), clock=self.clock)
-        self.collector = Collector(
+        self.collector = nvml_collector(
             self.nvml, sim.SimProcs(self.nvml), host=scenario, demo=True, clock=self.clock
         )
 

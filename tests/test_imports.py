@@ -19,7 +19,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gputop"
 STDLIB_ONLY = (
     "gputop.model",
     "gputop.yamlnodes",
+    "gputop.sources.backend",
     "gputop.sources.nvml",
+    "gputop.sources.assembler",
+    "gputop.sources.hostsource",
     "gputop.sources.mig",  # issue 19
     "gputop.sources.procfs",
     "gputop.sources.devscan",

@@ -16,9 +16,10 @@ from gputop.actions.dispatch import ActionEnv
 from gputop.config import Config, ReclaimConfig
 from gputop.model import GpuProcess, HostSnapshot
 from gputop.sources import sim
+from gputop.sources.assembler import HostAssembler
 from gputop.sources.feed import LocalFeed
+from gputop.sources.hostsource import nvml_collector
 from gputop.sources.identity import local_identity, named_identity
-from gputop.sources.nvml import Collector
 from gputop.sources.procfs import ProcFs
 from gputop.ui.app import GputopApp
 from gputop.ui.screens.kill import KillScreen, refusal, targets_table
@@ -184,10 +185,10 @@ async def test_readonly_offers_no_kill(reaper):
 # -- --demo: the simulation only ------------------------------------------------------------
 
 
-def _demo_app() -> tuple[GputopApp, sim.SimNvml, sim.SimProcs, Collector]:
+def _demo_app() -> tuple[GputopApp, sim.SimNvml, sim.SimProcs, HostAssembler]:
     nvml = sim.SimNvml(sim.load_scenario("lab"), clock=lambda: START)
     procs = sim.SimProcs(nvml)
-    collector = Collector(nvml, procs, host="lab", demo=True, clock=lambda: START)
+    collector = nvml_collector(nvml, procs, host="lab", demo=True, clock=lambda: START)
     feed = LocalFeed(collector, host="lab", identity=named_identity(nvml.scenario.me),
                      dispatch_env=ActionEnv(sim=nvml, procs=procs))
     return GputopApp([feed], Config(), interval=3600, me="alice"), nvml, procs, collector

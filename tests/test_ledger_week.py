@@ -15,7 +15,7 @@ from gputop.ledger import query, report, store
 from gputop.ledger.writer import Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -50,7 +50,7 @@ def _sim_mem(mib: int, sm: int) -> int:
 def record_week(path: Path) -> None:
     clock = Clock()
     nvml = sim.SimNvml(sim.synthetic_scenario(gpus=2, processes=0, name="week"), clock=clock)
-    collector = Collector(nvml, sim.SimProcs(nvml), host="lab-1", demo=True, clock=clock)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="lab-1", demo=True, clock=clock)
     recorder = Recorder(store.open_writer(str(path)), STEP, IDLE_MEM)
     for tick in range(WEEK_H * HOUR // int(STEP)):
         hour = tick * STEP / HOUR

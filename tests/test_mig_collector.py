@@ -28,8 +28,8 @@ from gputop.analysis import mig as mig_rules
 from gputop.analysis.health import warnings
 from gputop.model import HostSnapshot, mig_memory
 from gputop.sources import sim
+from gputop.sources.hostsource import nvml_collector
 from gputop.sources.mig import NO_PERMISSION_NOTE, profile_of
-from gputop.sources.nvml import Collector
 
 T0 = 1_800_000_000.0
 REPO = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ class Clock:
 def _collect(scenario: sim.Scenario | str, rounds: int = 2) -> HostSnapshot:
     clock = Clock()
     nvml = sim.SimNvml(scenario, clock=clock)
-    collector = Collector(nvml, sim.SimProcs(nvml), host="h", demo=True, clock=clock)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="h", demo=True, clock=clock)
     data: dict[str, Any] = {}
     for _ in range(rounds):
         data = collector.collect()
@@ -189,9 +189,9 @@ def test_profile_from_the_driver_name() -> None:
 COLLECT = """
 import json, sys
 import pynvml
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 from gputop.sources.procfs import ProcFs
-collector = Collector(pynvml, ProcFs())
+collector = nvml_collector(pynvml, ProcFs())
 collector.collect()
 print(json.dumps(collector.collect()))
 """

@@ -22,7 +22,7 @@ from gputop.actions import reservations as store
 from gputop.analysis.pick import rank, rank_devices, reservation_warnings
 from gputop.model import HostSnapshot, Reservation, mig_map
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 REPO = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
@@ -32,7 +32,7 @@ ALICE = 10019  # bare uids: the store names users by the files' owners
 def _snapshot() -> HostSnapshot:
     clock = lambda: 1_800_000_000.0  # noqa: E731
     nvml = sim.SimNvml("mig", clock=clock)
-    collector = Collector(nvml, sim.SimProcs(nvml), host="mig", demo=True, clock=clock)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="mig", demo=True, clock=clock)
     collector.collect()
     return HostSnapshot.from_dict(collector.collect())
 

@@ -28,7 +28,7 @@ KEYS = (
 PROBE = """
 import json, sys
 import pynvml
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 from gputop.sources.procfs import ProcFs
 
 class Single:
@@ -41,7 +41,7 @@ class Single:
 keys = sys.argv[1].split(",")
 out = {}
 for name, nvml in (("batched", pynvml), ("single", Single())):
-    gpus = Collector(nvml, ProcFs()).collect()["gpus"]
+    gpus = nvml_collector(nvml, ProcFs()).collect()["gpus"]
     out[name] = [dict({k: g.get(k) for k in keys},
                       nvlinks=[link["active"] for link in g["nvlinks"]]) for g in gpus]
 print(json.dumps(out))

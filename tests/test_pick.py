@@ -12,7 +12,7 @@ from gputop import model
 from gputop.analysis.pick import pick, rank, reservation_warnings
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 NOW = 1_764_680_000.0
 GIB = 1 << 30
@@ -119,7 +119,7 @@ def test_demo_scenario_free_cards() -> None:
     """faulty: GPUs 3, 4 and 7 run nothing; the others are busy."""
     clock = [NOW]
     nvml = sim.SimNvml(sim.load_scenario("faulty"), clock=lambda: clock[0])
-    collector = Collector(nvml, sim.SimProcs(nvml), host="faulty", demo=True,
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="faulty", demo=True,
                           clock=lambda: clock[0])
     snap = HostSnapshot.from_dict(collector.collect())
     assert sorted(rank(snap, NOW).indexes) == [3, 4, 7]
@@ -131,7 +131,7 @@ def test_a_card_whose_processes_could_not_be_read_is_never_picked() -> None:
     clock = [NOW]
     nvml = sim.SimNvml(sim.load_scenario("faulty"), clock=lambda: clock[0])
     nvml.set_error(3, "ComputeRunningProcesses", sim.NVML_ERROR_UNKNOWN)
-    collector = Collector(nvml, sim.SimProcs(nvml), host="faulty", demo=True,
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="faulty", demo=True,
                           clock=lambda: clock[0])
     snap = HostSnapshot.from_dict(collector.collect())
     gpu3 = snap.gpu(3)

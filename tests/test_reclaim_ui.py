@@ -12,8 +12,8 @@ from gputop.config import Config
 from gputop.model import DeviceHolder, HostSnapshot
 from gputop.sources import sim
 from gputop.sources.feed import LocalFeed
+from gputop.sources.hostsource import nvml_collector
 from gputop.sources.identity import named_identity
-from gputop.sources.nvml import Collector
 from gputop.ui.app import GputopApp
 from gputop.ui.screens.kill import KillScreen
 from gputop.ui.screens.reclaim import ReclaimScreen
@@ -52,7 +52,7 @@ class Lab:
         scenario = dataclasses.replace(sim.load_scenario("lab"), me=me)
         self.nvml = sim.SimNvml(scenario, clock=lambda: self.now)
         self.procs = sim.SimProcs(self.nvml)
-        self.collector = Collector(self.nvml, self.procs, host="lab", demo=True,
+        self.collector = nvml_collector(self.nvml, self.procs, host="lab", demo=True,
                                    clock=lambda: self.now)
         env = ActionEnv(sim=self.nvml, procs=self.procs)
         self.feed = ManualFeed(LocalFeed(self.collector, host="lab",

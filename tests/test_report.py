@@ -15,7 +15,7 @@ from gputop import model
 from gputop.commands import common, report
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 
 T0 = 1_800_000_000.0
 GIB = 1024**3
@@ -28,7 +28,7 @@ def cells(line: str) -> int:
 def sim_snapshot(name: str) -> HostSnapshot:
     now = [T0]
     nvml = sim.SimNvml(sim.load_scenario(name), clock=lambda: now[0])
-    collector = Collector(nvml, sim.SimProcs(nvml), host=name, demo=True, clock=lambda: now[0])
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host=name, demo=True, clock=lambda: now[0])
     collector.collect()
     now[0] += 30.0  # past the faulty scenario's lost GPU
     return HostSnapshot.from_dict(collector.collect())

@@ -11,6 +11,7 @@ from sshd import capture_section
 from gputop import model
 from gputop.model import HostSnapshot
 from gputop.sources import smi
+from gputop.sources.hostsource import fallback_snapshot
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 MIB = 1024 * 1024
@@ -110,13 +111,13 @@ def test_no_driver_message() -> None:
     )
     with pytest.raises(smi.SmiError):
         smi.gpus_from_csv(text)
-    out = smi.snapshot_from_fallback("h", text + f"{smi.MARK} 9\n{smi.MARK} 9\n{smi.MARK} 0\n", 1.0)
+    out = fallback_snapshot("h", text + f"{smi.MARK} 9\n{smi.MARK} 9\n{smi.MARK} 0\n", 1.0)
     assert out["state"] == model.HOST_NO_GPU
     assert "couldn't communicate" in out["error"]
 
 
 def test_nvidia_smi_missing() -> None:
-    out = smi.snapshot_from_fallback(
+    out = fallback_snapshot(
         "h", f"sh: 1: nvidia-smi: not found\n{smi.MARK} 127\n{smi.MARK} 127\n{smi.MARK} 0\n", 1.0
     )
     assert out["state"] == model.HOST_NO_GPU
@@ -135,7 +136,7 @@ def test_whole_fallback_output_joins_ps() -> None:
     output = (
         f"{gpu_csv}{smi.MARK} 0\n{apps_csv}{smi.MARK} 0\n{ps}{smi.MARK} 0\n"
     )
-    data = smi.snapshot_from_fallback("gpu-x", output, 10_000.0)
+    data = fallback_snapshot("gpu-x", output, 10_000.0)
     snap = HostSnapshot.from_dict(data)
     assert snap.state == model.HOST_FALLBACK and snap.ok
     assert snap.source == "smi"
@@ -208,17 +209,17 @@ def test_xml_ada_types_and_new_power_tags() -> None:
 def test_old_driver_switches_to_xml() -> None:
     error = 'Field "clocks.max.sm" is not a valid field to query.\n'
     csv_out = f"{error}{smi.MARK} 2\n{smi.MARK} 0\n{smi.MARK} 0\n"
-    data = smi.snapshot_from_fallback("old", csv_out, 5.0)
+    data = fallback_snapshot("old", csv_out, 5.0)
     assert data["state"] == model.HOST_NO_GPU and smi.wants_xml(data)
     xml = (FIXTURES / "xml-tesla-t4-515.xml").read_text()
-    out = smi.snapshot_from_xml_fallback("old", f"{xml}\n{smi.MARK} 0\n{smi.MARK} 0\n", 5.0)
+    out = fallback_snapshot("old", f"{xml}\n{smi.MARK} 0\n{smi.MARK} 0\n", 5.0, xml=True)
     snap = HostSnapshot.from_dict(out)
     assert snap.state == model.HOST_FALLBACK
     assert snap.driver_version == "515.105.01" and snap.cuda_version == "11.7"
     assert snap.gpus[0].name == "Tesla T4"
     # no ps lines: not in our namespace
     assert snap.processes and all(not p.visible for p in snap.processes)
-    broken = smi.snapshot_from_xml_fallback("old", f"garbage\n{smi.MARK} 9\n{smi.MARK} 0\n", 5.0)
+    broken = fallback_snapshot("old", f"garbage\n{smi.MARK} 9\n{smi.MARK} 0\n", 5.0, xml=True)
     assert broken["state"] == model.HOST_NO_GPU and "garbage" in broken["error"]
 
 
@@ -281,7 +282,7 @@ def test_pending_row_remap_on_a_fallback_host_is_critical() -> None:
     assert pending is not None
     pending.text = "Yes"
     xml = ET.tostring(root, encoding="unicode")
-    out = smi.snapshot_from_xml_fallback("old", f"{xml}\n{smi.MARK} 0\n{smi.MARK} 0\n", 5.0)
+    out = fallback_snapshot("old", f"{xml}\n{smi.MARK} 0\n{smi.MARK} 0\n", 5.0, xml=True)
     found = health.warnings(HostSnapshot.from_dict(out))
     assert ("remap-pending", model.CRITICAL, 0) in {(w.code, w.severity, w.gpu) for w in found}
     # the CSV fallback asks for the same facts, and reads them

@@ -54,7 +54,10 @@ MODULES = (
     "gputop.sources.workload",
     "gputop.sources.procfs",
     "gputop.sources.mig",
+    "gputop.sources.backend",
     "gputop.sources.nvml",
+    "gputop.sources.assembler",
+    "gputop.sources.hostsource",
     # A package, with every one of its modules: its __init__ re-exports them.
     "gputop.sources.sim",
     "gputop.sources.sim.api",

@@ -14,14 +14,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gputop.model import HOST_ERROR, HOST_NO_GPU, HostSnapshot, error_snapshot, mig_map
+from gputop.sources.backend import NoDriverError
 from gputop.sources.identity import Identity
-from gputop.sources.nvml import Collector, NoDriverError
 
 if TYPE_CHECKING:
     import asyncio
+
+    from gputop.actions.dispatch import ActionEnv
 
 Emit = Callable[[HostSnapshot], None]
 
@@ -95,10 +97,17 @@ class Feed(Protocol):
     async def close(self) -> None: ...
 
 
-class LocalFeed:
-    """One host read by a Collector in a worker thread.
+@runtime_checkable
+class Collects(Protocol):
+    """What a LocalFeed reads: ``sources/assembler.HostAssembler`` (or a wrapper of one)."""
 
-    ``collector`` is a Collector (or anything with ``collect() -> dict``), or a
+    def collect(self) -> dict[str, Any]: ...
+
+
+class LocalFeed:
+    """One host read by a collector in a worker thread.
+
+    ``collector`` is a ``Collects`` (a HostAssembler from sources/hostsource.py), or a
     zero-argument factory that makes one (called in the worker thread on the first poll, so
     a slow or failing nvmlInit never blocks the UI).  ``dispatch_env`` is the
     ``gputop.actions.dispatch.ActionEnv`` for requests; None makes the feed a viewer only.
@@ -108,15 +117,17 @@ class LocalFeed:
 
     def __init__(
         self,
-        collector: Collector | Callable[[], Collector],
+        collector: Collects | Callable[[], Collects],
         host: str,
         identity: Identity,
-        dispatch_env: Any = None,
+        dispatch_env: ActionEnv | None = None,
         seed: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
-        if hasattr(collector, "collect"):
-            self._collector: Collector | None = collector  # type: ignore[assignment]
-            self._factory: Callable[[], Collector] | None = None
+        self._collector: Collects | None
+        self._factory: Callable[[], Collects] | None
+        if isinstance(collector, Collects):
+            self._collector = collector
+            self._factory = None
         else:
             self._collector = None
             self._factory = collector

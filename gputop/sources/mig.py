@@ -40,9 +40,9 @@ def profile_of(name: str | None) -> str | None:
 
 
 class MigReader:
-    """Reads the MIG state of cards for a Collector, keeping GPM samples between refreshes.
+    """Reads the MIG state of cards for the NVML backend, keeping GPM samples between refreshes.
 
-    ``get(name, *args)`` is the collector's tolerant call (None when unreadable, raises its
+    ``get(name, *args)`` is the backend's tolerant call (None when unreadable, raises its
     lost-GPU exception); ``running(kind, handle, mem_total)`` its process listing.  Calls
     whose error code matters (NotFound slots, NoPermission) go to ``nvml`` directly.
     """

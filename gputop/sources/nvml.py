@@ -1,8 +1,12 @@
-"""The local collector: one HostSnapshot dict per call, from NVML and /proc.
+"""The NVML backend: a host's GPUs and the processes NVML lists on them.
+
+``NvmlBackend(nvml).read(now)`` is a ``GpuBackend`` (sources/backend.py); the host
+assembler adds process facts, workloads and the store.  ``nvml`` is the ``pynvml`` module,
+or a ``sim.SimNvml`` with the same function names, error classes and constants (--demo and
+tests), so this code runs unchanged against both.
 
 Stdlib-only: this module is shipped to remote hosts inside the SSH probe, where ``nvml`` is
-that host's pynvml.  In tests and --demo ``nvml`` is a ``sim.SimNvml`` with the same
-function names, error classes and constants, so this code runs unchanged against both.
+that host's pynvml.
 
 Rules this code keeps (see docs/design.md):
 - every field is read on its own: an unsupported or forbidden field is None, nothing more;
@@ -15,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
-from gputop.sources.devscan import scan_device_holders
+from gputop.sources.backend import NoDriverError, Reading
 from gputop.sources.mig import MigReader
+
+__all__ = ["NoDriverError", "NvmlBackend", "decode_clock_events", "open_nvml"]
 
 # Error codes (same numbers in pynvml and the simulator) that mean "this field is not
 # available here": the field becomes None and collection goes on.
@@ -78,15 +83,6 @@ _TOPOLOGY_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "S
 
 _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 
-# The /dev/nvidia* scan walks every fd of every process (95-220 ms at 1,000-8,000
-# processes): it runs only while NVML shows memory the listed processes do not account
-# for, and at most once in this many seconds.
-DEVSCAN_EVERY_S = 60.0
-# Used memory beyond the listed processes' that opens the gate.  Below the orphan rules'
-# floor (analysis/orphans.py: the larger of 512 MiB and 1 % of the card), so the scan runs
-# whenever they could report something; not imported from there, because the probe never
-# loads the model's dataclasses.
-DEVSCAN_UNACCOUNTED = 256 * 1024 * 1024
 # nvmlDeviceGetFieldValues ids (nvml.h): NVLink link count, and one link's state (scopeId).
 _FI_NVLINK_LINK_COUNT = 91
 _FI_NVLINK_GET_STATE = 165
@@ -109,10 +105,6 @@ DRIVER_NOT_LOADED_MESSAGE = (
     "over SSH, or `gputop --demo`."
 )
 NO_GPUS_MESSAGE = "gputop: no GPUs: the NVIDIA driver is loaded but sees no GPU on this machine."
-
-
-class NoDriverError(RuntimeError):
-    """NVML could not start here; str() is one sentence for the user."""
 
 
 class _GpuLost(Exception):
@@ -193,32 +185,19 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-class Collector:
-    """Reads one host: ``collect()`` returns a HostSnapshot dict (see gputop/model.py)."""
+class NvmlBackend:
+    """A ``GpuBackend`` over NVML: ``read(now)`` returns the GPUs and their processes.
 
-    def __init__(
-        self,
-        nvml: Any,
-        procs: Any,
-        host: str = "localhost",
-        demo: bool = False,
-        reservations_dir: str | None = None,
-        clock: Callable[[], float] = time.time,
-        lean: bool = False,
-        name_wait_s: float = 0.0,
-    ) -> None:
+    ``nvml`` is pynvml or a ``sim.SimNvml`` (then ``simulated``: source "sim", no sysfs
+    look-ups, simulated pids above any real one).  ``lean`` (a one-shot table): no
+    topology, NVLink remotes or XID event registration, which cost most of its NVML calls
+    and show nowhere in it.  Raises NoDriverError when nvmlInit fails.
+    """
+
+    def __init__(self, nvml: Any, simulated: bool = False, lean: bool = False) -> None:
         self.nvml = nvml
-        # A one-shot command waits this long for job and container names (squeue, the
-        # Engine API); the dashboard never waits: names arrive with a later refresh.
-        self.name_wait_s = name_wait_s
-        # A one-shot table: no topology, NVLink remotes, XID event registration or device
-        # scan, which cost most of its NVML calls and show nowhere in it.
         self.lean = lean
-        self.procs = procs
-        self.host = host
-        self.demo = demo
-        self.reservations_dir = reservations_dir
-        self.clock = clock
+        self.simulated = simulated
         self._error_class: type[BaseException] = getattr(nvml, "NVMLError", Exception)
         self._mismatch_class: type[BaseException] = getattr(
             nvml, "NVMLLibraryMismatchError", self._error_class
@@ -231,7 +210,7 @@ class Collector:
         # Simulated pids sit above any real pid on purpose, so only real NVML gets the upper
         # bound in the garbage check.  The kernel's hard limit, not today's pid_max, which an
         # admin may raise while we run.
-        self._pid_max: int | None = None if demo else _PID_MAX_LIMIT
+        self._pid_max: int | None = None if simulated else _PID_MAX_LIMIT
         self._count: int | None = None
         self._handles: dict[int, Any] = {}
         self._static: dict[int, dict[str, Any]] = {}
@@ -242,9 +221,7 @@ class Collector:
         self._topology: list[dict] | None = None
         self._event_set: Any = None
         self._xid_watched: bool | None = None
-        self._scanned_at: float | None = None
         self._host_cpu_count: int | None = None
-        self._holders: tuple[list[dict], str | None] = ([], None)
         self._field_errors: list[str] | None = None  # of the GPU being read, see _call
         # MIG devices list processes as cards do (the first value of _running).
         self._mig = MigReader(nvml, self._get, lambda *args: self._running(*args)[0],
@@ -297,7 +274,7 @@ class Collector:
             # from the installed driver: just another unreadable field.
             return None, None
 
-    # -- once per Collector ----------------------------------------------------------------
+    # -- once per backend -------------------------------------------------------------------
 
     def _versions_once(self) -> dict[str, str | None]:
         if self._versions is None:
@@ -380,7 +357,7 @@ class Collector:
             nodes = [bit for bit in range(64) if int(words[0]) >> bit & 1]
             if nodes:
                 return nodes[0]
-        if not self.demo and bus_id:
+        if not self.simulated and bus_id:
             # Older drivers lack the affinity call; the kernel knows the device's node too.
             try:
                 with open(f"/sys/bus/pci/devices/{normalize_bus_id(bus_id)}/numa_node") as f:
@@ -574,45 +551,37 @@ class Collector:
 
     # -- every collect -----------------------------------------------------------------------
 
-    def collect(self) -> dict[str, Any]:
-        now = self.clock()
-        snap: dict[str, Any] = {
-            "host": self.host,
-            "time": now,
-            "state": "ok",
-            "error": None,
-            "source": "sim" if self.demo else "nvml",
-            "demo": self.demo,
-            **self._versions_once(),
-            **self.procs.host_info(),
-        }
-        self._host_cpu_count = snap.get("cpu_count")
+    @property
+    def source(self) -> str:
+        return "sim" if self.simulated else "nvml"
+
+    def count(self) -> int:
+        """How many GPUs NVML sees (0 when it cannot count them)."""
+        return int(self._get("nvmlDeviceGetCount") or 0)
+
+    def read(self, now: float, cpu_count: int | None = None) -> Reading:
+        snap: Reading = dict(self._versions_once())
+        self._host_cpu_count = cpu_count
         if self._count is None:
             fn = self._fn("nvmlDeviceGetCount")
             try:
                 self._count = int(fn()) if fn is not None else 0
             except self._error_class as err:
-                snap.update(state="error", error=f"cannot count GPUs: {err}")
-                return snap
+                return {**snap, "state": "error", "error": f"cannot count GPUs: {err}"}
         gpus: list[dict] = []
-        raw_procs: list[dict] = []
+        processes: list[dict] = []
         for index in range(self._count):
             gpu, procs = self._collect_gpu(index, now)
             gpus.append(gpu)
-            raw_procs.extend(procs)
-        readable = [g["index"] for g in gpus if g["index"] in self._static]
+            processes.extend(procs)
         snap["gpus"] = gpus
-        snap["processes"] = self._add_process_facts(raw_procs)
-        self._add_workloads(snap, snap["processes"])
+        snap["processes"] = processes
         if not self.lean:
-            snap["topology"] = self._topology_once(sorted(self._handles.keys() & set(readable)))
+            readable = {g["index"] for g in gpus if g["index"] in self._static}
+            snap["topology"] = self._topology_once(sorted(self._handles.keys() & readable))
             self._xid_setup_once()
             snap["xid_watched"] = self._xid_watched
             snap["xid_events"] = self._poll_xid(now)
-            snap["device_holders"], snap["device_scan_note"] = self._device_holders(
-                gpus, snap["processes"], now)
-        snap["reservations"] = self._reservations(now)
-        snap["queue"] = self._queue()
         return snap
 
     def _collect_gpu(self, index: int, now: float) -> tuple[dict, list[dict]]:
@@ -897,107 +866,8 @@ class Collector:
             row["sm_util"] = round(got[0] / got[2]) if got else 0
             row["mem_util"] = round(got[1] / got[2]) if got else 0
 
-    def _add_process_facts(self, rows: list[dict]) -> list[dict]:
-        pids = sorted({row["pid"] for row in rows})
-        facts = self.procs.process_info(pids) if pids else {}
-        for row in rows:
-            info = facts.get(row["pid"])
-            if info is None:
-                # Listed by NVML but not in our PID namespace (container) or just exited.
-                row["visible"] = False
-            else:
-                row["visible"] = True
-                for key in _PROCESS_KEYS:
-                    if key in info:
-                        row[key] = info[key]
-            row["simulated"] = self.demo
-        rows.sort(key=lambda r: (r["gpu"], r["pid"]))
-        return rows
-
-    def _add_workloads(self, snap: dict[str, Any], rows: list[dict]) -> None:
-        """Each process's Slurm job, container or pod, and the host's notes."""
-        workloads = getattr(self.procs, "workloads", None)
-        if workloads is None:
-            return
-        keys = []
-        found = []
-        for row in rows:
-            ticks = row.get("start_ticks")
-            if not row.get("visible") or ticks is None:
-                continue
-            keys.append((row["pid"], ticks))
-            parsed = workloads.resolve(row["pid"], ticks)
-            if parsed is not None:
-                # A copy per row: names are added in place and the cache keeps ids only.
-                row["workload"] = dict(parsed)
-                found.append(row["workload"])
-        workloads.forget_except(keys)
-        workloads.name_all(found)
-        if found and self.name_wait_s > 0:
-            workloads.wait(self.name_wait_s)
-            workloads.name_all(found)
-        snap["workload_notes"] = workloads.notes()
-        snap["own_workload"] = workloads.own()
-
-    # -- host-level extras -------------------------------------------------------------------
-
-    def _reservations(self, now: float) -> list[dict]:
-        if not self.reservations_dir:
-            return []
-        from gputop.actions import reservations  # stdlib-only; shipped in the probe bundle
-
-        try:
-            found = reservations.list_active(self.reservations_dir, now)
-        except (OSError, ValueError):
-            # A broken reservation store must not cost the user the GPU view.
-            return []
-        return found
-
-    def _queue(self) -> list[dict]:
-        if not self.reservations_dir:
-            return []
-        from gputop.actions import queue  # stdlib-only; shipped in the probe bundle
-
-        try:
-            return list(queue.list_jobs(self.reservations_dir)["jobs"])
-        except (OSError, ValueError):
-            return []
-
-    def _device_holders(
-        self, gpus: list[dict], processes: list[dict], now: float
-    ) -> tuple[list[dict], str | None]:
-        if not memory_unaccounted(gpus, processes):
-            # Nothing to explain: last scan's holders would only be stale.
-            self._holders = ([], None)
-            self._scanned_at = None
-        elif self._scanned_at is None or not 0 <= now - self._scanned_at < DEVSCAN_EVERY_S:
-            self._scanned_at = now
-            if self.demo:
-                scan = getattr(self.procs, "device_holders", None)
-                self._holders = scan() if callable(scan) else ([], None)
-            else:
-                self._holders = scan_device_holders(getattr(self.procs, "root", "/proc"))
-        return self._holders
-
 
 _IDENTITY_KEYS = ("uuid", "name", "pci_bus_id", "serial")
-
-_PROCESS_KEYS = (
-    "user",
-    "uid",
-    "command",
-    "cmdline",
-    "ppid",
-    "state",
-    "start_time",
-    "start_ticks",
-    "cpu_percent",
-    "rss",
-    "parent_command",
-    "parent_user",
-    "kernel_file",
-    "kernel_file_exists",
-)
 
 
 # Field ids (nvml.h) of what _ecc reads one call at a time, and the keys they fill.
@@ -1019,22 +889,6 @@ _BOOL_FIELD_KEYS = frozenset({"retired_pages_pending", "remap_pending", "remap_f
 # nvmlValueType_t -> the c_nvmlValue_t member that holds it.
 _FIELD_VALUE_TYPES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                       6: "usVal"}
-
-
-def memory_unaccounted(gpus: list[dict], processes: list[dict]) -> bool:
-    """Whether a GPU counts more memory as used than its listed processes hold (beyond the
-    driver's own share): only then can a /dev/nvidia* scan explain something."""
-    listed: dict[Any, int] = {}
-    for row in processes:
-        mem = row.get("gpu_mem")
-        if mem is None:
-            return True  # a process of unknown size: the difference cannot be ruled out
-        listed[row["gpu"]] = listed.get(row["gpu"], 0) + mem
-    for gpu in gpus:
-        used = gpu.get("mem_used")
-        if used is not None and used - listed.get(gpu["index"], 0) > DEVSCAN_UNACCOUNTED:
-            return True
-    return False
 
 
 def _watts(milliwatts: Any) -> float | None:
@@ -1061,20 +915,14 @@ def _init_failure_message(err: BaseException) -> str:
     return f"gputop: NVML could not start: {err}."
 
 
-def open_local(
-    host: str = "localhost", reservations_dir: str | None = None, lean: bool = False,
-    name_wait_s: float = 0.0,
-) -> Collector:
-    """A Collector for this machine's GPUs; NoDriverError when there are none to read."""
+def open_nvml(lean: bool = False) -> NvmlBackend:
+    """The NVML backend of this machine; NoDriverError when there is no GPU to read."""
     try:
         import pynvml
     except ImportError:
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
-    from gputop.sources.procfs import ProcFs
-
-    collector = Collector(pynvml, ProcFs(), host=host, reservations_dir=reservations_dir,
-                          lean=lean, name_wait_s=name_wait_s)
+    backend = NvmlBackend(pynvml, lean=lean)
     # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
-    if collector._get("nvmlDeviceGetCount") == 0:
+    if backend.count() == 0:
         raise NoDriverError(NO_GPUS_MESSAGE)
-    return collector
+    return backend

@@ -24,11 +24,14 @@ from gputop.config import Config, analysis_settings
 from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
+from gputop.sources.backend import NoDriverError
 from gputop.sources.identity import Identity, local_identity, named_identity
-from gputop.sources.nvml import Collector, NoDriverError, open_local
 
 if TYPE_CHECKING:
-    from gputop.sources.feed import Feed, LocalFeed
+    from gputop.actions.dispatch import ActionEnv
+    from gputop.sources.assembler import HostAssembler
+    from gputop.sources.feed import Collects, Feed, LocalFeed
+    from gputop.sources.hostsource import HostSource
 
 __all__ = [
     "NoDriverError",
@@ -172,11 +175,8 @@ def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot:
         raise SourceError(f"gputop: {err}") from None
 
 
-def _action_env(options: SourceOptions, config: Config, **extra: Any) -> Any:
-    from gputop.actions.dispatch import ActionEnv
-
-    return ActionEnv(reservations_dir=reservations_dir(options, config),
-                     readonly=options.readonly, **extra)
+def _action_env(options: SourceOptions, config: Config, source: HostSource) -> ActionEnv:
+    return source.action_env(reservations_dir(options, config), options.readonly)
 
 
 def _local_feed(
@@ -184,25 +184,29 @@ def _local_feed(
     name_wait_s: float = 0.0,
 ) -> LocalFeed:
     from gputop.sources.feed import LocalFeed
-    from gputop.sources.procfs import ProcFs
+    from gputop.sources.hostsource import action_env, open_local
 
     store = reservations_dir(options, config)
-    collector: Collector | Any
     try:
-        collector = open_local(reservations_dir=store, lean=lean, name_wait_s=name_wait_s)
-        procs = collector.procs
+        source = open_local(host=LOCAL_HOST, reservations_dir=store, lean=lean,
+                            name_wait_s=name_wait_s)
     except NoDriverError as err:
         if need_driver:
             raise
+        from gputop.sources.procfs import ProcFs
+
         failure = err
 
-        def collector() -> Collector:  # each poll: a "no GPU/driver" snapshot
+        def no_driver() -> HostAssembler:  # each poll: a "no GPU/driver" snapshot
             raise failure
 
-        procs = ProcFs()
-    # A lean one-shot only reads: no action env, and none of the action modules imported.
-    env = None if lean else _action_env(options, config, procs=procs)
-    return LocalFeed(collector, host=LOCAL_HOST, identity=local_identity(), dispatch_env=env)
+        # A lean one-shot only reads: no action env, and none of the action modules.
+        env = None if lean else action_env(ProcFs(), store, options.readonly)
+        return LocalFeed(no_driver, host=LOCAL_HOST, identity=local_identity(),
+                         dispatch_env=env)
+    env = None if lean else _action_env(options, config, source)
+    return LocalFeed(source.collector, host=LOCAL_HOST, identity=local_identity(),
+                     dispatch_env=env)
 
 
 class _FrozenClock:
@@ -219,7 +223,7 @@ class _WarmedUp:
     """A demo collector whose first read is two reads DEMO_WARMUP_S apart in simulated
     time, so that a one-shot has rates and SM % as the dashboard's second tick does."""
 
-    def __init__(self, collector: Collector, clock: _FrozenClock) -> None:
+    def __init__(self, collector: HostAssembler, clock: _FrozenClock) -> None:
         self.collector, self.clock, self.warm = collector, clock, False
 
     def collect(self) -> dict[str, Any]:
@@ -237,13 +241,12 @@ DEMO_SEED_STEP_S = 60.0
 
 def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[], list[dict]]:
     def seed() -> list[dict[str, Any]]:
-        from gputop.sources import sim
+        from gputop.sources.hostsource import open_simulation
 
         # Its own simulation: the simulator's values are pure functions of time, so the
         # past reads as the live one would have; actions never touch this one.
         clock = _FrozenClock(now - seconds)
-        nvml = sim.SimNvml(sim.load_scenario(name), clock=clock)
-        collector = Collector(nvml, sim.SimProcs(nvml), host=host, demo=True, clock=clock)
+        collector = open_simulation(name, host=host, clock=clock).collector
         out = []
         while clock.now < now - DEMO_SEED_STEP_S / 2:
             out.append(collector.collect())
@@ -259,21 +262,20 @@ def _demo_feed(
     # The simulator pulls in pyyaml for scenario files: imported only when asked for.
     from gputop.sources import sim
     from gputop.sources.feed import LocalFeed
+    from gputop.sources.hostsource import open_simulation
 
     try:
         scenario = sim.load_scenario(name)
     except sim.ScenarioError as err:
         raise SourceError(str(err)) from None
-    clock: Any = _FrozenClock(time.time()) if one_shot else time.time
+    clock: Callable[[], float] = _FrozenClock(time.time()) if one_shot else time.time
     host = str(scenario.host.get("hostname") or name)
-    nvml = sim.SimNvml(scenario, clock=clock)
-    procs = sim.SimProcs(nvml)
-    collector: Any = Collector(nvml, procs, host=host, demo=True,
-                               reservations_dir=reservations_dir(options, config), clock=clock,
-                               lean=lean)
-    if one_shot:
-        collector = _WarmedUp(collector, clock)
-    env = None if lean else _action_env(options, config, sim=nvml, procs=procs)
+    source = open_simulation(scenario, host=host, reservations_dir=reservations_dir(
+        options, config), clock=clock, lean=lean)
+    collector: Collects = source.collector
+    if isinstance(clock, _FrozenClock):
+        collector = _WarmedUp(source.collector, clock)
+    env = None if lean else _action_env(options, config, source)
     identity = dataclasses.replace(named_identity(scenario.me),
                                    reserves_as=local_identity().user)
     seed = None

@@ -26,7 +26,11 @@ import os
 import sys
 import threading
 import time
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+
+if TYPE_CHECKING:
+    from gputop.actions.dispatch import ActionEnv
+    from gputop.sources.assembler import HostAssembler
 
 SIM_ENV = "GPUTOP_PROBE_SIM"
 RESERVATIONS_ENV = "GPUTOP_RESERVATIONS_DIR"
@@ -53,7 +57,9 @@ class _Out:
 class _Source:
     """What the loop collects from and where actions go."""
 
-    def __init__(self, collector: Any, env: Any, lock: threading.Lock | None) -> None:
+    def __init__(
+        self, collector: HostAssembler, env: ActionEnv, lock: threading.Lock | None
+    ) -> None:
         self.collector = collector
         self.env = env
         self.lock = lock  # the simulator is not thread-safe: polls and actions take turns
@@ -117,32 +123,29 @@ def _load_scenario(name: str, scenarios: Texts) -> Any:
 
 def open_source(config: dict[str, Any], scenarios: Texts) -> _Source:
     """The collector for this host; raises NoDriverError when there is no GPU to read."""
-    from gputop.actions.dispatch import ActionEnv
-    from gputop.sources.nvml import Collector, NoDriverError
+    from gputop.sources import hostsource
 
     readonly = bool(config.get("readonly", False))
     host = str(config.get("host") or "")
     sim_name = os.environ.get(SIM_ENV) or None
     if sim_name:
-        from gputop.sources import sim
-
-        nvml = sim.SimNvml(_load_scenario(sim_name, scenarios))
-        procs: Any = sim.SimProcs(nvml)
         rdir = _reservations_dir(sim_name)
-        collector = Collector(nvml, procs, host=host or sim_name, demo=True, reservations_dir=rdir)
-        env = ActionEnv(sim=nvml, procs=procs, reservations_dir=rdir, readonly=readonly)
-        return _Source(collector, env, threading.Lock())
+        source = hostsource.open_simulation(_load_scenario(sim_name, scenarios),
+                                            host=host or sim_name, reservations_dir=rdir)
+        return _Source(source.collector, source.action_env(rdir, readonly), threading.Lock())
     try:
         import pynvml
     except ImportError:
-        raise NoDriverError("no pynvml on this host and none shipped") from None
+        raise hostsource.NoDriverError("no pynvml on this host and none shipped") from None
     from gputop.sources.procfs import ProcFs
 
-    procs = ProcFs()
     rdir = _reservations_dir(None)
-    collector = Collector(pynvml, procs, host=host or "localhost", reservations_dir=rdir)
-    env = ActionEnv(procs=procs, reservations_dir=rdir, readonly=readonly)
-    return _Source(collector, env, None)
+    procs = ProcFs()
+    # Not open_local: a host whose driver sees no GPU still reports (zero GPUs), and the
+    # message for a missing pynvml is the probe's own.
+    source = hostsource.HostSource(hostsource.nvml_collector(
+        pynvml, procs, host=host or "localhost", reservations_dir=rdir), procs)
+    return _Source(source.collector, source.action_env(rdir, readonly), None)
 
 
 def _error(host: str, message: str, no_gpu: bool = False) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pwd
 import time
 from typing import Any
 
+from gputop.sources.devscan import scan_device_holders
 from gputop.sources.workload import WorkloadResolver
 
 _DEFAULT_CLK_TCK = 100
@@ -96,6 +97,10 @@ class ProcFs:
         self._facts: dict[tuple[int, int], dict[str, Any]] = {}
         self._host_cpu_prev: tuple[int, int] | None = None
         self.workloads = WorkloadResolver(root)  # job / container / pod per pid
+
+    def device_holders(self) -> tuple[list[dict[str, Any]], str | None]:
+        """Processes with /dev/nvidia* open (sources/devscan.py)."""
+        return scan_device_holders(self.root)
 
     # -- host --------------------------------------------------------------------------
 

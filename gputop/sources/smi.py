@@ -298,29 +298,111 @@ def split_fallback_output(text: str) -> list[tuple[str, int | None]]:
 NO_PYTHON = "no python3 on this host"
 
 
-def snapshot_from_fallback(
-    host: str, output: str, now: float, reason: str = NO_PYTHON
-) -> dict[str, Any]:
-    """The whole FALLBACK_COMMAND output -> a HostSnapshot dict (state fallback)."""
+class SmiBackend:
+    """A ``GpuBackend`` (sources/backend.py) over one poll's nvidia-smi output: the CSV
+    queries of FALLBACK_COMMAND, or ``-q -x`` (``xml``) of XML_FALLBACK_COMMAND."""
+
+    source = "smi"
+
+    def __init__(self, sections: list[tuple[str, int | None]], reason: str, xml: bool) -> None:
+        self._sections = sections
+        self._reason = reason
+        self._xml = xml
+
+    def read(self, now: float, cpu_count: int | None = None) -> dict[str, Any]:
+        if self._xml:
+            return self._read_xml()
+        (gpu_text, gpu_rc), (apps_text, _apps_rc) = self._sections[:2]
+        if gpu_rc == 127 or (gpu_rc is None and not gpu_text):
+            return _no_gpu(f"nvidia-smi not found and {self._reason}")
+        try:
+            gpus, facts = gpus_from_csv(gpu_text)
+        except SmiError as exc:
+            return _no_gpu(f"nvidia-smi: {exc}")
+        if gpu_rc not in (0, None) and not gpus:
+            first = gpu_text.strip().splitlines()[0] if gpu_text.strip() else f"exit {gpu_rc}"
+            return _no_gpu(f"nvidia-smi failed: {first}")
+        uuids = {g["uuid"]: g["index"] for g in gpus if g.get("uuid")}
+        try:
+            procs = apps_from_csv(apps_text, uuids)
+        except SmiError:
+            procs = []
+        return self._reading(gpus, facts, procs)
+
+    def _read_xml(self) -> dict[str, Any]:
+        xml_text, xml_rc = self._sections[0]
+        if xml_rc == 127:
+            return _no_gpu(f"nvidia-smi not found and {self._reason}")
+        try:
+            gpus, facts, procs = parse_xml(xml_text)
+        except ET.ParseError:
+            lines = xml_text.strip().splitlines()
+            return _no_gpu(f"nvidia-smi -q -x: {lines[0] if lines else 'no output'}")
+        return self._reading(gpus, facts, procs)
+
+    def _reading(
+        self, gpus: list[dict[str, Any]], facts: dict[str, Any], procs: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return {
+            "state": model.HOST_FALLBACK,
+            "error": f"{self._reason}: nvidia-smi and ps only (fewer fields, no actions)",
+            "driver_version": facts.get("driver_version"),
+            "cuda_version": facts.get("cuda_version"),
+            "gpus": gpus,
+            "processes": procs,
+            "missing": list(MISSING),
+        }
+
+
+class PsListing:
+    """A ``ProcessReader`` (sources/backend.py) over one ``ps -eo PS_FORMAT`` listing."""
+
+    workloads = None  # ps shows no cgroups
+
+    def __init__(self, text: str, now: float) -> None:
+        self._table = parse_ps(text, now)
+
+    def host_info(self) -> dict[str, Any]:
+        return {}
+
+    def process_info(self, pids: list[int]) -> dict[int, dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {}
+        for pid in pids:
+            info = self.process(pid)
+            if info is None:
+                continue
+            parent = self._table.get(info.get("ppid") or -1)
+            if parent:
+                info["parent_command"] = parent.get("command")
+                info["parent_user"] = parent.get("user")
+            out[pid] = info
+        return out
+
+    def process(self, pid: int) -> dict[str, Any] | None:
+        info = self._table.get(pid)
+        if info is None:
+            return None
+        # No args (a kernel thread, a zombie): nvidia-smi's process name stays.
+        return {k: v for k, v in info.items() if k != "command" or v}
+
+    def parent_chain(self, pid: int) -> list[dict[str, Any]]:
+        return []
+
+    def device_holders(self) -> tuple[list[dict[str, Any]], str | None]:
+        return [], None
+
+
+def read_fallback(
+    output: str, now: float, reason: str = NO_PYTHON, xml: bool = False
+) -> tuple[SmiBackend, PsListing]:
+    """FALLBACK_COMMAND's output (XML_FALLBACK_COMMAND's with ``xml``) -> the GPU backend
+    and the process reader of that poll; the host assembler joins them."""
     sections = split_fallback_output(output)
-    while len(sections) < 3:
+    wanted = 2 if xml else 3
+    while len(sections) < wanted:
         sections.append(("", None))
-    (gpu_text, gpu_rc), (apps_text, _apps_rc), (ps_text, _ps_rc) = sections[:3]
-    if gpu_rc == 127 or (gpu_rc is None and not gpu_text):
-        return _no_gpu(host, now, f"nvidia-smi not found and {reason}")
-    try:
-        gpus, facts = gpus_from_csv(gpu_text)
-    except SmiError as exc:
-        return _no_gpu(host, now, f"nvidia-smi: {exc}")
-    if gpu_rc not in (0, None) and not gpus:
-        first = gpu_text.strip().splitlines()[0] if gpu_text.strip() else f"exit {gpu_rc}"
-        return _no_gpu(host, now, f"nvidia-smi failed: {first}")
-    uuids = {g["uuid"]: g["index"] for g in gpus if g.get("uuid")}
-    try:
-        procs = apps_from_csv(apps_text, uuids)
-    except SmiError:
-        procs = []
-    return _fallback_snapshot(host, now, reason, gpus, facts, procs, ps_text)
+    ps_text = sections[wanted - 1][0]
+    return SmiBackend(sections, reason, xml), PsListing(ps_text, now)
 
 
 def wants_xml(data: dict[str, Any]) -> bool:
@@ -328,70 +410,8 @@ def wants_xml(data: dict[str, Any]) -> bool:
     return data.get("state") == model.HOST_NO_GPU and "valid field" in (data.get("error") or "")
 
 
-def snapshot_from_xml_fallback(
-    host: str, output: str, now: float, reason: str = NO_PYTHON
-) -> dict[str, Any]:
-    """XML_FALLBACK_COMMAND output (``nvidia-smi -q -x`` and ps) -> a HostSnapshot dict."""
-    sections = split_fallback_output(output)
-    while len(sections) < 2:
-        sections.append(("", None))
-    (xml_text, xml_rc), (ps_text, _ps_rc) = sections[:2]
-    if xml_rc == 127:
-        return _no_gpu(host, now, f"nvidia-smi not found and {reason}")
-    try:
-        gpus, facts, procs = parse_xml(xml_text)
-    except ET.ParseError:
-        lines = xml_text.strip().splitlines()
-        return _no_gpu(host, now, f"nvidia-smi -q -x: {lines[0] if lines else 'no output'}")
-    return _fallback_snapshot(host, now, reason, gpus, facts, procs, ps_text)
-
-
-def _fallback_snapshot(
-    host: str,
-    now: float,
-    reason: str,
-    gpus: list[dict[str, Any]],
-    facts: dict[str, Any],
-    procs: list[dict[str, Any]],
-    ps_text: str,
-) -> dict[str, Any]:
-    ps = parse_ps(ps_text, now)
-    for proc in procs:
-        info = ps.get(proc["pid"])
-        if info is None:
-            proc["visible"] = False
-            continue
-        smi_name = proc.get("command")
-        proc.update(info)
-        if not proc.get("command"):
-            proc["command"] = smi_name
-        parent = ps.get(info.get("ppid") or -1)
-        if parent:
-            proc["parent_command"] = parent.get("command")
-            proc["parent_user"] = parent.get("user")
-    return {
-        "host": host,
-        "time": now,
-        "state": model.HOST_FALLBACK,
-        "error": f"{reason}: nvidia-smi and ps only (fewer fields, no actions)",
-        "source": "smi",
-        "driver_version": facts.get("driver_version"),
-        "cuda_version": facts.get("cuda_version"),
-        "gpus": gpus,
-        "processes": procs,
-        "missing": list(MISSING),
-    }
-
-
-def _no_gpu(host: str, now: float, error: str) -> dict[str, Any]:
-    return {
-        "host": host,
-        "time": now,
-        "state": model.HOST_NO_GPU,
-        "error": error,
-        "source": "smi",
-        "missing": list(MISSING),
-    }
+def _no_gpu(error: str) -> dict[str, Any]:
+    return {"state": model.HOST_NO_GPU, "error": error, "missing": list(MISSING)}
 
 
 # -- nvidia-smi -q -x ---------------------------------------------------------------

@@ -40,6 +40,7 @@ from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot, error_snapshot
 from gputop.sources import bundle, smi
 from gputop.sources.feed import READONLY_WHY, Capabilities, ProcessDetails
+from gputop.sources.hostsource import fallback_snapshot
 from gputop.sources.identity import Identity, named_identity
 
 DEFAULT_KNOWN_HOSTS = (
@@ -473,13 +474,10 @@ class SshFeed:
                 command, check=False, timeout=max(10.0, 3 * self._interval)
             )
             output = result.stdout if isinstance(result.stdout, str) else ""
-            if xml:
-                data = smi.snapshot_from_xml_fallback(host.spec.name, output, self.clock(), reason)
-            else:
-                data = smi.snapshot_from_fallback(host.spec.name, output, self.clock(), reason)
-                if smi.wants_xml(data):
-                    xml = True  # an older driver: its CSV lacks a field we ask for
-                    continue
+            data = fallback_snapshot(host.spec.name, output, self.clock(), reason, xml=xml)
+            if not xml and smi.wants_xml(data):
+                xml = True  # an older driver: its CSV lacks a field we ask for
+                continue
             data["labels"] = list(host.spec.labels)
             host.last_line = time.monotonic()
             self._publish(host, HostSnapshot.from_dict(data))

@@ -43,7 +43,7 @@ def demo_history(scenario: str, seconds: int = HISTORY_S, start: float = START,
     ``hostname`` and ``seed`` make another machine of the same kind (cluster pictures).
     """
     from gputop.sources import sim
-    from gputop.sources.nvml import Collector
+    from gputop.sources.hostsource import open_simulation
 
     clock = FrozenClock(start)
     scenario_obj = sim.load_scenario(scenario)
@@ -51,9 +51,8 @@ def demo_history(scenario: str, seconds: int = HISTORY_S, start: float = START,
         scenario_obj.host["hostname"] = hostname
     if seed is not None:
         scenario_obj.seed = seed
-    nvml = sim.SimNvml(scenario_obj, clock=clock)
-    host = str(nvml.scenario.host.get("hostname") or scenario)
-    collector = Collector(nvml, sim.SimProcs(nvml), host=host, demo=True, clock=clock)
+    host = str(scenario_obj.host.get("hostname") or scenario)
+    collector = open_simulation(scenario_obj, host=host, clock=clock).collector
     snaps = []
     for _ in range(seconds):
         snaps.append(HostSnapshot.from_dict(collector.collect()))

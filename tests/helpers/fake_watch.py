@@ -13,11 +13,11 @@ import sys
 
 from gputop.analysis import health
 from gputop.model import HostSnapshot
-from gputop.sources.nvml import open_local
+from gputop.sources.hostsource import open_local
 
 
 def main() -> None:
-    collector = open_local()
+    collector = open_local().collector
     tracker = health.WarningTracker()
     for _ in sys.stdin:
         snap = HostSnapshot.from_dict(collector.collect())

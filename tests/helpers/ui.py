@@ -11,7 +11,7 @@ from rich.console import Console
 from gputop.config import Config
 from gputop.model import GpuProcess, HostSnapshot
 from gputop.sources import sim
-from gputop.sources.nvml import Collector
+from gputop.sources.hostsource import nvml_collector
 from gputop.ui.app import GputopApp
 
 START = 1_764_680_000.0  # a fixed epoch: no test depends on the real clock
@@ -30,7 +30,7 @@ def demo_snapshots(scenario: str, count: int, start: float = START,
     """``count`` snapshots of a built-in scenario, ``step`` simulated seconds apart."""
     clock = Clock(start)
     nvml = sim.SimNvml(sim.load_scenario(scenario), clock=clock)
-    collector = Collector(nvml, sim.SimProcs(nvml), host=scenario, demo=True, clock=clock)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host=scenario, demo=True, clock=clock)
     out = []
     for _ in range(count):
         out.append(HostSnapshot.from_dict(collector.collect()))

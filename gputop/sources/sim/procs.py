@@ -128,6 +128,10 @@ class SimProcs:
 
     # ---- ProcFs interface ----------------------------------------------------------------
 
+    def device_holders(self) -> tuple[list[dict[str, Any]], str | None]:
+        """The simulation opens no device files: nothing beyond NVML's own list."""
+        return [], None
+
     def host_info(self) -> dict[str, Any]:
         host = self.sim.scenario.host
         t = self.sim.clock()
@@ -285,5 +289,5 @@ class SimWorkloads:
     def own(self) -> dict[str, Any] | None:
         return None
 
-    def wait(self) -> None:
+    def wait(self, timeout: float = 0.0) -> None:
         """Nothing runs in the background."""
