@@ -8,38 +8,20 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from gputop.sources import bundle
+
 PACKAGE = Path(__file__).resolve().parent.parent / "gputop"
 
-STDLIB_ONLY = (
-    "gputop.model",
-    "gputop.yamlnodes",
-    "gputop.sources.backend",
-    "gputop.sources.nvml",
-    "gputop.sources.assembler",
-    "gputop.sources.hostsource",
-    "gputop.sources.mig",  # issue 19
-    "gputop.sources.procfs",
-    "gputop.sources.devscan",
-    "gputop.sources.workload",  # issue 15
-    "gputop.sources.sim",
-    "gputop.sources.sim.api",
-    "gputop.sources.sim.dynamics",
-    "gputop.sources.sim.scenario",
-    "gputop.sources.sim.library",
-    "gputop.sources.sim.procs",
-    "gputop.sources.probe",
-    "gputop.actions.kill",
-    "gputop.actions.reservations",
-    "gputop.actions.liveness",  # issue 18 (shipped in the bundle)
-    "gputop.actions.queue",
-    "gputop.actions.dispatch",
-)
+# What the SSH source ships (one list: gputop/sources/bundle.py) is what must be stdlib-only.
+STDLIB_ONLY = bundle.MODULES
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
 def _path_of(module: str) -> Path:
@@ -113,10 +95,30 @@ def test_a_stdlib_only_package_lists_every_module_in_it() -> None:
                 assert f"{module}.{child.stem}" in listed, child
 
 
-def test_what_the_ssh_source_ships_is_all_stdlib_only() -> None:
-    from gputop.sources import bundle
+def _documented_stdlib_only() -> list[str]:
+    """The module of each row of architecture.md's "Stdlib-only modules" table."""
+    section = ARCHITECTURE.read_text().split("\n## Stdlib-only modules", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]
+    modules = []
+    for row in rows:
+        # One file (`gputop/x.py`) or package (`gputop/x/`) per row, in the first column.
+        cell = row.split("|")[1].strip()
+        match = re.fullmatch(r"`(gputop(?:/\w+)*?)(?:\.py|/)`", cell)
+        assert match, f"docs/architecture.md: not one module in a stdlib-only row: {cell}"
+        modules.append(match[1].replace("/", "."))
+    return modules
 
-    assert bundle.MODULES and set(bundle.MODULES) <= set(STDLIB_ONLY)
+
+def test_the_architecture_table_names_exactly_the_shipped_modules() -> None:
+    # A package's row covers its modules (test_a_stdlib_only_package_lists_every_module_in_it).
+    rows = [m for m in STDLIB_ONLY if not any(m.startswith(f"{p}.") for p in STDLIB_ONLY)]
+    documented = _documented_stdlib_only()
+    assert len(documented) == len(set(documented)), "a module has two rows"
+    assert set(documented) == set(rows), (
+        f"in docs/architecture.md, not shipped: {sorted(set(documented) - set(rows))}; "
+        f"shipped (sources/bundle.py MODULES), not in the table: "
+        f"{sorted(set(rows) - set(documented))}")
 
 
 def test_stdlib_only_modules_load_no_third_party_module_at_runtime() -> None:

@@ -14,26 +14,26 @@ The design (docs/queue.md explains it for users):
   (or root) removes the file later.
 - Whether a job is running is not in this file: the job's reservation says so
   (``gputop.actions.reservations``, field ``job``).
+- The directory's trust, whole-file writes and careful reads are ``store.py``'s, as for
+  reservations; this module holds the job record and its rules.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
 import math
 import os
 import re
-import stat
-import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gputop.actions import reservations
+from gputop.actions import reservations, store
 from gputop.actions.liveness import MAX_PID, process_alive, process_start
-from gputop.actions.reservations import ReservationError
+from gputop.actions.store import JOB_PREFIX, StoreError
 
-JOB_PREFIX = reservations.QUEUE_PREFIX
+if TYPE_CHECKING:
+    from gputop.actions.dispatch import ActionEnv
+
 PRIORITIES = ("low", "normal", "high")
 MAX_JOB_BYTES = 4096
 MAX_COMMAND_CHARS = 400
@@ -82,20 +82,21 @@ def job_name(job_id: str) -> str:
 
 
 def submit(directory: str, request: dict[str, Any]) -> Job:
-    """Put a job in line for the calling process; raises ReservationError."""
+    """Put a job in line for the calling process; raises StoreError (which is
+    reservations.ReservationError)."""
     record = dict(request)
     record.update(uid=os.geteuid(), pid=os.getpid(), pid_start=process_start(os.getpid()))
-    record.setdefault("user", reservations.user_name(os.geteuid()))
+    record.setdefault("user", store.user_name(os.geteuid()))
     problem = record_problem(record, os.geteuid())
     if problem:
-        raise ReservationError(problem)
-    reservations.ensure_directory(directory)
+        raise StoreError(problem)
+    store.ensure_directory(directory)
     # No lock: a job file is linked into place whole, names are random and the order is
     # the kernel's; the cards themselves are taken under the store's per-card locks.
     _remove_dead(directory)
     mine = [j for j in read_jobs(directory)[0] if j.uid == os.geteuid()]
     if len(mine) >= MAX_WAITING_PER_USER:
-        raise ReservationError(
+        raise StoreError(
             f"you have {len(mine)} jobs in line already (at most {MAX_WAITING_PER_USER})"
         )
     import secrets  # only when writing: reading the line is on `gputop --once`'s path
@@ -104,38 +105,12 @@ def submit(directory: str, request: dict[str, Any]) -> Job:
         job_id = secrets.token_hex(4)
         record["id"] = job_id
         path = os.path.join(directory, job_name(job_id))
-        if _link_whole(directory, path, record):
-            reservations.fsync_dir(directory)
+        if store.link_new(directory, path, record, "job"):
+            store.fsync_dir(directory)
             info = os.lstat(path)
             return Job(job_id, path, info.st_uid, record["user"], info.st_ctime,
                        info.st_ino, record)
-    raise ReservationError(f"{directory}: cannot create a job file")
-
-
-def _link_whole(directory: str, path: str, record: dict[str, Any]) -> bool:
-    """Write ``record`` to a temp file and link it to ``path``: readers see all of it or
-    nothing. False when the name is taken."""
-    import secrets
-
-    payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-    tmp = os.path.join(directory, f"{reservations.TMP_PREFIX}job-{os.getpid()}-"
-                                  f"{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 reservations.FILE_MODE)
-    try:
-        try:
-            os.fchmod(fd, reservations.FILE_MODE)  # the umask must not hide the job
-            os.write(fd, payload)  # < MAX_JOB_BYTES: one write
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    raise StoreError(f"{directory}: cannot create a job file")
 
 
 def withdraw(job: Job) -> None:
@@ -172,7 +147,7 @@ def cancel(directory: str, job_id: Any) -> dict[str, Any]:
         return {"ok": False, "message": f"{path}: {exc.strerror or exc}"}
     me = os.geteuid()
     if info.st_uid != me and me != 0:
-        owner = reservations.user_name(info.st_uid)
+        owner = store.user_name(info.st_uid)
         return {"ok": False, "holder": owner,
                 "message": f"job {job_id} is {owner}'s: only they or root can cancel it"}
     try:
@@ -182,12 +157,12 @@ def cancel(directory: str, job_id: Any) -> dict[str, Any]:
     return {"ok": True, "message": f"cancelled job {job_id}"}
 
 
-def handle(op: str, request: dict[str, Any], env: Any) -> dict[str, Any]:
+def handle(op: str, request: dict[str, Any], env: ActionEnv) -> dict[str, Any]:
     """Entry for gputop.actions.dispatch (ops "queue" and "queue_cancel")."""
-    directory = getattr(env, "reservations_dir", None) or reservations.DEFAULT_DIRECTORY
+    directory = env.reservations_dir or store.DEFAULT_DIRECTORY
     if op == "queue":
         return list_jobs(directory)
-    if getattr(env, "readonly", False):
+    if env.readonly:
         return {"ok": False, "message": "read-only: cancelling is disabled"}
     return cancel(directory, request.get("id"))
 
@@ -215,31 +190,21 @@ def _remove_dead(directory: str) -> None:
             withdraw(job)
 
 
-# Directory -> (its (dev, ino, mtime, ctime), when read, jobs, problems): the dashboard reads
-# the line every refresh, and 2,000 planted job files must not cost every user a core.
-_CACHE: dict[str, tuple[tuple[int, int, int, int], float, list[Job], list[str]]] = {}
+# The line as last read, per directory: the dashboard reads it every refresh.
+_CACHE: store.ScanCache[tuple[list[Job], list[str]]] = store.ScanCache()
 
 
 def _read_all(directory: str) -> tuple[list[Job], list[str]]:
-    """Every valid job file, cached by the directory's stamp as the reservation scan is
-    (reservations.CACHE_QUIET_S and CACHE_MAX_S); who is alive is checked by the caller."""
-    try:
-        # O_NOFOLLOW: a store replaced by a symlink is never listed, as for reservations.
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return [], []
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            return [], [f"{directory}: not a directory (a symlink or a file); not read"]
-        return [], [f"{directory}: {exc.strerror or exc}"]
-    try:
+    """Every valid job file, cached by the directory's stamp as the reservation scan is;
+    who is alive is checked by the caller."""
+    problems: list[str] = []
+    with store.open_directory(directory, problems) as fd:
+        if fd is None:
+            return [], problems
         info = os.fstat(fd)
-        stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
-        cached = _CACHE.get(directory)
-        if (cached is not None and cached[0] == stamp
-                and time.monotonic() - cached[1] < reservations.CACHE_MAX_S):
-            return list(cached[2]), list(cached[3])
-        problems: list[str] = []
+        cached = _CACHE.get(directory, info)
+        if cached is not None:
+            return list(cached[0]), list(cached[1])
         names = [n for n in os.listdir(fd) if n.startswith(JOB_PREFIX)]
         if len(names) > MAX_JOBS_READ:
             problems.append(f"{directory}: {len(names)} job files; read the first {MAX_JOBS_READ}")
@@ -247,13 +212,8 @@ def _read_all(directory: str) -> tuple[list[Job], list[str]]:
         jobs = [job for name in names
                 if (job := _read_job(fd, directory, name, problems)) is not None]
         jobs.sort(key=lambda j: (j.submitted, j.id))
-        # A directory changed a moment ago may change again within one tick of the file
-        # system's clock, unseen by its mtime: only a quiet one is cached.
-        if time.time() - info.st_mtime > reservations.CACHE_QUIET_S:
-            _CACHE[directory] = (stamp, time.monotonic(), jobs, problems)
+        _CACHE.put(directory, info, (jobs, problems))
         return list(jobs), list(problems)
-    finally:
-        os.close(fd)
 
 
 def _read_job(dir_fd: int, directory: str, name: str, problems: list[str]) -> Job | None:
@@ -262,34 +222,17 @@ def _read_job(dir_fd: int, directory: str, name: str, problems: list[str]) -> Jo
     if not match:
         problems.append(f"{path}: not a job file name; skipped")
         return None
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
-    except FileNotFoundError:
-        return None  # the job ended while we listed
-    except OSError as exc:
-        problems.append(f"{path}: {exc.strerror or exc}; skipped")
+    loaded = store.read_json(dir_fd, name, path, MAX_JOB_BYTES, problems)
+    if loaded is None:
         return None
-    try:
-        info = os.fstat(fd)
-        raw = os.read(fd, MAX_JOB_BYTES + 1) if stat.S_ISREG(info.st_mode) else b""
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(info.st_mode) or len(raw) > MAX_JOB_BYTES:
-        problems.append(f"{path}: not a regular file of at most {MAX_JOB_BYTES} bytes; skipped")
-        return None
-    try:
-        record = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        problems.append(f"{path}: not valid JSON; skipped")
-        return None
+    record, info = loaded
     why = record_problem(record, info.st_uid)
     if why is None and record.get("id") != match.group(1):
         why = "its 'id' does not match its name"
     if why:
         problems.append(f"{path}: {why}; skipped")
         return None
-    return Job(match.group(1), path, info.st_uid, reservations.user_name(info.st_uid),
+    return Job(match.group(1), path, info.st_uid, store.user_name(info.st_uid),
                info.st_ctime, info.st_ino, record)
 
 
@@ -297,8 +240,9 @@ def record_problem(record: Any, owner_uid: int) -> str | None:
     """Why a job record is not acceptable, or None. Every field is someone's input."""
     if not isinstance(record, dict):
         return "not a JSON object"
-    if record.get("uid") != owner_uid:
-        return f"claims uid {record.get('uid')!r} but is owned by uid {owner_uid} (foreign)"
+    foreign = store.owner_problem(record, owner_uid)
+    if foreign:
+        return foreign
     if not _int_in(record.get("pid"), 1, MAX_PID):
         return "bad 'pid'"
     if not _int_in(record.get("pid_start"), 0, 2**63):
@@ -331,7 +275,7 @@ def record_problem(record: Any, owner_uid: int) -> str | None:
         return "bad 'user'"
     try:
         reservations.check_note(record.get("note", ""))
-    except ReservationError as exc:
+    except StoreError as exc:
         return str(exc)
     return None
 

@@ -6,10 +6,12 @@ The design (docs/reservations.md explains it at length):
 - One directory per host, sticky and world-writable like /tmp (mode 1777): everybody
   can create files, only a file's owner (or root) can remove or replace it. That is
   what makes ownership an operating-system fact instead of a promise of this code.
+  The directory, its locks, whole-file writes and careful reads are ``store.py``'s,
+  shared with `gputop run`'s queue; this module holds the reservation records and rules.
 - A reservation is one small JSON file named ``<key>.<generation>.json``, where key is
   the GPU UUID when known (stable across reboots) or ``index-N``. The file's owner uid is
   the holder: the user name shown is the owner's, never the text inside.
-- Every change happens under an advisory ``flock`` on ``.lock`` in the directory, and new
+- Every change happens under the advisory ``flock`` of each card it touches, and new
   files appear with ``link()`` of a complete, fsync'd temp file, which fails if the name
   exists: two racers cannot both win, and a reader sees a whole file or none.
 - An expired file of another user cannot be removed by us (sticky bit), so taking over
@@ -19,42 +21,49 @@ The design (docs/reservations.md explains it at length):
   time (``st_ctime``), which no user can set back, never a number chosen by the writer.
   So a claim is never rewritten: extending one writes ``<key>.<generation>.ext.json``
   beside it, which only the claim's owner can create.
-- Only a directory owned by root (or ``$GPUTOP_RESERVATIONS_OWNER``) is shared; a normal
-  user never creates the shared store, only a private one inside a directory of their own.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import json
 import math
 import os
-import pwd
 import re
-import stat
 import time
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gputop.actions.liveness import MAX_PID, process_alive
+from gputop.actions.store import (
+    DEFAULT_DIRECTORY,
+    JOB_PREFIX,
+    TMP_PREFIX,
+    ScanCache,
+    directory_problem,
+    ensure_directory,
+    fsync_dir,
+    is_lock_file,
+    link_new,
+    locked,
+    open_directory,
+    os_reason,
+    owner_problem,
+    read_json,
+    user_name,
+    write_temp,
+)
+from gputop.actions.store import StoreError as ReservationError
 
-DEFAULT_DIRECTORY = "/var/tmp/gputop-reservations"
-DIR_MODE = 0o1777
-FILE_MODE = 0o644
+if TYPE_CHECKING:
+    from gputop.actions.dispatch import ActionEnv
+
 MAX_NOTE_CHARS = 200
 MAX_RESERVATION_S = 31 * 86400
 MAX_FILE_BYTES = 4096
 MAX_GPUS = 64  # per request: a request may come from anyone over SSH
 MAX_MIG_SLOTS = 7  # MIG devices per card (A100/H100/B200)
-LOCK_NAME = ".lock"
-QUEUE_PREFIX = "job."  # `gputop run`'s queue (gputop/actions/queue.py) shares the store
-TMP_PREFIX = ".tmp-"
-LOCK_TIMEOUT_S = 10.0
-OWNER_ENV = "GPUTOP_RESERVATIONS_OWNER"  # a service user trusted like root to own the store
 # A file's times come from this host's clock; `now` may be a little ahead of the kernel's.
 CLOCK_SLACK_S = 3600.0
 MAX_USER_CHARS = 64
@@ -63,23 +72,23 @@ MAX_HOST_CHARS = 255
 # cost every dashboard half a core.  Changes (under the lock) read them all.
 MAX_SCAN_FILES = 1024
 MAX_PROBLEMS = 20  # listed one by one; the rest are counted in one line
-CACHE_QUIET_S = 2.0  # a directory unchanged this long is trusted to its mtime...
-CACHE_MAX_S = 60.0  # ...for this long: a file edited in place by hand shows up in time
+
+# The UUIDs of this host's cards: index -> UUID, or in index order.
+GpuUuids = Sequence[str | None] | dict[int, str | None]
+# MIG device UUID -> (card index, slot)
+MigDevices = dict[str, tuple[int, int]]
 
 # Canonical names only: one spelling per card and generation (no "007", no "0").
 _FILE_NAME = re.compile(
     r"((?:GPU|MIG)-[0-9A-Za-z-]{1,80}|index-(?:0|[1-9]\d{0,3}))\.([1-9]\d{0,11})(\.ext)?\.json"
 )
 _UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]{1,80}")
-_LOCK_FILE = re.compile(r"\.lock-gpu(?:0|[1-9]\d{0,3})")
-_TMP_FILE = re.compile(r"\.tmp-gpu(\d{1,4})-")
+# A writer's temp file names its card (``_tmp_tag``): only a writer holding that card's
+# lock cleans it up.
+_TMP_FILE = re.compile(re.escape(TMP_PREFIX) + r"gpu(\d{1,4})-")
 # Bidi overrides and isolates can make a note display as something else; they are
 # format characters (Cf) but are refused like control characters.
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
-
-
-class ReservationError(ValueError):
-    """Bad input or an unusable directory; the message is one line for the user."""
 
 
 @dataclass(frozen=True)
@@ -191,11 +200,11 @@ def reserve(
     gpus: Sequence[int | str],
     until: float,
     note: str = "",
-    gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
+    gpu_uuids: GpuUuids | None = None,
     now: float | None = None,
     must_hold: bool = False,
     job: dict[str, Any] | None = None,
-    mig_devices: dict[str, tuple[int, int]] | None = None,
+    mig_devices: MigDevices | None = None,
 ) -> dict[str, Any]:
     """Reserve all of `gpus` until `until` (epoch s), or none of them.
 
@@ -218,7 +227,7 @@ def reserve(
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "reservations": []}
     except OSError as exc:
-        return {"ok": False, "message": f"{directory}: {_os_reason(exc)}", "reservations": []}
+        return {"ok": False, "message": f"{directory}: {os_reason(exc)}", "reservations": []}
 
 
 def extend(
@@ -226,9 +235,9 @@ def extend(
     gpus: Sequence[int | str],
     until: float,
     note: str = "",
-    gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
+    gpu_uuids: GpuUuids | None = None,
     now: float | None = None,
-    mig_devices: dict[str, tuple[int, int]] | None = None,
+    mig_devices: MigDevices | None = None,
 ) -> dict[str, Any]:
     """Move the end of my reservations of `gpus` (all of them, or none): like reserve,
     but a card I do not hold is an error rather than a new reservation."""
@@ -239,9 +248,9 @@ def extend(
 def release(
     directory: str,
     gpus: Sequence[int | str] | None = None,
-    gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
+    gpu_uuids: GpuUuids | None = None,
     now: float | None = None,
-    mig_devices: dict[str, tuple[int, int]] | None = None,
+    mig_devices: MigDevices | None = None,
 ) -> dict[str, Any]:
     """Release my reservations (all, or those of `gpus`). Root may release anyone's."""
     now = time.time() if now is None else now
@@ -260,23 +269,23 @@ def release(
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "released": []}
     except OSError as exc:
-        return {"ok": False, "message": f"{directory}: {_os_reason(exc)}", "released": []}
+        return {"ok": False, "message": f"{directory}: {os_reason(exc)}", "released": []}
 
 
-def handle(op: str, request: dict[str, Any], env: Any) -> dict[str, Any]:
-    """Entry for gputop.actions.dispatch: `env` is its ActionEnv (reservations_dir,
-    gpu_uuids); `op` is request["op"], already checked to be one of ours."""
-    directory = getattr(env, "reservations_dir", None) or DEFAULT_DIRECTORY
-    return handle_request({**request, "op": op}, directory, getattr(env, "gpu_uuids", None),
-                          mig_devices=getattr(env, "mig_devices", None))
+def handle(op: str, request: dict[str, Any], env: ActionEnv) -> dict[str, Any]:
+    """Entry for gputop.actions.dispatch; `op` is request["op"], already checked to be
+    one of ours."""
+    directory = env.reservations_dir or DEFAULT_DIRECTORY
+    return handle_request({**request, "op": op}, directory, env.gpu_uuids,
+                          mig_devices=env.mig_devices)
 
 
 def handle_request(
     request: dict[str, Any],
     directory: str,
-    gpu_uuids: Sequence[str | None] | dict[int, str | None] | None = None,
+    gpu_uuids: GpuUuids | None = None,
     now: float | None = None,
-    mig_devices: dict[str, tuple[int, int]] | None = None,
+    mig_devices: MigDevices | None = None,
 ) -> dict[str, Any]:
     """The reservation ops of the action protocol (docs/architecture.md), never raising."""
     op = request.get("op")
@@ -331,8 +340,8 @@ def check_until(until: Any, now: float) -> float:
 
 def resolve_gpus(
     gpus: Sequence[int | str] | None,
-    gpu_uuids: Sequence[str | None] | dict[int, str | None] | None,
-    mig_devices: dict[str, tuple[int, int]] | None = None,
+    gpu_uuids: GpuUuids | None,
+    mig_devices: MigDevices | None = None,
 ) -> list[_Target]:
     """GPU indexes or UUIDs -> targets. With the host's GPU list, unknown ones are errors.
 
@@ -352,7 +361,7 @@ def resolve_gpus(
 
 
 def _uuid_map(
-    gpu_uuids: Sequence[str | None] | dict[int, str | None] | None,
+    gpu_uuids: GpuUuids | None,
 ) -> dict[int, str | None] | None:
     if gpu_uuids is None:
         return None
@@ -389,7 +398,7 @@ def _resolve_one(gpu: Any, known: dict[int, str | None] | None) -> _Target:
 
 
 def _resolve_mig(
-    gpu: Any, known: dict[int, str | None] | None, mig_devices: dict[str, tuple[int, int]] | None
+    gpu: Any, known: dict[int, str | None] | None, mig_devices: MigDevices | None
 ) -> _Target | None:
     """A target for a MIG device, None for anything that does not name one."""
     if not isinstance(gpu, str):
@@ -420,216 +429,30 @@ def _describe(known: dict[int, str | None]) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# the directory and its lock
-
-
-def trusted_owners() -> set[int]:
-    """The uids whose store is shared: root, and the service user named by $OWNER_ENV."""
-    owners = {0}
-    name = os.environ.get(OWNER_ENV, "").strip()
-    if name:
-        with contextlib.suppress(KeyError, ValueError, OverflowError):
-            owners.add(int(name) if name.isdigit() else pwd.getpwnam(name).pw_uid)
-    return owners
-
-
-def install_hint(directory: str) -> str:
-    return f"an admin creates it once: install -d -m 1777 -o root -g root {directory}"
-
-
-def directory_problem(directory: str, info: os.stat_result, me: int | None = None) -> str | None:
-    """Why a store directory (its lstat) may not be written by `me`; None when it may.
-
-    A shared store is owned by root (or the service user): a directory's owner may
-    remove any file in it, sticky or not.  A store of my own counts only while nobody
-    else can write to it: a private store, whose reservations only I see.  Usable for
-    any sibling directory built the same way (a job queue).
-    """
-    me = os.geteuid() if me is None else me
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        return f"{directory}: not a directory (a symlink or a file); remove it"
-    others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if info.st_uid in trusted_owners():
-        if others_write and not info.st_mode & stat.S_ISVTX:
-            # Without the sticky bit anyone could delete anyone's reservation.
-            return f"{directory}: writable by others but not sticky; run: chmod 1777 {directory}"
-        return None
-    if info.st_uid == me and not others_write:
-        return None
-    return (
-        f"{directory}: owned by {user_name(info.st_uid)}, who could delete or plant any "
-        f"reservation in it; remove it, then {install_hint(directory)}"
-    )
-
-
-def ensure_directory(directory: str) -> None:
-    """Check that the store may be written by this user; create it where that is safe.
-
-    Root creates the shared store (mode 1777).  A normal user never does: that user
-    would own it.  A normal user may create a private store (mode 0700) inside a
-    directory that only they can write, as ``--demo`` does.
-    """
-    try:
-        info = os.lstat(directory)
-    except FileNotFoundError:
-        _create(directory)
-        info = os.lstat(directory)
-    problem = directory_problem(directory, info)
-    if problem:
-        raise ReservationError(problem)
-
-
-def _create(directory: str) -> None:
-    me = os.geteuid()
-    parent = os.path.dirname(os.path.abspath(directory))
-    if me != 0:
-        try:
-            up = os.stat(parent)
-        except FileNotFoundError:
-            up = None
-        if up is not None and (up.st_uid != me or up.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
-            raise ReservationError(f"{directory}: missing; {install_hint(directory)}")
-    if not os.path.isdir(parent):
-        os.makedirs(parent, 0o755 if me == 0 else 0o700, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(directory, 0o700)
-        if me == 0:
-            # chmod after mkdir: the umask would strip the world-writable and sticky bits.
-            os.chmod(directory, DIR_MODE)
-
-
-@contextlib.contextmanager
-def locked(directory: str, gpus: Iterable[int], timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the advisory locks of these cards (``.lock-gpuN``), taken in index order so
-    that two writers never wait for each other: a lock held forever by one user stops
-    only the cards it names, and the message names the holder."""
-    deadline = time.monotonic() + timeout
-    with contextlib.ExitStack() as stack:
-        for index in sorted(set(gpus)):
-            path = os.path.join(directory, f"{LOCK_NAME}-gpu{index}")
-            stack.enter_context(_locked_file(path, deadline, timeout))
-        yield
-
-
-@contextlib.contextmanager
-def _locked_file(path: str, deadline: float, timeout: float) -> Iterator[None]:
-    delay = 0.001
-    while True:
-        fd = _open_lock_file(path)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise ReservationError(
-                            f"{path}: locked by {lock_holder(os.fstat(fd))} for "
-                            f"{timeout:.0f} s; try again"
-                        ) from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.02)
-            # The owner of the lock file could have removed it while we waited: then we
-            # hold a lock nobody else will see. Take the lock of the file that is there now.
-            try:
-                same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                yield
-                return
-        finally:
-            os.close(fd)
-
-
-def lock_holder(info: os.stat_result, locks_file: str = "/proc/locks") -> str:
-    """Who holds a flock on the file `info` describes, from the kernel's list of locks:
-    "pid 123 (alice)", or "another process" where the list does not say."""
-    want = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
-    try:
-        with open(locks_file, encoding="ascii", errors="replace") as fh:
-            lines = fh.readlines()
-    except OSError:
-        return "another process"
-    for line in lines:
-        # "3: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; "3: -> FLOCK ..." waits
-        fields = line.split()
-        if len(fields) < 6 or fields[1] == "->" or fields[1] != "FLOCK":
-            continue
-        try:
-            major, minor, inode = fields[5].split(":")
-            where = (int(major, 16), int(minor, 16), int(inode))
-            pid = int(fields[4])
-        except ValueError:
-            continue
-        if where == want:
-            try:
-                owner = user_name(os.stat(f"/proc/{pid}").st_uid)
-            except OSError:
-                return f"pid {pid}"
-            return f"pid {pid} ({owner})"
-    return "another process"
-
-
-def _open_lock_file(path: str) -> int:
-    # O_NONBLOCK: a FIFO planted under the lock's name must not hang us.
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444))
-        fd = os.open(path, flags)
-    except PermissionError:
-        owner = user_name(os.lstat(path).st_uid)
-        raise ReservationError(f"{path}: {owner} made it unreadable; ask them or root to "
-                               "remove it") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ReservationError(f"{path}: not a regular file; ask its owner or root to remove it")
-    return fd
-
-
-# ---------------------------------------------------------------------------------------
 # reading the directory
 
-# directory -> ((dev, ino, mtime_ns, ctime_ns), when, scan): display scans of a quiet directory
-_CACHE: dict[str, tuple[tuple[int, int, int, int], float, _Scan]] = {}
+# Display scans of a quiet directory, read once per change of it.
+_CACHE: ScanCache[_Scan] = ScanCache()
 
 
 def _scan(directory: str, limit: int | None = None) -> _Scan:
     """Read the store.  `limit` caps the files read (display scans, cached by the
-    directory's mtime); None reads them all (changes, under the lock)."""
+    directory's stamp); None reads them all (changes, under the lock)."""
     result = _Scan([], [], [])
-    try:
-        # O_NOFOLLOW: a store replaced by a symlink (to /etc) is never listed.
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return result
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            result.problems.append(f"{directory}: not a directory (a symlink or a file); not read")
-        else:
-            result.problems.append(f"{directory}: {_os_reason(exc)}")
-        return result
-    try:
+    with open_directory(directory, result.problems) as fd:
+        if fd is None:
+            return result
         info = os.fstat(fd)
-        stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
-        cached = _CACHE.get(directory)
-        if (limit is not None and cached is not None and cached[0] == stamp
-                and time.monotonic() - cached[1] < CACHE_MAX_S):
-            return cached[2]
+        cached = _CACHE.get(directory, info) if limit is not None else None
+        if cached is not None:
+            return cached
         problem = directory_problem(directory, info)
         if problem and info.st_uid != os.geteuid():
             result.problems.append(f"{problem.split('; remove it')[0]} (read anyway)")
         _read_names(fd, directory, os.listdir(fd), limit, result)
-        # A directory changed within the last moments may change again inside one tick
-        # of the file system's clock, unseen by its mtime: cache only a quiet one.
-        if limit is not None and time.time() - info.st_mtime > CACHE_QUIET_S:
-            _CACHE[directory] = (stamp, time.monotonic(), result)
+        if limit is not None:
+            _CACHE.put(directory, info, result)
         return result
-    finally:
-        os.close(fd)
 
 
 def _read_names(fd: int, directory: str, names: list[str], limit: int | None, out: _Scan) -> None:
@@ -638,9 +461,7 @@ def _read_names(fd: int, directory: str, names: list[str], limit: int | None, ou
     read = 0
     for name in sorted(names):
         path = os.path.join(directory, name)
-        if name == LOCK_NAME or _LOCK_FILE.fullmatch(name):
-            continue
-        if name.startswith(QUEUE_PREFIX):
+        if is_lock_file(name) or name.startswith(JOB_PREFIX):
             continue
         if name.startswith(TMP_PREFIX):
             card = _TMP_FILE.match(name)
@@ -659,7 +480,7 @@ def _read_names(fd: int, directory: str, names: list[str], limit: int | None, ou
         if limit is not None and read >= limit:
             continue
         read += 1
-        loaded = _load(fd, name, path, out.problems)
+        loaded = read_json(fd, name, path, MAX_FILE_BYTES, out.problems)
         if loaded is None:
             continue
         data, info = loaded
@@ -683,7 +504,9 @@ def _read_names(fd: int, directory: str, names: list[str], limit: int | None, ou
                             f" {limit} not read")
 
 
-def _attach(out: _Scan, extensions: dict[tuple[str, int], tuple[str, dict[str, Any], Any]]) -> None:
+def _attach(
+    out: _Scan, extensions: dict[tuple[str, int], tuple[str, dict[str, Any], os.stat_result]]
+) -> None:
     """Give each claim its owner's extension; any other extension file counts for nothing."""
     claims = {(e.key, e.generation): e for e in out.entries}
     for slot, (path, data, info) in extensions.items():
@@ -691,50 +514,13 @@ def _attach(out: _Scan, extensions: dict[tuple[str, int], tuple[str, dict[str, A
         if claim is None or claim.owner_uid != info.st_uid:
             out.orphans.append((path, info.st_uid))
             continue
-        why = _times_problem(data, info) or _owner_problem(data, info.st_uid)
+        why = _times_problem(data, info) or owner_problem(data, info.st_uid)
         if why is None:
             why = _note_problem(data)
         if why:
             out.problems.append(f"{path}: {why}; skipped")
             continue
         claim.extension, claim.extension_path = data, path
-
-
-def _load(
-    fd: int, name: str, path: str, problems: list[str]
-) -> tuple[Any, os.stat_result] | None:
-    try:
-        handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=fd)
-    except FileNotFoundError:
-        return None  # released while we listed
-    except OSError as exc:
-        problems.append(f"{path}: {_os_reason(exc)}; skipped")
-        return None
-    try:
-        info = os.fstat(handle)
-        if not stat.S_ISREG(info.st_mode):
-            problems.append(f"{path}: not a regular file; skipped")
-            return None
-        if info.st_mode & 0o444 != 0o444:
-            # What one user cannot read must not count for anyone (root reads it all).
-            problems.append(f"{path}: not readable by everyone; skipped")
-            return None
-        raw = os.read(handle, MAX_FILE_BYTES + 1)
-    finally:
-        os.close(handle)
-    if len(raw) > MAX_FILE_BYTES:
-        problems.append(f"{path}: larger than {MAX_FILE_BYTES} bytes; skipped")
-        return None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        problems.append(f"{path}: not valid JSON (corrupt); skipped")
-        return None
-    if not isinstance(data, dict):
-        problems.append(f"{path}: not a JSON object; skipped")
-        return None
-    return data, info
 
 
 def _number(data: dict[str, Any], name: str) -> float | None:
@@ -759,14 +545,6 @@ def _times_problem(data: dict[str, Any], info: os.stat_result) -> str | None:
     return None
 
 
-def _owner_problem(data: dict[str, Any], owner_uid: int) -> str | None:
-    uid = data.get("uid")
-    if uid != owner_uid or isinstance(uid, bool):
-        # The file says one user, the OS says another: someone wrote it by hand.
-        return f"claims uid {uid!r} but is owned by uid {owner_uid} (foreign)"
-    return None
-
-
 def _note_problem(data: dict[str, Any]) -> str | None:
     try:
         check_note(data.get("note", ""))
@@ -782,7 +560,7 @@ def _content_problem(data: dict[str, Any], key: str, info: os.stat_result) -> st
     since = _number(data, "since")
     if since is None:
         return "bad or missing 'since'"
-    why = _times_problem(data, info) or _owner_problem(data, info.st_uid)
+    why = _times_problem(data, info) or owner_problem(data, info.st_uid)
     if why:
         return why
     if since > float(data["until"]):
@@ -825,13 +603,6 @@ def _job_problem(job: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
             return f"bad 'job.{key}'"
     return None
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
 
 
 def _first(entry: _Entry) -> tuple[int, int, str]:
@@ -888,6 +659,11 @@ def _related(entries: list[_Entry], target: _Target, now: float) -> list[_Entry]
 
 # ---------------------------------------------------------------------------------------
 # changing the directory (always under the lock)
+
+
+def _tmp_tag(card: int) -> str:
+    """What a temp file of this card is named by (``_TMP_FILE`` reads it back)."""
+    return f"gpu{card}"
 
 
 def _reserve_locked(
@@ -947,7 +723,7 @@ def _reserve_locked(
                 extended.append(target.index)
             else:
                 final = os.path.join(directory, f"{target.key}.{generation}.json")
-                if not _link_new(directory, record, final):
+                if not link_new(directory, final, record, _tmp_tag(record["gpu"])):
                     # Only a writer that bypasses the lock gets here; it was first.
                     return _lost_to_file(target, final)
                 created.append((target, final))
@@ -974,24 +750,11 @@ def _reserve_locked(
     }
 
 
-def _link_new(directory: str, record: dict[str, Any], final: str) -> bool:
-    """Link a complete file under `final`; False when the name is taken."""
-    tmp = _write_temp(directory, record)
-    try:
-        os.link(tmp, final)
-    except FileExistsError:
-        return False
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    return True
-
-
 def _extend(directory: str, mine: _Entry, record: dict[str, Any]) -> None:
     """Write my claim's new end beside it: the claim itself is never rewritten, so its
     change time (its place in the queue) stays."""
     path = os.path.join(directory, f"{mine.key}.{mine.generation}.ext.json")
-    tmp = _write_temp(directory, record)
+    tmp = write_temp(directory, record, _tmp_tag(record["gpu"]))
     try:
         # Replace my own file: atomic, and the sticky bit stops anyone else.
         os.rename(tmp, path)
@@ -1083,50 +846,6 @@ def _clean(found: _Scan, now: float, cards: set[int]) -> None:
                 os.unlink(path)
 
 
-def _write_temp(directory: str, record: dict[str, Any]) -> str:
-    payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-    for _ in range(10):
-        import secrets  # only when writing: reading the store is on `gputop --once`'s path
-
-        # The card in the name: only a writer holding that card's lock cleans it up.
-        name = f"{TMP_PREFIX}gpu{record['gpu']}-{os.getpid()}-{secrets.token_hex(4)}"
-        path = os.path.join(directory, name)
-        try:
-            fd = os.open(
-                path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
-            )
-        except FileExistsError:
-            continue
-        try:
-            os.fchmod(fd, FILE_MODE)  # the umask must not hide reservations from others
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            raise
-        os.close(fd)
-        return path
-    raise ReservationError(f"{directory}: cannot create a temporary file")
-
-
-def fsync_dir(directory: str) -> None:
-    # Makes the new name durable across a power cut; harmless where unsupported.
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _public(record: dict[str, Any], user: str) -> dict[str, Any]:
     return {
         "gpu": record["gpu"],
@@ -1184,13 +903,3 @@ def _lost_to_file(target: _Target, path: str) -> dict[str, Any]:
 
 def _clock(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
-
-
-def _os_reason(exc: OSError) -> str:
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return "permission denied"
-    if exc.errno == errno.EROFS:
-        return "read-only file system"
-    if exc.errno == errno.ENOSPC:
-        return "no space left on device"
-    return exc.strerror or str(exc)
