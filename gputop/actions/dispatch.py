@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gputop.actions import kill
 
+if TYPE_CHECKING:
+    from gputop.actions.reservations import GpuUuids, MigDevices
+
 DEFAULT_RESERVATIONS_DIR = "/var/tmp/gputop-reservations"
 MAX_GRACE = 600.0
+
+
+@runtime_checkable
+class SimulatedProcesses(kill.Processes, Protocol):
+    """A simulation's process table (sim.SimProcs): kills change only the simulation."""
+
+    def signal(self, pid: int, start_ticks: int | None, sig: int | str) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -27,14 +37,16 @@ class ActionEnv:
     this host's GPUs, for reservations that name cards by UUID.
     """
 
-    sim: Any | None = None
-    procs: Any | None = None
+    # The simulation itself (sim.SimNvml; only whether there is one matters here: the
+    # actions layer does not know the sources layer's types).
+    sim: object | None = None
+    procs: kill.Processes | None = None
     reservations_dir: str = DEFAULT_RESERVATIONS_DIR
     readonly: bool = False
-    gpu_uuids: Any | None = None
+    gpu_uuids: GpuUuids | None = None
     # MIG UUID -> (card index, slot), refreshed from every snapshot (an admin
     # may re-split a card while we run)
-    mig_devices: Any | None = None
+    mig_devices: MigDevices | None = None
 
 
 class BadRequest(Exception):
@@ -100,7 +112,7 @@ def _kill(request: dict, env: ActionEnv) -> dict:
 def _sim_kill(pid: int, start_ticks: int, sig: str, env: ActionEnv) -> dict:
     """--demo: the simulation decides; never a real signal for a simulated pid."""
     procs = env.procs
-    if procs is None or not hasattr(procs, "signal"):
+    if not isinstance(procs, SimulatedProcesses):
         raise BadRequest("demo mode without a simulated process table")
     info = procs.process(pid)
     if info is not None and info.get("start_ticks") == start_ticks and info.get("state") == "Z":

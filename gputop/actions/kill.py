@@ -18,7 +18,7 @@ import pwd
 import select
 import signal
 import time
-from typing import Any
+from typing import Any, Protocol
 
 SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL, "INT": signal.SIGINT}
 
@@ -63,10 +63,16 @@ def owner_of(pid: int, root: str = "/proc") -> tuple[int | None, str | None]:
         return uid, str(uid)
 
 
+class Processes(Protocol):
+    """What a kill reads a process's identity from (ProcFs, SimProcs)."""
+
+    def process(self, pid: int) -> dict[str, Any] | None: ...
+
+
 class _Target:
     """Reads and signals one process, through a pidfd when the kernel has them."""
 
-    def __init__(self, pid: int, procs: Any | None) -> None:
+    def __init__(self, pid: int, procs: Processes | None) -> None:
         self.pid = pid
         self.procs = procs
         self.fd: int | None = None
@@ -140,7 +146,7 @@ def signal_process(
     start_ticks: int,
     sig: str = "TERM",
     grace: float = 5.0,
-    procs: Any | None = None,
+    procs: Processes | None = None,
 ) -> dict:
     """Send ``sig`` (TERM, KILL or INT) to the process (pid, start_ticks) and report.
 

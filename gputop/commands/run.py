@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gputop.actions import queue, reservations
 from gputop.actions.reservations import ReservationError
@@ -38,6 +38,10 @@ from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.policy import PolicyError, load_policy
 from gputop.text import visible
+
+if TYPE_CHECKING:
+    from gputop.analysis.pipeline import Settings
+    from gputop.sources.feed import LocalFeed
 
 POLL_S = 0.2  # a stat of the store: what wakes a waiting job within a second
 RECHECK_S = 5.0  # a full look at the GPUs even when the store did not change
@@ -135,8 +139,8 @@ def parse_request(args: argparse.Namespace) -> Request:
 class Runner:
     """One `gputop run`: in line, then running, then gone, whatever happens."""
 
-    def __init__(self, feed: Any, directory: str, request: Request,
-                 policy: queueing.Policy, settings: Any, user: str) -> None:
+    def __init__(self, feed: LocalFeed, directory: str, request: Request,
+                 policy: queueing.Policy, settings: Settings, user: str) -> None:
         self.feed, self.directory, self.request = feed, directory, request
         self.policy, self.settings, self.user = policy, settings, user
         self.status = Status(sys.stderr)

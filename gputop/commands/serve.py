@@ -19,13 +19,17 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gputop.commands import common
 from gputop.commands import exposition as expo
 from gputop.exitcodes import EXIT_OK
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
+
+if TYPE_CHECKING:
+    from gputop.analysis.pipeline import Settings
+    from gputop.sources.feed import LocalFeed
 
 DEFAULT_LISTEN = "127.0.0.1:9400"
 DEFAULT_INTERVAL_S = 15.0
@@ -59,7 +63,7 @@ class Rendered:
 class Exporter:
     """Holds the latest rendering; ``collect_once`` makes the next one."""
 
-    def __init__(self, feed: Any, settings: Any, export: expo.ExportSettings,
+    def __init__(self, feed: LocalFeed, settings: Settings, export: expo.ExportSettings,
                  me: str | None) -> None:
         from gputop.analysis.pipeline import Analyser
 
@@ -76,7 +80,8 @@ class Exporter:
         snap = self.feed.poll()
         analysed = self.analyser(snap)
         for event in snap.xid_events:  # DCGM's XID_ERRORS is the last one seen
-            self.last_xid[event.gpu] = event.xid
+            if event.gpu is not None:  # an event of no known GPU has no series
+                self.last_xid[event.gpu] = event.xid
         seconds = time.monotonic() - started
         fams = expo.families(snap, analysed.warnings, analysed.flags, self.last_xid,
                              seconds, self.export)
@@ -154,6 +159,9 @@ def _serve(options: SourceOptions, args: argparse.Namespace) -> int:
     plan = SourcePlan(demo=options.demo, local=not options.demo, ssh_hosts=())
     with common.source_errors():
         [feed] = open_feeds(options, config, plan=plan, need_driver=False)
+    from gputop.sources.feed import LocalFeed
+
+    assert isinstance(feed, LocalFeed)  # this machine or the simulator, by the plan
     host = feed.hosts[0]
     me = feed.identity(host).reservation_owner
     export = expo.ExportSettings(config.serve.lowercase_hostname,

@@ -98,6 +98,15 @@ class Feed(Protocol):
 
 
 @runtime_checkable
+class _Details(Protocol):
+    """The part of a ProcessReader (sources/backend.py) the detail view reads."""
+
+    def process(self, pid: int) -> dict[str, Any] | None: ...
+
+    def parent_chain(self, pid: int) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
 class Collects(Protocol):
     """What a LocalFeed reads: ``sources/assembler.HostAssembler`` (or a wrapper of one)."""
 
@@ -164,7 +173,7 @@ class LocalFeed:
 
     def process_details(self, host: str, pid: int, start_ticks: int | None) -> ProcessDetails:
         procs = self._env.procs if self._env is not None else None
-        if host != self.host or procs is None:
+        if host != self.host or not isinstance(procs, _Details):
             return ProcessDetails(None, None)
         try:
             with self._simulation():
@@ -204,7 +213,7 @@ class LocalFeed:
         if env is not None:
             env.mig_devices = mig_map(snapshot.gpus)
         if env is not None and env.gpu_uuids is None:
-            uuids = {g.index: g.uuid for g in snapshot.gpus if g.uuid}
+            uuids: dict[int, str | None] = {g.index: g.uuid for g in snapshot.gpus if g.uuid}
             if uuids:
                 env.gpu_uuids = uuids
 
