@@ -7,9 +7,10 @@ from helpers.ui import START, cluster_app, feed_all
 from rich.style import Style
 
 from gputop.model import Gpu, HostSnapshot, Reservation
+from gputop.ui import cluster_cells
 from gputop.ui.app import GputopApp
 from gputop.ui.screens import cluster
-from gputop.ui.screens.cluster import ClusterProcessesScreen, TextLines
+from gputop.ui.screens.cluster_processes import ClusterProcessesScreen
 from gputop.ui.screenshots import (
     CLUSTER,
     CLUSTER_DOWN,
@@ -18,7 +19,9 @@ from gputop.ui.screenshots import (
     load,
 )
 from gputop.ui.screenshots import demo_app as screenshot_app
+from gputop.ui.widgets import text_lines
 from gputop.ui.widgets.header import HeaderBar
+from gputop.ui.widgets.text_lines import TextLines
 
 
 def _host(name: str) -> HostSnapshot:
@@ -48,15 +51,15 @@ async def test_cluster_cursor_reverses_the_name_and_keeps_the_cells_colours() ->
 
         cursor_row, other_row = cells(0), cells(1)
         reversed_at = [x for x, text, style in cursor_row if style.reverse and text.strip()]
-        assert reversed_at and max(reversed_at) < cluster.NAME_WIDTH
+        assert reversed_at and max(reversed_at) < cluster_cells.NAME_WIDTH
         # A GPU cell looks the same on the cursor's row as on any other row.
         cell_style = {text: style.bgcolor for _, text, style in other_row if "90" in text}
         cursor_cell = {text: style.bgcolor for _, text, style in cursor_row if "90" in text}
         assert cell_style and cell_style == cursor_cell
         # The rest of the cursor's row is marked, just not reversed.
         blank = [style.bgcolor for x, text, style in cursor_row
-                 if x > cluster.NAME_WIDTH and not text.strip()]
-        assert blank and all(bg == cluster.ROW_BACKGROUND.bgcolor for bg in blank)
+                 if x > cluster_cells.NAME_WIDTH and not text.strip()]
+        assert blank and all(bg == text_lines.ROW_BACKGROUND.bgcolor for bg in blank)
 
 
 async def test_p_on_the_dashboard_lists_every_host_with_a_host_column() -> None:
@@ -121,9 +124,9 @@ async def test_cluster_at_80_columns_shows_every_card() -> None:
 
 def test_reservation_marker_is_not_painted_in_the_cells_colour() -> None:
     snap = _eight_gpu_host("n", reserved=2)
-    cell = cluster.gpu_cell(snap.gpus[2], cluster.RESERVED, warned=False, reserved=True)
+    cell = cluster_cells.gpu_cell(snap.gpus[2], cluster_cells.RESERVED, warned=False, reserved=True)
     assert cell.plain.endswith("R")
-    card_style = cluster.GPU_STYLES[cluster.RESERVED]
+    card_style = cluster_cells.GPU_STYLES[cluster_cells.RESERVED]
     assert cell.style == ""  # no base style that would cover the markers
     r_spans = [s for s in cell.spans if cell.plain[s.start:s.end] == "R"]
     assert r_spans and all(str(s.style) != card_style for s in r_spans)
@@ -151,15 +154,15 @@ async def test_cluster_demo_app_starts_on_the_first_host() -> None:
 def test_unknown_is_never_free_and_reservations_match_by_uuid() -> None:
     idle = Gpu(index=0, uuid="GPU-a", util_gpu=0, mem_used=0, mem_total=80 << 30)
     snap = HostSnapshot(host="h", time=START, gpus=(idle,))
-    assert cluster.gpu_class(idle, snap, START) == cluster.FREE
+    assert cluster_cells.gpu_class(idle, snap, START) == cluster_cells.FREE
     # the process list could not be read: it may run a 20 GiB job
     blind = Gpu(index=0, uuid="GPU-a", util_gpu=0, mem_used=0, mem_total=80 << 30,
                 processes_error="nvmlDeviceGetComputeRunningProcesses_v3: Unknown Error")
-    assert cluster.gpu_class(blind, snap, START) == cluster.UNKNOWN
+    assert cluster_cells.gpu_class(blind, snap, START) == cluster_cells.UNKNOWN
     # a reservation of GPU 0 of another host (shared store) is not this host's GPU 0
     other = Reservation(gpu=0, user="dave", until=START + 3600, since=START, gpu_uuid="GPU-b")
     shared = HostSnapshot(host="h", time=START, gpus=(idle,), reservations=(other,))
-    assert cluster.gpu_class(idle, shared, START) == cluster.FREE
+    assert cluster_cells.gpu_class(idle, shared, START) == cluster_cells.FREE
     mine = Reservation(gpu=3, user="dave", until=START + 3600, since=START, gpu_uuid="GPU-a")
     held = HostSnapshot(host="h", time=START, gpus=(idle,), reservations=(mine,))
-    assert cluster.gpu_class(idle, held, START) == cluster.RESERVED
+    assert cluster_cells.gpu_class(idle, held, START) == cluster_cells.RESERVED

@@ -14,7 +14,8 @@ from gputop.options import SourceOptions
 from gputop.sources.opener import open_feeds
 from gputop.ui import fmt
 from gputop.ui.app import GputopApp, screenshot_directory
-from gputop.ui.screens.cluster import Totals, _matches, host_line, host_width
+from gputop.ui.cluster_cells import Totals, host_line, host_width
+from gputop.ui.cluster_cells import host_matches as _matches
 from gputop.ui.screens.kill import KillScreen, cautions, notes_text
 from gputop.ui.screens.log import WarningLogScreen
 from gputop.ui.state import row_key

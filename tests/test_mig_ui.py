@@ -83,7 +83,7 @@ async def test_detail_names_the_mig_device(demo_dir: str) -> None:
 
 def test_cluster_cell_of_a_mig_card_keeps_the_cell_width() -> None:
     from gputop.model import Gpu, MigDevice
-    from gputop.ui.screens.cluster import BUSY, gpu_cell
+    from gputop.ui.cluster_cells import BUSY, gpu_cell
 
     def card(used_gib: list[int]) -> Gpu:
         devs = tuple(MigDevice(gpu=0, index=i, mem_used=u << 30, mem_total=10 << 30)

@@ -216,7 +216,7 @@ async def test_the_dashboard_shows_the_line_and_counts_it_in_the_header() -> Non
 def test_the_cluster_overview_counts_each_hosts_jobs() -> None:
     from helpers.ui import plain
 
-    from gputop.ui.screens.cluster import host_line
+    from gputop.ui.cluster_cells import host_line
 
     jobs = [_job("aaaa0001", "ann"), _job("aaaa0002", "bob")]
     assert plain(host_line(_snap(2, jobs), NOW, set(), 80)).rstrip().endswith("Q2")

@@ -10,9 +10,12 @@ from helpers.feeds import QueueFeed
 
 from gputop import model
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
+from gputop.ui import cluster_cells
 from gputop.ui.app import GputopApp
 from gputop.ui.screens import cluster
-from gputop.ui.screens.cluster import ClusterProcessesScreen, ClusterScreen, TextLines
+from gputop.ui.screens.cluster import ClusterScreen
+from gputop.ui.screens.cluster_processes import ClusterProcessesScreen
+from gputop.ui.widgets.text_lines import TextLines
 
 GIB = 1024**3
 NOW = time.time()
@@ -59,14 +62,14 @@ def _lines(widget: TextLines) -> list[str]:
 
 def test_totals_count_free_busy_broken_reserved() -> None:
     snaps = [_host(n) for n in range(64)]
-    result = cluster.totals(snaps, {}, NOW)
+    result = cluster_cells.totals(snaps, {}, NOW)
     assert result.hosts == 64
     assert result.states == {"ok": 62, "unreachable": 1, "auth failed": 1}
     # 62 hosts x 4 free cards, minus the reserved one; host 5 lost one card.
-    assert result.gpus[cluster.RESERVED] == 1
-    assert result.gpus[cluster.FREE] == 62 * 4 - 1
-    assert result.gpus[cluster.BROKEN] == 1
-    assert result.gpus[cluster.BUSY] == 62 * 4 - 1
+    assert result.gpus[cluster_cells.RESERVED] == 1
+    assert result.gpus[cluster_cells.FREE] == 62 * 4 - 1
+    assert result.gpus[cluster_cells.BROKEN] == 1
+    assert result.gpus[cluster_cells.BUSY] == 62 * 4 - 1
 
 
 def test_idle_memory_uses_orphan_flags() -> None:
@@ -77,7 +80,7 @@ def test_idle_memory_uses_orphan_flags() -> None:
 
     snap = _host(10)
     flags = {snap.host: {snap.processes[0].key: Flags()}}
-    result = cluster.totals([snap], flags, NOW)
+    result = cluster_cells.totals([snap], flags, NOW)
     assert result.idle_procs == 1 and result.idle_mem == 60 * GIB
 
 
@@ -168,10 +171,10 @@ async def test_all_processes_with_host_column_and_filters() -> None:
         await pilot.press("slash", *"user:user1", "enter")
         await pilot.pause()
         assert {h for h, _ in screen.keys} == {"node01"}
-        screen.where = cluster.ProcFilter.parse("label:train")
+        screen.where = cluster_cells.ProcFilter.parse("label:train")
         screen.refresh_data()
         assert {h for h, _ in screen.keys} == {"node00", "node02"}
-        screen.where = cluster.ProcFilter.parse("host:node05")
+        screen.where = cluster_cells.ProcFilter.parse("host:node05")
         screen.refresh_data()
         assert {h for h, _ in screen.keys} == {"node05"}
         assert len(screen.keys) == 4

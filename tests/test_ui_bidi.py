@@ -9,6 +9,7 @@ from helpers.ui import START, demo_snapshots, with_processes
 from rich.cells import cell_len
 
 from gputop.model import Gpu, HostSnapshot, Reservation
+from gputop.ui import cluster_cells
 from gputop.ui.app import GputopApp
 from gputop.ui.screens import cluster
 from gputop.ui.screens.detail import MAX_COMMAND_CHARS, DetailScreen
@@ -74,7 +75,7 @@ def test_cluster_rows_stay_aligned_whatever_the_host_name() -> None:
     widths = set()
     for name in ("node-02", HOST, "节点-日本語-名前-長い", f"a{ZWSP * 30}b"):
         snap = HostSnapshot(host=name, time=now, gpus=(Gpu(index=0, util_gpu=5),))
-        line = cluster.host_line(snap, now, set(), 100)
+        line = cluster_cells.host_line(snap, now, set(), 100)
         text = line.plain
         assert RLO not in text and ZWSP not in text
         # the state column starts at the same cell for every host

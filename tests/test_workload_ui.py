@@ -12,7 +12,8 @@ from helpers.ui import SIZE, demo_app, demo_snapshots, feed_all, plain
 
 from gputop.analysis import workloads as rules
 from gputop.analysis.pipeline import Settings, warnings_once
-from gputop.ui.screens.cluster import ClusterProcessesScreen, ClusterScreen
+from gputop.ui.screens.cluster import ClusterScreen
+from gputop.ui.screens.cluster_processes import ClusterProcessesScreen
 from gputop.ui.screens.detail import DetailScreen
 from gputop.ui.table_model import cell
 

@@ -4,7 +4,8 @@
 alone does not count). With --min-free-mem or --max-util the user says what is acceptable
 to share, and only those limits apply.
 A card is never picked when it is lost or in error, has a critical warning, or is
-reserved by someone else (my own reservations are fine: that is what I reserved for).
+reserved by someone else (my own reservations are fine: that is what I reserved for);
+who holds a card or a MIG device is analysis/holders.py's answer.
 Unknown is never free: a card whose process list or memory could not be read may be
 running a 20 GiB job, so it is skipped with the reason.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from gputop import model
 from gputop.analysis.durations import format_duration
+from gputop.analysis.holders import active_reservations, mig_reservations
 from gputop.model import Gpu, HostSnapshot, MigDevice, Reservation
 from gputop.text import clock
 
@@ -40,27 +42,6 @@ class Ranking:
         reasons = "; ".join(f"GPU {i}: {why}" for i, why in sorted(self.rejected.items()))
         head = f"only {have} of {count} requested GPUs qualify"
         return f"{head} ({reasons})" if reasons else head
-
-
-def reserves(reservation: Reservation, gpu: Gpu) -> bool:
-    """Whether ``reservation`` is for this card: by UUID when both know it, since the
-    same index on another host (a store shared over NFS) is another card."""
-    if reservation.gpu_uuid and gpu.uuid:
-        return reservation.gpu_uuid == gpu.uuid
-    return reservation.gpu == gpu.index
-
-
-def active_reservations(snapshot: HostSnapshot, now: float) -> dict[int, Reservation]:
-    """GPU index -> its active reservation of the whole card (the first one when a store
-    has several); reservations of one MIG device are in ``mig_reservations``."""
-    found: dict[int, Reservation] = {}
-    for reservation in snapshot.reservations:
-        if not reservation.active(now) or reservation.mig_uuid is not None:
-            continue  # a MIG device's reservation is not its card's
-        for gpu in snapshot.gpus:
-            if gpu.index not in found and reserves(reservation, gpu):
-                found[gpu.index] = reservation
-    return found
 
 
 def unknown(gpu: Gpu) -> str | None:
@@ -209,15 +190,6 @@ class DeviceRanking:
         reasons = "; ".join(f"GPU {k}: {why}" for k, why in sorted(self.rejected.items()))
         head = f"only {have} of {count} requested GPUs qualify"
         return f"{head} ({reasons})" if reasons else head
-
-
-def mig_reservations(snapshot: HostSnapshot, now: float) -> dict[str, Reservation]:
-    """MIG UUID -> the active reservation of that one MIG device."""
-    found: dict[str, Reservation] = {}
-    for r in snapshot.reservations:
-        if r.mig_uuid is not None and r.active(now):
-            found.setdefault(r.mig_uuid, r)
-    return found
 
 
 def rank_devices(

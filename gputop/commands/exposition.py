@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gputop.analysis.holders import holders
 from gputop.analysis.orphans import ProcessFlags
 from gputop.model import GPU_OK, Gpu, HealthWarning, HostSnapshot
 
@@ -200,7 +201,8 @@ def _own_gpu_families(
     state = Family("gputop_gpu_ok", "gauge", "1 while the GPU answers, 0 when lost or failing.")
     idle = Family("gputop_gpu_idle_held_bytes", "gauge",
                   "GPU memory held by processes gputop flags idle (bytes).")
-    reserved = Family("gputop_gpu_reserved", "gauge", "1 while the GPU is reserved, by owner.")
+    reserved = Family("gputop_gpu_reserved", "gauge",
+                      "1 while the GPU (with GPU_I_ID: that MIG instance) is reserved, by owner.")
     until = Family("gputop_gpu_reserved_until_timestamp_seconds", "gauge",
                    "When the GPU's reservation ends (epoch seconds).")
     held: dict[int, int] = {}
@@ -214,11 +216,20 @@ def _own_gpu_families(
         total.add(labels, gpu.mem_total)
         if gpu.state == GPU_OK:
             idle.add(labels, held.get(gpu.index, 0))
-    for res in snap.reservations:
-        if res.active(snap.time):
-            labels = {**host, **_gpu_of(by_index, res.gpu), "owner": res.user}
-            reserved.add(labels, 1)
-            until.add(labels, res.until)
+    holding = holders(snap, snap.time)
+    for gpu in snap.gpus:
+        card = {**host, **_gpu_of(by_index, gpu.index)}
+        # A MIG device's reservation is not its card's (analysis/holders.py): it carries
+        # the instance's labels, as the MIG series above do.
+        units = [(card, holding.of_card(gpu.index))] + [
+            ({**card, "GPU_I_ID": "" if dev.gi is None else str(dev.gi),
+              "GPU_I_PROFILE": dev.profile or ""}, holding.of_device(dev.uuid))
+            for dev in gpu.mig_devices]
+        for labels, reservations in units:
+            for res in reservations:
+                owned = {**labels, "owner": res.user}
+                reserved.add(owned, 1)
+                until.add(owned, res.until)
     return [info, total, state, idle, reserved, until]
 
 

@@ -4,9 +4,12 @@ The dashboard of one host is a screen (``gputop/ui/screens/dashboard.py``) retur
 ``get_default_screen``; every other view is a screen pushed on top of it.  Screens read
 ``app.state`` (gputop/ui/state.py: the latest HostSnapshot per host, History, current
 warnings, orphan flags, selection), subscribe to ``app.state_changed`` (a Signal
-published after every applied snapshot), ask ``app.capabilities(host)`` and
-``app.identity(host)`` what may be offered on a host, and send action requests with
-``await app.request(host, request)``.
+published after every applied snapshot) and ``app.view_changed`` (another host shown, or
+the selection changed), ask ``app.capabilities(host)`` and ``app.identity(host)`` what may
+be offered on a host, and send action requests with ``await app.request(host, request)``.
+The app writes the state (ui/state.py lists the one exception): the dashboard posts its
+tags and GPU filter as messages (``DashboardScreen.TagToggled`` ...) that the handlers
+here apply.
 
 Data flows one way: feeds -> queue -> analysis thread (``gputop.analysis.pipeline``) ->
 ``SnapshotAnalysed`` message -> state -> screens.
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from platformdirs import user_downloads_path
+from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.message import Message
@@ -113,6 +117,7 @@ class GputopApp(App[int]):
             state.me = me
         self.state = state
         self.state_changed: Signal[UiState] = Signal(self, "state_changed")
+        self.view_changed: Signal[UiState] = Signal(self, "view_changed")
         self.analyser = Analyser(settings, state.history, self._user_on)
         self._queue: queue.Queue[HostSnapshot | None] = queue.Queue()
         self._gc_frozen = False  # see freeze_startup_objects
@@ -138,7 +143,6 @@ class GputopApp(App[int]):
                 from gputop.ui.screens import cluster
 
                 cluster.open_cluster(self)
-        self.set_interval(self.interval, self._tick, name="refresh")
 
     async def on_unmount(self) -> None:
         self._queue.put(None)
@@ -237,15 +241,38 @@ class GputopApp(App[int]):
     def _apply_result(self, result: Analysed) -> None:
         state = self.state
         snap = result.snapshot
-        first = state.snapshot is None
         state.snapshots[snap.host] = snap
         if state.host is None:
             state.host = snap.host
         state.warnings = result.warnings
         state.flags[snap.host] = result.flags
         state.version += 1
-        self.dashboard.data_changed(first and state.snapshot is not None)
         self.state_changed.publish(state)
+
+    # -- tags and the GPU filter, as the dashboard asks for them ---------------------------
+
+    @on(DashboardScreen.TagToggled)
+    def _tag_toggled(self, message: DashboardScreen.TagToggled) -> None:
+        self.state.tagged ^= {message.key}
+        self.view_changed.publish(self.state)
+
+    @on(DashboardScreen.GpuChosen)
+    def _gpu_chosen(self, message: DashboardScreen.GpuChosen) -> None:
+        self.state.selected_gpu = message.index
+        self.view_changed.publish(self.state)
+
+    @on(DashboardScreen.SelectionCleared)
+    def _selection_cleared(self, message: DashboardScreen.SelectionCleared) -> None:
+        self.state.tagged.clear()
+        if message.gpu:
+            self.state.selected_gpu = None
+        self.view_changed.publish(self.state)
+
+    def show_host(self, host: str) -> None:
+        """Switch the dashboard to ``host``."""
+        self.state.host = host
+        self.state.selected_gpu = None
+        self.view_changed.publish(self.state)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         # The one handler for worker errors: a broken feed is shown, the rest keep going.
@@ -256,21 +283,11 @@ class GputopApp(App[int]):
 
     # -- drawing -------------------------------------------------------------------
 
-    def _tick(self) -> None:
-        # Nothing is drawn behind another screen; the dashboard catches up when it shows.
-        if self.screen is self.dashboard:
-            self.dashboard.tick()
-
-    def first_frame_drawn(self) -> None:
+    @on(DashboardScreen.FirstDrawn)
+    def _first_drawn(self) -> None:
         if not self._gc_frozen:
             self._gc_frozen = True
             self.call_after_refresh(freeze_startup_objects)
-
-    def show_host(self, host: str) -> None:
-        """Switch the dashboard to ``host``."""
-        self.state.host = host
-        self.state.selected_gpu = None
-        self.dashboard.refresh_view()
 
     # -- help and palette ----------------------------------------------------------
 
@@ -309,7 +326,7 @@ class GputopApp(App[int]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        if screen is not self.dashboard:
+        if not isinstance(screen, DashboardScreen):
             return
         # Every dashboard binding is also a palette command, for keys nobody remembers.
         seen = {"quit", "command_palette"}  # the system commands have these
@@ -320,7 +337,7 @@ class GputopApp(App[int]):
                         seen.add(b.action)
                         yield SystemCommand(b.description, f"key: {self.get_key_display(b)}",
                                             partial(screen.run_action, b.action))
-        for title, help_text, callback in self.dashboard.palette_commands():
+        for title, help_text, callback in screen.palette_commands():
             yield SystemCommand(title, help_text, callback, discover=False)
 
     def action_quit(self) -> None:  # type: ignore[override]

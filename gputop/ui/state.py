@@ -1,18 +1,31 @@
 """Everything the dashboard knows, in one place: what screens and widgets read.
 
-The app owns one ``UiState`` (``app.state``).  Only the app writes it, on the UI thread,
-when an analysed snapshot arrives; screens read it and subscribe to
-``app.state_changed`` (a Textual Signal) to hear about updates.
+The app owns one ``UiState`` (``app.state``).  Who writes which field, all on the UI
+thread (tests aside):
+
+- the app: the data (``snapshots``, ``warnings``, ``flags``, ``version``; ``host`` until
+  one is shown) when an analysed snapshot arrives, then it publishes
+  ``app.state_changed``; ``host`` in ``app.show_host`` (which also clears
+  ``selected_gpu``), and ``tagged`` and ``selected_gpu`` when the dashboard posts
+  ``DashboardScreen.TagToggled``, ``GpuChosen`` or ``SelectionCleared``, then it publishes
+  ``app.view_changed``; ``feeds`` when a feed starts or names a new host; ``config``,
+  ``history``, ``readonly`` and ``me`` once, when the app is built;
+- the dashboard: ``selected`` only, the row under its table's cursor, as the cursor
+  moves and as it draws.  Not posted: a dialog opened in the same turn (``k`` right
+  after a refresh) must see the row that is on screen, and a message would arrive later.
+
+Everything else reads it, and subscribes to those two Signals to hear about changes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gputop.analysis.history import History
+from gputop.analysis.pipeline import Flags
 from gputop.config import Config
 from gputop.model import GpuProcess, HealthWarning, HostSnapshot
+from gputop.sources.feed import Feed
 from gputop.sources.identity import local_identity
 
 # A process row's identity across refreshes: (host, pid, start_ticks, gpu).  A pid that
@@ -31,10 +44,10 @@ class UiState:
     readonly: bool = False
     me: str = field(default_factory=lambda: local_identity().user or "?")  # the shown host's
     snapshots: dict[str, HostSnapshot] = field(default_factory=dict)  # latest per host
-    feeds: dict[str, Any] = field(default_factory=dict)  # host -> the feed serving it
+    feeds: dict[str, Feed] = field(default_factory=dict)  # host -> the feed serving it
     warnings: list[HealthWarning] = field(default_factory=list)  # all hosts, worst first
     # orphan flags per host: {(gpu, pid): ProcessFlags} from analysis.orphans
-    flags: dict[str, dict[tuple[int, int], Any]] = field(default_factory=dict)
+    flags: dict[str, Flags] = field(default_factory=dict)
     host: str | None = None  # the host shown on the main screen
     selected: RowKey | None = None  # the process row under the cursor
     tagged: set[RowKey] = field(default_factory=set)  # Space-tagged rows (several kills)

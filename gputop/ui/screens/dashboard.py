@@ -5,26 +5,35 @@ box, which panels exist) and reads everything else from ``app.state``; its keys 
 from the registry (``gputop.keymap``, scope "dashboard") and act only while it is on
 screen, because a screen's bindings are active only while it is.  Other screens are
 opened from here with ``app.push_screen``.
+
+It talks to the app as the other screens do: it hears of new data from
+``app.state_changed`` and of another host, tags or GPU filter from ``app.view_changed``,
+and asks for a change of the tags or the GPU filter by posting the messages below, which
+the app applies to the state.  The row under the table's cursor it writes itself
+(ui/state.py says who writes what).  It redraws on its own timer.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Container
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from gputop.analysis import pick as picking
+from gputop.analysis.holders import holders
 from gputop.model import HostSnapshot
 from gputop.ui import table_model, tree
 from gputop.ui.keys import bindings
-from gputop.ui.state import RowKey
+from gputop.ui.state import RowKey, UiState
 from gputop.ui.widgets.filter_input import FilterInput
-from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData, history_reach, mig_reservations
+from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData, history_reach
 from gputop.ui.widgets.header import HeaderBar, HostHistory, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
@@ -47,6 +56,32 @@ class DashboardScreen(Screen[None]):
     if TYPE_CHECKING:
         app = getters.app(GputopApp)
 
+    # -- what it asks of the app (they bubble up to it) --------------------------------
+
+    class TagToggled(Message):
+        """Tag this row, or untag it when it is tagged."""
+
+        def __init__(self, key: RowKey) -> None:
+            super().__init__()
+            self.key = key
+
+    class GpuChosen(Message):
+        """The GPU under focus, which the table is filtered by (None: every GPU)."""
+
+        def __init__(self, index: int | None) -> None:
+            super().__init__()
+            self.index = index
+
+    class SelectionCleared(Message):
+        """No tagged rows any more; with ``gpu``, no GPU under focus either."""
+
+        def __init__(self, gpu: bool) -> None:
+            super().__init__()
+            self.gpu = gpu
+
+    class FirstDrawn(Message):
+        """The first snapshot is on screen (the app then tunes the garbage collector)."""
+
     def __init__(self) -> None:
         super().__init__()
         # Filters and sort of the process table.
@@ -62,6 +97,7 @@ class DashboardScreen(Screen[None]):
         self._compact: bool | None = None
         self._panel_gpus: tuple[int, ...] = ()
         self._panels: dict[int, GpuPanel] = {}
+        self._drawn_host: str | None = None  # the host whose snapshot was drawn last
         self.history_range: float | None = None  # None: this session; else seconds of ledger
 
     # -- layout ------------------------------------------------------------------------
@@ -87,26 +123,36 @@ class DashboardScreen(Screen[None]):
         return self.query_one("#search", FilterInput)
 
     def on_mount(self) -> None:
-        self.table.me = self.app.state.me
+        app = self.app
+        self.table.me = app.state.me
         self.table.focus()
         self.query_one(TableHeader).set_sort(self.sort_column, self.sort_reverse)
+        # Immediate: drawn in the same turn as the change, as the app's caller expects.
+        app.state_changed.subscribe(self, self._data_changed, immediate=True)
+        app.view_changed.subscribe(self, self._view_changed, immediate=True)
+        self._dirty = bool(app.state.snapshots)  # snapshots applied before this screen was
+        self.set_interval(app.interval, self.tick, name="refresh")
 
     # -- data in -----------------------------------------------------------------------
 
-    def data_changed(self, first: bool) -> None:
-        """The app applied a snapshot; the first one is drawn at once (the first frame
-        should not wait up to one interval for the timer), later ones on the tick."""
+    def _data_changed(self, state: UiState) -> None:
+        """The app applied a snapshot: a host not drawn yet is drawn at once (the first
+        frame should not wait up to one interval for the timer), the rest on the tick."""
         self._dirty = True
-        if first:
+        if state.snapshot is not None and state.host != self._drawn_host:
             self.refresh_view()
+
+    def _view_changed(self, _state: UiState) -> None:
+        self.refresh_view()
 
     def _ready(self) -> bool:
         # Snapshots and ticks can arrive before the widgets exist or while they go away.
         return self.is_mounted and bool(self.query(HeaderBar))
 
     def tick(self) -> None:
-        """The app's refresh timer, while this screen is on top: redraw only what aged."""
-        if not self._ready():
+        """The refresh timer: while this screen is on top, redraw only what aged (nothing
+        is drawn behind another screen; this one catches up when it shows)."""
+        if self.app.screen is not self or not self._ready():
             return
         if self._dirty:
             self.refresh_view()
@@ -151,8 +197,11 @@ class DashboardScreen(Screen[None]):
         self.query_one(TableHeader).set_columns(columns)
         table.tagged = state.tagged
         table.set_rows(rows, now)
+        # Written here, not posted: a dialog opened in the same turn reads it.
         state.selected = table.selected
-        app.first_frame_drawn()
+        if self._drawn_host is None:
+            self.post_message(self.FirstDrawn())
+        self._drawn_host = snap.host
 
     def _span(self) -> float:
         """The window the histories show: three minutes, or 60 samples when slower; on a
@@ -191,6 +240,7 @@ class DashboardScreen(Screen[None]):
         self._arrange_panels(len(indexes), sum(len(g.mig_devices) for g in snap.gpus))
         state = self.app.state
         history = state.history
+        held = holders(snap, now)
         span = self._span()
         kept = history.seconds
         recorded = None
@@ -213,10 +263,8 @@ class DashboardScreen(Screen[None]):
                 util_series=util_series,
                 mem_series=mem_series,
                 warnings=state.warnings_for(snap.host, gpu.index),
-                reservations=[r for r in snap.reservations
-                              if r.active(now) and r.mig_uuid is None
-                              and picking.reserves(r, gpu)],
-                mig_reservations=mig_reservations(snap, gpu, now),
+                reservations=held.of_card(gpu.index),
+                mig_reservations=held.of_devices(gpu),
                 now=now,
                 span=span,
                 kept=kept,
@@ -298,9 +346,8 @@ class DashboardScreen(Screen[None]):
 
     @on(GpuPanel.Clicked)
     def _gpu_clicked(self, event: GpuPanel.Clicked) -> None:
-        state = self.app.state
-        state.selected_gpu = None if state.selected_gpu == event.index else event.index
-        self.refresh_view()
+        chosen = self.app.state.selected_gpu
+        self.post_message(self.GpuChosen(None if chosen == event.index else event.index))
 
     # -- actions: the usage ledger ----------------------------------------------------
 
@@ -360,13 +407,11 @@ class DashboardScreen(Screen[None]):
         state = self.app.state
         proc = state.selected_process()
         if state.selected_gpu is not None:
-            state.selected_gpu = None
+            self.post_message(self.GpuChosen(None))
         elif proc is not None:
-            state.selected_gpu = proc.gpu
+            self.post_message(self.GpuChosen(proc.gpu))
         else:
             self.action_step_gpu(1)
-            return
-        self.refresh_view()
 
     def action_step_gpu(self, step: int) -> None:
         state = self.app.state
@@ -375,8 +420,7 @@ class DashboardScreen(Screen[None]):
             return
         choices: list[int | None] = [None, *(g.index for g in snap.gpus)]
         current = choices.index(state.selected_gpu) if state.selected_gpu in choices else 0
-        state.selected_gpu = choices[(current + step) % len(choices)]
-        self.refresh_view()
+        self.post_message(self.GpuChosen(choices[(current + step) % len(choices)]))
 
     def action_search(self) -> None:
         self.search_box.open()
@@ -399,15 +443,16 @@ class DashboardScreen(Screen[None]):
         if self.search_box.has_focus:
             self.search_box.close(keep=False)
             return
-        if (self.search or self.mine or self.user_filter or state.selected_gpu is not None
-                or state.tagged):
-            state.tagged.clear()
+        selection = bool(state.tagged) or state.selected_gpu is not None
+        if self.search or self.mine or self.user_filter or selection:
             self.search = ""
             self.search_box.clear()
             self.mine = False
             self.user_filter = None
-            state.selected_gpu = None
-            self.refresh_view()
+            if selection:
+                self.post_message(self.SelectionCleared(gpu=True))  # redrawn when applied
+            else:
+                self.refresh_view()
             return
         from gputop.ui.screens import cluster
 
@@ -418,20 +463,15 @@ class DashboardScreen(Screen[None]):
         key = state.selected
         if key is None or state.process(key) is None:  # a tree's group row: no process
             return
-        if key in state.tagged:
-            state.tagged.discard(key)
-        else:
-            state.tagged.add(key)
+        self.post_message(self.TagToggled(key))
         self.table.action_cursor_down()
-        self.refresh_view()
 
     def action_tree(self) -> None:
         self.tree_view = not self.tree_view
         self.refresh_view()
 
     def action_untag_all(self) -> None:
-        self.app.state.tagged.clear()
-        self.refresh_view()
+        self.post_message(self.SelectionCleared(gpu=False))
 
     # -- actions: other screens --------------------------------------------------------
 
@@ -508,17 +548,17 @@ class DashboardScreen(Screen[None]):
         cluster.open_cluster(self.app)
 
     def action_all_processes(self) -> None:
-        from gputop.ui.screens import cluster
+        from gputop.ui.screens import cluster_processes
 
-        cluster.open_processes(self.app)
+        cluster_processes.open_processes(self.app)
 
     def action_queue(self) -> None:
         from gputop.ui.screens import queue
 
         queue.open_queue(self.app)
 
-    def palette_commands(self) -> list[tuple[str, str, Any]]:
+    def palette_commands(self) -> list[tuple[str, str, Callable[[], None]]]:
         """(title, help, callback) of the sort commands the palette adds for this screen."""
         return [(f"Sort by {column.title}", "also: click the column title",
-                 lambda c=column.id: self.action_sort(c))
+                 partial(self.action_sort, column.id))
                 for column in table_model.COLUMNS.values()]

@@ -12,7 +12,8 @@ selected GPU, or, after asking, all of mine on the host when the selected GPU is
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -24,6 +25,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from gputop.actions.reservations import ReservationError, check_note
 from gputop.analysis.durations import format_duration, parse_until
+from gputop.analysis.holders import holders
 from gputop.model import HostSnapshot, Reservation
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
@@ -65,8 +67,8 @@ def free_gpu(snapshot: HostSnapshot, now: float) -> list[int]:
     """A card with no process and no reservation, the least memory used first; none when
     every card is taken (then the user types one)."""
     busy = {p.gpu for p in snapshot.processes}
-    busy |= {r.gpu for r in snapshot.reservations if r.active(now)}
-    free = [g for g in snapshot.gpus if g.index not in busy]
+    held = holders(snapshot, now)
+    free = [g for g in snapshot.gpus if g.index not in busy and not held.any_on(g)]
     free.sort(key=lambda g: (g.mem_used if g.mem_used is not None else 1 << 62, g.index))
     return [free[0].index] if free else []
 
@@ -137,7 +139,7 @@ class ReserveScreen(ModalScreen["dict | None"]):
         app = getters.app(GputopApp)
 
     def __init__(self, host: str, gpus: list[int | str], me: str,
-                 clock: Any = time.time) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.host = host
         self.gpus = gpus
@@ -182,9 +184,8 @@ class ReserveScreen(ModalScreen["dict | None"]):
         except ValueError:
             gpus = []
         now = self.clock()
-        held = [r for r in snapshot.reservations if r.active(now) and (
-            r.label in gpus or (r.mig_uuid is None and r.gpu in gpus))]
-        current.update(describe(held, self.me, now))
+        held = holders(snapshot, now)
+        current.update(describe([r for unit in gpus for r in held.of_unit(unit)], self.me, now))
 
     def _error(self, message: str) -> None:
         self.query_one("#reserve-error", Static).update(Text(message))
@@ -279,7 +280,8 @@ def release(app: GputopApp) -> None:
         return
     me = me_on(app, host)
     now = app.clock()
-    mine = [r for r in snapshot.reservations if r.user == me and r.active(now)]
+    held = holders(snapshot, now)
+    mine = [r for r in held.active if r.user == me]
     if not mine:
         app.notify(
             fmt.visible(f"release: you hold no reservation on {host}"),
@@ -287,11 +289,10 @@ def release(app: GputopApp) -> None:
             markup=False,
         )
         return
-    chosen = set(selected_gpus(app))
+    chosen = {r for unit in selected_gpus(app) for r in held.of_unit(unit)}
     # A card's own reservation by index, a MIG device's by its UUID.
     gpus: list[int | str] | None = [
-        r.mig_uuid if r.mig_uuid else r.gpu for r in mine
-        if (r.label if r.mig_uuid else r.gpu) in chosen] or None
+        r.mig_uuid if r.mig_uuid else r.gpu for r in mine if r in chosen] or None
     request = {"op": "release", "gpus": gpus}
     where = host_title(snapshot)
 

@@ -26,7 +26,6 @@ from gputop.model import (
     SEVERITY_ORDER,
     Gpu,
     HealthWarning,
-    HostSnapshot,
     Reservation,
 )
 from gputop.ui import fmt
@@ -49,12 +48,12 @@ class PanelData:
     util_series: list[tuple[float, float]] = field(default_factory=list)
     mem_series: list[tuple[float, float]] = field(default_factory=list)
     warnings: list[HealthWarning] = field(default_factory=list)
-    reservations: list[Reservation] = field(default_factory=list)
+    reservations: tuple[Reservation, ...] = ()  # of the whole card (analysis/holders.py)
     now: float = 0.0
     span: float = 180.0  # seconds of history the sparkline covers
     kept: float = 0.0  # seconds of history kept; a compact row may show up to this much
     # reservations of single MIG devices, by MIG UUID
-    mig_reservations: dict[str, list[Reservation]] = field(default_factory=dict)
+    mig_reservations: dict[str, tuple[Reservation, ...]] = field(default_factory=dict)
 
 
 def short_name(name: str | None) -> str:
@@ -116,8 +115,8 @@ class GpuPanel(Widget):
             fmt.sparkline(data.mem_series, 60, data.now, data.span),
             self._stats,
             tuple(w.key for w in data.warnings),
-            tuple(data.reservations),
-            tuple(sorted((k, tuple(v)) for k, v in data.mig_reservations.items())),
+            data.reservations,
+            tuple(sorted(data.mig_reservations.items())),
             self.size.width,
             compact,
         )
@@ -370,15 +369,6 @@ def history_reach(span: float, kept: float, compact: bool, width: int) -> float:
     if not compact:
         return span
     return min(kept, max(span, width * span / 60))
-
-
-def mig_reservations(snap: HostSnapshot, gpu: Gpu, now: float) -> dict[str, list[Reservation]]:
-    """Active reservations of single MIG devices of ``gpu``, by MIG UUID."""
-    out: dict[str, list[Reservation]] = {}
-    for r in snap.reservations:
-        if r.gpu == gpu.index and r.mig_uuid and r.active(now):
-            out.setdefault(r.mig_uuid, []).append(r)
-    return out
 
 
 def compact_sparkline(data: PanelData, width: int) -> str:

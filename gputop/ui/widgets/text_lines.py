@@ -1,0 +1,149 @@
+"""``TextLines``: rows of rich Text with a cursor, for lists too long or too wide for a
+DataTable (the cluster overview's hosts, every host's processes).
+
+Only the visible lines are rendered; an update that changes nothing visible costs one
+comparison per row.  With ``column_width`` the rows wrap into columns when there are more
+of them than the widget is high.  Enter posts ``TextLines.Chosen`` with the row's index.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from gputop.ui.keys import bindings
+
+COLUMN_GAP = 1
+ROW_BACKGROUND = Style(bgcolor="grey27")  # the cursor's row; cells keep their colours
+
+
+class TextLines(ScrollView, can_focus=True):
+    """Rows of rich Text with a cursor, drawn line by line; wraps into columns if asked.
+
+    ``label_width``: the cells at the start of a row that name it (a host name), the part
+    the cursor reverses.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "move(-1)", show=False),
+        Binding("down", "move(1)", show=False),
+        Binding("left", "move_column(-1)", show=False),
+        Binding("right", "move_column(1)", show=False),
+        Binding("pageup", "move(-20)", show=False),
+        Binding("pagedown", "move(20)", show=False),
+        Binding("home", "move(-100000)", show=False),
+        Binding("end", "move(100000)", show=False),
+        *bindings("lines"),
+    ]
+
+    class Chosen(Message):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
+
+    def __init__(self, label_width: int, column_width: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rows: list[Text] = []
+        self.cursor = 0
+        self.label_width = label_width
+        self.column_width = column_width  # 0: one column as wide as the widget
+
+    def set_rows(self, rows: list[Text], column_width: int | None = None) -> None:
+        if column_width is not None:
+            self.column_width = column_width
+        if rows == self.rows:
+            return
+        self.rows = rows
+        self.cursor = min(self.cursor, max(0, len(rows) - 1))
+        self._layout()
+        self.refresh()
+
+    def _columns(self) -> int:
+        height = max(1, self.size.height)
+        if not self.column_width or len(self.rows) <= height:
+            return 1
+        return max(1, min(self.size.width // (self.column_width + COLUMN_GAP), math.ceil(
+            len(self.rows) / height)))
+
+    def _per_column(self) -> int:
+        return max(1, math.ceil(len(self.rows) / self._columns()))
+
+    def _layout(self) -> None:
+        self.virtual_size = Size(self.size.width, self._per_column())
+
+    def on_resize(self) -> None:
+        self._layout()
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        row = y + self.scroll_offset.y
+        columns = self._columns()
+        per = self._per_column()
+        col_width = width if columns == 1 else self.column_width + COLUMN_GAP
+        segments: list[Segment] = []
+        for col in range(columns):
+            index = col * per + row
+            if row >= per or index >= len(self.rows):
+                text = Text(" " * col_width)
+            else:
+                text = self.rows[index].copy()
+                text.truncate(col_width, pad=True)
+                if index == self.cursor:
+                    self._highlight(text, col_width)
+            segments.extend(text.render(self.app.console))
+        return Strip(segments).adjust_cell_length(width)
+
+    def _highlight(self, text: Text, width: int) -> None:
+        # Only the row's label is reversed: reversing the overview's GPU cells turned
+        # their colours (the point of the overview) into something else.  The rest of the
+        # line gets a background under the cells' own, so the eye can follow the row across.
+        name = min(self.label_width, width)
+        if self.has_focus:
+            text.stylize_before(ROW_BACKGROUND, 0, width)
+            text.stylize(Style(reverse=True, bold=True), 0, name)
+        else:
+            text.stylize(Style(underline=True), 0, name)
+
+    def line_text(self, y: int) -> str:
+        """The plain text of one visible line (tests, screen readers)."""
+        return self.render_line(y).text
+
+    def action_move(self, step: int) -> None:
+        if not self.rows:
+            return
+        self.cursor = max(0, min(len(self.rows) - 1, self.cursor + step))
+        self._scroll_to_cursor()
+        self.refresh()
+
+    def action_move_column(self, step: int) -> None:
+        if self._columns() > 1:
+            self.action_move(step * self._per_column())
+
+    def _scroll_to_cursor(self) -> None:
+        row = self.cursor % self._per_column()
+        top = self.scroll_offset.y
+        height = max(1, self.size.height)
+        if row < top:
+            self.scroll_to(y=row, animate=False)
+        elif row >= top + height:
+            self.scroll_to(y=row - height + 1, animate=False)
+
+    def action_choose(self) -> None:
+        if self.rows:
+            self.post_message(self.Chosen(self.cursor))
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
