@@ -224,9 +224,9 @@ def _run_ledger_command(command: str, options: SourceOptions, args: argparse.Nam
         from gputop.commands import record
 
         return record.run(options, args)
-    from gputop.commands import ledger_report
+    from gputop.commands import report
 
-    return ledger_report.run(options, args)
+    return report.run(options, args)
 
 
 def source_options(args: argparse.Namespace) -> SourceOptions:
