@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from gputop import model
-from gputop.analysis import mig
+from gputop.analysis import mig_display
 from gputop.analysis.durations import format_duration
 from gputop.commands import common
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_OK
@@ -246,12 +246,13 @@ def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> 
 def mig_lines(gpu: Gpu) -> list[str]:
     """Under a MIG card: its MIG state, then one line per MIG device in the card
     line's columns."""
-    state = mig.summary(gpu)
+    state = mig_display.summary(gpu)
     lines = [f"     {state}"] if state else []
     for dev in gpu.mig_devices:
         mem = f"{_gib(dev.mem_used)}/{_gib(dev.mem_total)}G"
         bar1 = f"BAR1 {_mem(dev.bar1_used)}/{_mem(dev.bar1_total)}"
-        lines.append(f" {dev.label:<4}{mig.describe(dev):<20} {mig.activity(dev):>9} {mem:>15}"
+        name, activity = mig_display.describe(dev), mig_display.activity(dev)
+        lines.append(f" {dev.label:<4}{name:<20} {activity:>9} {mem:>15}"
                      f"  {visible(dev.uuid or 'n/a')}  {bar1}")
     if gpu.mig_note:
         lines.append(f"     {visible(gpu.mig_note)}")

@@ -39,7 +39,7 @@ from textual.widgets import Footer, Static
 
 from gputop import model
 from gputop.analysis import pick as picking
-from gputop.analysis import workloads as workload_rules
+from gputop.analysis import workload_groups
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
@@ -459,7 +459,7 @@ class ClusterScreen(Screen[None]):
     def _show_jobs(self, snaps: list[HostSnapshot]) -> None:
         """One line per Slurm job running on several hosts, with all its hosts."""
         box = self.query_one("#cluster-jobs", Static)
-        spread = [j for j in workload_rules.cluster_jobs(snaps) if len(j.hosts) > 1]
+        spread = [j for j in workload_groups.cluster_jobs(snaps) if len(j.hosts) > 1]
         box.display = bool(spread)
         if spread:
             box.update(multi_host_jobs_text(spread))
@@ -499,7 +499,7 @@ class ClusterScreen(Screen[None]):
         self.refresh_data()
 
 
-def multi_host_jobs_text(jobs: list[workload_rules.ClusterJob], limit: int = 7) -> Text:
+def multi_host_jobs_text(jobs: list[workload_groups.ClusterJob], limit: int = 7) -> Text:
     out = Text(no_wrap=True, overflow="ellipsis")
     for i, job in enumerate(jobs[:limit]):
         w = job.workload
@@ -520,7 +520,7 @@ def multi_host_jobs_text(jobs: list[workload_rules.ClusterJob], limit: int = 7) 
 @dataclass(frozen=True)
 class ProcFilter:
     """``host:NAME user:NAME label:NAME`` terms (substring match), ``job:``,
-    ``container:`` and ``pod:`` terms (analysis/workloads.matches) and free words."""
+    ``container:`` and ``pod:`` terms (analysis/workload_groups.matches) and free words."""
 
     host: str = ""
     user: str = ""
@@ -537,7 +537,7 @@ class ProcFilter:
             key, sep, rest = term.partition(":")
             if sep and key in ("host", "user", "label"):
                 fields[key] = rest.lower()
-            elif term.lower().startswith(workload_rules.FILTER_PREFIXES):
+            elif term.lower().startswith(workload_groups.FILTER_PREFIXES):
                 workload.append(term.lower())
             else:
                 words.append(term.lower())
@@ -550,7 +550,7 @@ class ProcFilter:
             return False
         if self.label and not any(self.label in x.lower() for x in snap.labels):
             return False
-        if not all(workload_rules.matches(proc, term) for term in self.workload):
+        if not all(workload_groups.matches(proc, term) for term in self.workload):
             return False
         for word in self.words:
             job = proc.workload.label if proc.workload is not None else ""
