@@ -154,7 +154,7 @@ def recorded_answer(hosts: int) -> bytes:
 
 def _client_child(url: str, out: multiprocessing.Queue) -> None:
     from gputop.analysis.pipeline import warnings_once
-    from gputop.commands.report import json_document, render_text
+    from gputop.commands.once import json_document, render_text
     from gputop.config import PrometheusConfig
     from gputop.sources.prometheus import PrometheusFeed
 

@@ -224,9 +224,9 @@ def _run_ledger_command(command: str, options: SourceOptions, args: argparse.Nam
         from gputop.commands import record
 
         return record.run(options, args)
-    from gputop.commands import ledger_report
+    from gputop.commands import report
 
-    return ledger_report.run(options, args)
+    return report.run(options, args)
 
 
 def source_options(args: argparse.Namespace) -> SourceOptions:
@@ -299,17 +299,17 @@ def _run_subcommand(command: str, options: SourceOptions, args: argparse.Namespa
 
 def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
     if options.demo == "list":
-        from gputop.commands import report
+        from gputop.commands import once
 
-        return report.run_demo_list()
+        return once.run_demo_list()
     if args.screenshot:
         from gputop.ui.screenshots import run_screenshots
 
         return run_screenshots(args.screenshot)
     if args.once or args.json:
-        from gputop.commands import report
+        from gputop.commands import once
 
-        return report.run(options, as_json=args.json)
+        return once.run(options, as_json=args.json)
     from gputop.ui.app import run_app
 
     return run_app(options, args.interval)

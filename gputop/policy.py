@@ -22,7 +22,7 @@ import stat
 from typing import Any
 
 from gputop.analysis.durations import parse_duration
-from gputop.analysis.queueing import DEFAULT_STARVATION_S, Policy, Window
+from gputop.analysis.queue_plan import DEFAULT_STARVATION_S, Policy, Window
 from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
 
 DEFAULT_PATH = "/etc/gputop/policy.yaml"

@@ -144,7 +144,7 @@ def test_stdlib_only_modules_load_no_third_party_module_at_runtime() -> None:
 
 def test_one_shot_paths_do_not_load_textual() -> None:
     code = (
-        "import sys, gputop.cli, gputop.commands.report, gputop.sources.opener\n"
+        "import sys, gputop.cli, gputop.commands.once, gputop.sources.opener\n"
         "import gputop.sources.feed\n"
         "print('textual' in sys.modules, 'rich' in sys.modules)\n"
     )

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from helpers import fakenvml
 
-from gputop.analysis import mig as mig_rules
+from gputop.analysis import mig_display
+from gputop.analysis.health import mig as mig_rules
 from gputop.analysis.health import warnings
 from gputop.model import HostSnapshot, mig_memory
 from gputop.sources import sim
@@ -96,7 +97,7 @@ def test_gpm_activity_needs_two_samples_and_a_supporting_card() -> None:
     assert busy[2] is not None and busy[2] >= 80  # a training run (util 80-95)
     assert busy[3] == 0  # nobody there
     assert all(d.sm_active is None for d in snap.gpus[1].mig_devices)  # no GPM on card 1
-    assert mig_rules.activity(snap.gpus[1].mig_devices[0]) == "n/a (MIG)"
+    assert mig_display.activity(snap.gpus[1].mig_devices[0]) == "n/a (MIG)"
 
 
 def test_empty_slots_are_skipped_and_keep_their_numbers() -> None:
@@ -104,7 +105,7 @@ def test_empty_slots_are_skipped_and_keep_their_numbers() -> None:
     (card,) = snap.gpus
     assert [(d.index, d.gi) for d in card.mig_devices] == [(0, 1), (2, 3)]
     assert card.mig_free_slices == 3
-    assert mig_rules.summary(card) == "MIG on: 2 instances, 3 slices free"
+    assert mig_display.summary(card) == "MIG on: 2 instances, 3 slices free"
 
 
 def test_no_permission_is_said_on_the_card_and_warned() -> None:
@@ -267,4 +268,4 @@ def test_mig_devices_from_a_hostile_probe_are_cleaned() -> None:
     (card,) = HostSnapshot.from_dict({"host": "h", "time": 0.0, "gpus": [gpu]}).gpus
     (dev,) = card.mig_devices
     assert (dev.index, dev.mem_used, dev.gi) == (2, None, None)
-    assert "\x1b" not in mig_rules.describe(dev)
+    assert "\x1b" not in mig_display.describe(dev)

@@ -19,7 +19,8 @@ from typing import Any
 from test_reservations import NOBODY, WorkerPool, base, directory, workers  # noqa: F401
 
 from gputop.actions import reservations as store
-from gputop.analysis.pick import rank, rank_devices, reservation_warnings
+from gputop.analysis.health.reservations import warnings as reservation_warnings
+from gputop.analysis.pick import rank, rank_devices
 from gputop.model import HostSnapshot, Reservation, mig_map
 from gputop.sources import sim
 from gputop.sources.hostsource import nvml_collector

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from gputop import model
-from gputop.analysis.pick import pick, rank, reservation_warnings
+from gputop.analysis.health.reservations import warnings as reservation_warnings
+from gputop.analysis.pick import pick, rank
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
 from gputop.sources import sim
 from gputop.sources.hostsource import nvml_collector

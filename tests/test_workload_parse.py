@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gputop.analysis import workloads as rules
+from gputop.analysis import workload_groups
+from gputop.analysis.health import workloads as rules
 from gputop.model import GpuProcess, HostSnapshot, Workload
 from gputop.sources.workload import (
     gres_gpus,
@@ -208,7 +209,7 @@ def test_group_folds_steps_of_a_job_and_sums() -> None:
     procs = [_proc(1, 0, 10, JOB), _proc(2, 1, 10, {**JOB, "step": "batch"}),
              _proc(3, 2, 4, None),
              _proc(4, 3, 30, {"kind": "docker", "id": DOCKER_ID, "name": "web"})]
-    groups = rules.group(procs)
+    groups = workload_groups.group(procs)
     assert [(g.label, g.gpus, g.gpu_mem // GIB, g.pids) for g in groups] == [
         ("docker:web", [3], 30, [4]), ("slurm:4242", [0, 1], 20, [1, 2]), ("-", [2], 4, [3])]
     assert groups[1].sm_util == 100
@@ -220,7 +221,7 @@ def test_cluster_jobs_join_hosts() -> None:
         _proc(7, 0, 5, JOB), _proc(8, 0, 1, {"kind": "docker", "id": DOCKER_ID})))
     c = HostSnapshot(host="c", time=0.0,
                      processes=(_proc(8, 0, 1, {"kind": "docker", "id": DOCKER_ID}),))
-    jobs = rules.cluster_jobs([a, b, c])
+    jobs = workload_groups.cluster_jobs([a, b, c])
     assert [(j.label, j.hosts, j.gpus, j.processes) for j in jobs] == [
         ("slurm:4242", ["a", "b"], 3, 3),
         (f"docker:{DOCKER_ID[:12]}", ["b"], 1, 1),
@@ -245,7 +246,7 @@ def test_cluster_jobs_join_hosts() -> None:
     ],
 )
 def test_filters(workload: dict | None, term: str, want: bool | None) -> None:
-    assert rules.matches(_proc(1, 0, 1, workload), term) is want
+    assert workload_groups.matches(_proc(1, 0, 1, workload), term) is want
 
 
 def test_labels() -> None:

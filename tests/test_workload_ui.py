@@ -10,7 +10,7 @@ import sys
 
 from helpers.ui import SIZE, demo_app, demo_snapshots, feed_all, plain
 
-from gputop.analysis import workloads as rules
+from gputop.analysis.health import workloads as rules
 from gputop.analysis.pipeline import Settings, warnings_once
 from gputop.ui.screens.cluster import ClusterScreen
 from gputop.ui.screens.cluster_processes import ClusterProcessesScreen

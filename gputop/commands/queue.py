@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from gputop.analysis import queueing
+from gputop.analysis import queue_plan
 from gputop.analysis.durations import format_duration
 from gputop.commands import common
 from gputop.commands.common import action_failed, usage_error
@@ -42,7 +42,7 @@ def _list(options: SourceOptions, args: argparse.Namespace) -> int:
     collected = common.collect(options, config, plan)
     now = time.time()
     rows = [row for snap in collected.snapshots
-            for row in queueing.listing(snap, _policy(snap), now)]
+            for row in queue_plan.listing(snap, _policy(snap), now)]
     if args.json:
         print(json.dumps(rows, indent=2))
     elif rows:
@@ -61,7 +61,7 @@ def _cancel(options: SourceOptions, args: argparse.Namespace) -> int:
     async def cancel() -> tuple[str, dict[str, Any]]:
         async with common.session(options, config, plan) as session:
             (snapshot,) = session.snapshots
-            running = queueing.running_jobs(snapshot, time.time())
+            running = queue_plan.running_jobs(snapshot, time.time())
             if args.id in running:
                 raise action_failed(
                     f"job {args.id} is running: stop it in its terminal (Ctrl+C), or send"
@@ -76,15 +76,15 @@ def _cancel(options: SourceOptions, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _policy(snapshot: HostSnapshot) -> queueing.Policy:
+def _policy(snapshot: HostSnapshot) -> queue_plan.Policy:
     # This machine's rules are readable here; a remote host's are not (positions there
     # follow the default rules).
     if snapshot.host != LOCAL_HOST or snapshot.demo:
-        return queueing.Policy()
+        return queue_plan.Policy()
     try:
         return load_policy()[0]
     except PolicyError:
-        return queueing.Policy()
+        return queue_plan.Policy()
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -1,344 +1,83 @@
-"""`gputop --once`, `gputop --json` and `gputop --demo list`: the outputs scripts use.
-
-Plain text and plain ANSI: this path must not import Textual or rich (a subprocess test
-checks sys.modules), so that `gputop --once` starts in a fraction of a second.
-"""
+"""`gputop report`: who used which GPUs, how well, and how much was held idle, from the
+ledger that `gputop record` keeps (docs/ledger.md)."""
 
 from __future__ import annotations
 
-import json
+import argparse
+import datetime as dt
 import os
 import sys
 import time
-import unicodedata
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TextIO
 
-from gputop import model
-from gputop.analysis import mig
-from gputop.analysis.durations import format_duration
+from gputop.analysis.durations import parse_duration
 from gputop.commands import common
-from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_OK
-from gputop.model import Gpu, GpuProcess, HostSnapshot
+from gputop.exitcodes import EXIT_OK
 from gputop.options import SourceOptions
-from gputop.text import clock, visible
 
-WIDTH = 80
-# Written to a pipe or file without $COLUMNS nothing is cut but the commands, and those
-# only past this many cells (a command line can be kilobytes long).
-PIPE_COMMAND_WIDTH = 200
-_ELLIPSIS = "..."
-
-_BOLD = "\x1b[1m"
-_DIM = "\x1b[2m"
-_RED = "\x1b[31m"
-_YELLOW = "\x1b[33m"
-_GREEN = "\x1b[32m"
-_RESET = "\x1b[0m"
-
-GIB = 1024**3
-MIB = 1024**2
+FORMATS = ("text", "md", "csv", "json", "html")
+DEFAULT_SINCE = "7d"
 
 
-# -- entry points ----------------------------------------------------------------------------
+def run(options: SourceOptions, args: argparse.Namespace) -> int:
+    return common.run("report", lambda: _report(args))
 
 
-def run(options: SourceOptions, as_json: bool) -> int:
-    return common.run("", lambda: _report(options, as_json))
+def period(since: str | None, start: str | None, end: str | None,
+           now: float) -> tuple[float, float]:
+    """[from, to) in epoch seconds from --since or --from/--to; CommandError when bad."""
+    if since is not None and (start is not None or end is not None):
+        raise common.usage_error("--since and --from/--to: give one or the other")
+    if start is None:
+        if end is not None:
+            raise common.usage_error("--to needs --from")
+        try:
+            return now - parse_duration(since or DEFAULT_SINCE), now
+        except ValueError as err:
+            raise common.usage_error(f"--since {since!r}: {err}") from None
+    t_from = _date("--from", start)
+    t_to = _date("--to", end) if end is not None else now
+    if t_to <= t_from:
+        raise common.usage_error("--to must be after --from")
+    return t_from, t_to
 
 
-def _report(options: SourceOptions, as_json: bool) -> int:
-    from gputop.analysis.pipeline import warnings_once
+def _date(flag: str, text: str) -> float:
+    try:
+        return dt.datetime.fromisoformat(text.strip()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise common.usage_error(
+            f"{flag} {text!r}: not a date (e.g. 2026-11-30 or 2026-11-30T18:00)") from None
 
-    config = common.config(options)
-    settings = common.settings(config)
-    collected = common.collect(options, config, lean=not as_json)
-    snapshots = collected.snapshots
-    now = time.time()
-    warnings = {
-        snap.host: warnings_once(snap, settings, collected.me(snap.host), now)
-        for snap in snapshots
-    }
-    out = sys.stdout
-    with common.reader_may_leave():
-        if as_json:
-            json.dump(json_document(snapshots, now, warnings), out, indent=1,
-                      default=_json_default)
-            out.write("\n")
-        else:
-            out.write(render_text(snapshots, warnings, width=_width(out),
-                                  color=common.use_colour(out)))
-    # Every host unreachable (or without a driver) is nothing to show: a script must not
-    # read the host states' JSON as a success.
-    if snapshots and not any(snap.ok for snap in snapshots):
-        return EXIT_NO_DRIVER
+
+def _report(args: argparse.Namespace) -> int:
+    from gputop.commands import report_formats
+    from gputop.ledger import query, report, store
+
+    if args.top < 0:
+        raise common.usage_error("--top must be 0 or more")
+    t_from, t_to = period(args.since, args.start, args.end, time.time())
+    path = args.db or store.default_path()
+    try:
+        conn = store.open_reader(path)
+        try:
+            usage = query.load(conn, t_from, t_to)
+        finally:
+            conn.close()
+    except store.LedgerError as err:
+        message = str(err)
+        if not message.startswith(path):
+            message = (f"{path}: {message} ({report.when(t_from)} to {report.when(t_to)})")
+        raise common.usage_error(message) from None
+    doc = report.build(usage, args.by, args.top)
+    text = report_formats.render(doc, args.format)
+    if args.out:
+        try:
+            tmp = f"{args.out}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, args.out)
+        except OSError as err:
+            raise common.usage_error(f"{args.out}: {err.strerror or err}") from None
+    else:
+        sys.stdout.write(text)
     return EXIT_OK
-
-
-def run_demo_list() -> int:
-    from gputop.sources.sim import list_scenarios
-
-    for name, description in list_scenarios():
-        print(f"{name:<14} {description}")
-    return EXIT_OK
-
-
-def _width(stream: TextIO, env: Mapping[str, str] | None = None) -> int | None:
-    """The terminal's width; else $COLUMNS where set; else None: no limit."""
-    isatty = getattr(stream, "isatty", None)
-    if isatty and isatty():
-        import shutil  # a terminal only: shutil pulls in bz2, lzma and more
-
-        return max(shutil.get_terminal_size((WIDTH, 24)).columns, 20)
-    columns = (os.environ if env is None else env).get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and 20 <= int(columns) <= 10_000 else None
-
-
-# -- JSON --------------------------------------------------------------------------------------
-
-
-def json_document(
-    snapshots: Sequence[HostSnapshot],
-    now: float,
-    warnings: dict[str, list[model.HealthWarning]] | None = None,
-) -> dict[str, Any]:
-    hosts = []
-    for snap in snapshots:
-        data = snap.to_dict()
-        _add_verdicts(snap, data)
-        found = (warnings or {}).get(snap.host)
-        if found is not None:
-            data["warnings"] = [w.to_dict() for w in found]
-        hosts.append(data)
-    return {"schema": model.SCHEMA_VERSION, "generated": now, "hosts": hosts}
-
-
-def _add_verdicts(snap: HostSnapshot, data: dict[str, Any]) -> None:
-    """What scripts look for (idle kernels, memory nobody owns) next to the raw fields:
-    each process's ``flags`` and ``flag_reasons``, each GPU's ``unaccounted`` bytes, and
-    power rounded once, to 0.1 W."""
-    from gputop.analysis import orphans
-
-    flags = orphans.classify_snapshot(snap, None) if snap.processes else {}
-    for row, proc in zip(data["processes"], snap.processes, strict=True):
-        verdict = flags.get(proc.key)
-        row["flags"] = list(verdict.names) if verdict else []
-        row["flag_reasons"] = dict(verdict.reasons) if verdict else {}
-    ghost = orphans.unaccounted(snap)
-    # None where it cannot be said: the card is not readable or a process's size is unknown
-    blind = {p.gpu for p in snap.processes if p.gpu_mem is None}
-    for row in data["gpus"]:
-        known = row["state"] == model.GPU_OK and row["mem_used"] is not None
-        row["unaccounted"] = (ghost.get(row["index"], 0)
-                              if known and row["index"] not in blind else None)
-        for key, value in row.items():
-            if key.startswith("power_") and isinstance(value, float):
-                row[key] = round(value, 1)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (set, frozenset)):
-        return sorted(value)
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
-# -- text --------------------------------------------------------------------------------------
-
-
-def render_text(
-    snapshots: Sequence[HostSnapshot],
-    warnings: dict[str, list[model.HealthWarning]] | None = None,
-    width: int | None = WIDTH,
-    color: bool = False,
-) -> str:
-    paint = _painter(color)
-    blocks = []
-    for snap in snapshots:
-        lines = _host_block(snap, width, paint)
-        found = (warnings or {}).get(snap.host)
-        if found:
-            lines.extend(_warning_lines(found, width, paint))
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks) + "\n"
-
-
-def _painter(color: bool) -> Callable[[str, str], str]:
-    if not color:
-        return lambda text, style: text
-    return lambda text, style: f"{style}{text}{_RESET}" if style else text
-
-
-_GPU_HEADER = (
-    f"{'GPU':>3}  {'NAME':<24} {'UTIL':>5} {'MEMORY':>17} {'TEMP':>5} {'POWER':>11} {'FAN':>4}"
-)
-
-
-def _host_block(
-    snap: HostSnapshot, width: int | None, paint: Callable[[str, str], str]
-) -> list[str]:
-    lines = [_fit(_host_header(snap), width)]
-    if not snap.ok:
-        message = snap.error or snap.state
-        lines.append(paint(_fit(f"  {snap.state}: {visible(message)}", width), _RED))
-        return lines
-    lines.append(paint(_fit(_GPU_HEADER, width), _BOLD))
-    if not snap.gpus:
-        lines.append("  no GPUs")
-    for gpu in snap.gpus:
-        lines.append(_gpu_line(gpu, width, paint))
-        lines.extend(_fit(line, width) for line in mig_lines(gpu))
-    for res in sorted(snap.reservations, key=lambda r: r.gpu):
-        until = clock("%a %H:%M", res.until)
-        note = f"  {visible(res.note)}" if res.note else ""
-        text = f"  GPU {res.gpu} reserved by {visible(res.user)} until {until}{note}"
-        lines.append(_fit(text, width))
-    lines.append("")
-    # The JOB column only where some process has a workload: most hosts have none.
-    jobs = any(p.workload is not None for p in snap.processes)
-    head = (
-        f"{'GPU':>3} {'PID':>8} {'USER':<10} {'TYPE':<4} {'GPU-MEM':>9} {'SM%':>4} {'TIME':>7}  "
-        + (f"{'JOB':<{_JOB_WIDTH}} " if jobs else "")
-        + "COMMAND"
-    )
-    lines.append(paint(_fit(head, width), _BOLD))
-    if not snap.processes:
-        lines.append("  no processes")
-    for proc in snap.processes:
-        lines.append(_process_line(proc, snap.time, width, jobs))
-    return lines
-
-
-def _host_header(snap: HostSnapshot) -> str:
-    parts = [visible(snap.host)]
-    if snap.demo:
-        parts.append("DEMO")
-    if snap.hostname and snap.hostname != snap.host:
-        parts.append(f"({visible(snap.hostname)})")
-    if snap.state != model.HOST_OK:
-        parts.append(snap.state.upper())
-    if snap.driver_version:
-        parts.append(f"driver {snap.driver_version}")
-    if snap.cuda_version:
-        parts.append(f"CUDA {snap.cuda_version}")
-    parts.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time)))
-    return "  ".join(parts)
-
-
-def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> str:
-    name = _fit(visible(gpu.name or "n/a"), 24)
-    if gpu.state != model.GPU_OK:
-        text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {visible(gpu.error or '')}"
-        return paint(_fit(text, width), _RED)
-    util = _pct(gpu.util_gpu)
-    mem = f"{_gib(gpu.mem_used)}/{_gib(gpu.mem_total)}GiB"
-    if gpu.mem_used is None and gpu.mem_total is None:
-        mem = "n/a"
-    temp = f"{gpu.temp}C" if gpu.temp is not None else "n/a"
-    power = f"{_int(gpu.power_draw)}/{_int(gpu.power_limit)}W"
-    if gpu.power_draw is None and gpu.power_limit is None:
-        power = "n/a"
-    fan = _pct(gpu.fan)
-    text = f"{gpu.index:>3}  {name:<24} {util:>5} {mem:>17} {temp:>5} {power:>11} {fan:>4}"
-    hot = gpu.temp is not None and gpu.temp_slowdown is not None and gpu.temp >= gpu.temp_slowdown
-    return paint(_fit(text, width), _YELLOW if hot else "")
-
-
-def mig_lines(gpu: Gpu) -> list[str]:
-    """Under a MIG card: its MIG state, then one line per MIG device in the card
-    line's columns."""
-    state = mig.summary(gpu)
-    lines = [f"     {state}"] if state else []
-    for dev in gpu.mig_devices:
-        mem = f"{_gib(dev.mem_used)}/{_gib(dev.mem_total)}G"
-        bar1 = f"BAR1 {_mem(dev.bar1_used)}/{_mem(dev.bar1_total)}"
-        lines.append(f" {dev.label:<4}{mig.describe(dev):<20} {mig.activity(dev):>9} {mem:>15}"
-                     f"  {visible(dev.uuid or 'n/a')}  {bar1}")
-    if gpu.mig_note:
-        lines.append(f"     {visible(gpu.mig_note)}")
-    return lines
-
-
-_JOB_WIDTH = 18
-
-
-def _process_line(proc: GpuProcess, now: float, width: int | None, jobs: bool = False) -> str:
-    user = _fit(visible(proc.user or ("?" if proc.visible else "(hidden)")), 10)
-    runtime = format_duration(now - proc.start_time) if proc.start_time is not None else "n/a"
-    sm = f"{proc.sm_util}" if proc.sm_util is not None else "n/a"
-    command = proc.command if proc.visible else "(not in this PID namespace)"
-    if proc.state == "Z":
-        command = f"<defunct> {command or ''}"
-    fixed = (
-        f"{proc.gpu_label:>3} {proc.pid:>8} {user:<10} {visible(proc.type)[:4]:<4} "
-        f"{_mem(proc.gpu_mem):>9} {sm:>4} {runtime:>7}  "
-    )
-    if jobs:
-        job = _fit(visible(proc.workload.label), _JOB_WIDTH) if proc.workload else "-"
-        fixed += f"{job:<{_JOB_WIDTH}} "
-    room = PIPE_COMMAND_WIDTH if width is None else max(width - _display_width(fixed), 8)
-    return fixed + _fit(visible(command or "n/a"), room)
-
-
-def _warning_lines(
-    warnings: list[model.HealthWarning], width: int | None, paint: Callable[[str, str], str]
-) -> list[str]:
-    lines = ["", paint("WARNINGS", _BOLD)]
-    styles = {model.CRITICAL: _RED, model.WARNING: _YELLOW, model.INFO: _DIM}
-    for w in sorted(warnings, key=lambda w: model.SEVERITY_ORDER.get(w.severity, 9)):
-        where = f"GPU {w.gpu}" if w.gpu is not None else "host"
-        text = f"{w.severity.upper():<8} {where:<6} {visible(w.message)}"
-        lines.append(paint(_fit(text, width), styles.get(w.severity, "")))
-        if w.hint:
-            lines.append(_fit(f"{'':<15} hint: {visible(w.hint)}", width))
-    return lines
-
-
-# -- formatting helpers ------------------------------------------------------------------------
-
-
-def _char_width(c: str) -> int:
-    if unicodedata.combining(c):
-        return 0
-    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
-
-
-def _display_width(text: str) -> int:
-    if text.isascii():
-        return len(text)
-    return sum(_char_width(c) for c in text)
-
-
-def _fit(text: str, width: int | None) -> str:
-    """Cut text to at most ``width`` terminal cells (None: no limit), marking the cut."""
-    if width is None or _display_width(text) <= width:
-        return text
-    room = width - len(_ELLIPSIS)
-    out = []
-    used = 0
-    for c in text:
-        w = _char_width(c)
-        if used + w > room:
-            break
-        out.append(c)
-        used += w
-    return "".join(out) + _ELLIPSIS
-
-
-def _pct(value: int | float | None) -> str:
-    return f"{round(value)}%" if value is not None else "n/a"
-
-
-def _int(value: float | None) -> str:
-    return f"{round(value)}" if value is not None else "n/a"
-
-
-def _gib(value: int | None) -> str:
-    return f"{value / GIB:.1f}" if value is not None else "n/a"
-
-
-def _mem(value: int | None) -> str:
-    if value is None:
-        return "n/a"
-    if value >= GIB:
-        return f"{value / GIB:.1f}GiB"
-    return f"{value // MIB}MiB"

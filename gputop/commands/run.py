@@ -2,7 +2,7 @@
 and give them back however CMD ends (docs/queue.md).
 
 The line has no server: this process puts a job file in the reservation store, and every
-waiting `gputop run` computes the same plan (``gputop.analysis.queueing``) whenever the
+waiting `gputop run` computes the same plan (``gputop.analysis.queue_plan``) whenever the
 store changes (a stat of the directory every POLL_S) or every RECHECK_S (cards freed by
 processes that never reserved). The plan says who starts; only that job reserves.
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputop.actions import queue, reservations
 from gputop.actions.reservations import ReservationError
-from gputop.analysis import queueing
+from gputop.analysis import queue_plan
 from gputop.analysis.durations import format_duration, parse_duration
 from gputop.analysis.pipeline import warnings_once
 from gputop.commands import common
@@ -85,7 +85,7 @@ def _run(options: SourceOptions, args: argparse.Namespace) -> int:
         common.say("run", warning)
     config = common.config(options)
     user = _user()
-    why = queueing.refusal(user, request.count, request.priority, request.for_s, policy)
+    why = queue_plan.refusal(user, request.count, request.priority, request.for_s, policy)
     if why:
         raise action_failed(f"refused: {why}")
     from gputop.sources.feed import LocalFeed
@@ -140,7 +140,7 @@ class Runner:
     """One `gputop run`: in line, then running, then gone, whatever happens."""
 
     def __init__(self, feed: LocalFeed, directory: str, request: Request,
-                 policy: queueing.Policy, settings: Settings, user: str) -> None:
+                 policy: queue_plan.Policy, settings: Settings, user: str) -> None:
         self.feed, self.directory, self.request = feed, directory, request
         self.policy, self.settings, self.user = policy, settings, user
         self.status = Status(sys.stderr)
@@ -200,7 +200,7 @@ class Runner:
                 raise action_failed(f"{snapshot.host}: {snapshot.state}: {snapshot.error}")
             now = time.time()
             warnings = warnings_once(snapshot, self.settings, self.user, now)
-            plan = queueing.plan(snapshot, self.policy, now, warnings)
+            plan = queue_plan.plan(snapshot, self.policy, now, warnings)
             cards = plan.starts.get(job.id)
             if cards and self._reserve(job, snapshot, cards):
                 return snapshot

@@ -74,7 +74,7 @@ class Exporter:
         self.latest: Rendered | None = None
 
     def collect_once(self) -> Rendered:
-        from gputop.commands.report import json_document
+        from gputop.commands.once import json_document
 
         started = time.monotonic()
         snap = self.feed.poll()

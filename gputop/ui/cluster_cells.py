@@ -21,7 +21,7 @@ from rich.text import Text
 
 from gputop import model
 from gputop.analysis import pick as picking
-from gputop.analysis import workloads as workload_rules
+from gputop.analysis import workload_groups
 from gputop.analysis.holders import holders
 from gputop.analysis.orphans import ProcessFlags
 from gputop.analysis.pipeline import Flags
@@ -236,7 +236,7 @@ def host_matches(snap: HostSnapshot, needle: str) -> bool:
     return all(w in host or any(w in x for x in labels) for w in terms.words)
 
 
-def multi_host_jobs_text(jobs: list[workload_rules.ClusterJob], limit: int = 7) -> Text:
+def multi_host_jobs_text(jobs: list[workload_groups.ClusterJob], limit: int = 7) -> Text:
     out = Text(no_wrap=True, overflow="ellipsis")
     for i, job in enumerate(jobs[:limit]):
         w = job.workload
@@ -257,7 +257,7 @@ def multi_host_jobs_text(jobs: list[workload_rules.ClusterJob], limit: int = 7) 
 @dataclass(frozen=True)
 class ProcFilter:
     """``host:NAME user:NAME label:NAME`` terms (substring match), ``job:``,
-    ``container:`` and ``pod:`` terms (analysis/workloads.matches) and free words."""
+    ``container:`` and ``pod:`` terms (analysis/workload_groups.matches) and free words."""
 
     host: str = ""
     user: str = ""
@@ -274,7 +274,7 @@ class ProcFilter:
             key, sep, rest = term.partition(":")
             if sep and key in ("host", "user", "label"):
                 fields[key] = rest.lower()
-            elif term.lower().startswith(workload_rules.FILTER_PREFIXES):
+            elif term.lower().startswith(workload_groups.FILTER_PREFIXES):
                 workload.append(term.lower())
             else:
                 words.append(term.lower())
@@ -287,7 +287,7 @@ class ProcFilter:
             return False
         if self.label and not any(self.label in x.lower() for x in snap.labels):
             return False
-        if not all(workload_rules.matches(proc, term) for term in self.workload):
+        if not all(workload_groups.matches(proc, term) for term in self.workload):
             return False
         for word in self.words:
             job = proc.workload.label if proc.workload is not None else ""

@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gputop.analysis import workloads as workload_rules
+from gputop.analysis import workload_groups
+from gputop.analysis.health import workloads as workload_rules
 from gputop.model import GpuProcess
 from gputop.ui import fmt
 from gputop.ui.state import RowKey
@@ -56,7 +57,7 @@ class Row:
     key: RowKey
     proc: GpuProcess  # a group's row: its process with the most GPU memory
     flags: tuple[str, ...]  # orphan flag names
-    group: workload_rules.Group | None = None  # a folded job / container / pod
+    group: workload_groups.Group | None = None  # a folded job / container / pod
     expanded: bool = False
     # the tree view (gputop/ui/tree.py): a parent that is not itself on a GPU, the
     # branch drawn before its command, the GPU memory of a row and all under it
@@ -83,7 +84,7 @@ def build_rows(
     flags = flags or {}
     needle = search.lower()
     # job:, container: and pod: select by workload; other text as before.
-    by_workload = needle.startswith(workload_rules.FILTER_PREFIXES)
+    by_workload = needle.startswith(workload_groups.FILTER_PREFIXES)
     processes = tuple(processes)
     slurm_node = workload_rules.runs_jobs(processes)
     rows = []
@@ -95,7 +96,7 @@ def build_rows(
         if user is not None and proc.user != user:
             continue
         if by_workload:
-            if not workload_rules.matches(proc, needle):
+            if not workload_groups.matches(proc, needle):
                 continue
         elif needle and needle not in (proc.command or "").lower() and needle not in (
             proc.user or ""
@@ -117,7 +118,7 @@ def shown_columns(columns: tuple[str, ...], processes: Iterable[GpuProcess]) -> 
     return columns
 
 
-def group_key(host: str, group: workload_rules.Group) -> RowKey:
+def group_key(host: str, group: workload_groups.Group) -> RowKey:
     """A group's row key: never a real process's (pid <= 0, gpu -1)."""
     return (host, -(zlib.crc32(group.label.encode()) + 1), None, -1)
 
@@ -125,7 +126,7 @@ def group_key(host: str, group: workload_rules.Group) -> RowKey:
 def fold_rows(host: str, rows: list[Row], expanded: set[RowKey]) -> list[Row]:
     """Sorted rows folded into one line per workload, in the order of each one's first
     row; an expanded group's processes follow its line."""
-    groups = workload_rules.group(r.proc for r in rows)
+    groups = workload_groups.group(r.proc for r in rows)
     by_key = {g.key: g for g in groups}
     members: dict[tuple[str, str] | None, list[Row]] = {}
     order: list[tuple[str, str] | None] = []

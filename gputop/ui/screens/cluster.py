@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from gputop import model
-from gputop.analysis import workloads as workload_rules
+from gputop.analysis import workload_groups
 from gputop.model import HostSnapshot
 from gputop.ui.cluster_cells import (
     NAME_WIDTH,
@@ -115,7 +115,7 @@ class ClusterScreen(Screen[None]):
     def _show_jobs(self, snaps: list[HostSnapshot]) -> None:
         """One line per Slurm job running on several hosts, with all its hosts."""
         box = self.query_one("#cluster-jobs", Static)
-        spread = [j for j in workload_rules.cluster_jobs(snaps) if len(j.hosts) > 1]
+        spread = [j for j in workload_groups.cluster_jobs(snaps) if len(j.hosts) > 1]
         box.display = bool(spread)
         if spread:
             box.update(multi_host_jobs_text(spread))

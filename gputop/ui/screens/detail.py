@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from gputop.analysis import workloads as workload_rules
+from gputop.analysis import workload_groups
 from gputop.model import GpuProcess
 from gputop.text import capped
 from gputop.ui import fmt
@@ -146,7 +146,7 @@ class DetailScreen(Screen[None]):
         if not proc.visible:
             rows.append(("note", "NVML lists this pid but it is not in our PID namespace"))
         if proc.workload is not None:
-            rows.extend(workload_rules.facts(proc.workload))
+            rows.extend(workload_groups.facts(proc.workload))
         for name, value in rows:
             table.add_row(name, Text(fmt.visible(value)))
         return table

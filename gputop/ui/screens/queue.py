@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from gputop.analysis import queueing
+from gputop.analysis import queue_plan
 from gputop.analysis.durations import format_duration
 from gputop.model import HostSnapshot
 from gputop.ui import fmt
@@ -25,7 +25,7 @@ def queue_text(snapshots: list[HostSnapshot], now: float) -> Text:
     """Every host's jobs, running first, then the line; the default policy's order (a
     host's own policy file is read only by `gputop run` there)."""
     out = Text(no_wrap=True, overflow="ellipsis")
-    rows = [row for snap in snapshots for row in queueing.listing(snap, queueing.Policy(), now)]
+    rows = [row for snap in snapshots for row in queue_plan.listing(snap, queue_plan.Policy(), now)]
     if not rows:
         out.append("no `gputop run` jobs on any host", style="dim")
         return out

@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from gputop.analysis import mig
+from gputop.analysis import mig_display
 from gputop.config import DEFAULT_COLORS, DEFAULT_THRESHOLDS
 from gputop.model import (
     CRITICAL,
@@ -236,7 +236,7 @@ class GpuPanel(Widget):
         if slowed:
             out.append("  " + ",".join(slowed), style=self._style("warn"))
         if gpu.mig_mode or gpu.mig_mode_pending:
-            out.append(f"  {mig.summary(gpu)}", style="bold")
+            out.append(f"  {mig_display.summary(gpu)}", style="bold")
         out.append_text(self._badges(data))
         facts = gpu_facts(gpu)
         if facts:  # last: what a narrow panel cuts first
@@ -281,9 +281,9 @@ class GpuPanel(Widget):
         for dev in data.gpu.mig_devices:
             out.append("\n")
             out.append(f"  {dev.label:<4}", style="bold")
-            out.append(f"{mig.describe(dev):<21}")
+            out.append(f"{mig_display.describe(dev):<21}")
             self._gauge(out, "SM", dev.sm_active, _frac(dev.sm_active, 100), "util", bar_w,
-                        f"{mig.activity(dev):>9}")
+                        f"{mig_display.activity(dev):>9}")
             out.append("  ")
             mem_pct = _pct_of(dev.mem_used, dev.mem_total)
             self._gauge(out, "MEM", mem_pct, _frac(mem_pct, 100), "mem", bar_w,

@@ -12,7 +12,7 @@ import unicodedata
 import pytest
 
 from gputop import model
-from gputop.commands import common, report
+from gputop.commands import common, once
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.sources import sim
 from gputop.sources.hostsource import nvml_collector
@@ -55,7 +55,7 @@ def hand_snapshot(**extra) -> HostSnapshot:
 @pytest.mark.parametrize("name", ["dgx-h100", "lab", "faulty"])
 def test_text_fits_80_columns_for_every_scenario(name: str) -> None:
     snap = sim_snapshot(name)
-    text = report.render_text([snap])
+    text = once.render_text([snap])
     lines = text.splitlines()
     assert max(cells(line) for line in lines) <= 80
     assert "DEMO" in lines[0]
@@ -69,7 +69,7 @@ def test_text_fits_80_columns_for_every_scenario(name: str) -> None:
 
 
 def test_untrusted_text_is_inert_and_wide_text_fits() -> None:
-    text = report.render_text([hand_snapshot()], width=80)
+    text = once.render_text([hand_snapshot()], width=80)
     assert "\x1b" not in text and "\x07" not in text
     lines = text.splitlines()
     assert max(cells(line) for line in lines) <= 80
@@ -86,8 +86,8 @@ def test_untrusted_text_is_inert_and_wide_text_fits() -> None:
 
 def test_wider_terminal_shows_more_of_the_command() -> None:
     snap = hand_snapshot()
-    narrow = report.render_text([snap], width=80)
-    wide = report.render_text([snap], width=200)
+    narrow = once.render_text([snap], width=80)
+    wide = once.render_text([snap], width=200)
     assert "--lr 3e-4" not in narrow
     assert "--lr 3e-4" in wide
 
@@ -101,13 +101,13 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch) -> None:
         monkeypatch.setenv("NO_COLOR", "1")
         assert common.use_colour(tty) is False
     os.close(master)
-    coloured = report.render_text([sim_snapshot("faulty")], color=True)
+    coloured = once.render_text([sim_snapshot("faulty")], color=True)
     assert "\x1b[31m" in coloured  # the lost GPU in red
 
 
 def test_error_host_block_and_multiple_hosts() -> None:
     down = model.error_snapshot("gpu-17", T0, model.HOST_UNREACHABLE, "connection refused")
-    text = report.render_text([hand_snapshot(), down])
+    text = once.render_text([hand_snapshot(), down])
     blocks = text.split("\n\n")
     assert blocks[0].startswith("box")
     assert any(b.startswith("gpu-17  UNREACHABLE") for b in blocks)
@@ -119,7 +119,7 @@ def test_warnings_section() -> None:
         severity=model.CRITICAL, code="gpu-lost", message="GPU 6 fell off the bus",
         gpu=6, hint="reboot the node",
     )
-    text = report.render_text([hand_snapshot()], {"box": [warn]})
+    text = once.render_text([hand_snapshot()], {"box": [warn]})
     lines = text.splitlines()
     at = lines.index("WARNINGS")
     assert "CRITICAL" in lines[at + 1] and "GPU 6" in lines[at + 1]
@@ -128,7 +128,7 @@ def test_warnings_section() -> None:
 
 def test_json_document_round_trips() -> None:
     snap = sim_snapshot("lab")
-    doc = json.loads(json.dumps(report.json_document([snap], T0)))
+    doc = json.loads(json.dumps(once.json_document([snap], T0)))
     assert doc["schema"] == model.SCHEMA_VERSION
     assert doc["generated"] == T0
     (host,) = doc["hosts"]
@@ -252,7 +252,7 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path) -> None:
 
 def test_reservations_are_listed_under_the_gpus() -> None:
     res = model.Reservation(gpu=0, user="alice\x1b[2J", until=T0 + 3600, since=T0, note="x" * 200)
-    text = report.render_text([hand_snapshot(reservations=(res,))])
+    text = once.render_text([hand_snapshot(reservations=(res,))])
     line = next(line for line in text.splitlines() if "reserved by" in line)
     assert line.startswith("  GPU 0 reserved by alice\\e[2J until ")
     assert line.endswith("...") and cells(line) <= 80
@@ -262,7 +262,7 @@ def test_hot_card_in_yellow_and_hostname_when_it_differs() -> None:
     hot = Gpu(index=0, name="A100", temp=88, temp_slowdown=88, mem_used=GIB, mem_total=GIB)
     cool = Gpu(index=1, name="A100", temp=87, temp_slowdown=88, mem_used=GIB, mem_total=GIB)
     snap = HostSnapshot(host="alias", hostname="node7.example", time=T0, gpus=(hot, cool))
-    lines = report.render_text([snap], color=True).splitlines()
+    lines = once.render_text([snap], color=True).splitlines()
     assert "alias" in lines[0] and "(node7.example)" in lines[0]
     gpu_lines = [line for line in lines if "A100" in line]
     assert len(gpu_lines) == 2
@@ -275,7 +275,7 @@ def test_warnings_are_listed_most_severe_first() -> None:
         model.HealthWarning(severity=sev, code=f"c{i}", message=f"m{i}", gpu=i)
         for i, sev in enumerate((model.INFO, model.WARNING, model.CRITICAL))
     ]
-    lines = report.render_text([hand_snapshot()], {"box": found}).splitlines()
+    lines = once.render_text([hand_snapshot()], {"box": found}).splitlines()
     at = lines.index("WARNINGS")
     assert [line.split()[0] for line in lines[at + 1 : at + 4]] == [
         "CRITICAL", "WARNING", "INFO"
@@ -287,7 +287,7 @@ def test_combining_marks_take_no_cell_and_runtime_has_seconds() -> None:
     command = "python " + "e\u0301" * 60
     proc = GpuProcess(pid=1, gpu=0, user="u", command=command, start_time=T0 - 605)
     snap = HostSnapshot(host="h", time=T0, gpus=(Gpu(index=0),), processes=(proc,))
-    (line,) = [x for x in report.render_text([snap], width=120).splitlines() if "python" in x]
+    (line,) = [x for x in once.render_text([snap], width=120).splitlines() if "python" in x]
     assert line.endswith(command)
     assert " 10m05s " in line
 
@@ -303,7 +303,7 @@ def test_every_host_unreachable_exits_3(mode: str) -> None:
 def test_json_power_is_rounded_once_to_a_tenth() -> None:
     snap = sim_snapshot("lab")
     gpu = dataclasses.replace(snap.gpus[0], power_draw=23.46, power_limit=350.0)
-    doc = report.json_document([dataclasses.replace(snap, gpus=(gpu,), processes=())], T0)
+    doc = once.json_document([dataclasses.replace(snap, gpus=(gpu,), processes=())], T0)
     assert doc["hosts"][0]["gpus"][0]["power_draw"] == 23.5
-    text = report.render_text([dataclasses.replace(snap, gpus=(gpu,), processes=())])
+    text = once.render_text([dataclasses.replace(snap, gpus=(gpu,), processes=())])
     assert "23/350W" in text and "24/350W" not in text

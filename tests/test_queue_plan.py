@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gputop.analysis import queueing
-from gputop.analysis.queueing import Policy, Window, plan, refusal
+from gputop.analysis import queue_plan
+from gputop.analysis.queue_plan import Policy, Window, plan, refusal
 from gputop.model import Gpu, GpuProcess, HostSnapshot, QueueJob, Reservation
 from gputop.policy import PolicyError, load_policy, parse_policy
 
@@ -146,7 +146,7 @@ def test_policy_file_parses_every_rule() -> None:
         " weekends: false}\n", "p.yaml")
     assert policy == Policy(4, 86400.0, 600.0, frozenset({"alice", "bob"}), 2,
                             Window(1200, 480, False), "p.yaml")
-    assert parse_policy("", "p.yaml").starvation_s == queueing.DEFAULT_STARVATION_S
+    assert parse_policy("", "p.yaml").starvation_s == queue_plan.DEFAULT_STARVATION_S
 
 
 @pytest.mark.parametrize(("text", "problem"), [
