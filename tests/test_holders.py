@@ -11,7 +11,7 @@ from helpers.ui import demo_snapshots, plain
 from gputop.analysis.holders import holders
 from gputop.analysis.pick import MIG_UNIT, rank, rank_devices
 from gputop.commands import exposition
-from gputop.commands.report import json_document
+from gputop.commands.once import json_document
 from gputop.model import HostSnapshot, Reservation
 from gputop.ui import cluster_cells
 from gputop.ui.app import GputopApp
