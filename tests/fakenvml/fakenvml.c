@@ -1057,6 +1057,24 @@ EXPORT int nvmlDeviceGetDisplayActive(nvmlDevice_t device, int *active)
     return flag(device, "display_active", active);
 }
 
+/* WDDM/TCC driver models are Windows-only: Linux drivers export these and answer
+ * NOT_SUPPORTED (nvitop asks, and logs an error when the symbol is missing). */
+EXPORT int nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, int *current, int *pending)
+{
+    (void)current;
+    (void)pending;
+    BEGIN("driver_model", device, DEVICE);
+    return NOT_SUPPORTED;
+}
+
+EXPORT int nvmlDeviceGetDriverModel(nvmlDevice_t device, int *current, int *pending)
+{
+    (void)current;
+    (void)pending;
+    BEGIN("driver_model", device, DEVICE);
+    return NOT_SUPPORTED;
+}
+
 /* -- reliability: ECC, retired pages, row remapping (also as field values) ------------ */
 
 static int ecc_on(const struct handle *h)
