@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ class Fake:
         env.update(PYTHONPATH=str(ROOT), NO_COLOR="1")
         return env
 
-    def update(self, change: Any) -> None:
+    def update(self, change: Callable[[dict[str, Any]], None]) -> None:
         change(self.scenario)
         fakenvml.write_scenario(self.path, self.scenario)
 

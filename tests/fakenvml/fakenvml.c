@@ -89,6 +89,7 @@ static const struct { int code; const char *name, *text; } RETURNS[] = {
 /* -- the ABI: pynvml's ctypes structures ---------------------------------------------- */
 
 struct handle { unsigned magic; int gpu, slot; }; /* slot -1: the GPU, else a MIG device */
+#define HANDLE_MAGIC 0x6e766d6cu
 typedef struct handle *nvmlDevice_t;
 
 struct pci_info { /* nvmlPciInfo_t, as nvmlDeviceGetPciInfo_v3 fills it */
@@ -344,7 +345,7 @@ static int known_handle(const struct handle *h)
     uintptr_t g = (uintptr_t)gpus, m = (uintptr_t)migs;
     int ours = (p >= g && p < g + sizeof gpus && (p - g) % sizeof *h == 0)
         || (p >= m && p < m + sizeof migs && (p - m) % sizeof *h == 0);
-    return ours && h->magic == 0x6e766d6c;
+    return ours && h->magic == HANDLE_MAGIC;
 }
 
 /* -- every call -------------------------------------------------------------------------- */
@@ -454,6 +455,42 @@ static int copy_text(char *out, unsigned length, const char *text)
     return SUCCESS;
 }
 
+/* A call that reads one number of a card: the key under it, or the fallback (an
+ * expression that may use the device). */
+#define READ(name, type, feature, key, fallback)                                    \
+    EXPORT int name(nvmlDevice_t device, type *out)                                 \
+    {                                                                               \
+        BEGIN(feature, device, DEVICE);                                             \
+        OUT(out);                                                                   \
+        *out = (type)num(device, key, fallback);                                    \
+        return SUCCESS;                                                             \
+    }
+
+/* Objects the caller holds (GPM samples, event sets) start with a magic word, so a
+ * pointer that is none of ours, or one already freed, is refused. */
+static int hand_out(void **out, size_t size, unsigned magic)
+{
+    *out = calloc(1, size);
+    if (*out == NULL)
+        return UNKNOWN;
+    *(unsigned *)*out = magic;
+    return SUCCESS;
+}
+
+static int ours(const void *object, unsigned magic)
+{
+    return object != NULL && *(const unsigned *)object == magic;
+}
+
+static int take_back(void *object, unsigned magic)
+{
+    if (!ours(object, magic))
+        return INVALID_ARGUMENT;
+    *(unsigned *)object = 0;
+    free(object);
+    return SUCCESS;
+}
+
 /* -- init ---------------------------------------------------------------------------- */
 
 /* A missing scenario is a machine without the kernel module: DRIVER_NOT_LOADED. */
@@ -476,17 +513,14 @@ EXPORT int nvmlInitWithFlags(unsigned flags)
     if (t0 == 0) {
         t0 = now();
         for (int g = 0; g < MAX_GPUS; g++) {
-            gpus[g] = (struct handle){0x6e766d6c, g, -1};
+            gpus[g] = (struct handle){HANDLE_MAGIC, g, -1};
             for (int s = 0; s < MAX_MIG; s++)
-                migs[g][s] = (struct handle){0x6e766d6c, g, s};
+                migs[g][s] = (struct handle){HANDLE_MAGIC, g, s};
         }
     }
     initialized++;
     return SUCCESS;
 }
-
-EXPORT int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
-EXPORT int nvmlInit(void) { return nvmlInitWithFlags(0); }
 
 EXPORT int nvmlShutdown(void)
 {
@@ -551,48 +585,27 @@ EXPORT int nvmlSystemGetCudaDriverVersion_v2(int *version)
 
 /* -- enumeration and identity -------------------------------------------------------------- */
 
-static int count_devices(unsigned *count)
+/* Only the _v2 names: pynvml's nvmlDeviceGetCount and ...HandleByIndex call those. */
+EXPORT int nvmlDeviceGetCount_v2(unsigned *count)
 {
+    BEGIN("count", NULL, SYSTEM);
     OUT(count);
     *count = (unsigned)device_count();
     return SUCCESS;
 }
 
-EXPORT int nvmlDeviceGetCount_v2(unsigned *count)
+EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device)
 {
-    BEGIN("count", NULL, SYSTEM);
-    return count_devices(count);
-}
-
-EXPORT int nvmlDeviceGetCount(unsigned *count)
-{
-    BEGIN("count", NULL, SYSTEM);
-    return count_devices(count);
-}
-
-static int handle_by_index(const char *function, unsigned index, nvmlDevice_t *device)
-{
+    BEGIN("handle", NULL, SYSTEM);
     OUT(device);
     if (index >= (unsigned)device_count())
         return INVALID_ARGUMENT;
     if (lost((int)index))
         return GPU_IS_LOST;
-    int rc = configured(&gpus[index], function, "handle");
+    int rc = configured(&gpus[index], __func__, "handle");
     if (rc == SUCCESS)
         *device = &gpus[index];
     return rc;
-}
-
-EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device)
-{
-    BEGIN("handle", NULL, SYSTEM);
-    return handle_by_index(__func__, index, device);
-}
-
-EXPORT int nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t *device)
-{
-    BEGIN("handle", NULL, SYSTEM);
-    return handle_by_index(__func__, index, device);
 }
 
 static void uuid_of(const struct handle *h, char *out, size_t size)
@@ -797,13 +810,22 @@ static unsigned long long total_bytes(const struct handle *h)
     return mib(num(h, "memory_total_mib", size ? 1024 * integer(size + 1, 10) : 10240));
 }
 
+/* v2's view: v1 is the same with reserved memory counted as used. */
+static struct memory_v2 memory_of(const struct handle *h)
+{
+    unsigned long long total = total_bytes(h), used = used_bytes(h);
+    unsigned long long reserved = mib(num(h, "memory_reserved_mib", 0));
+    unsigned long long taken = used + reserved;
+    return (struct memory_v2){MEMORY_V2_VERSION, total, reserved,
+                              taken < total ? total - taken : 0, used};
+}
+
 EXPORT int nvmlDeviceGetMemoryInfo(nvmlDevice_t device, struct memory_v1 *memory)
 {
     BEGIN("memory", device, MIG_TOO);
     OUT(memory);
-    unsigned long long total = total_bytes(device), reserved = mib(num(device, "memory_reserved_mib", 0));
-    unsigned long long used = used_bytes(device) + reserved; /* v1's used counts reserved */
-    *memory = (struct memory_v1){total, used < total ? total - used : 0, used};
+    struct memory_v2 m = memory_of(device);
+    *memory = (struct memory_v1){m.total, m.free, m.used + m.reserved};
     return SUCCESS;
 }
 
@@ -813,11 +835,7 @@ EXPORT int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, struct memory_v2 *mem
     OUT(memory);
     if (memory->version != MEMORY_V2_VERSION)
         return ARGUMENT_VERSION_MISMATCH;
-    unsigned long long total = total_bytes(device), reserved = mib(num(device, "memory_reserved_mib", 0));
-    unsigned long long used = used_bytes(device);
-    unsigned long long taken = used + reserved;
-    *memory = (struct memory_v2){MEMORY_V2_VERSION, total, reserved,
-                                 taken < total ? total - taken : 0, used};
+    *memory = memory_of(device);
     return SUCCESS;
 }
 
@@ -891,41 +909,16 @@ EXPORT int nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int kind, unsi
     return SUCCESS;
 }
 
-static int milliwatts(const struct handle *h, const char *key, long long fallback, unsigned *out)
-{
-    OUT(out);
-    *out = (unsigned)num(h, key, fallback);
-    return SUCCESS;
-}
-
 static long long power_limit(const struct handle *h)
 {
     return num(h, "power_limit_mw", 300000);
 }
 
-EXPORT int nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned *power)
-{
-    BEGIN("power_draw", device, DEVICE);
-    return milliwatts(device, "power_draw_mw", 70000, power);
-}
-
-EXPORT int nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned *limit)
-{
-    BEGIN("power_limit", device, DEVICE);
-    return milliwatts(device, "power_limit_mw", 300000, limit);
-}
-
-EXPORT int nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned *limit)
-{
-    BEGIN("power_limit", device, DEVICE);
-    return milliwatts(device, "power_limit_mw", 300000, limit);
-}
-
-EXPORT int nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned *limit)
-{
-    BEGIN("power_limit", device, DEVICE);
-    return milliwatts(device, "power_default_limit_mw", power_limit(device), limit);
-}
+READ(nvmlDeviceGetPowerUsage, unsigned, "power_draw", "power_draw_mw", 70000)
+READ(nvmlDeviceGetPowerManagementLimit, unsigned, "power_limit", "power_limit_mw", 300000)
+READ(nvmlDeviceGetEnforcedPowerLimit, unsigned, "power_limit", "power_limit_mw", 300000)
+READ(nvmlDeviceGetPowerManagementDefaultLimit, unsigned, "power_limit", "power_default_limit_mw",
+     power_limit(device))
 
 EXPORT int nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned *min,
                                                         unsigned *max)
@@ -939,36 +932,33 @@ EXPORT int nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, uns
 
 /* Fans are optional (datacenter cards have none): no fan_speed, NOT_SUPPORTED.  Every fan
  * of a card turns at fan_speed. */
+static int fans(const struct handle *h, const char *key, unsigned fan, unsigned *out)
+{
+    OUT(out);
+    if (!at(h, "fan_speed"))
+        return NOT_SUPPORTED;
+    if (fan >= (unsigned)num(h, "num_fans", 1))
+        return INVALID_ARGUMENT;
+    *out = (unsigned)num(h, key, 1);
+    return SUCCESS;
+}
+
 EXPORT int nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned *count)
 {
     BEGIN("fan_speed", device, DEVICE);
-    OUT(count);
-    if (!at(device, "fan_speed"))
-        return NOT_SUPPORTED;
-    *count = (unsigned)num(device, "num_fans", 1);
-    return SUCCESS;
+    return fans(device, "num_fans", 0, count);
 }
 
 EXPORT int nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned fan, unsigned *speed)
 {
     BEGIN("fan_speed", device, DEVICE);
-    OUT(speed);
-    if (!at(device, "fan_speed"))
-        return NOT_SUPPORTED;
-    if (fan >= (unsigned)num(device, "num_fans", 1))
-        return INVALID_ARGUMENT;
-    *speed = (unsigned)num(device, "fan_speed", 0);
-    return SUCCESS;
+    return fans(device, "fan_speed", fan, speed);
 }
 
 EXPORT int nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned *speed)
 {
     BEGIN("fan_speed", device, DEVICE);
-    OUT(speed);
-    if (!at(device, "fan_speed"))
-        return NOT_SUPPORTED;
-    *speed = (unsigned)num(device, "fan_speed", 0);
-    return SUCCESS;
+    return fans(device, "fan_speed", 0, speed);
 }
 
 /* nvmlClockType_t: graphics, sm, mem, video. */
@@ -998,76 +988,21 @@ EXPORT int nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, int type, unsigned *mh
 }
 
 /* An idle card sits in P8 with the idle clock-event bit, a busy one in P0. */
-EXPORT int nvmlDeviceGetPerformanceState(nvmlDevice_t device, int *pstate)
-{
-    BEGIN("pstate", device, DEVICE);
-    OUT(pstate);
-    *pstate = (int)num(device, "pstate", num(device, "util_gpu", 0) > 0 ? 0 : 8);
-    return SUCCESS;
-}
-
-static int clock_events(const struct handle *h, unsigned long long *reasons)
-{
-    OUT(reasons);
-    *reasons = (unsigned long long)num(h, "throttle_reasons", num(h, "util_gpu", 0) > 0 ? 0 : 1);
-    return SUCCESS;
-}
-
-EXPORT int nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *r)
-{
-    BEGIN("throttle_reasons", device, DEVICE);
-    return clock_events(device, r);
-}
-
-EXPORT int nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *r)
-{
-    BEGIN("throttle_reasons", device, DEVICE);
-    return clock_events(device, r);
-}
-
-static int flag(const struct handle *h, const char *key, int *out)
-{
-    OUT(out);
-    *out = (int)num(h, key, 0);
-    return SUCCESS;
-}
-
-EXPORT int nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int *mode)
-{
-    BEGIN("persistence_mode", device, DEVICE);
-    return flag(device, "persistence_mode", mode);
-}
-
+READ(nvmlDeviceGetPerformanceState, int, "pstate", "pstate",
+     num(device, "util_gpu", 0) > 0 ? 0 : 8)
+READ(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long, "throttle_reasons",
+     "throttle_reasons", num(device, "util_gpu", 0) > 0 ? 0 : 1)
+READ(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long, "throttle_reasons",
+     "throttle_reasons", num(device, "util_gpu", 0) > 0 ? 0 : 1)
+READ(nvmlDeviceGetPersistenceMode, int, "persistence_mode", "persistence_mode", 0)
 /* nvmlComputeMode_t: 0 Default, 1 Exclusive_Thread, 2 Prohibited, 3 Exclusive_Process. */
-EXPORT int nvmlDeviceGetComputeMode(nvmlDevice_t device, int *mode)
-{
-    BEGIN("compute_mode", device, DEVICE);
-    return flag(device, "compute_mode", mode);
-}
+READ(nvmlDeviceGetComputeMode, int, "compute_mode", "compute_mode", 0)
+READ(nvmlDeviceGetDisplayMode, int, "display_mode", "display_mode", 0)
+READ(nvmlDeviceGetDisplayActive, int, "display_active", "display_active", 0)
 
-EXPORT int nvmlDeviceGetDisplayMode(nvmlDevice_t device, int *mode)
-{
-    BEGIN("display_mode", device, DEVICE);
-    return flag(device, "display_mode", mode);
-}
-
-EXPORT int nvmlDeviceGetDisplayActive(nvmlDevice_t device, int *active)
-{
-    BEGIN("display_active", device, DEVICE);
-    return flag(device, "display_active", active);
-}
-
-/* WDDM/TCC driver models are Windows-only: Linux drivers export these and answer
+/* WDDM/TCC driver models are Windows-only: Linux drivers export this and answer
  * NOT_SUPPORTED (nvitop asks, and logs an error when the symbol is missing). */
 EXPORT int nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, int *current, int *pending)
-{
-    (void)current;
-    (void)pending;
-    BEGIN("driver_model", device, DEVICE);
-    return NOT_SUPPORTED;
-}
-
-EXPORT int nvmlDeviceGetDriverModel(nvmlDevice_t device, int *current, int *pending)
 {
     (void)current;
     (void)pending;
@@ -1184,44 +1119,22 @@ EXPORT int nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned *correctable,
 
 /* -- PCIe, NVLink, topology, affinity ------------------------------------------------- */
 
-static int pcie(const struct handle *h, const char *key, long long fallback, unsigned *out)
-{
-    OUT(out);
-    *out = (unsigned)integer(at(h, "pcie.%s", key), fallback);
-    return SUCCESS;
-}
-
-EXPORT int nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned *gen)
-{
-    BEGIN("pcie", device, DEVICE);
-    return pcie(device, "gen", 4, gen);
-}
-
-EXPORT int nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned *width)
-{
-    BEGIN("pcie", device, DEVICE);
-    return pcie(device, "width", 16, width);
-}
-
-EXPORT int nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned *gen)
-{
-    BEGIN("pcie", device, DEVICE);
-    return pcie(device, "max_gen", integer(at(device, "pcie.gen"), 4), gen);
-}
-
-EXPORT int nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned *width)
-{
-    BEGIN("pcie", device, DEVICE);
-    return pcie(device, "max_width", integer(at(device, "pcie.width"), 16), width);
-}
+READ(nvmlDeviceGetCurrPcieLinkGeneration, unsigned, "pcie", "pcie.gen", 4)
+READ(nvmlDeviceGetCurrPcieLinkWidth, unsigned, "pcie", "pcie.width", 16)
+READ(nvmlDeviceGetMaxPcieLinkGeneration, unsigned, "pcie", "pcie.max_gen",
+     num(device, "pcie.gen", 4))
+READ(nvmlDeviceGetMaxPcieLinkWidth, unsigned, "pcie", "pcie.max_width",
+     num(device, "pcie.width", 16))
 
 /* counter: NVML_PCIE_UTIL_TX_BYTES (0) or _RX_BYTES (1); KB/s. */
 EXPORT int nvmlDeviceGetPcieThroughput(nvmlDevice_t device, int counter, unsigned *kbs)
 {
     BEGIN("pcie", device, DEVICE);
+    OUT(kbs);
     if (counter < 0 || counter > 1)
         return INVALID_ARGUMENT;
-    return pcie(device, counter ? "rx_kbps" : "tx_kbps", 0, kbs);
+    *kbs = (unsigned)num(device, counter ? "pcie.rx_kbps" : "pcie.tx_kbps", 0);
+    return SUCCESS;
 }
 
 /* nvlink: {"links": n, "inactive": [...], "remote_pci_bus_ids": [...], "remote_type"};
@@ -1288,8 +1201,8 @@ EXPORT int nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, i
     int rc = usable(b, DEVICE);
     if (rc != SUCCESS)
         return rc;
-    int same = a->gpu == b->gpu || numa_node(a->gpu) == numa_node(b->gpu);
-    *level = (int)integer(value("topology.%d.%d", a->gpu, b->gpu), a->gpu == b->gpu ? 0 : same ? 40 : 50);
+    int fallback = a->gpu == b->gpu ? 0 : numa_node(a->gpu) == numa_node(b->gpu) ? 40 : 50;
+    *level = (int)integer(value("topology.%d.%d", a->gpu, b->gpu), fallback);
     return SUCCESS;
 }
 
@@ -1579,28 +1492,20 @@ EXPORT int nvmlGpmSampleAlloc(struct gpm_sample **sample)
 {
     BEGIN("gpm", NULL, SYSTEM);
     OUT(sample);
-    *sample = calloc(1, sizeof **sample);
-    if (*sample == NULL)
-        return UNKNOWN;
-    (*sample)->magic = GPM_MAGIC;
-    return SUCCESS;
+    return hand_out((void **)sample, sizeof **sample, GPM_MAGIC);
 }
 
 EXPORT int nvmlGpmSampleFree(struct gpm_sample *sample)
 {
     BEGIN("gpm", NULL, SYSTEM);
-    if (sample == NULL || sample->magic != GPM_MAGIC)
-        return INVALID_ARGUMENT;
-    sample->magic = 0;
-    free(sample);
-    return SUCCESS;
+    return take_back(sample, GPM_MAGIC);
 }
 
 /* A sample of the GPU instance gi: it records the instance's sm_active (percent). */
 EXPORT int nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned gi, struct gpm_sample *sample)
 {
     BEGIN("gpm", device, DEVICE);
-    if (sample == NULL || sample->magic != GPM_MAGIC)
+    if (!ours(sample, GPM_MAGIC))
         return INVALID_ARGUMENT;
     if (num(device, "gpm", 0) == 0)
         return NOT_SUPPORTED;
@@ -1623,8 +1528,7 @@ EXPORT int nvmlGpmMetricsGet(struct gpm_metrics_get *request)
     if (request->version != GPM_VERSION)
         return ARGUMENT_VERSION_MISMATCH;
     const struct gpm_sample *first = request->sample1, *second = request->sample2;
-    if (!first || !second || first->magic != GPM_MAGIC || second->magic != GPM_MAGIC
-        || request->count > 1024)
+    if (!ours(first, GPM_MAGIC) || !ours(second, GPM_MAGIC) || request->count > 1024)
         return INVALID_ARGUMENT;
     for (unsigned i = 0; i < request->count; i++) {
         struct gpm_metric *m = &request->metrics[i];
@@ -1652,30 +1556,17 @@ struct event_set {
 
 #define EVENTS_MAGIC 0x65766e74u
 
-static int known_set(const struct event_set *set)
-{
-    return set != NULL && set->magic == EVENTS_MAGIC;
-}
-
 EXPORT int nvmlEventSetCreate(struct event_set **set)
 {
     BEGIN("events", NULL, SYSTEM);
     OUT(set);
-    *set = calloc(1, sizeof **set);
-    if (*set == NULL)
-        return UNKNOWN;
-    (*set)->magic = EVENTS_MAGIC;
-    return SUCCESS;
+    return hand_out((void **)set, sizeof **set, EVENTS_MAGIC);
 }
 
 EXPORT int nvmlEventSetFree(struct event_set *set)
 {
     BEGIN("events", NULL, SYSTEM);
-    if (!known_set(set))
-        return INVALID_ARGUMENT;
-    set->magic = 0;
-    free(set);
-    return SUCCESS;
+    return take_back(set, EVENTS_MAGIC);
 }
 
 /* Only XID events are delivered, so that is all a card claims. */
@@ -1691,7 +1582,7 @@ EXPORT int nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long type
                                     struct event_set *set)
 {
     BEGIN("events", device, DEVICE);
-    if (!known_set(set))
+    if (!ours(set, EVENTS_MAGIC))
         return INVALID_ARGUMENT;
     if (types & ~EVENT_XID)
         return NOT_SUPPORTED;
@@ -1728,7 +1619,7 @@ EXPORT int nvmlEventSetWait_v2(struct event_set *set, struct event_data *data, u
 {
     BEGIN("events", NULL, SYSTEM);
     OUT(data);
-    if (!known_set(set))
+    if (!ours(set, EVENTS_MAGIC))
         return INVALID_ARGUMENT;
     double until = now() + timeout_ms / 1000.0;
     for (;;) {
