@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint screenshots bench bench-ssh bench-prometheus clean
+.PHONY: demo test lint screenshots bench bench-ssh bench-prometheus clean fakenvml
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,18 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	@$(DEMO_VENV)/bin/gputop --demo
 
-test: $(STAMP)
+# gputop's own fake libnvidia-ml.so.1 (tests/fakenvml/README.md): tests load it through the
+# real pynvml.  Written to a temporary name first, so a test never loads half a library.
+FAKENVML := build/fakenvml/libnvidia-ml.so.1
+
+$(FAKENVML): tests/fakenvml/fakenvml.c
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -fPIC -shared -fvisibility=hidden \
+		-Wl,-soname,libnvidia-ml.so.1 -o $@.$$$$.tmp $< -lpthread && mv -f $@.$$$$.tmp $@
+
+fakenvml: $(FAKENVML)
+
+test: $(STAMP) $(FAKENVML)
 	@bash scripts/ensure-sshd.sh
 	@bash scripts/ensure-chromium.sh
 	@bash scripts/ensure-prometheus.sh
@@ -59,7 +70,7 @@ bench-prometheus: $(STAMP)
 bench-ssh: $(STAMP)
 	$(BIN)/python bench/bench_ssh.py
 
-# gputop next to nvitop on the shared fake driver; nvitop goes into its own venv
+# gputop next to nvitop on gputop's fake driver; nvitop goes into its own venv
 # (BENCH_VENV, default .venv-nvitop), never into gputop's dependencies.
 .PHONY: bench-nvitop
 bench-nvitop: $(STAMP)

@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/bench_queue.py [--jobs 20] [--idle-s 20]
 
-A fake 4-GPU host (../shared/fakenvml, real pynvml), a private store. One job holds all
-four cards; JOBS more wait behind it, each asking for all four cards, so every hand-off
-is one job ending and the next starting. Measured:
+A fake 4-GPU host (gputop's fake driver, tests/fakenvml, through the real pynvml), a
+private store. One job holds all four cards; JOBS more wait behind it, each asking for all
+four cards, so every hand-off is one job ending and the next starting. Measured:
 
 - hand-off: from a job's command logging its end to the next job's command logging its
   start (release, the waiters noticing, planning, reserving, fork/exec), median and max;
@@ -18,7 +18,6 @@ Targets: hand-off under 1 s (median) with 20 jobs waiting; a waiting
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -28,7 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-FAKENVML = Path(__file__).resolve().parents[2] / "shared" / "fakenvml"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers import fakenvml
+
 TICK = os.sysconf("SC_CLK_TCK")
 JOB = ('echo "$1 start $(date +%s.%N)" >> "$2/log";'
        ' if [ "$1" = holder ]; then while [ ! -e "$2/go" ]; do sleep 0.05; done; fi;'
@@ -55,18 +56,14 @@ def main() -> None:
 
 
 def run(root: Path, jobs: int, idle_s: float) -> None:
-    lib = root / "lib"
-    subprocess.run(["make", "-s", "-C", str(FAKENVML), f"OUT={lib}"], check=True)
-    scenario = root / "scenario.json"
-    scenario.write_text(json.dumps({"devices": [
-        {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559} for _ in range(4)]}))
+    scenario = fakenvml.write_scenario(root / "scenario", {"devices": [
+        {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559} for _ in range(4)]})
     store = root / "store"
     store.mkdir()
     store.chmod(0o1777)
     (root / "config.yaml").write_text(f"reservations: {{dir: {store}}}\n")
     (root / "log").touch()
-    env = dict(os.environ, LD_LIBRARY_PATH=str(lib), FAKE_NVML_SCENARIO=str(scenario),
-               FAKE_NVML_QUIET="1", GPUTOP_POLICY=str(root / "none.yaml"))
+    env = dict(fakenvml.environment(scenario), GPUTOP_POLICY=str(root / "none.yaml"))
 
     def start(label: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(

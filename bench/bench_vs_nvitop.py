@@ -1,16 +1,16 @@
 """gputop next to nvitop on the same simulated GPUs: run by hand, prints a table.
 
-Both tools load the shared fake driver (``../shared/fakenvml``), so both go through the
-real pynvml ctypes path against the same GPUs and the same real processes.  nvitop lives
-in its own virtual environment, never in gputop's dependencies:
+Both tools load gputop's fake driver (tests/fakenvml), so both go through the real pynvml
+ctypes path against the same GPUs and the same real processes.  nvitop lives in its own
+virtual environment, never in gputop's dependencies:
 
     python bench/bench_vs_nvitop.py --setup          # builds the fake driver, makes the venv
     python bench/bench_vs_nvitop.py                  # the table (about 6 minutes)
     python bench/bench_vs_nvitop.py --tui-seconds 20 --runs 3   # quicker, noisier
 
-Environment: BENCH_VENV (default .venv-nvitop here; `--setup` installs nvitop 1.7.2 there),
-FAKENVML (default ../shared/fakenvml), FAKENVML_LIBDIR (where the library is built).
-Without nvitop or the fake driver it says so and exits 0: a benchmark, not a test.
+Environment: BENCH_VENV (default .venv-nvitop here; `--setup` installs nvitop 1.7.2 there).
+The fake driver is built into build/fakenvml/ when missing.  Without nvitop it says so and
+exits 0: a benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -32,11 +32,13 @@ import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKENVML = Path(os.environ.get("FAKENVML", ROOT.parent / "shared" / "fakenvml"))
+sys.path.insert(0, str(ROOT / "tests"))
+from helpers import fakenvml  # noqa: E402
+
 BENCH_VENV = Path(os.environ.get("BENCH_VENV", ROOT / ".venv-nvitop"))
-LIBDIR = Path(os.environ.get("FAKENVML_LIBDIR", Path(tempfile.gettempdir()) / "fakenvml-bench"))
 NVITOP_VERSION = "1.7.2"
 GPUTOP = [str(Path(sys.executable).parent / "gputop")]
 COLS, ROWS = 200, 50
@@ -48,7 +50,7 @@ def nvitop() -> list[str]:
 
 
 def setup() -> None:
-    subprocess.run(["make", "-C", str(FAKENVML), f"OUT={LIBDIR}"], check=True)
+    fakenvml.library_dir()
     if not (BENCH_VENV / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
     subprocess.run([str(BENCH_VENV / "bin" / "pip"), "install", "-q",
@@ -56,42 +58,35 @@ def setup() -> None:
 
 
 @contextlib.contextmanager
-def fake_gpus(template: str) -> Iterator[dict[str, str]]:
-    """The harness holding a scenario's processes; yields the tools' environment."""
-    with tempfile.TemporaryDirectory() as tmp:
-        env_file = Path(tmp) / "fake.env"
-        env = dict(os.environ, FAKENVML_LIBDIR=str(LIBDIR))
-        harness = subprocess.Popen(
-            [sys.executable, str(FAKENVML / "harness.py"), template, "--env-file", str(env_file)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(300):
-                if env_file.exists() and "FAKE_NVML_SCENARIO" in env_file.read_text():
-                    break
-                time.sleep(0.1)
-            out = dict(os.environ, FAKE_NVML_QUIET="1", PYTHONPATH=str(ROOT))
-            out.pop("GPUTOP_HOSTS", None)
-            for line in env_file.read_text().splitlines():
-                if line.startswith("export "):
-                    key, _, value = line[7:].partition("=")
-                    out[key] = value.replace("${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}", "")
-            yield out
-        finally:
-            harness.send_signal(signal.SIGTERM)
-            harness.wait()
+def fake_gpus(scenario: dict[str, Any]) -> Iterator[dict[str, str]]:
+    """The tools' environment on ``scenario``, its processes real (sleeping) ones."""
+    with tempfile.TemporaryDirectory() as tmp, fakenvml.processes(scenario):
+        env = fakenvml.environment(fakenvml.write_scenario(Path(tmp) / "scenario", scenario))
+        env["PYTHONPATH"] = str(ROOT)
+        env.pop("GPUTOP_HOSTS", None)
+        yield env
 
 
 @contextlib.contextmanager
-def host_processes(count: int) -> Iterator[None]:
-    """``count`` sleeping processes: a busy host's /proc, not on any GPU."""
+def host_processes(count: int) -> Iterator[list[int]]:
+    """``count`` sleeping processes: a busy host's /proc, not on any GPU; their pids."""
     procs = [subprocess.Popen(["sleep", "3600"]) for _ in range(count)]
     try:
-        yield
+        yield [p.pid for p in procs]
     finally:
         for p in procs:
             p.kill()
         for p in procs:
             p.wait()
+
+
+def crowded(gpus: int, per_gpu: int, pids: list[int]) -> dict[str, Any]:
+    """``gpus`` busy H100s with ``per_gpu`` processes each, their pids cycled over ``pids``."""
+    return {"devices": [
+        {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "util_gpu": 90,
+         "processes": [{"pid": pids[(g * per_gpu + i) % len(pids)], "used_mib": 150,
+                        "sm_util": 20} for i in range(per_gpu)]}
+        for g in range(gpus)]}
 
 
 def once_ms(cmd: list[str], env: dict[str, str], runs: int) -> float:
@@ -106,7 +101,7 @@ def once_ms(cmd: list[str], env: dict[str, str], runs: int) -> float:
 
 def nvml_calls(cmd: list[str], env: dict[str, str]) -> int:
     with tempfile.NamedTemporaryFile() as trace:
-        subprocess.run(cmd, env=dict(env, FAKE_NVML_TRACE=trace.name),
+        subprocess.run(cmd, env=dict(env, FAKENVML_TRACE=trace.name),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         with open(trace.name) as lines:
             return sum(1 for line in lines if "nvml" in line)
@@ -138,7 +133,7 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
     trace_dir = tempfile.mkdtemp()
     trace_path = os.path.join(trace_dir, "trace") if trace else None
     if trace_path is not None:
-        env["FAKE_NVML_TRACE"] = trace_path
+        env["FAKENVML_TRACE"] = trace_path
     proc = subprocess.Popen(cmd, env=env, stdin=slave, stdout=slave, stderr=slave,
                             start_new_session=True)
     os.close(slave)
@@ -195,12 +190,11 @@ def main() -> int:
     if args.setup:
         setup()
         return 0
-    if not shutil.which(nvitop()[0]) or not (LIBDIR / "libnvidia-ml.so.1").exists():
-        print(f"needs nvitop in {BENCH_VENV} and the fake driver in {LIBDIR}: run --setup")
+    if not shutil.which(nvitop()[0]):
+        print(f"needs nvitop in {BENCH_VENV}: run --setup")
         return 0
-    template = str(FAKENVML / "scenarios" / "dgx8.json")
     rows = []
-    with fake_gpus(template) as env:
+    with fake_gpus(fakenvml.template("dgx8")) as env:
         g, n = once_ms([*GPUTOP, "--once"], env, args.runs), once_ms([*nvitop(), "-1"], env,
                                                                        args.runs)
         rows.append(row("`--once`, quiet host", g, n, "<= 0.5", "ms"))
@@ -220,14 +214,7 @@ def main() -> int:
         rows.append(row(f"RSS after {up}", gt["rss"], nt["rss"], "<= 1.5", "MiB"))
         rows.append(row("NVML calls per second, TUI", gt["calls"], nt["calls"], "<= 1.0", ""))
     if not args.skip_big:
-        with tempfile.TemporaryDirectory() as tmp:
-            big = str(Path(tmp) / "big.json")
-            subprocess.run([sys.executable, str(FAKENVML / "gen_scenario.py"), "-n", "8",
-                            "-m", "500", "--spawn-sleep", "--ttl",
-                            str(int(2 * (args.warmup + args.tui_seconds) + 60)), "-o", big],
-                           check=True, stdout=subprocess.DEVNULL)
-            env = dict(os.environ, LD_LIBRARY_PATH=str(LIBDIR), FAKE_NVML_SCENARIO=big,
-                       FAKE_NVML_QUIET="1", PYTHONPATH=str(ROOT))
+        with host_processes(256) as pids, fake_gpus(crowded(8, 500, pids)) as env:
             gt = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds)
             nt = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds)
             rows.append(row("TUI at 8 GPUs x 500 processes", gt["cpu"], nt["cpu"], "<= 0.6",

@@ -1,5 +1,5 @@
-"""Issue 19: MIG devices collected through the NVML API, from the simulator and from the
-fake driver (../shared/fakenvml) read by the real pynvml.
+"""Issue 19: MIG devices collected through the NVML API, from the simulator and from
+gputop's fake driver (tests/fakenvml) read by the real pynvml.
 
 The simulator answers MIG calls as NVML's reference documents them
 (https://docs.nvidia.com/deploy/nvml-api/, "Multi Instance GPU Management" and the device
@@ -198,42 +198,36 @@ print(json.dumps(collector.collect()))
 """
 
 
-def _fake_scenario(root: Path) -> tuple[dict[str, Any], list[subprocess.Popen[bytes]]]:
-    """fakenvml's mig.json with real processes (sleep) in place of its templates, one
-    empty slot on card 1, and card 3 answering NoPermission for its MIG devices."""
-    scenario = json.loads((fakenvml.SOURCE / "scenarios" / "mig.json").read_text())
-    sleepers = []
-    for device in scenario["devices"]:
-        for holder in [device, *(m for m in device.get("mig_devices") or () if m)]:
-            for proc in holder.get("processes") or ():
-                proc.pop("cmd", None)
-                sleeper = subprocess.Popen(["sleep", "120"])
-                sleepers.append(sleeper)
-                proc["pid"] = sleeper.pid
+def _fake_scenario() -> dict[str, Any]:
+    """The fake's mig template with one empty slot on card 1, and card 4 (a copy of card 1)
+    answering NoPermission for its MIG devices."""
+    scenario = fakenvml.template("mig")
     scenario["devices"][1]["mig_devices"].insert(1, None)
     no_perm = copy.deepcopy(scenario["devices"][1])
     no_perm.update(uuid="GPU-e47a1d92-0000-4e38-b1f0-9a8c7d6e5f44", pci_bus_id="00000000:BB:00.0",
-                   minor=4, errors={"nvmlDeviceGetMigDeviceHandleByIndex": "NO_PERMISSION"})
+                   errors={"nvmlDeviceGetMigDeviceHandleByIndex": "NO_PERMISSION"})
     for dev in no_perm["mig_devices"]:
         if dev:
             dev["processes"] = []
     scenario["devices"].append(no_perm)
-    return scenario, sleepers
+    return scenario
 
 
-def test_collector_on_the_fake_driver_through_real_pynvml(tmp_path: Path) -> None:
-    scenario, sleepers = _fake_scenario(tmp_path)
-    try:
-        path = fakenvml.write_scenario(tmp_path / "mig.json", scenario)
+def _collect_fake(scenario: dict[str, Any], tmp_path: Path) -> HostSnapshot:
+    """The second collect of a Collector on the real pynvml and the fake driver (real
+    processes stand in for the scenario's)."""
+    with fakenvml.processes(scenario):
+        path = fakenvml.write_scenario(tmp_path / "mig.scenario", scenario)
         env = fakenvml.environment(path)
         env["PYTHONPATH"] = str(REPO)
         out = subprocess.run([sys.executable, "-c", COLLECT], env=env, capture_output=True,
                              text=True, timeout=120, check=True).stdout
-    finally:
-        for sleeper in sleepers:
-            sleeper.kill()
-            sleeper.wait()
-    snap = HostSnapshot.from_dict(json.loads(out))
+    return HostSnapshot.from_dict(json.loads(out))
+
+
+def test_collector_on_the_fake_driver_through_real_pynvml(tmp_path: Path) -> None:
+    scenario = _fake_scenario()
+    snap = _collect_fake(scenario, tmp_path)
     card0, card1, pending, whole, locked = snap.gpus
     spec0 = scenario["devices"][0]["mig_devices"]
     assert [d.gi for d in card0.mig_devices] == list(range(7, 14))
@@ -258,7 +252,19 @@ def test_collector_on_the_fake_driver_through_real_pynvml(tmp_path: Path) -> Non
             assert seen.gpu_mem == proc["used_mib"] << 20
             assert seen.sm_util is None
     assert by_pid[scenario["devices"][3]["processes"][0]["pid"]].mig_device is None
-    assert all(d.sm_active is None for d in card0.mig_devices)  # the fake has no GPM
+    assert all(d.sm_active is None for d in card0.mig_devices)  # no "gpm" on the card
+
+
+def test_gpm_activity_through_real_pynvml(tmp_path: Path) -> None:
+    # GPM on card 0 only: each GPU instance's SM activity, from two samples a collect apart.
+    scenario = fakenvml.template("mig")
+    card0 = scenario["devices"][0]
+    card0["gpm"] = True
+    for dev, busy in zip(card0["mig_devices"], (0, 61, 88, 0, 37, 0, 5), strict=True):
+        dev["sm_active"] = busy
+    snap = _collect_fake(scenario, tmp_path)
+    assert [d.sm_active for d in snap.gpus[0].mig_devices] == [0, 61, 88, 0, 37, 0, 5]
+    assert all(d.sm_active is None for d in snap.gpus[1].mig_devices)
 
 
 def test_mig_devices_from_a_hostile_probe_are_cleaned() -> None:

@@ -1,22 +1,20 @@
-"""Batched NVML reads through real pynvml on the shared fake driver (issue 14).
+"""Batched NVML reads through real pynvml on gputop's fake driver (issue 14).
 
 ECC, retired pages, row remapping and NVLink states come from one
 nvmlDeviceGetFieldValues call per GPU; the values must equal what the single calls give.
-The fake libnvidia-ml.so.1 (../shared/fakenvml) is built into a temporary folder.
+The fake libnvidia-ml.so.1 is tests/fakenvml (tests/helpers/fakenvml.py builds it).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from helpers import fakenvml
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKENVML = Path(os.environ.get("FAKENVML", ROOT.parent / "shared" / "fakenvml"))
 
 KEYS = (
     "ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
@@ -48,38 +46,25 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def fake_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (FAKENVML / "Makefile").exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the fake NVML driver is missing: {FAKENVML}")
-        pytest.skip(f"no fake NVML driver at {FAKENVML}")
-    pytest.importorskip("pynvml")
-    out = tmp_path_factory.mktemp("fakenvml")
-    subprocess.run(["make", "-s", "-C", str(FAKENVML), f"OUT={out}"], check=True,
-                   capture_output=True)
-    return out
-
-
-def collect(lib: Path, scenario: str) -> dict:
-    env = dict(os.environ, LD_LIBRARY_PATH=str(lib), FAKE_NVML_QUIET="1",
-               FAKE_NVML_SCENARIO=str(FAKENVML / "scenarios" / f"{scenario}.json"),
-               PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-c", PROBE, ",".join(KEYS)], env=env, check=True,
-                          capture_output=True, text=True, timeout=60)
+def collect(tmp_path: Path, template: str) -> dict:
+    with fakenvml.processes(fakenvml.template(template)) as scenario:
+        env = fakenvml.environment(fakenvml.write_scenario(tmp_path / template, scenario))
+        env["PYTHONPATH"] = str(ROOT)
+        done = subprocess.run([sys.executable, "-c", PROBE, ",".join(KEYS)], env=env,
+                              check=True, capture_output=True, text=True, timeout=60)
     return json.loads(done.stdout)
 
 
-def test_ecc_and_remapping_batched_equal_the_single_calls(fake_lib: Path) -> None:
-    got = collect(fake_lib, "faulty")
+def test_ecc_and_remapping_batched_equal_the_single_calls(tmp_path: Path) -> None:
+    got = collect(tmp_path, "faulty")
     assert got["batched"] == got["single"]
     bad = got["batched"][1]  # the scenario's GPU 1: uncorrectable ECC, a pending remap
     assert bad["ecc_volatile_uncorrected"] > 0 and bad["remap_pending"] is True
     assert got["batched"][0]["ecc_volatile_uncorrected"] == 0
 
 
-def test_nvlink_states_batched_equal_the_single_calls(fake_lib: Path) -> None:
-    got = collect(fake_lib, "dgx8")
+def test_nvlink_states_batched_equal_the_single_calls(tmp_path: Path) -> None:
+    got = collect(tmp_path, "dgx8")
     assert got["batched"] == got["single"]
     assert [len(g["nvlinks"]) for g in got["batched"]] == [18] * 8
     states = got["batched"][0]["nvlinks"]

@@ -1,5 +1,5 @@
-"""`gputop run` and `gputop queue` with real users, real processes and the fake NVIDIA
-driver (../shared/fakenvml) read through the real pynvml.
+"""`gputop run` and `gputop queue` with real users, real processes and gputop's fake
+NVIDIA driver (tests/fakenvml) read through the real pynvml.
 
 Jobs are short shell commands that log their label, CUDA_VISIBLE_DEVICES and start/end
 times. Nothing here measures time: the tests wait (with generous limits) for states.
@@ -117,25 +117,31 @@ def portable() -> Iterator[Path]:
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
+@pytest.fixture(scope="module")
+def driver(portable: Path) -> Path:
+    """The fake driver next to the portable code, where the test users can load it."""
+    return fakenvml.install_library(portable.parent / "nvml")
+
+
 @pytest.fixture
-def host(users: dict[str, Any], portable: Path) -> Iterator[Host]:
+def host(users: dict[str, Any], portable: Path, driver: Path) -> Iterator[Host]:
     root = Path(tempfile.mkdtemp(prefix="gputop-run-"))
-    # The jobs of every user append to one log (not sticky: fs.protected_regular would
-    # refuse to open another user's file there).
-    os.chmod(root, 0o777)
-    (root / "log").touch(0o666)
-    os.chmod(root / "log", 0o666)
-    store = root / "store"
-    store.mkdir()
-    os.chmod(store, 0o1777)
-    scenario = fakenvml.write_scenario(root / "scenario.json", fakenvml.idle_cards(4))
-    (root / "config.yaml").write_text(f"reservations: {{dir: {store}}}\n")
-    (root / "config.yaml").chmod(0o644)
-    env = fakenvml.environment(scenario)
-    env.update(PYTHONPATH=str(portable), GPUTOP_POLICY=str(root / "policy.yaml"),
-               HOME=str(root))
-    env.pop("GPUTOP_HOSTS", None)
     try:
+        # The jobs of every user append to one log (not sticky: fs.protected_regular would
+        # refuse to open another user's file there).
+        os.chmod(root, 0o777)
+        (root / "log").touch(0o666)
+        os.chmod(root / "log", 0o666)
+        store = root / "store"
+        store.mkdir()
+        os.chmod(store, 0o1777)
+        scenario = fakenvml.write_scenario(root / "scenario", fakenvml.idle_cards(4))
+        (root / "config.yaml").write_text(f"reservations: {{dir: {store}}}\n")
+        (root / "config.yaml").chmod(0o644)
+        env = fakenvml.environment(scenario, driver)
+        env.update(PYTHONPATH=str(portable), GPUTOP_POLICY=str(root / "policy.yaml"),
+                   HOME=str(root))
+        env.pop("GPUTOP_HOSTS", None)
         yield Host(root, store, env, users)
     finally:
         subprocess.run(["pkill", "-f", str(root)], check=False)

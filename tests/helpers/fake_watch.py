@@ -1,9 +1,9 @@
 """Watch this machine's (fake) NVML the way the dashboard does, one step per stdin line.
 
-Run by tests/test_fakenvml.py in a subprocess whose LD_LIBRARY_PATH loads fakenvml, so
-the real pynvml and the real collector read it.  Each line read from stdin triggers one
-collect; the reply is one JSON line: the snapshot (as --json prints it) and the warnings
-the dashboard's WarningTracker holds after it.
+Run by tests/test_fakenvml.py in a subprocess whose LD_LIBRARY_PATH loads gputop's fake
+driver (tests/fakenvml), so the real pynvml and the real collector read it.  Each line read
+from stdin triggers one collect; the reply is one JSON line: the snapshot (as --json prints
+it) and the warnings the dashboard's WarningTracker holds after it.
 """
 
 from __future__ import annotations
