@@ -149,6 +149,10 @@ class Runner:
         self.started = 0.0
         self.kill_at: float | None = None  # SIGKILL for CMD after a SIGTERM we sent
         self.child: subprocess.Popen[bytes] | None = None
+        # A SIGTERM/SIGHUP before CMD runs is noted here and acted on at the next safe
+        # point: raised from the handler it could land inside a store lock or be taken
+        # for a failed poll, and the job would go on.
+        self.stopped_by: int | None = None
 
     def main(self) -> int:
         job = self._submit()
@@ -193,6 +197,7 @@ class Runner:
         deadline = None if wait_s is None else job.submitted + wait_s
         mark = _store_mark(self.directory)
         while True:
+            self._check_stop()
             if not queue.in_line(job):
                 raise action_failed(f"job {job.id} was cancelled")
             snapshot = self.feed.poll()
@@ -217,7 +222,7 @@ class Runner:
         until = time.time() + RECHECK_S
         if deadline is not None:
             until = min(until, deadline)
-        while time.time() < until:
+        while time.time() < until and self.stopped_by is None:
             time.sleep(POLL_S)
             now = _store_mark(self.directory)
             if now != mark:
@@ -259,6 +264,7 @@ class Runner:
         # Ctrl+C reaches CMD through the terminal (same process group): we wait for it.
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
+            self._check_stop()
             try:
                 child = subprocess.Popen(self.request.command, env=env,
                                          preexec_fn=_die_with_parent)
@@ -266,16 +272,23 @@ class Runner:
                 raise CommandError(f"{self.request.command[0]}: {exc.strerror or exc}",
                                    EXIT_CANNOT_RUN) from None
             self.child = child
+            if self.stopped_by is not None:  # came while CMD was starting: pass it on
+                self._on_signal(self.stopped_by, None)
             return self._supervise(job, child)
         finally:
             signal.signal(signal.SIGINT, old_int)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self.child is None:
-            raise _Stop(signum)
+            self.stopped_by = signum
+            return
         self.child.send_signal(signum)
         if self.kill_at is None:
             self.kill_at = time.time() + GRACE_S
+
+    def _check_stop(self) -> None:
+        if self.stopped_by is not None:
+            raise _Stop(self.stopped_by)
 
     def _supervise(self, job: queue.Job, child: subprocess.Popen[bytes]) -> int:
         for_s = self.request.for_s
