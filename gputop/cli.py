@@ -243,8 +243,45 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
     )
 
 
+# The source options (_add_source_args) that take a value, and those that take none.
+_SOURCE_VALUED = frozenset({"--hosts", "-H", "--config", "--timeout", "--prometheus"})
+_SOURCE_FLAGS = frozenset({"--local"})
+
+
+def command_first(args: Sequence[str]) -> list[str]:
+    """``--demo lab check`` -> ``check --demo lab``: --help lists the source options as
+    top-level ones, so they may stand before a subcommand too.  Only source options are
+    moved, and only when a subcommand follows them; anything else is left as typed."""
+    commands = (*SUBCOMMANDS, *LEDGER_COMMANDS, CONFIG_COMMAND)
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token in commands:
+            # After the command's own words (a bare --demo must not take `cancel` of
+            # `queue cancel ID` as its scenario), before a `--` that starts run's CMD.
+            rest = list(args[i + 1:])
+            end = rest.index("--") if "--" in rest else len(rest)
+            return [token, *rest[:end], *args[:i], *rest[end:]]
+        name = token.split("=", 1)[0]
+        if "=" in token and name in (*_SOURCE_VALUED, "--demo"):
+            i += 1
+        elif token in _SOURCE_VALUED:
+            i += 2
+        elif (token.startswith("-H") and len(token) > 2) or token in _SOURCE_FLAGS:
+            i += 1
+        elif token == "--demo":
+            # --demo's scenario is optional: `--demo check` is the default scenario's check.
+            following = args[i + 1] if i + 1 < len(args) else None
+            takes = following is not None and not following.startswith("-") and (
+                following not in commands)
+            i += 2 if takes else 1
+        else:
+            break
+    return list(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    args_list = command_first(sys.argv[1:] if argv is None else argv)
     try:
         if args_list and args_list[0] in LEDGER_COMMANDS:
             command = args_list[0]

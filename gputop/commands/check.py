@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from gputop.commands import common
-from gputop.exitcodes import EXIT_CRITICAL, EXIT_OK, EXIT_WARNING
+from gputop.exitcodes import EXIT_CRITICAL, EXIT_NO_DRIVER, EXIT_OK, EXIT_WARNING
 from gputop.model import CRITICAL, INFO, WARNING, HealthWarning, HostSnapshot
 from gputop.options import SourceOptions
 from gputop.text import visible
@@ -49,7 +49,7 @@ def _check(options: SourceOptions, as_json: bool) -> int:
             print(json.dumps(doc, indent=2))
         else:
             write_report(found, snapshots, sys.stdout, colour=common.use_colour(sys.stdout))
-    return code
+    return EXIT_NO_DRIVER if common.nothing_to_show(snapshots) else code
 
 
 def exit_code(found: Iterable[HealthWarning]) -> int:

@@ -21,6 +21,7 @@ from gputop.text import visible
 
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
+    from gputop.model import HostSnapshot
     from gputop.sources.feed import Feed
     from gputop.sources.oneshot import Session
     from gputop.sources.opener import Round, SourcePlan
@@ -146,3 +147,9 @@ def feeds(options: SourceOptions, config: Config) -> list[Feed]:
 
     with source_errors():
         return open_feeds(options, config)
+
+
+def nothing_to_show(snapshots: list[HostSnapshot]) -> bool:
+    """Every host unreachable or without a driver: the command exits EXIT_NO_DRIVER, so a
+    script never reads the host states as a success (README, exit codes)."""
+    return bool(snapshots) and not any(snap.ok for snap in snapshots)

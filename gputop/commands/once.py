@@ -68,9 +68,7 @@ def _report(options: SourceOptions, as_json: bool) -> int:
         else:
             out.write(render_text(snapshots, warnings, width=_width(out),
                                   color=common.use_colour(out)))
-    # Every host unreachable (or without a driver) is nothing to show: a script must not
-    # read the host states' JSON as a success.
-    if snapshots and not any(snap.ok for snap in snapshots):
+    if common.nothing_to_show(snapshots):
         return EXIT_NO_DRIVER
     return EXIT_OK
 

@@ -7,7 +7,6 @@ import json
 
 from gputop.commands import common
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_OK, EXIT_WARNING
-from gputop.model import HOST_NO_GPU
 from gputop.options import SourceOptions
 from gputop.text import visible
 
@@ -46,6 +45,6 @@ def _topo(options: SourceOptions, wanted: str | None, as_json: bool) -> int:
                 print(visible(line))
     if usable:
         return EXIT_OK
-    if snapshots and all(s.state == HOST_NO_GPU for s in snapshots):
+    if common.nothing_to_show(snapshots):
         return EXIT_NO_DRIVER
     return EXIT_WARNING
