@@ -1,6 +1,6 @@
 """The hosts file: which GPU servers to watch over SSH, and how to reach them.
 
-Two shapes are accepted (see examples/hosts.example.yaml for every option)::
+Two shapes are accepted (see hosts.example.yaml, at the root and in examples/, for every option)::
 
     - gpu01                      # names resolved through ~/.ssh/config
     - gpu02

@@ -167,7 +167,7 @@ def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_example_file_parses() -> None:
-    specs = load(REPO / "gputop" / "examples" / "hosts.example.yaml")
+    specs = load(REPO / "hosts.example.yaml")
     assert len(specs) >= 3
     assert any(s.jump for s in specs)
     assert any(s.labels for s in specs)
@@ -231,3 +231,10 @@ def test_bad_hosts_file_is_a_source_error(tmp_path: Path) -> None:
     bad.write_text("hosts:\n  - name: a\n    port: x\n")
     with pytest.raises(SourceError, match=r"bad.yaml:3: key 'port'"):
         open_feeds(SourceOptions(hosts_file=str(bad), timeout=1.0), Config())
+
+
+def test_the_root_example_is_the_packaged_one() -> None:
+    # The root copy is what a newcomer finds in a clone; the packaged one is what
+    # `gputop config --hosts-example` prints after `pip install`: one text, two places.
+    packaged = REPO / "gputop" / "examples" / "hosts.example.yaml"
+    assert (REPO / "hosts.example.yaml").read_text() == packaged.read_text()
