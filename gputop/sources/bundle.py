@@ -58,6 +58,7 @@ MODULES = (
     "gputop.sources.procfs",
     "gputop.sources.mig",
     "gputop.sources.backend",
+    "gputop.sources.nvmlcodes",
     "gputop.sources.nvml",
     "gputop.sources.assembler",
     "gputop.sources.hostsource",
