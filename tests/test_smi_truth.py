@@ -340,7 +340,8 @@ def test_windows_host_keeps_process_types() -> None:
                 (section(WINDOWS, "load :: query-compute-apps"), 0),
                 (section(WINDOWS, "load :: nvidia-smi (default table)"), 0), mode=mode)
     snap = HostSnapshot.from_dict(data)
-    assert snap.state == model.HOST_FALLBACK and snap.gpus[0].name == "NVIDIA GeForce RTX 2080 SUPER"
+    assert snap.state == model.HOST_FALLBACK
+    assert snap.gpus[0].name == "NVIDIA GeForce RTX 2080 SUPER"
     by_pid = {p.pid: p for p in snap.processes}
     assert len(by_pid) == 12
     assert by_pid[2056].type == "C+G" and by_pid[25704].type == "C"

@@ -551,19 +551,19 @@ def parse_table(text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if section == "mig":
             row = _TABLE_MIG.match(line)
             if row:
-                gpu, gi, ci, dev, used, total = (int(x) for x in row.groups())
-                devices.append({"gpu": gpu, "gi": gi, "ci": ci, "index": dev,
-                                "mem_used": used * MIB, "mem_total": total * MIB})
+                n = [int(x) for x in row.groups()]
+                devices.append({"gpu": n[0], "gi": n[1], "ci": n[2], "index": n[3],
+                                "mem_used": n[4] * MIB, "mem_total": n[5] * MIB})
                 continue
             bar1 = _TABLE_BAR1.match(line)
             if bar1 and devices and "bar1_total" not in devices[-1]:
                 devices[-1]["bar1_used"] = int(bar1.group(1)) * MIB
                 devices[-1]["bar1_total"] = int(bar1.group(2)) * MIB
         elif section == "procs":
-            row = _TABLE_PROC.match(line)
-            if row:
-                gpu, gi, ci, pid, kind, name, memory = row.groups()
-                procs.append({"gpu": int(gpu), "gi": integer(gi), "ci": integer(ci),
+            proc = _TABLE_PROC.match(line)
+            if proc:
+                card, gi, ci, pid, kind, name, memory = proc.groups()
+                procs.append({"gpu": int(card), "gi": integer(gi), "ci": integer(ci),
                               "pid": int(pid), "type": kind, "command": value(name),
                               "gpu_mem": mib(memory)})
     return devices, procs
@@ -776,17 +776,17 @@ def _join_table(gpus: list[dict[str, Any]], procs: list[dict[str, Any]],
     for row in rows:
         if row["gpu"] not in by_index:
             continue
-        proc = by_key.get((row["gpu"], row["pid"]))
+        proc: dict[str, Any] | None = by_key.get((row["gpu"], row["pid"]))
         if proc is None:
             proc = {"pid": row["pid"], "gpu": row["gpu"], "gpu_mem": row["gpu_mem"],
                     "command": row["command"]}
             procs.append(proc)
             by_key[(row["gpu"], row["pid"])] = proc
         proc["type"] = row["type"]
-        device = where.get((row["gpu"], row["gi"], row["ci"]))
-        if device is not None:
-            proc.update(mig_device=device["index"], gpu_instance_id=device["gi"],
-                        compute_instance_id=device["ci"])
+        runs_on = where.get((row["gpu"], row["gi"], row["ci"]))
+        if runs_on is not None:
+            proc.update(mig_device=runs_on["index"], gpu_instance_id=runs_on["gi"],
+                        compute_instance_id=runs_on["ci"])
 
 
 def _join_extras(gpus: list[dict[str, Any]], procs: list[dict[str, Any]],

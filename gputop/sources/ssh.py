@@ -64,6 +64,22 @@ class _ProbeGone(Exception):
     """The probe's stream ended; the connection may still be fine."""
 
 
+# A fallback command's output beyond this is not read: an 8-GPU `nvidia-smi -q -x` is
+# ~0.5 MB, a `ps` of 100,000 processes ~15 MB.
+MAX_FALLBACK_OUTPUT = 32 << 20
+_STRAY_KEEP = 4096  # bytes of non-JSON probe output kept to explain a failed start
+
+
+@dataclasses.dataclass
+class _Output:
+    """What one fallback command printed, or why it could not be read."""
+
+    text: str
+    status: int | None = None
+    state: str = model.HOST_ERROR
+    error: str | None = None
+
+
 def known_hosts_files(spec: HostSpec) -> list[str]:
     """The known_hosts files that apply to a host: its own list, else user's and system's."""
     paths = spec.known_hosts if spec.known_hosts is not None else DEFAULT_KNOWN_HOSTS
@@ -120,6 +136,8 @@ class _Host:
     process: asyncssh.SSHClientProcess[bytes] | None = None
     fallback: bool = False
     old_python: bool = False
+    windows: str | None = None  # the Windows shell that refused the probe: nvidia-smi only
+    stray: bytearray = dataclasses.field(default_factory=bytearray)  # non-JSON output, capped
     pending: dict[int, asyncio.Future[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     connect_attempts: int = 0
@@ -414,15 +432,20 @@ class SshFeed:
                 if not future.done():
                     future.set_result({"ok": False, "message": f"{spec.name}: probe stopped"})
         status = await self._exit_status(process)
-        if status == bundle.NO_PYTHON_STATUS or (
-            status == bundle.OLD_PYTHON_STATUS and host.old_python
-        ):
-            host.fallback = True
-            await self._fallback(host)
-            return
         stderr = b""
         with contextlib.suppress(Exception):
-            stderr = await asyncio.wait_for(process.stderr.read(2000), 1.0)
+            stderr = await asyncio.wait_for(process.stderr.read(4000), 1.0)
+        said = (bytes(host.stray) + b"\n" + stderr).decode("utf-8", "replace")
+        shell = smi.windows_shell(status, said)
+        if shell is not None or status == bundle.NO_PYTHON_STATUS or (
+            status == bundle.OLD_PYTHON_STATUS and host.old_python
+        ):
+            # cmd.exe or PowerShell cannot run the bootstrap's `exec`: the host is read
+            # through nvidia-smi directly, whatever python it has.
+            host.fallback = True
+            host.windows = shell
+            await self._fallback(host)
+            return
         tail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
         why = f"exit status {status}" if status is not None else (
             f"signal {process.exit_signal[0]}" if process.exit_signal else "channel closed"
@@ -438,7 +461,11 @@ class SshFeed:
         try:
             data = json.loads(line)
         except ValueError:
-            return  # stray output (a login banner, a warning): not ours
+            # Stray output (a login banner, a warning): not ours, but kept (the first few
+            # KB) in case the probe never starts: a Windows shell says why on stdout too.
+            if len(host.stray) < _STRAY_KEEP:
+                host.stray += line[: _STRAY_KEEP - len(host.stray)]
+            return
         if not isinstance(data, dict):
             return
         if "reply" in data and "id" in data:
@@ -463,25 +490,90 @@ class SshFeed:
         self._publish(host, snapshot)
 
     async def _fallback(self, host: _Host) -> None:
-        """No python3 on the host: one nvidia-smi + ps command per poll."""
+        """No usable python3 (or a Windows shell): nvidia-smi (and ps) once per poll."""
         assert host.conn is not None
-        xml = False
-        reason = "python3 on this host is older than 3.10" if host.old_python else smi.NO_PYTHON
+        if host.windows:
+            reason = f"a Windows host ({host.windows})"
+        elif host.old_python:
+            reason = "python3 on this host is older than 3.10"
+        else:
+            reason = smi.NO_PYTHON
+        mode = smi.Mode(windows=host.windows is not None)
+        extras: smi.Extras | None = None
+        extras_at: float | None = None
         while not self._closed.is_set():
             started = time.monotonic()
-            command = smi.XML_FALLBACK_COMMAND if xml else smi.FALLBACK_COMMAND
-            result = await host.conn.run(
-                command, check=False, timeout=max(10.0, 3 * self._interval)
-            )
-            output = result.stdout if isinstance(result.stdout, str) else ""
-            data = fallback_snapshot(host.spec.name, output, self.clock(), reason, xml=xml)
-            if not xml and smi.wants_xml(data):
-                xml = True  # an older driver: its CSV lacks a field we ask for
-                continue
-            data["labels"] = list(host.spec.labels)
-            host.last_line = time.monotonic()
-            self._publish(host, HostSnapshot.from_dict(data))
+            if extras_at is None or started - extras_at >= smi.EXTRA_EVERY_S:
+                # The GPU list with its MIG devices, topology, NVLinks: rarely changing.
+                extras_at = started
+                got = await self._smi_output(host, smi.EXTRA_COMMANDS, smi.EXTRA_COMMAND)
+                if got.error is None:
+                    extras = smi.Extras.parse(got.text)
+            mode = dataclasses.replace(mode, table=bool(extras and extras.wants_table()))
+            got = await self._smi_output(host, mode.commands(), None if mode.windows
+                                         else mode.command())
+            if got.error is not None:
+                self._state(host, got.state, got.error)
+            else:
+                data = fallback_snapshot(host.spec.name, got.text, self.clock(), reason,
+                                         mode=mode, extras=extras)
+                after = mode.after(data)
+                if after is not None:
+                    mode = after  # an older driver: it lacks a field we ask for
+                    continue
+                data["labels"] = list(host.spec.labels)
+                host.last_line = time.monotonic()
+                self._publish(host, HostSnapshot.from_dict(data))
             await self._sleep(max(0.0, self._interval - (time.monotonic() - started)))
+
+    async def _smi_output(
+        self, host: _Host, commands: tuple[str, ...], sh_command: str | None
+    ) -> _Output:
+        """One poll's output: ``sh_command`` in one go, or (Windows: no sh) each command
+        on its own, joined as sh would print them.  Bounded in time and size."""
+        timeout = max(10.0, 3 * self._interval)
+        if sh_command is not None:
+            return await self._run_capped(host, sh_command, timeout)
+        parts = []
+        for command in commands:
+            got = await self._run_capped(host, command, timeout)
+            if got.error is not None:
+                return got
+            parts.append((got.text, got.status))
+        return _Output(smi.join_outputs(parts))
+
+    async def _run_capped(self, host: _Host, command: str, timeout: float) -> _Output:
+        """Run a fixed command; its stdout and stderr, at most MAX_FALLBACK_OUTPUT bytes
+        within ``timeout`` (a host that prints forever or never ends is an error state,
+        not a client that grows or hangs)."""
+        assert host.conn is not None
+        process = await host.conn.create_process(command, encoding=None,
+                                                 stderr=asyncssh.STDOUT)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise asyncio.TimeoutError
+                chunk = await asyncio.wait_for(process.stdout.read(1 << 16), left)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_FALLBACK_OUTPUT:
+                    return _Output("", None, model.HOST_ERROR,
+                                   f"more than {MAX_FALLBACK_OUTPUT >> 20} MiB of output from "
+                                   f"`{command.split()[0]} ...`: not read")
+                chunks.append(chunk)
+            await asyncio.wait_for(process.wait_closed(), max(0.5, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            return _Output("", None, model.HOST_TIMEOUT,
+                           f"nvidia-smi gave no complete answer within {timeout:.0f} s")
+        finally:
+            process.close()
+        return _Output(b"".join(chunks).decode("utf-8", "replace"), process.exit_status)
 
     async def _watchdog(self) -> None:
         """Mark hosts stale when their stream has been silent for STALE_AFTER intervals."""
@@ -536,7 +628,8 @@ class SshFeed:
         if self.readonly:
             return Capabilities(why_not=READONLY_WHY)
         if entry.fallback:
-            return Capabilities(why_not="fallback mode (no python3 on the host)")
+            where = "a Windows host" if entry.windows else "no python3 on the host"
+            return Capabilities(why_not=f"fallback mode ({where})")
         return Capabilities(kill=True, reserve=True)
 
     def identity(self, host: str) -> Identity:
