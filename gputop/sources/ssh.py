@@ -38,7 +38,7 @@ import asyncssh
 from gputop import model
 from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot, error_snapshot
-from gputop.sources import bundle, smi
+from gputop.sources import bundle, smi, untrusted
 from gputop.sources.feed import READONLY_WHY, Capabilities, ProcessDetails
 from gputop.sources.hostsource import fallback_snapshot
 from gputop.sources.identity import Identity, named_identity
@@ -68,6 +68,64 @@ class _ProbeGone(Exception):
 # ~0.5 MB, a `ps` of 100,000 processes ~15 MB.
 MAX_FALLBACK_OUTPUT = 32 << 20
 _STRAY_KEEP = 4096  # bytes of non-JSON probe output kept to explain a failed start
+
+
+# A snapshot line longer than this is not read: 8 cards and a few hundred processes are
+# ~50 KB; 4,096 processes (what untrusted.py keeps) ~1.5 MB.
+MAX_LINE = 16 << 20
+
+
+class _Lines:
+    """Lines of a stream, each at most ``limit`` bytes: a longer one is skipped up to its
+    end (``skipped`` counts them), so a host cannot make the client hold 100 MB."""
+
+    def __init__(self, stream: Any, limit: int) -> None:
+        self.stream = stream
+        self.limit = limit
+        self.buffer = bytearray()
+        self.skipping = False
+        self.skipped = 0
+        self.skipped_now = False
+        self.eof = False
+
+    async def next(self) -> bytes | None:
+        """The next line (with its newline), or None at the end of the stream."""
+        while True:
+            end = self.buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self.buffer[: end + 1])
+                del self.buffer[: end + 1]
+                if self.skipping:
+                    self.skipping = False
+                    continue
+                return line
+            if self.skipping:
+                self.buffer.clear()
+            elif len(self.buffer) > self.limit:
+                self.buffer.clear()
+                self.skipping = self.skipped_now = True
+                self.skipped += 1
+            if self.eof:
+                if self.buffer and not self.skipping:
+                    line = bytes(self.buffer)
+                    self.buffer.clear()
+                    return line
+                return None
+            chunk = await self.stream.read(1 << 16)
+            if not chunk:
+                self.eof = True
+            self.buffer += chunk
+
+
+def _what(stray: bytes | bytearray, skipped: int) -> str:
+    """What a probe sent instead of snapshots, for its host's error."""
+    parts = []
+    if stray:
+        first = stray.decode("utf-8", "replace").strip().splitlines()[:1] or [""]
+        parts.append(f"other output ({first[0][:80]!r} ...)")
+    if skipped:
+        parts.append(f"{skipped} line(s) over {MAX_LINE >> 20} MiB")
+    return " and ".join(parts) or "nothing"
 
 
 @dataclasses.dataclass
@@ -138,6 +196,7 @@ class _Host:
     old_python: bool = False
     windows: str | None = None  # the Windows shell that refused the probe: nvidia-smi only
     stray: bytearray = dataclasses.field(default_factory=bytearray)  # non-JSON output, capped
+    parsed_at: float | None = None  # monotonic time the last snapshot line was parsed
     pending: dict[int, asyncio.Future[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     connect_attempts: int = 0
@@ -413,19 +472,58 @@ class SshFeed:
             "readonly": self.readonly,
             "warmup": self.warmup,
         }
+        host.stray.clear()
+        host.parsed_at = None
         try:
             process.stdin.write(bundle.stdin_preamble(config))
             # Generous: python start-up on a loaded host, NVML init on 8 cards, a slow disk.
             first_timeout = self.first_line_timeout or max(30.0, 3 * self._interval + 5)
-            first = True
-            while True:
-                timeout = first_timeout if first else None
-                line = await asyncio.wait_for(process.stdout.readline(), timeout)
-                if not line:
-                    break
-                first = False
-                host.last_line = time.monotonic()
-                self._line(host, line)
+            lines = _Lines(process.stdout, MAX_LINE)
+            # The first snapshot's deadline cancels this task's read rather than wrapping
+            # each read in wait_for: a wait_for whose read completes just as the feed is
+            # closed swallows that cancellation (Python < 3.12), and a host flooding lines
+            # makes the race likely enough to leave the task running forever.
+            expired = False
+            me = asyncio.current_task()
+
+            def expire() -> None:
+                nonlocal expired
+                expired = True
+                if me is not None:
+                    me.cancel()
+
+            timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+                first_timeout, expire)
+            try:
+                while True:
+                    line = await lines.next()
+                    if line is None:
+                        break
+                    if lines.skipped_now:
+                        # One line longer than any snapshot: not read, said once.
+                        self._state(host, model.HOST_ERROR, f"the probe sent a line of more "
+                                    f"than {MAX_LINE >> 20} MiB: not read")
+                        lines.skipped_now = False
+                    if self._line(host, line):
+                        host.last_line = time.monotonic()
+                        if timer is not None:
+                            timer.cancel()
+                            timer = None
+            except asyncio.CancelledError:
+                if not expired or self._closed.is_set():
+                    raise
+                uncancel = getattr(me, "uncancel", None)  # Python 3.11+
+                if uncancel is not None:
+                    uncancel()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if expired:
+                process.close()  # its channel and the remote command end with it
+                if not host.stray and not lines.skipped:
+                    raise asyncio.TimeoutError  # silence: "the probe sent nothing in time"
+                raise _ProbeGone(f"no snapshot from the probe within {first_timeout:g} s; "
+                                 f"it sent {_what(host.stray, lines.skipped)}")
         finally:
             host.process = None
             for future in host.pending.values():
@@ -457,37 +555,63 @@ class SshFeed:
             await asyncio.wait_for(process.wait_closed(), 5.0)
         return process.exit_status
 
-    def _line(self, host: _Host, line: bytes) -> None:
+    def _line(self, host: _Host, line: bytes) -> bool:
+        """Handle one line of the probe's stdout; True when it was a snapshot or a reply
+        (what keeps the host from going stale).  The probe runs whatever python3 the host
+        has: every line is untrusted (sources/untrusted.py)."""
+        reply = line.startswith(b'{"id"')
+        if not reply and line.startswith(b"{") and b'"fatal"' not in line[:40]:
+            now = time.monotonic()
+            if host.parsed_at is not None and now - host.parsed_at < self._interval / 2:
+                return True  # more snapshots than asked for: not parsed, not piled up
+            host.parsed_at = now
         try:
-            data = json.loads(line)
-        except ValueError:
+            data = json.loads(line, parse_constant=untrusted.json_constant)
+        except (ValueError, RecursionError) as exc:
+            if line.lstrip().startswith(b"{"):
+                self._state(host, model.HOST_ERROR,
+                            f"malformed JSON from the probe: {str(exc)[:120]}")
+                return False
             # Stray output (a login banner, a warning): not ours, but kept (the first few
             # KB) in case the probe never starts: a Windows shell says why on stdout too.
             if len(host.stray) < _STRAY_KEEP:
                 host.stray += line[: _STRAY_KEEP - len(host.stray)]
-            return
+                if len(host.stray) >= _STRAY_KEEP and host.parsed_at is None:
+                    # More than any login banner, and no snapshot yet: say so now (a
+                    # one-shot command would otherwise only see "no answer").
+                    self._state(host, model.HOST_ERROR, "the probe's output is not "
+                                f"gputop's: it sent {_what(host.stray, 0)}")
+            return False
         if not isinstance(data, dict):
-            return
+            self._state(host, model.HOST_ERROR, "a line from the probe that is not an object")
+            return False
         if "reply" in data and "id" in data:
-            future = host.pending.get(data["id"])
+            future = host.pending.get(data["id"]) if isinstance(data["id"], int) else None
             if future is not None and not future.done():
-                reply = data["reply"] if isinstance(data["reply"], dict) else {"ok": False}
-                future.set_result(reply)
-            return
+                reply_data = data["reply"] if isinstance(data["reply"], dict) else {"ok": False}
+                future.set_result(reply_data)
+            return True
         if "fatal" in data:
             if data.get("code") == "old-python":
                 host.old_python = True  # the nvidia-smi fallback follows: not an error
             else:
-                self._state(host, model.HOST_ERROR, str(data["fatal"]))
-            return
+                self._state(host, model.HOST_ERROR, str(data["fatal"])[:500])
+            return True
+        data, notes = untrusted.clean_snapshot(data)
         data["host"] = host.spec.name  # the name the user knows, whatever the probe says
         data["labels"] = list(host.spec.labels)
+        data.setdefault("time", self.clock())
+        if notes:
+            said = data.get("error")
+            data["error"] = "; ".join(([said] if said else []) + [
+                "probe data not as expected: " + ", ".join(notes)])
         try:
             snapshot = HostSnapshot.from_dict(data)
         except (TypeError, ValueError) as exc:
             self._state(host, model.HOST_ERROR, f"bad snapshot from the probe: {exc}")
-            return
+            return False
         self._publish(host, snapshot)
+        return True
 
     async def _fallback(self, host: _Host) -> None:
         """No usable python3 (or a Windows shell): nvidia-smi (and ps) once per poll."""
