@@ -29,7 +29,7 @@ from gputop.sources.ssh import SshFeed
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "helpers" / "hostile_probe.py"
 MODES = ("endless", "flood", "bigline", "malformed", "wrongtypes", "numbers", "escapes",
-         "procs", "silent")
+         "procs", "manyprocs", "silent")
 TIMEOUT = 8  # --timeout of the one-shot commands
 MAX_RSS_MB = 400  # the client's peak; a 100 MB line held once would pass 200
 
@@ -67,12 +67,13 @@ def _run(cluster: SshdCluster, name: str, flag: str) -> tuple[int, float, int, s
 EXPECTED = {
     "endless": (model.HOST_ERROR, "not gputop's"),
     "flood": (model.HOST_OK, None),
-    "bigline": (model.HOST_ERROR, "more than 16 MiB"),
+    "bigline": (model.HOST_ERROR, "more than 4 MiB"),
     "malformed": (model.HOST_ERROR, "malformed JSON"),
     "wrongtypes": (model.HOST_ERROR, None),
     "numbers": (model.HOST_OK, "out of range ignored"),
     "escapes": (model.HOST_OK, None),
-    "procs": (model.HOST_OK, "100000 processes, the first 4096 kept"),
+    "procs": (model.HOST_ERROR, "more than 4 MiB"),  # 100,000 processes: ~10 MB a line
+    "manyprocs": (model.HOST_OK, "5000 processes, the first 4096 kept"),
     "silent": (model.HOST_TIMEOUT, "no answer"),
 }
 
@@ -100,7 +101,7 @@ def test_json_and_once_stay_bounded_with_a_clear_state(hostile: SshdCluster, mod
                 gpu["util_gpu"], gpu["fan"]) == (None,) * 6
         assert host["processes"][0]["gpu_mem"] is None
         assert host["time"] > 0
-    if mode == "procs":
+    if mode == "manyprocs":
         assert len(host["processes"]) == 4096
     readable = host["state"] == model.HOST_OK
     assert code == (0 if readable else 3), code  # 3: no host could be read

@@ -71,21 +71,22 @@ _STRAY_KEEP = 4096  # bytes of non-JSON probe output kept to explain a failed st
 
 
 # A snapshot line longer than this is not read: 8 cards and a few hundred processes are
-# ~50 KB; 4,096 processes (what untrusted.py keeps) ~1.5 MB.
-MAX_LINE = 16 << 20
+# ~50 KB, 4,096 processes (what untrusted.py keeps) ~1.5 MB; parsing a 10 MB line costs
+# ~0.3 s of the client's CPU (bench/bench_probe_lines.py), skipping it almost nothing.
+MAX_LINE = 4 << 20
 
 
 class _Lines:
     """Lines of a stream, each at most ``limit`` bytes: a longer one is skipped up to its
     end (``skipped`` counts them), so a host cannot make the client hold 100 MB."""
 
-    def __init__(self, stream: Any, limit: int) -> None:
+    def __init__(self, stream: Any, limit: int, on_skip: Callable[[], None]) -> None:
         self.stream = stream
         self.limit = limit
+        self.on_skip = on_skip  # called as soon as a line is known to be too long
         self.buffer = bytearray()
         self.skipping = False
         self.skipped = 0
-        self.skipped_now = False
         self.eof = False
 
     async def next(self) -> bytes | None:
@@ -103,8 +104,9 @@ class _Lines:
                 self.buffer.clear()
             elif len(self.buffer) > self.limit:
                 self.buffer.clear()
-                self.skipping = self.skipped_now = True
+                self.skipping = True
                 self.skipped += 1
+                self.on_skip()
             if self.eof:
                 if self.buffer and not self.skipping:
                     line = bytes(self.buffer)
@@ -478,7 +480,9 @@ class SshFeed:
             process.stdin.write(bundle.stdin_preamble(config))
             # Generous: python start-up on a loaded host, NVML init on 8 cards, a slow disk.
             first_timeout = self.first_line_timeout or max(30.0, 3 * self._interval + 5)
-            lines = _Lines(process.stdout, MAX_LINE)
+            lines = _Lines(process.stdout, MAX_LINE, lambda: self._state(
+                host, model.HOST_ERROR,
+                f"the probe sent a line of more than {MAX_LINE >> 20} MiB: not read"))
             # The first snapshot's deadline cancels this task's read rather than wrapping
             # each read in wait_for: a wait_for whose read completes just as the feed is
             # closed swallows that cancellation (Python < 3.12), and a host flooding lines
@@ -499,11 +503,6 @@ class SshFeed:
                     line = await lines.next()
                     if line is None:
                         break
-                    if lines.skipped_now:
-                        # One line longer than any snapshot: not read, said once.
-                        self._state(host, model.HOST_ERROR, f"the probe sent a line of more "
-                                    f"than {MAX_LINE >> 20} MiB: not read")
-                        lines.skipped_now = False
                     if self._line(host, line):
                         host.last_line = time.monotonic()
                         if timer is not None:

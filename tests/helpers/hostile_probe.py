@@ -59,9 +59,10 @@ def main(mode: str) -> None:
             processes=[{"pid": 4242, "gpu": 0, "gpu_mem": 1 << 20, "user": "\x1b[31mroot",
                         "command": "\x1b]0;pwned\x07\x1b[2J python \u202etxt.exe\r\nfake "
                         + "A" * 200_000}]))
-    elif mode == "procs":  # 100,000 processes, every second
+    elif mode in ("procs", "manyprocs"):  # 100,000 (or 5,000) processes, every second
+        count = 100_000 if mode == "procs" else 5_000
         procs = [{"pid": 1000 + i, "gpu": i % 8, "gpu_mem": 1 << 20, "user": f"u{i % 50}",
-                  "command": f"python train.py --rank {i}"} for i in range(100_000)]
+                  "command": f"python train.py --rank {i}"} for i in range(count)]
         gpus = [{"index": g, "mem_total": 80 << 30, "mem_used": 1 << 30} for g in range(8)]
         every(snapshot(processes=procs, gpus=gpus), 1.0)
     elif mode == "silent":  # a probe that never answers
