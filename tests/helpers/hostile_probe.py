@@ -22,6 +22,12 @@ def snapshot(**fields: object) -> bytes:
     return (json.dumps(base) + "\n").encode()
 
 
+def until_eof() -> None:
+    """Say nothing more; end with the channel (stdin's EOF), not outlive the test."""
+    while sys.stdin.buffer.read(1 << 16):
+        pass
+
+
 def every(line: bytes, seconds: float = 0.5) -> None:
     while True:
         out.write(line)
@@ -43,7 +49,7 @@ def main(mode: str) -> None:
     elif mode == "malformed":
         out.write(b'{"host": "x", "gpus": [\n')
         out.flush()
-        time.sleep(3600)
+        until_eof()
     elif mode == "wrongtypes":  # JSON of the wrong shape everywhere
         every(b'{"time": "now", "state": "pwned", "gpus": [{"index": "zero"}, {"index": 1, '
               b'"name": ["a"], "mem_total": {"x": 1}, "state": 5}], "processes": [{"pid": '
@@ -66,7 +72,7 @@ def main(mode: str) -> None:
         gpus = [{"index": g, "mem_total": 80 << 30, "mem_used": 1 << 30} for g in range(8)]
         every(snapshot(processes=procs, gpus=gpus), 1.0)
     elif mode == "silent":  # a probe that never answers
-        time.sleep(3600)
+        until_eof()
 
 
 if __name__ == "__main__":
