@@ -25,8 +25,13 @@ def smi_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]
         HostConf("smi-mig", scenario=None, python=None, smi_capture="capture-h100-mig-590.txt"),
         HostConf("smi-win", scenario=None, python=None, shell="cmd",
                  smi_capture="capture-windows-rtx-2080-super-591.txt"),
+        HostConf("smi-endless", scenario=None, python=None),
     ]
-    with SshdCluster(tmp_path_factory.mktemp("smi"), confs, per_daemon=3) as cluster:
+    cluster = SshdCluster(tmp_path_factory.mktemp("smi"), confs, per_daemon=len(confs))
+    # an nvidia-smi that never stops talking (issue 25.9, on the fallback path)
+    endless = cluster.host("smi-endless").bin_dir / "nvidia-smi"
+    endless.write_text("#!/bin/sh\nexec /usr/bin/yes 'GPU 0: no end'\n")
+    with cluster:
         yield cluster
 
 
@@ -61,3 +66,9 @@ async def test_mig_node_lists_its_mig_devices(smi_hosts: SshdCluster) -> None:
     assert [d.profile for d in gpu.mig_devices] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
     assert all(d.uuid and d.uuid.startswith("MIG-") for d in gpu.mig_devices)
     assert {p.gpu_label for p in snap.processes} == {"0:0"}
+
+
+async def test_fallback_output_is_bounded(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-endless"]), timeout=30)
+    assert snap.state == model.HOST_ERROR, snap
+    assert "more than 32 MiB of output" in (snap.error or "")
