@@ -309,15 +309,57 @@ def render(fams: Iterable[Family], openmetrics: bool = False) -> str:
     for fam in fams:
         if not fam.samples:
             continue  # absent, never 0: a family without values is not declared either
-        # OpenMetrics requires a counter's samples to end in _total; DCGM's names do not,
-        # so there they are declared `unknown` and keep their names.
-        kind = "unknown" if openmetrics and fam.kind == "counter" else fam.kind
+        # OpenMetrics names a counter's samples <family>_total; the text format keeps
+        # DCGM's names as they are (which is why Prometheus gets that format: negotiate).
+        sample = fam.name
+        if openmetrics and fam.kind == "counter" and not fam.name.endswith("_total"):
+            sample = fam.name + "_total"
         lines.append(f"# HELP {fam.name} {fam.help}")
-        lines.append(f"# TYPE {fam.name} {kind}")
+        lines.append(f"# TYPE {fam.name} {fam.kind}")
         for labels, value in fam.samples:
             if labels:
                 inner = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
-                lines.append(f"{fam.name}{{{inner}}} {_number(value)}")
+                lines.append(f"{sample}{{{inner}}} {_number(value)}")
             else:
-                lines.append(f"{fam.name} {_number(value)}")
+                lines.append(f"{sample} {_number(value)}")
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def _accepted(accept: str) -> list[tuple[str, dict[str, str], float]]:
+    """An Accept header's (media type, parameters, q), malformed parts left out."""
+    out = []
+    for part in accept.split(",")[:32]:  # a scraper sends a handful; the rest is noise
+        kind, *params = (p.strip() for p in part.split(";"))
+        values: dict[str, str] = {}
+        for param in params:
+            key, sep, value = param.partition("=")
+            if sep:
+                values[key.strip().lower()] = value.strip().strip('"')
+        try:
+            q = float(values.pop("q", "1"))
+        except ValueError:
+            continue
+        if kind and math.isfinite(q):
+            out.append((kind.lower(), values, q))
+    return out
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Whether to answer OpenMetrics rather than the text format 0.0.4.
+
+    The text format is preferred whenever the scraper takes it (Prometheus always does,
+    at a lower q): only there do DCGM's counters keep both their names and their type,
+    as dcgm-exporter serves them.  OpenMetrics would rename them ``..._total`` in the
+    scraper's database and break every dashboard that queries them.  A client that takes
+    OpenMetrics only gets it, counters typed and named as OpenMetrics requires."""
+    if not accept:
+        return False
+    text = openmetrics = False
+    for kind, params, q in _accepted(accept):
+        if q <= 0:
+            continue
+        if kind in ("text/plain", "text/*", "*/*") and params.get("version", "0.0.4") == "0.0.4":
+            text = True
+        elif kind == "application/openmetrics-text":
+            openmetrics = True
+    return openmetrics and not text
