@@ -146,7 +146,8 @@ def _tls(node: Any, name: str, base: str) -> tuple[ssl.SSLContext, tuple[str, ..
         raise WebConfigError(f"{where}: needs both cert_file and key_file")
     ask, require, verify = _CLIENT_AUTH[values.get("client_auth_type", "NoClientCert")]
     if verify and "client_ca_file" not in values:
-        raise WebConfigError(f"{where}: client_auth_type "
+        raise WebConfigError(f"{name}:{lines['client_auth_type']}: tls_server_config: "
+                             "client_auth_type "
                              f"{values['client_auth_type']} needs client_ca_file")
     if values.get("client_allowed_sans") and not verify:
         raise WebConfigError(f"{where}: client_allowed_sans needs a verified client "
