@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--web-config-file", "--web.config.file", dest="web_config_file",
                    metavar="FILE",
                    help="TLS and basic auth, in Prometheus's web config format "
-                        "(docs/prometheus.md)")
+                        "(docs/prometheus.md; default: plain HTTP, no auth)")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
