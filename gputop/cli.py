@@ -221,6 +221,8 @@ def build_config_parser() -> argparse.ArgumentParser:
                             "dcgm-exporter hosts")
     which.add_argument("--alert-rules-opt-in", action="store_true",
                        help="print the opt-in rule (GPU memory above 80 %%)")
+    which.add_argument("--grafana-dashboard", action="store_true",
+                       help="print a Grafana dashboard (JSON) of gputop serve's own series")
     return p
 
 

@@ -15,6 +15,7 @@ CONFIG_EXAMPLE = "config.example.yaml"
 HOSTS_EXAMPLE = "hosts.example.yaml"
 ALERT_RULES = "alert-rules.yaml"
 ALERT_RULES_OPT_IN = "alert-rules-opt-in.yaml"
+GRAFANA_DASHBOARD = "grafana-dashboard.json"
 
 
 def example(name: str) -> str:
@@ -24,7 +25,8 @@ def example(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     for wanted, name in ((args.example, CONFIG_EXAMPLE), (args.hosts_example, HOSTS_EXAMPLE),
                          (args.alert_rules, ALERT_RULES),
-                         (args.alert_rules_opt_in, ALERT_RULES_OPT_IN)):
+                         (args.alert_rules_opt_in, ALERT_RULES_OPT_IN),
+                         (args.grafana_dashboard, GRAFANA_DASHBOARD)):
         if wanted:
             sys.stdout.write(example(name))
             return EXIT_OK
@@ -35,5 +37,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"hosts file:  {hosts} (from {where})" if hosts else
           f"hosts file:  none (--hosts FILE, ${ENV_VAR} or {DEFAULT_PATH}): this machine only")
     print("examples:    gputop config --example, gputop config --hosts-example")
-    print("Prometheus:  gputop config --alert-rules, gputop config --alert-rules-opt-in")
+    print("Prometheus:  gputop config --alert-rules, --alert-rules-opt-in, "
+          "--grafana-dashboard")
     return EXIT_OK

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gputop.analysis import queue_plan
 from gputop.analysis.holders import holders
 from gputop.analysis.orphans import ProcessFlags
 from gputop.model import GPU_OK, Gpu, HealthWarning, HostSnapshot
@@ -150,6 +151,8 @@ def gpu_labels(snap: HostSnapshot, gpu: Gpu, settings: ExportSettings) -> dict[s
     }
     if settings.lowercase_hostname:
         labels["hostname"] = host
+    if snap.driver_version:  # dcgm-exporter's DCGM_FI_DRIVER_VERSION "label" field
+        labels["DCGM_FI_DRIVER_VERSION"] = snap.driver_version
     return labels
 
 
@@ -180,9 +183,39 @@ def families(
         host["hostname"] = host["Hostname"]
     out = list(dcgm.values())
     out += _own_gpu_families(snap, by_index, flags, host)
-    out += _process_families(snap, by_index, host, settings)
+    out += _process_families(snap, by_index, host, settings, flags)
+    out += _queue_families(snap, host)
     out += _health_families(snap, warnings, by_index, host, collect_seconds)
     return out
+
+
+def _queue_families(snap: HostSnapshot, host: dict[str, str]) -> list[Family]:
+    """The host's `gputop run` line (docs/queue.md): jobs per user, priority and state,
+    the cards they ask for, and how long the first in line has waited."""
+    jobs = Family("gputop_queue_jobs", "gauge",
+                  "`gputop run` jobs by user, priority and state (waiting, running).")
+    gpus = Family("gputop_queue_gpus_requested", "gauge",
+                  "GPUs the waiting `gputop run` jobs ask for, by user.")
+    oldest = Family("gputop_queue_oldest_wait_seconds", "gauge",
+                    "How long the longest-waiting `gputop run` job has waited.")
+    running = queue_plan.running_jobs(snap, snap.time)
+    counts: dict[tuple[str, str, str], int] = {}
+    asked: dict[str, int] = {}
+    first: float | None = None
+    for job in snap.queue:
+        state = "running" if job.id in running else "waiting"
+        key = (job.user, job.priority, state)
+        counts[key] = counts.get(key, 0) + 1
+        if state == "waiting":
+            asked[job.user] = asked.get(job.user, 0) + queue_plan.requested(job)
+            first = job.submitted if first is None else min(first, job.submitted)
+    for (user, priority, state), count in sorted(counts.items()):
+        jobs.add({**host, "user": user, "priority": priority, "state": state}, count)
+    for user, count in sorted(asked.items()):
+        gpus.add({**host, "user": user}, count)
+    # Only while somebody waits: an empty line has no "oldest", and 0 would read as one.
+    oldest.add(host, None if first is None else max(snap.time - first, 0.0))
+    return [jobs, gpus, oldest]
 
 
 def _gpu_of(by_index: Mapping[int, dict[str, str]], index: int | None) -> dict[str, str]:
@@ -235,12 +268,14 @@ def _own_gpu_families(
 
 def _process_families(
     snap: HostSnapshot, by_index: Mapping[int, dict[str, str]], host: dict[str, str],
-    settings: ExportSettings,
+    settings: ExportSettings, flags: Mapping[tuple[int, int], ProcessFlags],
 ) -> list[Family]:
     mem = Family("gputop_process_gpu_memory_bytes", "gauge", "GPU memory a process holds (bytes).")
     sm = Family("gputop_process_sm_util", "gauge", "A process's SM utilization (in %).")
     user_mem = Family("gputop_user_gpu_memory_bytes", "gauge", "GPU memory per user (bytes).")
     user_procs = Family("gputop_user_processes", "gauge", "GPU processes per user.")
+    user_idle = Family("gputop_user_idle_held_bytes", "gauge",
+                       "GPU memory a user's processes flagged idle hold (bytes).")
     dropped = Family("gputop_process_series_dropped", "gauge",
                      "Processes left out of the per-process series by the cap.")
     # Only holders of memory get series, biggest first, up to the cap: the cardinality a
@@ -251,9 +286,12 @@ def _process_families(
     users: dict[str, list[int]] = {}
     for proc in snap.processes:
         user = proc.user or (f"uid {proc.uid}" if proc.uid is not None else "unknown")
-        entry = users.setdefault(user, [0, 0])
+        entry = users.setdefault(user, [0, 0, 0])
         entry[0] += proc.gpu_mem or 0
         entry[1] += 1
+        flag = flags.get(proc.key)
+        if flag is not None and flag.idle:  # the same rule as gputop_gpu_idle_held_bytes
+            entry[2] += proc.gpu_mem or 0
     for proc in holders[:cap]:
         labels = {**host, **_gpu_of(by_index, proc.gpu), "pid": str(proc.pid),
                   "user": proc.user or "", "command": (proc.command or "")[:COMMAND_LABEL_MAX],
@@ -261,11 +299,12 @@ def _process_families(
                   "workload": proc.workload.label if proc.workload is not None else ""}
         mem.add(labels, proc.gpu_mem)
         sm.add(labels, proc.sm_util)
-    for user, (total, count) in sorted(users.items()):
+    for user, (total, count, idle) in sorted(users.items()):
         user_mem.add({**host, "user": user}, total)
         user_procs.add({**host, "user": user}, count)
+        user_idle.add({**host, "user": user}, idle)
     dropped.add(host, max(len(holders) - cap, 0))
-    return [mem, sm, user_mem, user_procs, dropped]
+    return [mem, sm, user_mem, user_procs, user_idle, dropped]
 
 
 def _health_families(
