@@ -74,8 +74,19 @@ _DCGM: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
      "Number of remapped rows for correctable errors"),
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
+     "Total number of NVLink bandwidth counters for all lanes (KiB of data, NVML)."),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge",
      "Ratio of time the graphics engine is active (NVML utilization / 100 here)."),
+    # DCGM's profiling fields, from NVML's GPM where the card has it (Hopper and newer)
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
+     "Ratio of cycles the tensor (HMMA) pipe is active (GPM, any tensor pipe)."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+     "Ratio of cycles the device memory interface is active sending or receiving data."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
+     "The rate of data transmitted over the PCIe bus, in bytes per second."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
+     "The rate of data received over the PCIe bus, in bytes per second."),
 )
 DCGM_NAMES = tuple(name for name, _kind, _help in _DCGM)
 
@@ -83,6 +94,9 @@ DCGM_NAMES = tuple(name for name, _kind, _help in _DCGM)
 def _dcgm_values(gpu: Gpu, last_xid: int | None) -> dict[str, float | int | bool | None]:
     def mib(value: int | None) -> int | None:
         return None if value is None else value // MIB
+
+    def ratio(percent: float | None) -> float | None:  # DCGM's PROF fields are 0..1
+        return None if percent is None else percent / 100
 
     free = None
     if gpu.mem_total is not None and gpu.mem_used is not None:
@@ -98,17 +112,22 @@ def _dcgm_values(gpu: Gpu, last_xid: int | None) -> dict[str, float | int | bool
         "DCGM_FI_DEV_FB_FREE": mib(free),
         "DCGM_FI_DEV_FB_RESERVED": mib(gpu.mem_reserved),
         "DCGM_FI_DEV_GPU_TEMP": gpu.temp,
-        "DCGM_FI_DEV_MEMORY_TEMP": None,  # the snapshot has no memory temperature
+        "DCGM_FI_DEV_MEMORY_TEMP": gpu.temp_memory,
         "DCGM_FI_DEV_POWER_USAGE": gpu.power_draw,
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": None,  # not collected
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": gpu.energy_mj,
         "DCGM_FI_DEV_SM_CLOCK": gpu.clock_sm,
         "DCGM_FI_DEV_MEM_CLOCK": gpu.clock_mem,
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": None,  # not collected
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": gpu.pcie_replays,
         "DCGM_FI_DEV_XID_ERRORS": last_xid,
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": gpu.remapped_uncorrectable,
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": gpu.remapped_correctable,
         "DCGM_FI_DEV_ROW_REMAP_FAILURE": gpu.remap_failure,
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": gpu.nvlink_data_kib,
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE": None if gpu.util_gpu is None else gpu.util_gpu / 100,
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ratio(gpu.prof_tensor_active),
+        "DCGM_FI_PROF_DRAM_ACTIVE": ratio(gpu.prof_dram_active),
+        "DCGM_FI_PROF_PCIE_TX_BYTES": gpu.prof_pcie_tx_bytes,
+        "DCGM_FI_PROF_PCIE_RX_BYTES": gpu.prof_pcie_rx_bytes,
     }
 
 
