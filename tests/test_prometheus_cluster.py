@@ -157,8 +157,8 @@ def scrape(url: str, accept: str | None = None) -> tuple[str, str]:
 
 def promtool_problems(text: str) -> list[str]:
     """What `promtool check metrics` finds in ``text``, less the lints DCGM's names must
-    keep: its counters lack `_total` and its labels (UUID, modelName, Hostname) are
-    camelCase, and dashboards query them by those names.  Under OpenMetrics a counter's
+    keep: its counters lack `_total` (one even ends in `_COUNTER`) and its labels (UUID,
+    modelName, Hostname) are camelCase, and dashboards query them by those names.  Under OpenMetrics a counter's
     samples are <family>_total, which promtool's text parser takes for a family of its
     own without HELP: allowed for exactly the declared counters.  A parse error (an
     `unknown` type, a bad line) is never filtered."""
@@ -167,9 +167,17 @@ def promtool_problems(text: str) -> list[str]:
     counters = {line.split()[2] for line in text.splitlines()
                 if line.startswith("# TYPE ") and line.endswith(" counter")}
     allowed_help = {f"{name}_total no help text" for name in counters}
+    dcgm_names = ('should have "_total" suffix', "should not include type 'counter'")
+
+    def allowed(line: str) -> bool:
+        name = line.split(" ", 1)[0]
+        if "camelCase" in line or line.strip() in allowed_help:
+            return True  # DCGM's label names, on gputop's series too
+        # DCGM's metric names (DCGM_FI_DEV_PCIE_REPLAY_COUNTER...), never gputop's own.
+        return name.startswith("DCGM_FI_") and any(words in line for words in dcgm_names)
+
     problems = [line for line in done.stderr.decode().splitlines()
-                if line.strip() and 'should have "_total" suffix' not in line
-                and "camelCase" not in line and line.strip() not in allowed_help]
+                if line.strip() and not allowed(line)]
     if done.returncode not in (0, 3):  # 3: lint findings only
         problems.append(f"promtool exit {done.returncode}")
     return problems
