@@ -158,9 +158,10 @@ def scrape(url: str, accept: str | None = None) -> tuple[str, str]:
 def promtool_problems(text: str) -> list[str]:
     """What `promtool check metrics` finds in ``text``, less the lints DCGM's names must
     keep: its counters lack `_total` (one even ends in `_COUNTER`) and its labels (UUID,
-    modelName, Hostname) are camelCase, and dashboards query them by those names.  Under OpenMetrics a counter's
-    samples are <family>_total, which promtool's text parser takes for a family of its
-    own without HELP: allowed for exactly the declared counters.  A parse error (an
+    modelName, Hostname) are camelCase, and dashboards query them by those names.
+    Under OpenMetrics a counter's samples are <family>_total, which promtool's text
+    parser takes for a family of its own without HELP: allowed for exactly the declared
+    counters.  A parse error (an
     `unknown` type, a bad line) is never filtered."""
     done = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
                           capture_output=True, timeout=30)

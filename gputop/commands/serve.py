@@ -116,6 +116,7 @@ class Exporter:
 # scraper must not hold a thread forever.
 CLIENT_TIMEOUT_S = 30.0
 MAX_ERROR_KINDS = 32  # distinct client-error lines said, then silence
+PLAIN = WebConfig()  # no --web-config-file: plain HTTP, no auth
 
 
 class Server(ThreadingHTTPServer):
@@ -125,7 +126,7 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 web: WebConfig) -> None:
+                 web: WebConfig = PLAIN) -> None:
         self.web = web
         self._said: set[str] = set()
         self._said_lock = threading.Lock()
@@ -154,7 +155,7 @@ class Server(ThreadingHTTPServer):
         common.say("serve", f"a client's request failed: {kind} (said once per kind)")
 
 
-def _handler(exporter: Exporter, web: WebConfig) -> type[BaseHTTPRequestHandler]:
+def _handler(exporter: Exporter, web: WebConfig = PLAIN) -> type[BaseHTTPRequestHandler]:
     auth = BasicAuth(web.users) if web.users else None
 
     class Handler(BaseHTTPRequestHandler):
@@ -215,7 +216,7 @@ def _serve(options: SourceOptions, args: argparse.Namespace) -> int:
     if not 0.5 <= args.interval <= 3600:
         raise common.usage_error("--interval: expected 0.5 to 3600 seconds")
     address = parse_listen(args.listen)
-    web = WebConfig()
+    web = PLAIN
     if args.web_config_file:
         from gputop.commands import webconfig
 

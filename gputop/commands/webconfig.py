@@ -252,6 +252,7 @@ class BasicAuth:
         self._checkpw = checkpw
         self._cache: dict[bytes, bool] = {}
         self._lock = threading.Lock()
+        self._check_lock = threading.Lock()
 
     def allows(self, header: str | None) -> bool:
         import base64
@@ -273,14 +274,22 @@ class BasicAuth:
             known = self._cache.get(key)
         if known is not None:
             return known
-        try:
-            ok = self._checkpw(password, hashed or _DUMMY_HASH) and hashed is not None
-        except ValueError:  # a hash bcrypt itself refuses: nobody gets in with it
-            ok = False
-        with self._lock:
-            if len(self._cache) >= _CACHE_MAX:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = ok
+        # One bcrypt at a time: ten scrapers connecting at once with the same password
+        # cost one check (the others find the answer), and a flood of guesses costs one
+        # core at most, never all of them.
+        with self._check_lock:
+            with self._lock:
+                known = self._cache.get(key)
+            if known is not None:
+                return known
+            try:
+                ok = self._checkpw(password, hashed or _DUMMY_HASH) and hashed is not None
+            except ValueError:  # a hash bcrypt itself refuses: nobody gets in with it
+                ok = False
+            with self._lock:
+                if len(self._cache) >= _CACHE_MAX:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = ok
         return ok
 
 
