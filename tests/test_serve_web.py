@@ -327,3 +327,25 @@ def test_prometheus_scrapes_tls_and_basic_auth(tmp_path: Path, pki: Pki) -> None
         serve.terminate()
         serve.wait(20)
     assert b"Traceback" not in serve.stderr.read()  # type: ignore[union-attr]
+
+
+def test_scrapers_connecting_at_once_cost_one_bcrypt() -> None:
+    import threading
+
+    calls = []
+
+    def slow_checkpw(password: bytes, hashed_pw: bytes) -> bool:
+        calls.append(password)
+        time.sleep(0.2)  # bcrypt's time, so that the others arrive meanwhile
+        return bool(bcrypt.checkpw(password, hashed_pw))
+
+    auth = BasicAuth({"ops": hashed().encode()}, slow_checkpw)
+    good = "Basic " + base64.b64encode(f"ops:{PASSWORD}".encode()).decode()
+    answers: list[bool] = []
+    threads = [threading.Thread(target=lambda: answers.append(auth.allows(good)))
+               for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [True] * 10 and len(calls) == 1
