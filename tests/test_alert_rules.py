@@ -5,12 +5,23 @@ alert exercised on gputop serve's series and on dcgm-exporter's, printed by
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
-from helpers.prom import ROOT, need_prometheus
+from helpers.prom import (
+    ROOT,
+    free_port,
+    need_prometheus,
+    start_prometheus,
+    start_serve,
+    wait_http,
+)
 
 RULES = ROOT / "gputop" / "examples"
 TESTS = ROOT / "tests" / "prometheus"
@@ -62,3 +73,46 @@ def test_gputop_config_prints_the_shipped_rules(flag: str, name: str) -> None:
     done = subprocess.run([sys.executable, "-m", "gputop.cli", "config", flag], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == (RULES / name).read_text()
+
+
+def test_rules_fire_in_a_real_prometheus_scraping_gputop_serve(tmp_path: Path) -> None:
+    """The shipped file loaded by a real Prometheus scraping `gputop serve --demo faulty`
+    and `--demo lab`: the faulty host's uncorrectable ECC and pending remap raise
+    GpuMemoryErrors on its GPU 2, from the series serve really exports; the lab host
+    raises none of it."""
+    need_prometheus()
+    config = tmp_path / "config.yaml"
+    config.write_text("{}\n")
+    procs = []
+    try:
+        targets = []
+        for scenario in ("faulty", "lab"):
+            port = free_port()
+            procs.append(start_serve(scenario, port, config))
+            targets.append(f"127.0.0.1:{port}")
+        for target in targets:
+            wait_http(f"http://{target}/api/v1/snapshot")
+        prom, url = start_prometheus(tmp_path, {"gputop": targets},
+                                     rule_files=(RULES / "alert-rules.yaml",))
+        procs.append(prom)
+        end = time.monotonic() + 90
+        while True:
+            with urllib.request.urlopen(f"{url}/api/v1/alerts", timeout=10) as response:
+                alerts = json.load(response)["data"]["alerts"]
+            memory = [a for a in alerts if a["labels"]["alertname"] == "GpuMemoryErrors"
+                      and a["state"] == "firing"]
+            if len(memory) >= 2:
+                break
+            assert time.monotonic() < end, f"GpuMemoryErrors never fired: {alerts}"
+            time.sleep(0.5)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(20)
+    assert {(a["labels"]["Hostname"], a["labels"]["gpu"], a["labels"]["code"])
+            for a in memory} == {("a100-node-12", "2", "ecc-uncorrected"),
+                                 ("a100-node-12", "2", "remap-pending")}
+    assert all(a["labels"]["severity"] == "critical" for a in memory)
+    assert not [a for a in alerts if a["labels"].get("Hostname") == "lab-gpu-03"
+                and a["labels"]["alertname"] in ("GpuMemoryErrors", "GpuFallenOffBus")]
