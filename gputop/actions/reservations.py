@@ -241,7 +241,7 @@ def reserve(
         if not targets:
             raise ReservationError("no GPU given")
         ensure_directory(directory)
-        wanted = _wanted(gpu_uuids, mig_devices)
+        wanted = _wanted_for(targets, mig_devices)
         with locked(directory, (t.index for t in targets)):
             return _reserve_locked(directory, targets, until, note, now, must_hold, job,
                                    wanted)
@@ -287,7 +287,7 @@ def release(
             cards = [e.data["gpu"] for e in _scan(directory, owner=os.geteuid()).entries]
         with locked(directory, cards):
             return _release_locked(directory, targets, now, set(cards),
-                                   _wanted(gpu_uuids, mig_devices))
+                                   _wanted_for(targets or [], mig_devices))
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "released": []}
     except OSError as exc:
@@ -469,11 +469,6 @@ class _Wanted:
     keys: frozenset[str] | None = None
     any_mig: bool = False  # the MIG devices are not known: every MIG-... key is read
 
-    def reads(self, key: str) -> bool:
-        if self.keys is None or key in self.keys:
-            return True
-        return self.any_mig and key.startswith("MIG-")
-
     def tag(self) -> str:
         """What the cache keys this reading by, beside the directory."""
         if self.keys is None:
@@ -499,6 +494,27 @@ def _wanted(gpu_uuids: GpuUuids | None, mig_devices: MigDevices | None = None) -
         if _UUID.fullmatch(uuid):
             keys.add(uuid)
     return _Wanted(frozenset(keys), any_mig=mig_devices is None)
+
+
+def _wanted_for(targets: list[_Target], mig_devices: MigDevices | None) -> _Wanted:
+    """The names a change of ``targets`` must read (``_slot`` and ``_related``): each
+    card's UUID and index keys and its MIG devices' keys; a MIG device's own key and its
+    card's.  A change pays for the files named for its cards, not for all of them."""
+    keys: set[str] = set()
+    any_mig = False
+    for target in targets:
+        card_uuid = target.uuid if target.mig is None else target.parent_uuid
+        if card_uuid is None:
+            return _EVERYTHING  # its claims may be under any name that says its index
+        keys.update((card_uuid, f"index-{target.index}"))
+        if target.mig is not None:
+            keys.add(target.key)
+        elif mig_devices is None:
+            any_mig = True
+        else:
+            keys.update(uuid for uuid, (card, _slot) in mig_devices.items()
+                        if card == target.index and _UUID.fullmatch(uuid))
+    return _Wanted(frozenset(keys), any_mig)
 
 
 def _scan(directory: str, wanted: _Wanted = _EVERYTHING, cached: bool = False,
@@ -533,28 +549,38 @@ def _read_names(fd: int, directory: str, names: list[str], wanted: _Wanted,
     foreign: list[str] = []  # no reservation file's name
     elsewhere: list[str] = []  # a claim's name, of a card this host does not have
     candidates: list[tuple[str, str, int, bool]] = []
+    keys, any_mig = wanted.keys, wanted.any_mig
     for name in names:
-        if is_lock_file(name) or name.startswith(JOB_PREFIX):
+        if name[0] == ".":
+            if name.startswith(TMP_PREFIX):
+                card = _TMP_FILE.match(name)
+                if card and int(card.group(1)) in tmp_cards:
+                    with contextlib.suppress(OSError):
+                        out.tmp_files.append((os.path.join(directory, name),
+                                              os.lstat(name, dir_fd=fd).st_uid,
+                                              int(card.group(1))))
+            elif not is_lock_file(name):
+                foreign.append(name)
             continue
-        if name.startswith(TMP_PREFIX):
-            card = _TMP_FILE.match(name)
-            if card and int(card.group(1)) in tmp_cards:
-                with contextlib.suppress(OSError):
-                    out.tmp_files.append((os.path.join(directory, name),
-                                          os.lstat(name, dir_fd=fd).st_uid,
-                                          int(card.group(1))))
+        if name.startswith(JOB_PREFIX):
+            continue
+        # No key holds a dot: the part before the first one is the key, found without a
+        # regex, so 50,000 names of other cards cost a listing and a set lookup each.
+        key = name.partition(".")[0]
+        if keys is not None and key not in keys and not (any_mig and key.startswith("MIG-")):
+            if name.endswith(".json") and key.startswith(("GPU-", "MIG-", "index-")):
+                elsewhere.append(name)
+            else:
+                foreign.append(name)
             continue
         match = _FILE_NAME.fullmatch(name)
         if not match:
             foreign.append(name)
             continue
-        key, generation = match.group(1), int(match.group(2))
+        generation = int(match.group(2))
         # Every generation with a file is taken, readable or not: a new claim must not
         # collide with a file we cannot remove.
         out.generations.setdefault(key, set()).add(generation)
-        if not wanted.reads(key):
-            elsewhere.append(name)
-            continue
         candidates.append((name, key, generation, bool(match.group(3))))
     _count(out, directory, foreign, "not a reservation file",
            "files that are not reservation files")
@@ -588,8 +614,16 @@ def _by_owner(
     """The candidates worth reading, in name order: not those of a user who has more
     than MAX_FILES_PER_OWNER files under one key (nobody needs more than a claim and its
     extension, and an old pair not yet cleaned); the owner is the kernel's word."""
+    per_key: dict[str, int] = {}
+    for candidate in candidates:
+        per_key[candidate[1]] = per_key.get(candidate[1], 0) + 1
+    if owner is None and max(per_key.values(), default=0) <= MAX_FILES_PER_OWNER:
+        return sorted(candidates)  # no owner can have too many: no need to ask whose
     groups: dict[tuple[str, int], list[tuple[str, str, int, bool]]] = {}
     for candidate in candidates:
+        if owner is None and per_key[candidate[1]] <= MAX_FILES_PER_OWNER:
+            groups.setdefault((candidate[1], -1), []).append(candidate)
+            continue
         try:
             uid = os.lstat(candidate[0], dir_fd=fd).st_uid
         except FileNotFoundError:
