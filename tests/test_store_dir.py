@@ -7,7 +7,6 @@ Local commands run as real processes on gputop's fake NVIDIA driver (2 idle card
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
