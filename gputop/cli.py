@@ -23,7 +23,10 @@ CONFIG_COMMAND = "config"  # the config file's place and the shipped examples
 HOST_HELP = "which host of --hosts/-H (default: the only one; required with several)"
 JSON_HELP = "print JSON instead of text (default: text)"
 FILTER_HELP = {"--min-free-mem": "free memory each GPU needs, e.g. 20G, 512M (default: any)",
-               "--max-util": "highest acceptable util %% (default: any)"}
+               "--max-util": "highest acceptable util %% (default: any)",
+               "--share": "also GPUs where another user's process runs (default: never;"
+                          " filters only narrow)",
+               "--whole": "whole GPUs only (default: one MIG device when it is enough)"}
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
@@ -115,6 +118,8 @@ def build_subparser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--count", type=int, metavar="N", help="how many GPUs (default 1)")
         p.add_argument("--min-free-mem", metavar="SIZE", help=FILTER_HELP["--min-free-mem"])
         p.add_argument("--max-util", type=float, metavar="PCT", help=FILTER_HELP["--max-util"])
+        p.add_argument("--share", action="store_true", help=FILTER_HELP["--share"])
+        p.add_argument("--whole", action="store_true", help=FILTER_HELP["--whole"])
         p.add_argument(
             "--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES=...' "
             "(default: 'CUDA_VISIBLE_DEVICES=...')"
@@ -164,6 +169,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                        help="these GPUs, e.g. 0,2 (default: any free ones)")
     p.add_argument("--min-free-mem", metavar="SIZE", help=FILTER_HELP["--min-free-mem"])
     p.add_argument("--max-util", type=float, metavar="PCT", help=FILTER_HELP["--max-util"])
+    p.add_argument("--share", action="store_true", help=FILTER_HELP["--share"])
+    p.add_argument("--whole", action="store_true", help=FILTER_HELP["--whole"])
     p.add_argument("--for", dest="duration", metavar="DURATION", help="stop CMD after this "
                    "long (SIGTERM, then SIGKILL), e.g. 8h (default: no limit)")
     p.add_argument("--note", default="", help="why; shown to everyone (default: none)")

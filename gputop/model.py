@@ -474,6 +474,8 @@ class QueueJob(_Record):
     command: str = ""
     uid: int | None = None
     pid: int | None = None
+    share: bool = False  # may run beside another user's process (--share)
+    whole: bool = False  # whole cards only, never a MIG device (--whole)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QueueJob:

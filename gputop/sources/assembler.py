@@ -100,7 +100,7 @@ class HostAssembler:
         if not self.lean:
             snap["device_holders"], snap["device_scan_note"] = self._device_holders(
                 snap["gpus"], snap["processes"], now)
-        snap["reservations"] = self._reservations(now)
+        snap["reservations"] = self._reservations(now, snap["gpus"])
         snap["queue"] = self._queue()
         return snap
 
@@ -163,13 +163,20 @@ class HostAssembler:
 
     # -- the store -----------------------------------------------------------------------------
 
-    def _reservations(self, now: float) -> list[dict[str, Any]]:
+    def _reservations(self, now: float, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not self.reservations_dir:
             return []
         from gputop.actions import reservations  # stdlib-only; shipped in the probe bundle
 
+        # Only this host's cards' claims are read: junk under other names costs nothing.
+        uuids = {g["index"]: g.get("uuid") for g in gpus}
+        migs: dict[str, tuple[int, int]] | None = {
+            m["uuid"]: (g["index"], m.get("index")) for g in gpus
+            for m in g.get("mig_devices") or () if m.get("uuid")}
+        if any(g.get("mig_note") for g in gpus):
+            migs = None  # some MIG devices unlisted: their claims are read under any name
         try:
-            return reservations.list_active(self.reservations_dir, now)
+            return reservations.list_active(self.reservations_dir, now, uuids, migs)
         except (OSError, ValueError):
             # A broken reservation store must not cost the user the GPU view.
             return []

@@ -44,6 +44,7 @@ __all__ = [
     "open_feeds",
     "plan_sources",
     "reservations_dir",
+    "reservations_dir_from",
 ]
 
 # In a one-shot --demo the simulation is read twice, this far apart in simulated time, so
@@ -120,9 +121,19 @@ def demo_reservations_dir(scenario: str) -> str:
 
 def reservations_dir(options: SourceOptions, config: Config) -> str:
     """The reservation store of the local or demo source."""
+    return reservations_dir_from(options, config)[0]
+
+
+def reservations_dir_from(options: SourceOptions, config: Config) -> tuple[str, str]:
+    """(the store of the local or demo source, where that came from): store.py's rule.
+    A simulation never takes the config's directory, which names a real store."""
+    from gputop.actions.store import store_directory
+
     if options.demo:
-        return demo_reservations_dir(options.demo)
-    return config.reservations.dir
+        return store_directory(None, demo_reservations_dir(options.demo))
+    res = config.reservations
+    return store_directory(res.dir if res.dir_from else None, res.dir,
+                           res.dir_from or "config")
 
 
 # -- the feeds ---------------------------------------------------------------------------------
