@@ -10,7 +10,7 @@ import textwrap
 from typing import Any
 
 from gputop.analysis.durations import format_duration
-from gputop.ledger.report import HOUR, when
+from gputop.ledger.report import HOUR, amount, when
 from gputop.text import visible
 
 WIDTH = 100
@@ -19,12 +19,15 @@ GIB = 1024**3
 # (title, key in the document, columns: (heading, field, width, format))
 _Column = tuple[str, str, int, str]
 _GROUP_COLUMNS: list[_Column] = [
-    ("#", "rank", 3, "d"), ("{by}", "name", 22, "s"), ("held GPU-h", "gpu_hours_held", 11, ".1f"),
-    ("busy GPU-h", "gpu_hours_busy", 11, ".1f"),
-    ("idle-held GPU-h", "gpu_hours_held_idle", 16, ".1f"),
-    ("SM % held", "mean_sm_pct_held", 10, ".1f"), ("peak mem", "peak_mem_bytes", 9, "mem"),
-    ("procs", "processes", 6, "d"), ("kWh", "energy_kwh", 8, ".1f"),
+    ("#", "rank", 3, "d"), ("{by}", "name", 18, "s"), ("GPU-h held", "gpu_hours_held", 10, "h"),
+    ("busy", "gpu_hours_busy", 7, "h"), ("idle", "gpu_hours_held_idle", 7, "h"),
+    ("proc GPU-h", "process_gpu_hours_held", 10, "h"),
+    ("SM %", "mean_sm_pct_held", 5, ".1f"), ("peak mem", "peak_mem_bytes", 9, "mem"),
+    ("procs", "processes", 5, "d"), ("kWh", "energy_kwh", 7, "h"),
 ]
+# Under the groups table: what its hour columns count.
+GROUP_NOTE = ("GPU-h held, busy, idle: card-hours, a card counted once however many of the"
+              " group's processes were on it; proc GPU-h: summed per process.")
 _HOLD_COLUMNS: list[_Column] = [
     ("user", "user", 12, "s"), ("host", "host", 14, "s"), ("GPU", "gpu", 3, "d"),
     ("pid", "pid", 8, "d"), ("idle", "idle_hours", 7, "dur"), ("held", "held_hours", 7, "dur"),
@@ -32,15 +35,15 @@ _HOLD_COLUMNS: list[_Column] = [
 ]
 _GPU_COLUMNS: list[_Column] = [
     ("host", "host", 16, "s"), ("GPU", "gpu", 3, "d"), ("name", "name", 22, "s"),
-    ("hours", "hours_recorded", 7, ".1f"), ("busy %", "busy_pct", 6, ".1f"),
+    ("hours", "hours_recorded", 7, "h"), ("busy %", "busy_pct", 6, ".1f"),
     ("idle-held %", "held_idle_pct", 11, ".1f"), ("free %", "free_pct", 6, ".1f"),
-    ("kWh", "energy_kwh", 7, ".1f"), ("warn", "warnings", 4, "d"), ("XID", "xids", 4, "d"),
+    ("kWh", "energy_kwh", 7, "h"), ("warn", "warnings", 4, "d"), ("XID", "xids", 4, "d"),
 ]
 _HOST_COLUMNS: list[_Column] = [
     ("host", "host", 22, "s"), ("GPUs", "gpus", 4, "d"),
-    ("GPU-hours", "gpu_hours_recorded", 9, ".1f"), ("busy %", "busy_pct", 6, ".1f"),
+    ("GPU-hours", "gpu_hours_recorded", 9, "h"), ("busy %", "busy_pct", 6, ".1f"),
     ("idle-held %", "held_idle_pct", 11, ".1f"), ("free %", "free_pct", 6, ".1f"),
-    ("kWh", "energy_kwh", 8, ".1f"), ("warn", "warnings", 4, "d"), ("XID", "xids", 4, "d"),
+    ("kWh", "energy_kwh", 8, "h"), ("warn", "warnings", 4, "d"), ("XID", "xids", 4, "d"),
 ]
 
 
@@ -62,6 +65,8 @@ def cell(value: Any, kind: str) -> str:
         return f"{value / GIB:.1f} GiB"
     if kind == "dur":
         return format_duration(value * HOUR)
+    if kind == "h":
+        return amount(value)
     if kind == "s":
         return visible(str(value))
     return format(value, kind)
@@ -96,6 +101,8 @@ def _text(doc: dict[str, Any]) -> str:
         out.append(" ".join(_fit(h, w, k) for h, _f, w, k in columns).rstrip())
         for row in rows:
             out.append(" ".join(_fit(cell(row[f], k), w, k) for _h, f, w, k in columns).rstrip())
+        if key == "groups":
+            out += textwrap.wrap(GROUP_NOTE, WIDTH)
     return "\n".join(line[:WIDTH] for line in out) + "\n"
 
 
@@ -116,6 +123,8 @@ def _markdown(doc: dict[str, Any]) -> str:
         for row in doc[key]:
             out.append("| " + " | ".join(_md_escape(cell(row[f], k))
                                          for _h, f, _w, k in columns) + " |")
+        if key == "groups":
+            out += ["", _md_escape(GROUP_NOTE)]
     return "\n".join(out) + "\n"
 
 

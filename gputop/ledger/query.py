@@ -12,10 +12,10 @@ import math
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from gputop.ledger.store import LedgerError, open_reader
+from gputop.ledger.store import HOLDERS_FROM_PROCS, LedgerError, has_table, open_reader
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,22 @@ class GpuUsage:
 
 
 @dataclass(frozen=True)
+class HolderUsage:
+    """What one holder did on one card in the period, counted once however many processes
+    it ran there: kind 'user' or 'workload' (name '' when unknown), or 'card' (anyone)."""
+
+    host: str
+    gpu: int
+    gpu_name: str | None
+    kind: str
+    name: str
+    held_s: float
+    busy_s: float
+    idle_s: float
+    sm_s: float
+
+
+@dataclass(frozen=True)
 class Event:
     host: str
     gpu: int | None
@@ -70,6 +86,7 @@ class Usage:
     gpus: list[GpuUsage]
     hourly: list[tuple[str, int, int, float, float]]  # host, gpu, hour, seconds, util x s
     events: list[Event]
+    holders: list[HolderUsage] = field(default_factory=list)
 
 
 # An hour belongs to the period when it overlaps it.
@@ -90,6 +107,17 @@ GROUP BY p.proc_id, p.gpu_id
 
 _GPUS = f"""SELECT gpu_id, SUM(dur), SUM(busy_s), SUM(held_idle_s), SUM(util_s), SUM(energy_j),
   MAX(mem_max) FROM gpu_hourly WHERE {_IN} GROUP BY gpu_id"""
+
+_HOLDERS = """SELECT gpu_id, kind, name, SUM(dur), SUM(busy_s), SUM(idle_s), SUM(sm_s)
+FROM {source} WHERE hour * 3600 < :b AND hour * 3600 + 3600 > :a GROUP BY gpu_id, kind, name"""
+
+
+def holders_source(conn: sqlite3.Connection) -> str:
+    """holder_hourly, or for a schema-1 ledger read as it is, its backfill (store.py)."""
+    if has_table(conn, "holder_hourly"):
+        return "holder_hourly"
+    return f"({HOLDERS_FROM_PROCS})"
+
 
 _HOURLY = f"SELECT gpu_id, hour, dur, util_s FROM gpu_hourly WHERE {_IN} ORDER BY gpu_id, hour"
 
@@ -112,6 +140,8 @@ def load(conn: sqlite3.Connection, t_from: float, t_to: float) -> Usage:
             "SELECT procs.id, hosts.name, pid, start, user, workload, command"
             " FROM procs JOIN hosts ON hosts.id = procs.host_id") if row[0] in wanted}
         hourly = conn.execute(_HOURLY, params).fetchall()
+        holders = conn.execute(_HOLDERS.format(source=holders_source(conn)),
+                               params).fetchall()
         events = conn.execute(
             "SELECT host_id, gpu_id, t, kind, code, severity, message FROM events"
             " WHERE t >= :a AND t < :b ORDER BY t", params).fetchall()
@@ -124,6 +154,8 @@ def load(conn: sqlite3.Connection, t_from: float, t_to: float) -> Usage:
         hourly=[(gpus[g][0], gpus[g][1], hour, dur, util_s) for g, hour, dur, util_s in hourly],
         events=[Event(hosts.get(h, "?"), None if g is None else gpus[g][1], *rest)
                 for h, g, *rest in events],
+        holders=[HolderUsage(gpus[g][0], gpus[g][1], gpus[g][2], *rest)
+                 for g, *rest in holders if g in gpus],
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gputop.analysis.durations import format_duration
-from gputop.ledger.query import ProcUsage, Usage
+from gputop.ledger.query import HolderUsage, ProcUsage, Usage
 
 REPORT_SCHEMA = 1
 GROUPINGS = ("user", "workload", "gpu", "host")
@@ -67,20 +67,37 @@ def build(usage: Usage, by: str = "user", top: int = 10) -> dict[str, Any]:
     return doc
 
 
+# Which holder rows (query.HolderUsage) a grouping counts, and their group's name.
+_HOLDER_KIND = {"user": "user", "workload": "workload", "gpu": "card", "host": "card"}
+_HOLDER_KEYS: dict[str, Callable[[HolderUsage], str]] = {
+    "user": lambda h: h.name or "(unknown)",
+    "workload": lambda h: h.name or "(none)",
+    "gpu": lambda h: f"{h.host}:{h.gpu}",
+    "host": lambda h: h.host,
+}
+
+
 def _groups(usage: Usage, by: str) -> list[dict[str, Any]]:
+    """Per group: card-hours held (a card counted once per moment, however many of the
+    group's processes were on it), and beside them the per-process sums."""
     key = _KEYS[by]
     sums: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"held_s": 0.0, "busy_s": 0.0, "idle_s": 0.0, "sm_s": 0.0, "mem_max": 0,
-                 "energy_j": 0.0, "procs": set()})
+                 "energy_j": 0.0, "procs": set(), "proc_held_s": 0.0})
     for p in usage.procs:
         s = sums[key(p)]
-        s["held_s"] += p.held_s
-        s["busy_s"] += p.busy_s
-        s["idle_s"] += p.idle_s
-        s["sm_s"] += p.sm_s
+        s["proc_held_s"] += p.held_s
         s["mem_max"] = max(s["mem_max"], p.mem_max or 0)
         s["energy_j"] += p.energy_j
         s["procs"].add((p.host, p.pid, p.start))
+    kind, holder_key = _HOLDER_KIND[by], _HOLDER_KEYS[by]
+    for h in usage.holders:
+        if h.kind == kind:
+            s = sums[holder_key(h)]
+            s["held_s"] += h.held_s
+            s["busy_s"] += h.busy_s
+            s["idle_s"] += h.idle_s
+            s["sm_s"] += h.sm_s
     ranked = sorted(sums.items(), key=lambda kv: (-kv[1]["held_s"], kv[0]))
     return [
         {
@@ -92,7 +109,8 @@ def _groups(usage: Usage, by: str) -> list[dict[str, Any]]:
             "mean_sm_pct_held": round(s["sm_s"] / s["held_s"], 1) if s["held_s"] else 0.0,
             "peak_mem_bytes": s["mem_max"],
             "processes": len(s["procs"]),
-            "energy_kwh": round(s["energy_j"] / KWH, 3),
+            "process_gpu_hours_held": _hours(s["proc_held_s"]),
+            "energy_kwh": round(s["energy_j"] / KWH, 4),
         }
         for n, (name, s) in enumerate(ranked, 1)
     ]
@@ -127,7 +145,7 @@ def _gpus(usage: Usage) -> list[dict[str, Any]]:
             "gpu_hours_free": _hours(free),
             "mean_util_pct": round(g.util_s / g.recorded_s, 1) if g.recorded_s else 0.0,
             "peak_mem_bytes": g.mem_max,
-            "energy_kwh": round(g.energy_j / KWH, 3),
+            "energy_kwh": round(g.energy_j / KWH, 4),
             "warnings": counts[(g.host, g.gpu, "warning")],
             "xids": counts[(g.host, g.gpu, "xid")],
         })
@@ -147,7 +165,7 @@ def _hosts(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "host": host, "gpus": len(cards), "gpu_hours_recorded": round(recorded, 3),
             "busy_pct": _pct(busy, recorded), "held_idle_pct": _pct(idle, recorded),
             "free_pct": _pct(max(recorded - busy - idle, 0.0), recorded),
-            "energy_kwh": round(sum(g["energy_kwh"] for g in cards), 3),
+            "energy_kwh": round(sum(g["energy_kwh"] for g in cards), 4),
             "warnings": sum(g["warnings"] for g in cards),
             "xids": sum(g["xids"] for g in cards),
         })
@@ -161,14 +179,25 @@ def _totals(usage: Usage, gpus: list[dict[str, Any]]) -> dict[str, Any]:
         "gpu_hours_recorded": _hours(sum(g.recorded_s for g in usage.gpus)),
         "gpu_hours_busy": _hours(sum(g.busy_s for g in usage.gpus)),
         "gpu_hours_held_idle": _hours(sum(g.held_idle_s for g in usage.gpus)),
+        "gpu_hours_held": _hours(sum(h.held_s for h in usage.holders if h.kind == "card")),
         "process_gpu_hours_held": _hours(sum(p.held_s for p in usage.procs)),
         "process_gpu_hours_held_idle": _hours(sum(p.idle_s for p in usage.procs)),
-        "energy_kwh": round(sum(g.energy_j for g in usage.gpus) / KWH, 3),
+        "energy_kwh": round(sum(g.energy_j for g in usage.gpus) / KWH, 4),
         "processes": len({(p.host, p.pid, p.start) for p in usage.procs}),
         "users": len({p.user for p in usage.procs if p.user}),
         "warnings": sum(1 for e in usage.events if e.kind == "warning"),
         "xids": sum(1 for e in usage.events if e.kind == "xid"),
     }
+
+
+def amount(value: float) -> str:
+    """Hours and kWh with the digits their size needs: a tenth of a kWh split over five
+    users is 0.02 each, not five times 0.0; a non-zero amount never shows as 0."""
+    if value == 0:
+        return "0"
+    if abs(value) < 0.01:
+        return "<0.01"
+    return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
 
 
 def when(t: float) -> str:
@@ -181,11 +210,11 @@ def summary(doc: dict[str, Any]) -> str:
     recorded = t["gpu_hours_recorded"]
     text = (
         f"From {when(doc['from'])} to {when(doc['to'])}, {t['gpus']} GPU(s) on "
-        f"{t['hosts']} host(s) were recorded for {recorded:.1f} GPU-hours: "
+        f"{t['hosts']} host(s) were recorded for {amount(recorded)} GPU-hours: "
         f"{_pct(t['gpu_hours_busy'], recorded)} % busy, "
         f"{_pct(t['gpu_hours_held_idle'], recorded)} % held by processes doing nothing. "
         f"{t['users']} user(s) ran {t['processes']} GPU process(es) using "
-        f"{t['energy_kwh']:.1f} kWh."
+        f"{amount(t['energy_kwh'])} kWh."
     )
     if doc["idle_holds"]:
         w = doc["idle_holds"][0]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x67707574  # "gput": marks the file as ours in its header
 
 # Times are epoch seconds; ``hour`` is floor(t0 / 3600), the rollup and filter key.
@@ -62,6 +62,46 @@ CREATE TABLE proc_hourly (
     PRIMARY KEY (proc_id, gpu_id, hour)) WITHOUT ROWID;
 """
 
+# Schema 2 (issue 28): what a holder (a user, a workload, anyone: kind 'card') did on a card
+# per hour, counted once however many processes it ran there; workloads (Slurm jobs and
+# the like) with their time limit; finished `gputop run` jobs; what the idle policy did.
+_SCHEMA_2 = """
+CREATE TABLE holder_hourly (
+    gpu_id INTEGER NOT NULL, hour INTEGER NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
+    dur REAL NOT NULL, busy_s REAL NOT NULL, idle_s REAL NOT NULL, sm_s REAL NOT NULL,
+    PRIMARY KEY (gpu_id, hour, kind, name)) WITHOUT ROWID;
+CREATE TABLE workloads (
+    host_id INTEGER NOT NULL, label TEXT NOT NULL, kind TEXT NOT NULL, wid TEXT NOT NULL,
+    user TEXT, name TEXT, end_time REAL, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (host_id, label)) WITHOUT ROWID;
+CREATE TABLE jobs (
+    host_id INTEGER NOT NULL, job_id TEXT NOT NULL, user TEXT NOT NULL, command TEXT,
+    gpus_requested INTEGER, gpus TEXT NOT NULL, requested_s REAL, submit REAL NOT NULL,
+    start REAL, end_t REAL, status TEXT NOT NULL, exit_code INTEGER, signal INTEGER,
+    peak_mem INTEGER, mean_sm REAL, log_path TEXT,
+    PRIMARY KEY (host_id, job_id)) WITHOUT ROWID;
+CREATE TABLE actions (
+    host_id INTEGER NOT NULL, t REAL NOT NULL, pid INTEGER NOT NULL, start INTEGER NOT NULL,
+    gpu INTEGER, user TEXT, step TEXT NOT NULL, outcome TEXT NOT NULL, evidence TEXT NOT NULL);
+CREATE INDEX actions_t ON actions (t);
+"""
+
+# A schema-1 ledger's hours get holder rows from the per-process rollups: a holder's
+# processes on one card in one hour are taken to overlap as little as the card's recorded
+# time allows (exact for one process, and for processes there all hour or one after the
+# other).  New hours are written exactly.
+HOLDERS_FROM_PROCS = """
+SELECT p.gpu_id AS gpu_id, p.hour AS hour, k.kind AS kind, k.name AS name,
+  MIN(SUM(p.dur), MAX(g.dur)) AS dur, MIN(SUM(p.busy_s), MAX(g.dur)) AS busy_s,
+  MIN(SUM(p.idle_s), MAX(g.dur)) AS idle_s, MIN(SUM(p.sm_s), 100 * MAX(g.dur)) AS sm_s
+FROM proc_hourly AS p
+  JOIN (SELECT id, 'user' AS kind, COALESCE(user, '') AS name FROM procs
+        UNION ALL SELECT id, 'workload', COALESCE(workload, '') FROM procs
+        UNION ALL SELECT id, 'card', '' FROM procs) AS k ON k.id = p.proc_id
+  JOIN gpu_hourly AS g ON g.gpu_id = p.gpu_id AND g.hour = p.hour
+GROUP BY p.gpu_id, p.hour, k.kind, k.name
+"""
+
 
 class LedgerError(Exception):
     """A ledger that cannot be used; str() is one line naming the file."""
@@ -90,7 +130,7 @@ def existing_path() -> str | None:
     return None
 
 
-def _check(conn: sqlite3.Connection, path: str) -> None:
+def _check(conn: sqlite3.Connection, path: str) -> int:
     """Refuse a file that is not a ledger, or one of a newer schema."""
     try:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -108,6 +148,29 @@ def _check(conn: sqlite3.Connection, path: str) -> None:
             f"{path}: ledger schema version {version} is newer than this gputop's "
             f"({SCHEMA_VERSION}); upgrade gputop to read it"
         )
+    return version
+
+
+def _statements(script: str) -> list[str]:
+    return [statement for statement in script.split(";") if statement.strip()]
+
+
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Schema 1 to 2 in one transaction: the new tables, and holder rows for the hours
+    recorded before (see HOLDERS_FROM_PROCS)."""
+    if version >= SCHEMA_VERSION:
+        return
+    with transaction(conn):
+        for statement in _statements(_SCHEMA_2):
+            conn.execute(statement)
+        conn.execute("INSERT INTO holder_hourly" + HOLDERS_FROM_PROCS)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION),))
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    """A schema-1 ledger read without migrating it lacks schema 2's tables."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (name,)).fetchone() is not None
 
 
 def open_writer(path: str) -> sqlite3.Connection:
@@ -121,9 +184,8 @@ def open_writer(path: str) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=FULL")
         if fresh:
             with transaction(conn):
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+                for statement in _statements(_SCHEMA + _SCHEMA_2):
+                    conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
                 conn.execute("INSERT INTO meta VALUES ('created', ?)", (str(time.time()),))
@@ -131,7 +193,12 @@ def open_writer(path: str) -> sqlite3.Connection:
         raise LedgerError(f"{path}: not a gputop ledger ({err})") from None
     except OSError as err:
         raise LedgerError(f"{path}: {err.strerror or err}") from None
-    _check(conn, path)
+    version = _check(conn, path)
+    try:
+        _migrate(conn, version)
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"{path}: cannot upgrade the ledger to schema {SCHEMA_VERSION}"
+                          f" ({err})") from None
     return conn
 
 
