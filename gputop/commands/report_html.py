@@ -82,8 +82,8 @@ def _util_chart(doc: dict[str, Any]) -> str:
         steps = []
         for hour, (s, d) in sorted(by_hour.items()):
             if d > 0:
-                y = f"{top + ht - ht * (s / d) / 100:.1f}"
-                steps.append(f"{x(hour)},{y} {x(hour + 3600)},{y}")
+                level = f"{top + ht - ht * (s / d) / 100:.1f}"
+                steps.append(f"{x(hour)},{level} {x(hour + 3600)},{level}")
         colour = _HOST_COLOURS[n % len(_HOST_COLOURS)]
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
                    f'points="{" ".join(steps)}"/>')
