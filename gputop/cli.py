@@ -18,7 +18,7 @@ from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue",
                "serve")
-LEDGER_COMMANDS = ("record", "report")  # the usage ledger (docs/ledger.md)
+LEDGER_COMMANDS = ("record", "report", "quota")  # the usage ledger (docs/ledger.md)
 CONFIG_COMMAND = "config"  # the config file's place and the shipped examples
 HOST_HELP = "which host of --hosts/-H (default: the only one; required with several)"
 JSON_HELP = "print JSON instead of text (default: text)"
@@ -185,6 +185,10 @@ def build_ledger_parser(command: str) -> argparse.ArgumentParser:
     _add_source_args(p)
     p.add_argument("--db", metavar="PATH",
                    help="the ledger (default $XDG_STATE_HOME/gputop/ledger.sqlite)")
+    if command == "quota":
+        p.description = "GPU-hours used this period against the policy's quotas."
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
+        return p
     if command == "record":
         p.description = "Record GPU and process usage into the ledger until stopped."
         p.add_argument("--interval", type=float, default=10.0, metavar="S",
@@ -224,6 +228,10 @@ def _run_ledger_command(command: str, options: SourceOptions, args: argparse.Nam
         from gputop.commands import record
 
         return record.run(options, args)
+    if command == "quota":
+        from gputop.commands import quota
+
+        return quota.run(options, args)
     from gputop.commands import report
 
     return report.run(options, args)

@@ -12,6 +12,11 @@ Example::
     starvation_limit: 30m         # a job waiting longer holds back the jobs behind it
     high_priority: [alice, bob]   # who may use --priority high (absent: everyone)
     big_jobs: {gpus: 2, hours: "20:00-08:00", weekends: true}
+
+The accounting sections (issue 28; read by ``load_accounting``, docs/ledger.md)::
+
+    quotas: {users: {alice: 200}, groups: {nlp: 1000}, period: week, over: wait}
+    cost: {per_gpu_hour: {"H100": 2.5, default: 1.0}, currency: EUR}
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 from typing import Any
 
+from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import parse_duration
 from gputop.analysis.queue_plan import DEFAULT_STARVATION_S, Policy, Window
+from gputop.analysis.quota import OVER_ACTIONS, PERIODS, Quotas
 from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
 
 DEFAULT_PATH = "/etc/gputop/policy.yaml"
@@ -30,6 +38,9 @@ MAX_BYTES = 64 * 1024
 MAX_USERS = 1000
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 KEYS = ("max_gpus_per_user", "max_duration", "starvation_limit", "high_priority", "big_jobs")
+ACCOUNTING_KEYS = ("quotas", "cost")  # parsed by parse_accounting, skipped by parse_policy
+MAX_HOURS = 10_000_000.0
+_GROUP = _USER  # Unix group names follow the same rule here
 
 
 class PolicyError(Exception):
@@ -43,29 +54,50 @@ def policy_path() -> str:
 def load_policy(path: str | None = None) -> tuple[Policy, str | None]:
     """The host's policy and a warning line (a file that does not count), or raises."""
     path = path or policy_path()
+    text, warning = _read(path)
+    return (Policy(), warning) if text is None else (parse_policy(text, path), None)
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """The policy's accounting sections: quotas and cost rates (none by default)."""
+
+    quotas: Quotas = field(default_factory=Quotas)
+    cost: CostRates | None = None
+    source: str | None = None
+
+
+def load_accounting(path: str | None = None) -> tuple[Accounting, str | None]:
+    """The host's quotas and cost rates, from the same root-owned file as the rules."""
+    path = path or policy_path()
+    text, warning = _read(path)
+    return (Accounting(), warning) if text is None else (parse_accounting(text, path), None)
+
+
+def _read(path: str) -> tuple[str | None, str | None]:
+    """The policy file's text, or None and why not (None: no file, no warning)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return Policy(), None
+        return None, None
     except OSError as exc:
-        return Policy(), f"{path}: {exc.strerror or exc}; no policy applied"
+        return None, f"{path}: {exc.strerror or exc}; no policy applied"
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise PolicyError(f"{path}:1: not a regular file")
         if info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return Policy(), (f"{path}: ignored: it must be owned by root and writable by"
-                              " nobody else")
+            return None, (f"{path}: ignored: it must be owned by root and writable by"
+                          " nobody else")
         raw = os.read(fd, MAX_BYTES + 1)
     finally:
         os.close(fd)
     if len(raw) > MAX_BYTES:
         raise PolicyError(f"{path}:1: larger than {MAX_BYTES // 1024} KiB")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8"), None
     except UnicodeDecodeError:
         raise PolicyError(f"{path}:1: not UTF-8 text") from None
-    return parse_policy(text, path), None
 
 
 def parse_policy(text: str, name: str) -> Policy:
@@ -73,8 +105,11 @@ def parse_policy(text: str, name: str) -> Policy:
     if root is None:
         return Policy(source=name)
     values: dict[str, Any] = {"source": name}
-    for key, _knode, vnode, full in mapping_items(root, name, PolicyError, known=KEYS):
+    for key, _knode, vnode, full in mapping_items(root, name, PolicyError,
+                                                  known=KEYS + ACCOUNTING_KEYS):
         at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key in ACCOUNTING_KEYS:
+            continue
         if key == "high_priority":
             values["high_priority_users"] = _users(vnode, name, full)
             continue
@@ -144,3 +179,98 @@ def _big_jobs(node: Any, name: str) -> dict[str, Any]:
         raise PolicyError(f"{name}:{line_of(node)}: key 'big_jobs': needs 'gpus' and 'hours'")
     out["big_job_window"] = Window(hours[0], hours[1], weekends)
     return out
+
+
+# -- the accounting sections (issue 28) ------------------------------------------------------
+
+
+def parse_accounting(text: str, name: str) -> Accounting:
+    root = compose(text, name, PolicyError)
+    if root is None:
+        return Accounting(source=name)
+    values: dict[str, Any] = {"source": name}
+    for key, _knode, vnode, _full in mapping_items(root, name, PolicyError,
+                                                   known=KEYS + ACCOUNTING_KEYS):
+        if key == "quotas":
+            values["quotas"] = _quotas(vnode, name)
+        elif key == "cost":
+            values["cost"] = _cost(vnode, name)
+    return Accounting(**values)
+
+
+def _scalar(node: Any, name: str) -> object:
+    return scalar_value(node, name, PolicyError) if node.id == "scalar" else None
+
+
+def _amount(value: object, at: str, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= MAX_HOURS or value != value:
+        raise PolicyError(f"{at}: expected {what}, a number 0..{MAX_HOURS:g}")
+    return float(value)
+
+
+def _names(node: Any, name: str, key: str, rule: re.Pattern[str],
+           what: str) -> dict[str, float]:
+    items = mapping_items(node, name, PolicyError, key)
+    if len(items) > MAX_USERS:
+        raise PolicyError(f"{name}:{line_of(node)}: key '{key}': more than {MAX_USERS} entries")
+    out = {}
+    for entry, knode, vnode, full in items:
+        if not rule.fullmatch(entry):
+            raise PolicyError(f"{name}:{line_of(knode)}: key '{full}': not a {what} name")
+        out[entry] = _amount(_scalar(vnode, name), f"{name}:{line_of(vnode)}: key '{full}'",
+                             "GPU-hours")
+    return out
+
+
+def _quotas(node: Any, name: str) -> Quotas:
+    values: dict[str, Any] = {}
+    for key, _k, vnode, full in mapping_items(node, name, PolicyError, "quotas",
+                                              known=("users", "groups", "period", "over",
+                                                     "ledger")):
+        at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key in ("users", "groups"):
+            values[key] = _names(vnode, name, full, _USER if key == "users" else _GROUP,
+                                 "user" if key == "users" else "group")
+            continue
+        value = _scalar(vnode, name)
+        if key == "period":
+            if value not in PERIODS:
+                raise PolicyError(f"{at}: expected one of {', '.join(PERIODS)}")
+            values[key] = value
+        elif key == "over":
+            if value not in OVER_ACTIONS:
+                raise PolicyError(f"{at}: expected one of {', '.join(OVER_ACTIONS)}")
+            values[key] = value
+        else:
+            if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+                raise PolicyError(f"{at}: expected an absolute path")
+            values[key] = value
+    return Quotas(**values)
+
+
+def _cost(node: Any, name: str) -> CostRates:
+    rates: dict[str, float] = {}
+    default, currency = 0.0, ""
+    for key, _k, vnode, full in mapping_items(node, name, PolicyError, "cost",
+                                              known=("per_gpu_hour", "currency")):
+        at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key == "currency":
+            value = _scalar(vnode, name)
+            if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z$€£¥]{1,8}", value):
+                raise PolicyError(f"{at}: expected a currency like EUR")
+            currency = value
+            continue
+        items = mapping_items(vnode, name, PolicyError, full)
+        if len(items) > MAX_USERS:
+            raise PolicyError(f"{at}: more than {MAX_USERS} models")
+        for model, knode, mnode, mfull in items:
+            mat = f"{name}:{line_of(mnode)}: key '{mfull}'"
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}", model):
+                raise PolicyError(f"{name}:{line_of(knode)}: key '{mfull}': not a GPU model")
+            rate = _amount(_scalar(mnode, name), mat, "a rate per GPU-hour")
+            if model == "default":
+                default = rate
+            else:
+                rates[model] = rate
+    return CostRates(rates, default, currency)

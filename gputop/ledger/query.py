@@ -119,6 +119,19 @@ def holders_source(conn: sqlite3.Connection) -> str:
     return f"({HOLDERS_FROM_PROCS})"
 
 
+def quota_hours(conn: sqlite3.Connection, t_from: float, t_to: float) -> dict[str, float]:
+    """GPU-hours per user that count against quotas in the hours starting in
+    [t_from, t_to): cards they ran on or held reserved, each card once per moment."""
+    try:
+        rows = conn.execute(
+            f"SELECT name, SUM(dur) FROM {holders_source(conn)} WHERE kind = 'quota'"
+            " AND hour * 3600 >= :a AND hour * 3600 < :b GROUP BY name",
+            {"a": t_from, "b": t_to}).fetchall()
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"cannot read the ledger: {err}") from None
+    return {str(name): float(seconds) / 3600.0 for name, seconds in rows}
+
+
 _HOURLY = f"SELECT gpu_id, hour, dur, util_s FROM gpu_hourly WHERE {_IN} ORDER BY gpu_id, hour"
 
 

@@ -97,7 +97,9 @@ SELECT p.gpu_id AS gpu_id, p.hour AS hour, k.kind AS kind, k.name AS name,
 FROM proc_hourly AS p
   JOIN (SELECT id, 'user' AS kind, COALESCE(user, '') AS name FROM procs
         UNION ALL SELECT id, 'workload', COALESCE(workload, '') FROM procs
-        UNION ALL SELECT id, 'card', '' FROM procs) AS k ON k.id = p.proc_id
+        UNION ALL SELECT id, 'card', '' FROM procs
+        UNION ALL SELECT id, 'quota', user FROM procs WHERE user IS NOT NULL) AS k
+    ON k.id = p.proc_id
   JOIN gpu_hourly AS g ON g.gpu_id = p.gpu_id AND g.hour = p.hour
 GROUP BY p.gpu_id, p.hour, k.kind, k.name
 """

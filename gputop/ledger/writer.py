@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +135,9 @@ class Recorder:
         self.conn.executemany(_PROC_HOURLY, proc_hours)
         self.conn.executemany(_HOLDER_HOURLY, holder_rows(
             [(gpu_ids[p.gpu], p) for p in snap.processes if p.gpu in gpu_ids], hour, dur,
-            self.idle_mem))
+            self.idle_mem,
+            [(gpu_ids[r.gpu], r.user) for r in snap.reservations
+             if r.gpu in gpu_ids and r.active(t) and r.since <= t]))
         self.conn.executemany(_WORKLOADS, [
             (host.host_id, label, w.kind, w.id[:200], _cut(w.user, 256), _cut(w.name, 256),
              w.end_time, t, t)
@@ -222,16 +224,22 @@ def _cut(text: str | None, size: int) -> str | None:
 
 
 def holder_rows(procs: list[tuple[int, GpuProcess]], hour: int, dur: float,
-                idle_mem: int) -> list[tuple[Any, ...]]:
+                idle_mem: int, reserved: Sequence[tuple[int, str]] = ()) -> list[tuple[Any, ...]]:
     """One interval's ``holder_hourly`` rows: per card, what each user, each workload and
     anyone at all (kind 'card') did there, counted once however many processes it ran.
     Busy: one of its processes above 0 % SM; idle: none busy, every SM % known (0), and
-    one holding the idle threshold; SM %: its processes' sum, at most 100."""
+    one holding the idle threshold; SM %: its processes' sum, at most 100.
+    Kind 'quota': what counts against a user's GPU-hour quota, a card they ran on or held
+    reserved (a reservation and a process on it count once)."""
     found: dict[tuple[int, str, str], list[GpuProcess]] = defaultdict(list)
     for gpu_id, proc in procs:
         found[(gpu_id, "user", proc.user or "")].append(proc)
         found[(gpu_id, "workload", _workload(proc) or "")].append(proc)
         found[(gpu_id, "card", "")].append(proc)
+        if proc.user:
+            found[(gpu_id, "quota", proc.user)].append(proc)
+    for gpu_id, user in reserved:
+        found.setdefault((gpu_id, "quota", user), [])  # held, with or without processes
     rows = []
     for (gpu_id, kind, name), held in found.items():
         busy = any((p.sm_util or 0) > 0 for p in held)
