@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, str]]] = {
     "report": ("who used which GPUs, how well, and how much was held idle",
                ("gputop report --since 7d --by user",
                 "gputop report --since 30d --format html --out usage.html")),
+    "quota": ("GPU-hours used this period against the policy's quotas",
+              ("gputop quota", "gputop quota --json")),
     "config": ("where the config file is; commented examples of it and the hosts file",
                ("gputop config --example", "gputop config --hosts-example")),
 }
