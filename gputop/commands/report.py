@@ -9,6 +9,7 @@ import os
 import sys
 import time
 
+from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import parse_duration
 from gputop.commands import common
 from gputop.exitcodes import EXIT_OK
@@ -49,6 +50,22 @@ def _date(flag: str, text: str) -> float:
             f"{flag} {text!r}: not a date (e.g. 2026-11-30 or 2026-11-30T18:00)") from None
 
 
+def _cost() -> tuple[CostRates | None, dict[str, set[str]]]:
+    """The policy's cost rates (issue 28.6) and the Unix groups to add cost up by."""
+    from gputop.commands.quota import memberships
+    from gputop.policy import PolicyError, load_accounting
+
+    try:
+        accounting, warning = load_accounting()
+    except PolicyError as err:
+        raise common.usage_error(str(err)) from None
+    if warning:
+        common.say("report", warning)
+    if accounting.cost is None:
+        return None, {}
+    return accounting.cost, memberships()
+
+
 def _report(args: argparse.Namespace) -> int:
     from gputop.commands import report_formats
     from gputop.ledger import query, report, store
@@ -68,7 +85,8 @@ def _report(args: argparse.Namespace) -> int:
         if not message.startswith(path):
             message = (f"{path}: {message} ({report.when(t_from)} to {report.when(t_to)})")
         raise common.usage_error(message) from None
-    doc = report.build(usage, args.by, args.top)
+    cost, members = _cost()
+    doc = report.build(usage, args.by, args.top, cost, members)
     text = report_formats.render(doc, args.format)
     if args.out:
         try:

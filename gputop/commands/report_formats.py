@@ -19,7 +19,7 @@ GIB = 1024**3
 # (title, key in the document, columns: (heading, field, width, format))
 _Column = tuple[str, str, int, str]
 _GROUP_COLUMNS: list[_Column] = [
-    ("#", "rank", 3, "d"), ("{by}", "name", 18, "s"), ("GPU-h held", "gpu_hours_held", 10, "h"),
+    ("#", "rank", 3, "d"), ("{by}", "name", 16, "s"), ("GPU-h held", "gpu_hours_held", 10, "h"),
     ("busy", "gpu_hours_busy", 7, "h"), ("idle", "gpu_hours_held_idle", 7, "h"),
     ("proc GPU-h", "process_gpu_hours_held", 10, "h"),
     ("SM %", "mean_sm_pct_held", 5, ".1f"), ("peak mem", "peak_mem_bytes", 9, "mem"),
@@ -34,7 +34,7 @@ _HOLD_COLUMNS: list[_Column] = [
     ("peak mem", "peak_mem_bytes", 9, "mem"), ("command", "command", 33, "s"),
 ]
 _GPU_COLUMNS: list[_Column] = [
-    ("host", "host", 16, "s"), ("GPU", "gpu", 3, "d"), ("name", "name", 22, "s"),
+    ("host", "host", 16, "s"), ("GPU", "gpu", 3, "d"), ("name", "name", 16, "s"),
     ("hours", "hours_recorded", 7, "h"), ("busy %", "busy_pct", 6, ".1f"),
     ("idle-held %", "held_idle_pct", 11, ".1f"), ("free %", "free_pct", 6, ".1f"),
     ("kWh", "energy_kwh", 7, "h"), ("warn", "warnings", 4, "d"), ("XID", "xids", 4, "d"),
@@ -47,15 +47,36 @@ _HOST_COLUMNS: list[_Column] = [
 ]
 
 
+_COST_COLUMN: _Column = ("cost", "cost", 9, "money")
+_COST_ROWS: list[_Column] = [("name", "name", 24, "s"), ("GPU-h held", "gpu_hours_held", 10, "h"),
+                             _COST_COLUMN]
+_MODEL_COLUMNS: list[_Column] = [
+    ("GPU model", "model", 24, "s"), ("GPUs", "gpus", 4, "d"),
+    ("GPU-h held", "gpu_hours_held", 10, "h"), ("per GPU-h", "per_gpu_hour", 9, ".2f"),
+    _COST_COLUMN,
+]
+
+
 def sections(doc: dict[str, Any]) -> list[tuple[str, str, list[_Column]]]:
     by = doc["by"]
-    columns = [(h.format(by=by), *rest) for h, *rest in _GROUP_COLUMNS]
-    return [
-        (f"By {by}", "groups", columns),  # type: ignore[list-item]
+    columns: list[_Column] = [(h.format(by=by), *rest)  # type: ignore[misc]
+                              for h, *rest in _GROUP_COLUMNS]
+    costed = "cost" in doc
+    extra = [_COST_COLUMN] if costed else []
+    out = [
+        (f"By {by}", "groups", columns + extra),
         ("Worst idle holds", "idle_holds", _HOLD_COLUMNS),
-        ("Per GPU", "gpus", _GPU_COLUMNS),
-        ("Per host", "hosts", _HOST_COLUMNS),
+        ("Per GPU", "gpus", _GPU_COLUMNS + extra),
+        ("Per host", "hosts", _HOST_COLUMNS + extra),
     ]
+    if costed:
+        currency = doc["cost"]["currency"]
+        out += [
+            (f"Cost per user ({currency})", "cost_by_user", _COST_ROWS),
+            (f"Cost per Unix group ({currency})", "cost_by_unix_group", _COST_ROWS),
+            (f"Cost per GPU model ({currency})", "cost_by_model", _MODEL_COLUMNS),
+        ]
+    return out
 
 
 def cell(value: Any, kind: str) -> str:
@@ -67,6 +88,8 @@ def cell(value: Any, kind: str) -> str:
         return format_duration(value * HOUR)
     if kind == "h":
         return amount(value)
+    if kind == "money":
+        return f"{value:.2f}"
     if kind == "s":
         return visible(str(value))
     return format(value, kind)
@@ -141,8 +164,11 @@ def _csv(doc: dict[str, Any]) -> str:
     writer.writerow(["section", "name", "value"])
     for name, value in doc["totals"].items():
         writer.writerow(["totals", name, value])
-    for key in ("groups", "idle_holds", "gpus", "hosts", "hourly", "events"):
-        rows = doc[key]
+    if "cost" in doc:
+        writer.writerow(["totals", "currency", _csv_cell(doc["cost"]["currency"])])
+    for key in ("groups", "idle_holds", "gpus", "hosts", "hourly", "events", "cost_by_user",
+                "cost_by_unix_group", "cost_by_model"):
+        rows = doc.get(key)
         if not rows:
             continue
         writer.writerow([])

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import format_duration
 from gputop.ledger.query import HolderUsage, ProcUsage, Usage
 
@@ -36,7 +37,10 @@ _KEYS: dict[str, Callable[[ProcUsage], str]] = {
 }
 
 
-def build(usage: Usage, by: str = "user", top: int = 10) -> dict[str, Any]:
+def build(usage: Usage, by: str = "user", top: int = 10, cost: CostRates | None = None,
+          members: Mapping[str, Collection[str]] | None = None) -> dict[str, Any]:
+    """The document; with ``cost`` (the policy's rates) it carries what the period cost per
+    group, user, Unix group (``members``: group -> users) and GPU model."""
     groups = _groups(usage, by)
     gpus = _gpus(usage)
     hosts = _hosts(gpus)
@@ -63,8 +67,63 @@ def build(usage: Usage, by: str = "user", top: int = 10) -> dict[str, Any]:
             for e in usage.events
         ],
     }
+    if cost is not None:
+        _add_cost(doc, usage, by, cost, members or {})
     doc["summary"] = summary(doc)
     return doc
+
+
+def _add_cost(doc: dict[str, Any], usage: Usage, by: str, cost: CostRates,
+              members: Mapping[str, Collection[str]]) -> None:
+    """Cost is card-hours held x the card's rate: a user pays for the cards they held (each
+    once), a GPU model for the hours its cards were held by anyone."""
+    per: dict[str, dict[str, list[float]]] = {k: defaultdict(lambda: [0.0, 0.0])
+                                               for k in ("group", "user", "model", "gpu")}
+    kind, holder_key = _HOLDER_KIND[by], _HOLDER_KEYS[by]
+    cards: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for h in usage.holders:
+        hours, rate = h.held_s / HOUR, cost.rate(h.gpu_name)
+        if h.kind == kind:
+            _acc(per["group"][holder_key(h)], hours, rate)
+        if h.kind == "user":
+            _acc(per["user"][h.name or "(unknown)"], hours, rate)
+        if h.kind == "card":
+            model = cost.model(h.gpu_name)
+            _acc(per["model"][model], hours, rate)
+            _acc(per["gpu"][f"{h.host}:{h.gpu}"], hours, rate)
+            cards[model].add((h.host, h.gpu))
+    for g in doc["groups"]:
+        g["cost"] = round(per["group"][g["name"]][1], 2)
+    for g in doc["gpus"]:
+        g["cost"] = round(per["gpu"][f"{g['host']}:{g['gpu']}"][1], 2)
+    by_host: dict[str, float] = defaultdict(float)
+    for g in doc["gpus"]:
+        by_host[g["host"]] += g["cost"]
+    for h in doc["hosts"]:
+        h["cost"] = round(by_host[h["host"]], 2)
+    users = per["user"]
+    unix_groups = {group: [sum(users[u][i] for u in set(names) if u in users) for i in (0, 1)]
+                   for group, names in members.items()}
+    doc["cost"] = {"currency": cost.currency, "default_per_gpu_hour": cost.default,
+                   "per_gpu_hour": dict(cost.per_gpu_hour),
+                   "total": round(sum(v[1] for v in per["model"].values()), 2)}
+    doc["totals"]["cost"] = doc["cost"]["total"]
+    doc["cost_by_user"] = _cost_rows(users)
+    doc["cost_by_unix_group"] = [r for r in _cost_rows(unix_groups) if r["gpu_hours_held"] > 0]
+    doc["cost_by_model"] = [
+        {"model": model, "gpus": len(cards[model]), "gpu_hours_held": _hours(hours * HOUR),
+         "per_gpu_hour": cost.per_gpu_hour.get(model, cost.default), "cost": round(amount_, 2)}
+        for model, (hours, amount_) in sorted(per["model"].items(), key=lambda kv: -kv[1][1])]
+
+
+def _acc(acc: list[float], hours: float, rate: float) -> None:
+    acc[0] += hours
+    acc[1] += hours * rate
+
+
+def _cost_rows(sums: Mapping[str, list[float]]) -> list[dict[str, Any]]:
+    return [{"name": name, "gpu_hours_held": _hours(hours * HOUR), "cost": round(spent, 2)}
+            for name, (hours, spent) in sorted(sums.items(), key=lambda kv: (-kv[1][1], kv[0]))]
 
 
 # Which holder rows (query.HolderUsage) a grouping counts, and their group's name.
@@ -200,6 +259,10 @@ def amount(value: float) -> str:
     return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
 
 
+def money(value: float, currency: str) -> str:
+    return f"{value:.2f} {currency}".rstrip()
+
+
 def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
@@ -224,4 +287,6 @@ def summary(doc: dict[str, Any]) -> str:
         )
     if t["xids"] or t["warnings"]:
         text += f" {t['xids']} XID event(s) and {t['warnings']} new warning(s)."
+    if "cost" in doc:
+        text += f" Cost: {money(doc['cost']['total'], doc['cost']['currency'])}."
     return text
