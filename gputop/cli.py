@@ -195,6 +195,9 @@ def build_ledger_parser(command: str) -> argparse.ArgumentParser:
                        help="seconds between samples (default %(default)g)")
         p.add_argument("--raw-days", type=float, default=7.0, metavar="D",
                        help="keep raw samples D days, then hourly rollups (default %(default)g)")
+        p.add_argument("--dry-run", action="store_true",
+                       help="the policy's idle section only says what it would do"
+                            " (default: it acts)")
     else:
         p.description = "Who used which GPUs, how well, and how much was held idle."
         p.add_argument("--since", metavar="DURATION", help="e.g. 7d, 24h (default 7d)")

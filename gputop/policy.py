@@ -17,6 +17,8 @@ The accounting sections (issue 28; read by ``load_accounting``, docs/ledger.md):
 
     quotas: {users: {alice: 200}, groups: {nlp: 1000}, period: week, over: wait}
     cost: {per_gpu_hour: {"H100": 2.5, default: 1.0}, currency: EUR}
+    idle: {warn_after: 2h, release_after: 8h, action: kill,
+           notify: [/usr/bin/mail, -s, "idle GPU on {host}", "{user}"], include: [slurm]}
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import parse_duration
+from gputop.analysis.idle_policy import ACTIONS, WORKLOAD_KINDS, IdlePolicy
 from gputop.analysis.queue_plan import DEFAULT_STARVATION_S, Policy, Window
 from gputop.analysis.quota import OVER_ACTIONS, PERIODS, Quotas
 from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
@@ -38,7 +41,7 @@ MAX_BYTES = 64 * 1024
 MAX_USERS = 1000
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 KEYS = ("max_gpus_per_user", "max_duration", "starvation_limit", "high_priority", "big_jobs")
-ACCOUNTING_KEYS = ("quotas", "cost")  # parsed by parse_accounting, skipped by parse_policy
+ACCOUNTING_KEYS = ("quotas", "cost", "idle")  # parse_accounting's; parse_policy skips them
 MAX_HOURS = 10_000_000.0
 _GROUP = _USER  # Unix group names follow the same rule here
 
@@ -64,6 +67,7 @@ class Accounting:
 
     quotas: Quotas = field(default_factory=Quotas)
     cost: CostRates | None = None
+    idle: IdlePolicy | None = None  # opt-in: none unless the admin writes the section
     source: str | None = None
 
 
@@ -195,6 +199,8 @@ def parse_accounting(text: str, name: str) -> Accounting:
             values["quotas"] = _quotas(vnode, name)
         elif key == "cost":
             values["cost"] = _cost(vnode, name)
+        elif key == "idle":
+            values["idle"] = _idle(vnode, name)
     return Accounting(**values)
 
 
@@ -274,3 +280,69 @@ def _cost(node: Any, name: str) -> CostRates:
             else:
                 rates[model] = rate
     return CostRates(rates, default, currency)
+
+
+# What a notify command's arguments may name: values gputop checked, never untrusted text
+# (the message, with the process's command line, goes to the command's stdin).
+NOTIFY_FIELDS = ("{user}", "{host}", "{pid}", "{gpu}", "{step}")
+MAX_NOTIFY_ARGS = 32
+
+
+def _idle(node: Any, name: str) -> IdlePolicy:
+    values: dict[str, Any] = {}
+    for key, _k, vnode, full in mapping_items(
+            node, name, PolicyError, "idle",
+            known=("warn_after", "release_after", "action", "notify", "include", "grace")):
+        at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key == "notify":
+            values["notify"] = _notify(vnode, name, full)
+        elif key == "include":
+            if vnode.id != "sequence":
+                raise PolicyError(f"{at}: expected a list of workload kinds")
+            kinds = [_scalar(item, name) for item in vnode.value]
+            bad = [k for k in kinds if k not in WORKLOAD_KINDS]
+            if bad:
+                raise PolicyError(f"{at}: {bad[0]!r} is not one of {', '.join(WORKLOAD_KINDS)}")
+            values["include"] = frozenset(str(k) for k in kinds)
+        elif key == "action":
+            value = _scalar(vnode, name)
+            if value not in ACTIONS:
+                raise PolicyError(f"{at}: expected one of {', '.join(ACTIONS)}")
+            values["action"] = value
+        else:
+            seconds = _duration(_scalar(vnode, name), at)
+            if key == "grace" and seconds > 300:
+                raise PolicyError(f"{at}: at most 5m")
+            values[{"warn_after": "warn_after_s", "release_after": "release_after_s",
+                    "grace": "grace_s"}[key]] = seconds
+    where = f"{name}:{line_of(node)}: key 'idle'"
+    if "warn_after_s" not in values or "release_after_s" not in values:
+        raise PolicyError(f"{where}: needs 'warn_after' and 'release_after'")
+    if values["release_after_s"] <= values["warn_after_s"]:
+        raise PolicyError(f"{where}: 'release_after' must be longer than 'warn_after'")
+    return IdlePolicy(**values)
+
+
+def _notify(node: Any, name: str, key: str) -> tuple[str, ...]:
+    at = f"{name}:{line_of(node)}: key '{key}'"
+    if node.id != "sequence" or not node.value:
+        raise PolicyError(f"{at}: expected a command as a list: [/usr/bin/mail, -s, ...]")
+    if len(node.value) > MAX_NOTIFY_ARGS:
+        raise PolicyError(f"{at}: more than {MAX_NOTIFY_ARGS} arguments")
+    argv = []
+    for item in node.value:
+        value = _scalar(item, name)
+        item_at = f"{name}:{line_of(item)}: key '{key}'"
+        if not isinstance(value, str) or not value or len(value) > 512 \
+                or any(ord(ch) < 32 for ch in value):
+            raise PolicyError(f"{item_at}: expected text of 1..512 printable characters")
+        rest = value
+        for placeholder in NOTIFY_FIELDS:
+            rest = rest.replace(placeholder, "")
+        if "{" in rest or "}" in rest:
+            raise PolicyError(f"{item_at}: {value!r}: only {', '.join(NOTIFY_FIELDS)} may be"
+                              " filled in")
+        argv.append(value)
+    if not argv[0].startswith("/"):
+        raise PolicyError(f"{at}: the command must be an absolute path, got {argv[0]!r}")
+    return tuple(argv)

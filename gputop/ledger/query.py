@@ -190,7 +190,24 @@ WHERE p.host_id = (SELECT id FROM hosts WHERE name = :host)
                        WHERE b.proc_id = p.id AND (b.sm IS NULL OR b.sm > 0)), 0)
 GROUP BY p.id
 """
-RECENT_S = 600.0  # a process the ledger has not seen this long is not "still" anything
+RECENT_S = 600.0
+DRY_RUN = "dry run"  # the outcome of a step `gputop record --dry-run` only showed
+
+
+def actions_taken(conn: sqlite3.Connection, host: str) -> dict[tuple[int, int], dict[str, float]]:
+    """(pid, start second) -> idle-policy step -> when it was last taken on ``host``
+    (dry runs left out): what a restarted recorder has done already."""
+    try:
+        rows = conn.execute(
+            "SELECT pid, start, step, MAX(t) FROM actions WHERE host_id ="
+            " (SELECT id FROM hosts WHERE name = ?) AND outcome != ? GROUP BY pid, start, step",
+            (host, DRY_RUN)).fetchall()
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"cannot read the ledger: {err}") from None
+    out: dict[tuple[int, int], dict[str, float]] = {}
+    for pid, start, step, t in rows:
+        out.setdefault((pid, start), {})[step] = t
+    return out  # a process the ledger has not seen this long is not "still" anything
 
 
 def idle_runs(conn: sqlite3.Connection, host: str, now: float) -> dict[tuple[int, int], float]:

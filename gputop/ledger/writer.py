@@ -284,6 +284,20 @@ _PROC_HOURLY = (
     " mem_max = MAX(COALESCE(mem_max, excluded.mem_max), COALESCE(excluded.mem_max, mem_max))")
 
 
+def log_action(conn: sqlite3.Connection, host: str, t: float, pid: int, start: int,
+               gpu: int | None, user: str | None, step: str, outcome: str,
+               evidence: dict[str, Any]) -> None:
+    """One step of the idle policy (issue 28.7) with the evidence it acted on."""
+    import json
+
+    with transaction(conn):
+        conn.execute("INSERT OR IGNORE INTO hosts (name) VALUES (?)", (host,))
+        conn.execute(
+            "INSERT INTO actions VALUES ((SELECT id FROM hosts WHERE name = ?), ?, ?, ?, ?, ?,"
+            " ?, ?, ?)", (host, t, pid, start, gpu, _cut(user, 256), step, outcome[:500],
+                          json.dumps(evidence, sort_keys=True)[:4000]))
+
+
 def expire_raw(conn: sqlite3.Connection, before: float) -> int:
     """Delete the raw samples of whole hours before ``before`` (their hourly rollups
     stay); returns how many rows went."""
