@@ -212,6 +212,9 @@ def build_ledger_parser(command: str) -> argparse.ArgumentParser:
                        help="write here instead of stdout (default: stdout)")
         p.add_argument("--top", type=int, default=10, metavar="N",
                        help="how many of the worst idle holds (default %(default)d)")
+        p.add_argument("--jobs", action="store_true",
+                       help="one entry per `gputop run` and Slurm job: GPUs, runtime, limit,"
+                            " wait, SM %% and memory per GPU, advice (default: usage)")
     return p
 
 

@@ -74,6 +74,8 @@ def _report(args: argparse.Namespace) -> int:
         raise common.usage_error("--top must be 0 or more")
     t_from, t_to = period(args.since, args.start, args.end, time.time())
     path = args.db or store.default_path()
+    if args.jobs:
+        return _jobs(path, t_from, t_to, args)
     try:
         conn = store.open_reader(path)
         try:
@@ -87,15 +89,35 @@ def _report(args: argparse.Namespace) -> int:
         raise common.usage_error(message) from None
     cost, members = _cost()
     doc = report.build(usage, args.by, args.top, cost, members)
-    text = report_formats.render(doc, args.format)
-    if args.out:
+    _write(report_formats.render(doc, args.format), args.out)
+    return EXIT_OK
+
+
+def _jobs(path: str, t_from: float, t_to: float, args: argparse.Namespace) -> int:
+    """`gputop report --jobs`: per job, its GPUs' use and the advice (issue 28.10)."""
+    from gputop.commands import report_jobs
+    from gputop.ledger import jobs, store
+
+    try:
+        conn = store.open_reader(path)
         try:
-            tmp = f"{args.out}.tmp{os.getpid()}"
+            found = jobs.load_jobs(conn, t_from, t_to, time.time())
+        finally:
+            conn.close()
+    except store.LedgerError as err:
+        raise common.usage_error(str(err)) from None
+    _write(report_jobs.render(report_jobs.build(found, t_from, t_to), args.format), args.out)
+    return EXIT_OK
+
+
+def _write(text: str, out: str | None) -> None:
+    if out:
+        try:
+            tmp = f"{out}.tmp{os.getpid()}"
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
-            os.replace(tmp, args.out)
+            os.replace(tmp, out)
         except OSError as err:
-            raise common.usage_error(f"{args.out}: {err.strerror or err}") from None
+            raise common.usage_error(f"{out}: {err.strerror or err}") from None
     else:
         sys.stdout.write(text)
-    return EXIT_OK

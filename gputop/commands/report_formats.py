@@ -135,7 +135,7 @@ def _fit(text: str, width: int, kind: str) -> str:
 
 
 def _markdown(doc: dict[str, Any]) -> str:
-    out = [f"# {_title(doc)}", "", _md_escape(doc["summary"])]
+    out = [f"# {_title(doc)}", "", md_escape(doc["summary"])]
     for title, key, columns in sections(doc):
         out += ["", f"## {title}", ""]
         if not doc[key]:
@@ -144,14 +144,14 @@ def _markdown(doc: dict[str, Any]) -> str:
         out.append("| " + " | ".join(h for h, *_ in columns) + " |")
         out.append("|" + "|".join("---" for _ in columns) + "|")
         for row in doc[key]:
-            out.append("| " + " | ".join(_md_escape(cell(row[f], k))
+            out.append("| " + " | ".join(md_escape(cell(row[f], k))
                                          for _h, f, _w, k in columns) + " |")
         if key == "groups":
-            out += ["", _md_escape(GROUP_NOTE)]
+            out += ["", md_escape(GROUP_NOTE)]
     return "\n".join(out) + "\n"
 
 
-def _md_escape(text: str) -> str:
+def md_escape(text: str) -> str:
     for ch in "\\|*_`<>[]#":
         text = text.replace(ch, "\\" + ch)
     return text
@@ -165,7 +165,7 @@ def _csv(doc: dict[str, Any]) -> str:
     for name, value in doc["totals"].items():
         writer.writerow(["totals", name, value])
     if "cost" in doc:
-        writer.writerow(["totals", "currency", _csv_cell(doc["cost"]["currency"])])
+        writer.writerow(["totals", "currency", csv_cell(doc["cost"]["currency"])])
     for key in ("groups", "idle_holds", "gpus", "hosts", "hourly", "events", "cost_by_user",
                 "cost_by_unix_group", "cost_by_model"):
         rows = doc.get(key)
@@ -175,11 +175,11 @@ def _csv(doc: dict[str, Any]) -> str:
         fields = list(rows[0])
         writer.writerow(["section", *fields])
         for row in rows:
-            writer.writerow([key, *(_csv_cell(row[f]) for f in fields)])
+            writer.writerow([key, *(csv_cell(row[f]) for f in fields)])
     return buf.getvalue()
 
 
-def _csv_cell(value: Any) -> Any:
+def csv_cell(value: Any) -> Any:
     # A cell starting with = + - @ is a formula to a spreadsheet: commands are untrusted.
     if isinstance(value, str):
         value = visible(value)

@@ -11,7 +11,7 @@ from typing import Any
 from gputop.commands.report_formats import cell, sections
 from gputop.ledger.report import amount, when
 
-_CSS = """
+CSS = """
 body{font-family:sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 table{border-collapse:collapse;font-size:13px}
@@ -32,7 +32,7 @@ def render_html(doc: dict[str, Any]) -> str:
     title = f"GPU usage {when(doc['from'])} to {when(doc['to'])}"
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>", f'<p class="summary">{_e(doc["summary"])}</p>',
         "<h2>Utilisation over time, per host (hourly mean)</h2>", _util_chart(doc),
         f"<h2>GPU-hours held per {_e(doc['by'])}: busy, idle-held, other</h2>",
