@@ -41,6 +41,8 @@ def group(users: dict[str, Any]) -> Iterator[str]:  # noqa: F811
 def _ledger(path: Path) -> float:
     """gt18a on all four cards for the last three minutes; returns the GPU-hours of it
     that fall in this month (all of it, unless the month began a minute ago)."""
+    path.parent.mkdir(mode=0o755, exist_ok=True)  # a ledger's directory: only root writes
+    path.parent.chmod(0o755)
     recorder = Recorder(store.open_writer(str(path)), STEP, GIB)
     now = time.time()
     start, _reset = quota.period_bounds(now, "month")
@@ -65,7 +67,7 @@ def _policy(host: Host, ledger: Path, over: str, users_q: str, groups_q: str = "
 
 
 def test_quota_shows_mine_and_root_sees_all(host: Host, group: str) -> None:  # noqa: F811
-    ledger = host.root / "ledger.sqlite"
+    ledger = host.root / "var" / "ledger.sqlite"
     used = _ledger(ledger)
     assert used > 0
     _policy(host, ledger, "refuse", "{gt18a: 0.1, gt18b: 5, gt18c: 5}", f"{{{group}: 100}}")
@@ -89,7 +91,7 @@ def test_quota_shows_mine_and_root_sees_all(host: Host, group: str) -> None:  # 
 
 
 def test_run_beyond_the_quota_is_refused_or_waits_low(host: Host, group: str) -> None:  # noqa: F811
-    ledger = host.root / "ledger.sqlite"
+    ledger = host.root / "var" / "ledger.sqlite"
     used = _ledger(ledger)
     reset = quota.reset_words(quota.period_bounds(time.time(), "month")[1], "month")
     _policy(host, ledger, "refuse", "{gt18a: 0.1}")

@@ -32,9 +32,12 @@ def period(since: str | None, start: str | None, end: str | None,
         if end is not None:
             raise common.usage_error("--to needs --from")
         try:
-            return now - parse_duration(since or DEFAULT_SINCE), now
+            seconds = parse_duration(since or DEFAULT_SINCE)
         except ValueError as err:
-            raise common.usage_error(f"--since {since!r}: {err}") from None
+            raise common.usage_error(f"--since {_shown(since or '')}: {err}") from None
+        if seconds > MAX_SPAN_S:
+            raise common.usage_error(f"--since {_shown(since or '')}: at most 100 years")
+        return max(now - seconds, 0.0), now
     t_from = _date("--from", start)
     t_to = _date("--to", end) if end is not None else now
     if t_to <= t_from:
@@ -42,12 +45,25 @@ def period(since: str | None, start: str | None, end: str | None,
     return t_from, t_to
 
 
+MAX_SPAN_S = 100 * 365.25 * 86400
+_LAST_T = dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+
+
+def _shown(text: str) -> str:
+    """A flag's value quoted in a message: escaped, and cut (it may be a megabyte)."""
+    return repr(text[:40] + ("..." if len(text) > 40 else ""))
+
+
 def _date(flag: str, text: str) -> float:
     try:
-        return dt.datetime.fromisoformat(text.strip()).timestamp()
+        t = dt.datetime.fromisoformat(text.strip()).timestamp()
     except (ValueError, OverflowError, OSError):
         raise common.usage_error(
-            f"{flag} {text!r}: not a date (e.g. 2026-11-30 or 2026-11-30T18:00)") from None
+            f"{flag} {_shown(text)}: not a date (e.g. 2026-11-30 or 2026-11-30T18:00)"
+        ) from None
+    if not 0 <= t < _LAST_T:
+        raise common.usage_error(f"{flag} {_shown(text)}: a date from 1970 to 9998, please")
+    return t
 
 
 def _cost() -> tuple[CostRates | None, dict[str, set[str]]]:

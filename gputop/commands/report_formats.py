@@ -152,7 +152,10 @@ def _markdown(doc: dict[str, Any]) -> str:
 
 
 def md_escape(text: str) -> str:
-    for ch in "\\|*_`<>[]#":
+    """Markdown's own characters escaped; & < > as entities, so that no renderer (nor a
+    mail client showing the source as HTML) sees a tag in a user's or a command's text."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for ch in "\\|*_`[]#":
         text = text.replace(ch, "\\" + ch)
     return text
 

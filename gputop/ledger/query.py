@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gputop.ledger.store import HOLDERS_FROM_PROCS, LedgerError, has_table, open_reader
 
@@ -219,18 +219,31 @@ def idle_runs(conn: sqlite3.Connection, host: str, now: float) -> dict[tuple[int
     return {(pid, start): since for pid, start, since in rows}
 
 
+_T = TypeVar("_T")
+
+
+def _with_reader(path: str, read: Callable[[sqlite3.Connection], _T]) -> _T:
+    """One read on a connection of its own: opened afresh each time (once a minute at
+    most), so a reader that had to open the file as it stands (store.open_reader) never
+    keeps reading a stale copy once a recorder writes again."""
+    conn = open_reader(path)
+    try:
+        return read(conn)
+    finally:
+        conn.close()
+
+
 class RecordedIdle:
     """``History.recorded_idle`` from a ledger file, for the dashboard's idle verdicts.
 
     Read-only, one query per host at most every ``refresh`` seconds; a ledger that cannot
     be read is no record (the dashboard falls back to what it observed itself).  Called
-    from one thread (the analysis thread), which opens the connection on first use.
+    from one thread (the analysis thread); each refresh reads on a connection of its own.
     """
 
     def __init__(self, path: str, clock: Callable[[], float] = time.time,
                  refresh: float = 60.0) -> None:
         self.path, self.clock, self.refresh = path, clock, refresh
-        self._conn: sqlite3.Connection | None = None
         self._cache: dict[str, tuple[float, dict[tuple[int, int], float]]] = {}
 
     def __call__(self, host: str, pid: int, start_time: float | None) -> float | None:
@@ -244,9 +257,7 @@ class RecordedIdle:
         if cached is not None and now - cached[0] < self.refresh:
             return cached[1]
         try:
-            if self._conn is None:
-                self._conn = open_reader(self.path)
-            runs = idle_runs(self._conn, host, now)
+            runs = _with_reader(self.path, lambda conn: idle_runs(conn, host, now))
         except LedgerError:
             runs = {}
         self._cache[host] = (now, runs)
@@ -316,7 +327,6 @@ class LedgerSeries:
                  refresh: float = 60.0) -> None:
         self.path, self.clock, self.refresh = path, clock, refresh
         self.problem: str | None = None
-        self._conn: sqlite3.Connection | None = None
         self._cache: dict[tuple[str, float], tuple[float, dict[int, Series]]] = {}
 
     def __call__(self, host: str, seconds: float) -> dict[int, Series]:
@@ -325,9 +335,7 @@ class LedgerSeries:
         if cached is not None and now - cached[0] < self.refresh:
             return cached[1]
         try:
-            if self._conn is None:
-                self._conn = open_reader(self.path)
-            found = gpu_series(self._conn, host, seconds, now)
+            found = _with_reader(self.path, lambda conn: gpu_series(conn, host, seconds, now))
         except LedgerError as err:
             self.problem, found = str(err), {}
         self._cache[(host, seconds)] = (now, found)

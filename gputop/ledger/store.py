@@ -14,7 +14,9 @@ import json
 import os
 import socket
 import sqlite3
+import stat
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -132,11 +134,20 @@ def existing_path() -> str | None:
     return None
 
 
+_LOCKED = ("{path}: locked by another program ({err}); try again when it lets go"
+           " (gputop's recorder never locks readers out)")
+BUSY_TIMEOUT_S = 5.0
+
+
 def _check(conn: sqlite3.Connection, path: str) -> int:
     """Refuse a file that is not a ledger, or one of a newer schema."""
     try:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    except sqlite3.OperationalError as err:
+        if _locked(err):
+            raise LedgerError(_LOCKED.format(path=path, err=err)) from None
+        raise LedgerError(f"{path}: not a gputop ledger ({err})") from None
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"{path}: not a gputop ledger ({err})") from None
     if app_id != APPLICATION_ID or row is None:
@@ -175,13 +186,56 @@ def has_table(conn: sqlite3.Connection, name: str) -> bool:
                         (name,)).fetchone() is not None
 
 
+# The files SQLite and the lock make beside the ledger: a link planted at any of them would
+# send the recorder's writes (often root's) into someone else's file.
+_COMPANIONS = ("", "-wal", "-shm", "-journal", ".lock")
+
+
+def check_place(path: str) -> None:
+    """Refuse to write a ledger where another user could redirect or swap its files: a
+    symbolic link at the ledger or a companion file, a directory that others may write,
+    or a file that is not a regular one, or another user's (issue 25.10)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    info = os.stat(parent)
+    me = os.geteuid()
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or info.st_uid not in (me, 0):
+        who = "others may write it" if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) \
+            else "it belongs to another user"
+        raise LedgerError(f"{path}: not written: {parent} is a directory {who}"
+                          f" (mode {stat.S_IMODE(info.st_mode):o}); keep the ledger in one"
+                          " only its owner can write")
+    for suffix in _COMPANIONS:
+        name = path + suffix
+        try:
+            found = os.lstat(name)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(found.st_mode):
+            raise LedgerError(f"{name}: a symbolic link; not written through")
+        if not stat.S_ISREG(found.st_mode):
+            raise LedgerError(f"{name}: not a regular file; not written")
+        if found.st_uid != me:
+            raise LedgerError(f"{name}: belongs to uid {found.st_uid}, not to this recorder;"
+                              " not written")
+
+
+def _locked(err: sqlite3.Error) -> bool:
+    text = str(err).lower()
+    return "locked" in text or "busy" in text
+
+
 def open_writer(path: str) -> sqlite3.Connection:
     """The ledger for recording, created when missing.  The caller holds the lock."""
     parent = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(parent, exist_ok=True)
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+        check_place(path)
         fresh = not os.path.exists(path) or os.path.getsize(path) == 0
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        if not fresh:
+            # Another program's database is refused before anything is written to it
+            # (journal_mode=WAL would change it).
+            _check(conn, path)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         if fresh:
@@ -191,6 +245,10 @@ def open_writer(path: str) -> sqlite3.Connection:
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
                 conn.execute("INSERT INTO meta VALUES ('created', ?)", (str(time.time()),))
+    except sqlite3.OperationalError as err:
+        if _locked(err):
+            raise LedgerError(_LOCKED.format(path=path, err=err)) from None
+        raise LedgerError(f"{path}: not a gputop ledger ({err})") from None
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"{path}: not a gputop ledger ({err})") from None
     except OSError as err:
@@ -208,11 +266,28 @@ def open_reader(path: str) -> sqlite3.Connection:
     """The ledger read-only; a missing, foreign or future file is a LedgerError."""
     if not os.path.isfile(path):
         raise LedgerError(f"{path}: no ledger here (record one with `gputop record`)")
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path))
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None,
+                               timeout=BUSY_TIMEOUT_S)
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"{path}: cannot open ({err})") from None
-    _check(conn, path)
+    try:
+        _check(conn, path)
+    except LedgerError as err:
+        # A reader who may not write the ledger's directory (the system's, read by a user)
+        # cannot make the WAL index while no recorder runs; then the file holds everything
+        # (the last recorder checkpointed it on closing) and is read as it stands.
+        conn.close()
+        if ("readonly" not in str(err) and "unable to open" not in str(err)) \
+                or os.path.exists(path + "-wal"):
+            raise
+        try:
+            conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True,
+                                   isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        except sqlite3.DatabaseError as again:
+            raise LedgerError(f"{path}: cannot open ({again})") from None
+        _check(conn, path)
     return conn
 
 
@@ -239,8 +314,11 @@ class WriterLock:
     def acquire(self) -> None:
         lock_path = self.path + ".lock"
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            os.makedirs(os.path.dirname(os.path.abspath(lock_path)), mode=0o755, exist_ok=True)
+            check_place(self.path)
+            # O_NOFOLLOW: a link planted here must not make us truncate its target.
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644)
         except OSError as err:
             raise LedgerError(f"{lock_path}: {err.strerror or err}") from None
         try:
