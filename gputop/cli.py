@@ -18,7 +18,7 @@ from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue",
                "serve")
-LEDGER_COMMANDS = ("record", "report")  # the usage ledger (docs/ledger.md)
+LEDGER_COMMANDS = ("record", "report", "quota")  # the usage ledger (docs/ledger.md)
 CONFIG_COMMAND = "config"  # the config file's place and the shipped examples
 HOST_HELP = "which host of --hosts/-H (default: the only one; required with several)"
 JSON_HELP = "print JSON instead of text (default: text)"
@@ -192,12 +192,19 @@ def build_ledger_parser(command: str) -> argparse.ArgumentParser:
     _add_source_args(p)
     p.add_argument("--db", metavar="PATH",
                    help="the ledger (default $XDG_STATE_HOME/gputop/ledger.sqlite)")
+    if command == "quota":
+        p.description = "GPU-hours used this period against the policy's quotas."
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
+        return p
     if command == "record":
         p.description = "Record GPU and process usage into the ledger until stopped."
         p.add_argument("--interval", type=float, default=10.0, metavar="S",
                        help="seconds between samples (default %(default)g)")
         p.add_argument("--raw-days", type=float, default=7.0, metavar="D",
                        help="keep raw samples D days, then hourly rollups (default %(default)g)")
+        p.add_argument("--dry-run", action="store_true",
+                       help="the policy's idle section only says what it would do"
+                            " (default: it acts)")
     else:
         p.description = "Who used which GPUs, how well, and how much was held idle."
         p.add_argument("--since", metavar="DURATION", help="e.g. 7d, 24h (default 7d)")
@@ -212,6 +219,9 @@ def build_ledger_parser(command: str) -> argparse.ArgumentParser:
                        help="write here instead of stdout (default: stdout)")
         p.add_argument("--top", type=int, default=10, metavar="N",
                        help="how many of the worst idle holds (default %(default)d)")
+        p.add_argument("--jobs", action="store_true",
+                       help="one entry per `gputop run` and Slurm job: GPUs, runtime, limit,"
+                            " wait, SM %% and memory per GPU, advice (default: usage)")
     return p
 
 
@@ -238,6 +248,10 @@ def _run_ledger_command(command: str, options: SourceOptions, args: argparse.Nam
         from gputop.commands import record
 
         return record.run(options, args)
+    if command == "quota":
+        from gputop.commands import quota
+
+        return quota.run(options, args)
     from gputop.commands import report
 
     return report.run(options, args)

@@ -90,6 +90,9 @@ def _run(options: SourceOptions, args: argparse.Namespace) -> int:
     why = queue_plan.refusal(user, request.count, request.priority, request.for_s, policy)
     if why:
         raise action_failed(f"refused: {why}")
+    from gputop.commands.quota import held_request  # GPU-hour quotas (issue 28.5)
+
+    request = held_request(user, request)
     from gputop.sources.feed import LocalFeed
     from gputop.sources.opener import SourcePlan, open_feeds, reservations_dir
 

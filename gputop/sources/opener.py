@@ -251,16 +251,27 @@ DEMO_SEED_STEP_S = 60.0
 
 
 def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[], list[dict]]:
+    """The snapshots of the ``seconds`` before ``now``, the live simulation's start.
+
+    The past is read from a simulation started at the same moment as the live one, its
+    clock then turned back: its processes have the live ones' start times, so a recorder
+    sees one process, not a seeded one and a live one (issue 28.8).  A process that had
+    not started yet at a past moment is left out of that moment."""
+
     def seed() -> list[dict[str, Any]]:
         from gputop.sources.hostsource import open_simulation
 
         # Its own simulation: the simulator's values are pure functions of time, so the
         # past reads as the live one would have; actions never touch this one.
-        clock = _FrozenClock(now - seconds)
+        clock = _FrozenClock(now)
         collector = open_simulation(name, host=host, clock=clock).collector
+        clock.now = now - seconds
         out = []
         while clock.now < now - DEMO_SEED_STEP_S / 2:
-            out.append(collector.collect())
+            data = collector.collect()
+            data["processes"] = [p for p in data.get("processes", ())
+                                 if (p.get("start_time") or 0.0) <= clock.now]
+            out.append(data)
             clock.now += DEMO_SEED_STEP_S
         return out
 
@@ -293,7 +304,8 @@ def _demo_feed(
     if not one_shot:
         # The whole window the idle rules look back over, less the sample live data adds.
         seconds = analysis_settings(config).history().process_seconds - DEMO_SEED_STEP_S
-        seed = _demo_seed(name, host, seconds, time.time())
+        seed = _demo_seed(name, host, seconds,
+                          source.sim.t0 if source.sim is not None else time.time())
     return LocalFeed(collector, host=host, identity=identity, dispatch_env=env, seed=seed)
 
 
