@@ -22,7 +22,7 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_tick import START, Clock, snapshots  # noqa: E402
+from bench_tick import START, Clock, snapshots
 
 
 def rss_mib() -> float:
