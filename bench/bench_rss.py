@@ -8,7 +8,8 @@ last mark (tracemalloc, by line).
 
 The app is the real one (headless, 160x50) on the simulated 8-GPU host of
 bench/bench_tick.py, its clock stepped by ``--refresh`` per tick, every tick analysed
-and drawn.  Goal (issue 27): flat once the history window (10 minutes) is full.
+(History.add, the rules) and one in ``--draw-every`` drawn.  Goal (issue 27): flat once
+the history window (10 minutes) is full.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def rss_mib() -> float:
     return 0.0
 
 
-async def run(refresh: float, minutes: float, marks: list[float], trace: bool) -> None:
+async def run(refresh: float, minutes: float, marks: list[float], trace: bool,
+              draw_every: int) -> None:
     from gputop.config import Config
     from gputop.ui.app import GputopApp
 
@@ -46,9 +48,11 @@ async def run(refresh: float, minutes: float, marks: list[float], trace: bool) -
         for i in range(1, ticks + 1):
             snap = next(feed)
             clock.now = snap.time
-            app._apply_result(app.analyser(snap))
-            app.dashboard.refresh_view()
-            await pilot.pause()
+            result = app.analyser(snap)
+            if i % draw_every == 0:  # what grows is kept by the analysis, every tick
+                app._apply_result(result)
+                app.dashboard.refresh_view()
+                await pilot.pause()
             up = i * refresh / 60
             if todo and up >= todo[0]:
                 todo.pop(0)
@@ -73,6 +77,8 @@ def main() -> None:
     ap.add_argument("--marks", type=float, nargs="*", default=[1, 5, 10, 20, 30, 45, 60])
     ap.add_argument("--trace", action="store_true",
                     help="tracemalloc from the first mark: what grew, by source line")
+    ap.add_argument("--draw-every", type=int, default=10,
+                    help="draw one tick in this many (1: all); every tick is analysed")
     args = ap.parse_args()
     import gputop
 
@@ -80,7 +86,7 @@ def main() -> None:
           f"simulated uptime up to {args.minutes:g} min")
     print("| uptime | RSS |")
     print("|---|---|")
-    asyncio.run(run(args.refresh, args.minutes, args.marks, args.trace))
+    asyncio.run(run(args.refresh, args.minutes, args.marks, args.trace, args.draw_every))
 
 
 if __name__ == "__main__":
