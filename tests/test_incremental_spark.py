@@ -97,3 +97,34 @@ def test_a_panel_tick_does_not_grow_with_the_samples_in_its_window() -> None:
     fast, slow = _tick_calls(0.25), _tick_calls(2.0)
     assert slow > 60  # the hook saw the drawing
     assert fast < slow + 16 * 8  # a few calls per new sample, nothing per window sample
+
+
+def test_another_series_is_drawn_afresh() -> None:
+    # The dashboard reuses panels for another host's cards: other times, other values.
+    span, width = 60.0, 20
+    busy = [(1000.0 + i, 90.0) for i in range(60)]
+    idle = [(1000.5 + i, 5.0) for i in range(60)]
+    track, stats = fmt.SparkTrack(span / width, width), fmt.WindowStats(span)
+    for series in (busy, idle):
+        now = series[-1][0]
+        track.feed(series)
+        stats.feed(series, now)
+        assert track.line(width, now) == fmt.sparkline(series, width, now, span)
+        assert format_stats(stats.stats()) == history_stats(series, now, span)
+
+
+async def test_a_panel_shown_for_another_host_forgets_the_first() -> None:
+    from gputop.ui.app import GputopApp
+
+    app = GputopApp()
+    async with app.run_test(size=(160, 50)):
+        panel = GpuPanel(0)
+        await app.screen.mount(panel)
+        busy = [(1000.0 + i, 90.0) for i in range(200)]
+        idle = [(1000.5 + i, 5.0) for i in range(200)]
+        for host, series in (("a", busy), ("b", idle)):
+            panel.update_data(PanelData(gpu=Gpu(index=0, uuid="GPU-x"), util_series=series,
+                                        mem_series=series, now=series[-1][0], span=180.0,
+                                        host=host))
+        assert panel._stats[0] == history_stats(idle, idle[-1][0], 180.0)
+        assert "█" not in panel._spark("util", panel.data, 60, 3.0)

@@ -118,6 +118,20 @@ def sparkline(
     return "".join(_spark_char(cell) for cell in cells)
 
 
+def _fresh(series: Sequence[tuple[float, float]], last: tuple[float, float] | None) -> int | None:
+    """How many samples at the end of ``series`` are newer than ``last``, the newest one
+    fed before; None when ``series`` does not hold ``last`` where it should (it is not
+    the series that was fed: start again)."""
+    if last is None:
+        return len(series)
+    fresh = 0
+    for sample in reversed(series):
+        if sample[0] <= last[0]:
+            return fresh if sample == last else None
+        fresh += 1
+    return fresh  # every sample is newer than the last one fed (a pause, a gap)
+
+
 class SparkTrack:
     """``sparkline`` of a series that grows only at its newest end, kept up to date.
 
@@ -132,15 +146,14 @@ class SparkTrack:
         self.step = step
         self.keep = max(keep, 1)
         self._slots: dict[int, float] = {}
-        self._last_t = -math.inf
+        self._last: tuple[float, float] | None = None  # the newest sample fed
         self._newest = 0
 
     def feed(self, series: Sequence[tuple[float, float]]) -> None:
-        fresh = 0
-        for t, _value in reversed(series):
-            if t <= self._last_t:
-                break
-            fresh += 1
+        fresh = _fresh(series, self._last)
+        if fresh is None:  # not the series fed before (another host, a reset): afresh
+            self._slots, self._newest, self._last = {}, 0, None
+            fresh = len(series)
         if not fresh:
             return
         slots, step = self._slots, self.step
@@ -151,7 +164,7 @@ class SparkTrack:
                 slots[k] = value
             if k > self._newest:
                 self._newest = k
-        self._last_t = series[-1][0]
+        self._last = series[-1]
         if len(slots) > 2 * self.keep:  # amortised: a dict rebuilt every `keep` slots
             oldest = self._newest - self.keep
             self._slots = {k: v for k, v in slots.items() if k > oldest}
@@ -172,19 +185,21 @@ class WindowStats:
 
     def __init__(self, span: float) -> None:
         self.span = span
+        self._reset()
+
+    def _reset(self) -> None:
         self._window: deque[tuple[float, float]] = deque()
         self._low: deque[tuple[float, float]] = deque()  # increasing values
         self._high: deque[tuple[float, float]] = deque()  # decreasing values
         self._sum: float = 0
         self._dropped = 0  # samples left since the sum was last added up afresh
-        self._last_t = -math.inf
+        self._last: tuple[float, float] | None = None  # the newest sample fed
 
     def feed(self, series: Sequence[tuple[float, float]], now: float) -> None:
-        fresh = 0
-        for t, _value in reversed(series):
-            if t <= self._last_t:
-                break
-            fresh += 1
+        fresh = _fresh(series, self._last)
+        if fresh is None:  # not the series fed before: afresh
+            self._reset()
+            fresh = len(series)
         for t, value in series[len(series) - fresh:]:
             if t > now:
                 break
@@ -196,7 +211,7 @@ class WindowStats:
             while self._high and self._high[-1][1] <= value:
                 self._high.pop()
             self._high.append((t, value))
-            self._last_t = t
+            self._last = (t, value)
         start = now - self.span
         window = self._window
         while window and window[0][0] < start:

@@ -269,6 +269,7 @@ class DashboardScreen(Screen[None]):
                 span=span,
                 kept=kept,
                 appending=recorded is None,
+                host=snap.host,
             ))
 
     def _update_warnings_panel(self, host: str, now: float) -> None:

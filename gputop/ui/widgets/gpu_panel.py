@@ -56,6 +56,7 @@ class PanelData:
     # The series only grow at their newest end from tick to tick (the live history): the
     # panel then reads only their new samples.  False (a ledger range): drawn afresh.
     appending: bool = True
+    host: str = ""  # whose card: panels are reused when the dashboard shows another host
 
 
 def short_name(name: str | None) -> str:
@@ -103,9 +104,15 @@ class GpuPanel(StyleOnce):
         # seconds per cell), and by (series, span).
         self._tracks: dict[tuple[str, float], fmt.SparkTrack] = {}
         self._windows: dict[tuple[str, float], fmt.WindowStats] = {}
+        self._tracked: tuple[str, str | None] | None = None  # (host, UUID) they follow
 
     def update_data(self, data: PanelData) -> None:
         self.data = data
+        card = (data.host, data.gpu.uuid)
+        if card != self._tracked:  # another host's card in this panel: start afresh
+            self._tracks.clear()
+            self._windows.clear()
+            self._tracked = card
         compact = self.has_class("-compact")
         # Each figure is computed once per tick and kept for render(); the panel draws
         # only when one changed.
