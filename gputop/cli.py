@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="render the main screens headless against demo scenarios into DIR as SVG",
     )
+    parser.add_argument("--topology", action="store_true",
+                        help="with --json: also the GPU interconnect (NVLink remote ends, "
+                        "`gputop topo`'s links), which costs the driver calls per link")
     parser.add_argument("--interval", type=float, metavar="S",
                         help="refresh interval in seconds (default: the config's, 1)")
     parser.add_argument(
@@ -374,7 +377,7 @@ def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
     if args.once or args.json:
         from gputop.commands import once
 
-        return once.run(options, as_json=args.json)
+        return once.run(options, as_json=args.json, topology=args.topology)
     from gputop.ui.app import run_app
 
     return run_app(options, args.interval)

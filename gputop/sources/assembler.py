@@ -11,6 +11,7 @@ Stdlib-only: shipped to remote hosts inside the SSH probe.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -182,7 +183,7 @@ class HostAssembler:
             return []
 
     def _queue(self) -> list[dict[str, Any]]:
-        if not self.reservations_dir:
+        if not self.reservations_dir or not _has_job_files(self.reservations_dir):
             return []
         from gputop.actions import queue  # stdlib-only; shipped in the probe bundle
 
@@ -190,6 +191,19 @@ class HostAssembler:
             return list(queue.list_jobs(self.reservations_dir)["jobs"])
         except (OSError, ValueError):
             return []
+
+
+def _has_job_files(directory: str) -> bool:
+    """Whether the store holds a `gputop run` job file: most hosts have none, and then a
+    one-shot need not load the queue code (an unreadable store: let the queue say so)."""
+    from gputop.actions.store import JOB_PREFIX
+
+    try:
+        return any(name.startswith(JOB_PREFIX) for name in os.listdir(directory))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def memory_unaccounted(gpus: list[dict[str, Any]], processes: list[dict[str, Any]]) -> bool:

@@ -194,14 +194,19 @@ class NvmlBackend:
     """A ``GpuBackend`` over NVML: ``read(now)`` returns the GPUs and their processes.
 
     ``nvml`` is pynvml or a ``sim.SimNvml`` (then ``simulated``: source "sim", no sysfs
-    look-ups, simulated pids above any real one).  ``lean`` (a one-shot table): no
-    topology, NVLink remotes or XID event registration, which cost most of its NVML calls
-    and show nowhere in it.  Raises NoDriverError when nvmlInit fails.
+    look-ups, simulated pids above any real one).  ``lean`` (a one-shot table): only the
+    fields the table and the one-shot health rules read (``_LEAN_SKIPS`` names what is
+    left out), ECC, link count and NVLink states in one field-value call, and no topology,
+    NVLink remotes or XID event registration.  ``topology`` False (``--json`` without
+    ``--topology``): no NVLink remote ends and no topology, the rest as usual.  Raises
+    NoDriverError when nvmlInit fails.
     """
 
-    def __init__(self, nvml: Any, simulated: bool = False, lean: bool = False) -> None:
+    def __init__(self, nvml: Any, simulated: bool = False, lean: bool = False,
+                 topology: bool = True) -> None:
         self.nvml = nvml
         self.lean = lean
+        self.topology = topology and not lean
         self.simulated = simulated
         self._error_class: type[BaseException] = getattr(nvml, "NVMLError", Exception)
         self._mismatch_class: type[BaseException] = getattr(
@@ -289,7 +294,9 @@ class NvmlBackend:
                 cuda = self._get("nvmlSystemGetCudaDriverVersion")
             self._versions = {
                 "driver_version": _text(self._get("nvmlSystemGetDriverVersion")),
-                "nvml_version": _text(self._get("nvmlSystemGetNVMLVersion")),
+                # A one-shot table shows the driver and CUDA versions only.
+                "nvml_version": None if self.lean else _text(
+                    self._get("nvmlSystemGetNVMLVersion")),
                 "cuda_version": cuda_version_string(cuda),
             }
         return self._versions
@@ -314,6 +321,9 @@ class NvmlBackend:
         cached = self._static.get(index)
         if cached is not None:
             return cached
+        if self.lean:
+            self._static[index] = self._lean_static(handle)
+            return self._static[index]
         pci = self._get("nvmlDeviceGetPciInfo", handle)
         bus_id = _text(getattr(pci, "busId", None)) if pci is not None else None
         constraints = self._get("nvmlDeviceGetPowerManagementLimitConstraints", handle)
@@ -342,8 +352,24 @@ class NvmlBackend:
             "numa_node": self._numa_node(handle, bus_id),
         }
         static["_fans"] = self._get("nvmlDeviceGetNumFans", handle)
-        self._nvlink_remote[index] = self._nvlink_remotes(handle, remotes=not self.lean)
+        self._nvlink_remote[index] = self._nvlink_remotes(handle, remotes=self.topology)
         self._static[index] = static
+        return static
+
+    def _lean_static(self, handle: Any) -> dict[str, Any]:
+        """What a one-shot table and its health rules read of the fields that never
+        change: the name and UUID (reservations match on it), the thermal limits and the
+        PCIe maxima; the rest None.  The link count comes with the first field values."""
+        static: dict[str, Any] = dict.fromkeys(_STATIC_KEYS)
+        static.update(
+            uuid=_text(self._get("nvmlDeviceGetUUID", handle)),
+            name=_text(self._get("nvmlDeviceGetName", handle)),
+            temp_slowdown=self._threshold(handle, "SLOWDOWN", _THRESHOLD_SLOWDOWN),
+            temp_shutdown=self._threshold(handle, "SHUTDOWN", _THRESHOLD_SHUTDOWN),
+            pcie_gen_max=self._get("nvmlDeviceGetMaxPcieLinkGeneration", handle),
+            pcie_width_max=self._get("nvmlDeviceGetMaxPcieLinkWidth", handle),
+        )
+        static["_fans"] = None  # one fan speed call, as for a card that cannot count them
         return static
 
     def _threshold(self, handle: Any, which: str, default: int) -> int | None:
@@ -562,8 +588,14 @@ class NvmlBackend:
         return "sim" if self.simulated else "nvml"
 
     def count(self) -> int:
-        """How many GPUs NVML sees (0 when it cannot count them)."""
-        return int(self._get("nvmlDeviceGetCount") or 0)
+        """How many GPUs NVML sees (0 when it cannot count them); kept for ``read``, so
+        that opening and the first read ask once."""
+        if self._count is None:
+            counted = self._get("nvmlDeviceGetCount")
+            if counted is None:
+                return 0
+            self._count = int(counted)
+        return self._count
 
     def read(self, now: float, cpu_count: int | None = None) -> Reading:
         snap: Reading = dict(self._versions_once())
@@ -582,9 +614,10 @@ class NvmlBackend:
             processes.extend(procs)
         snap["gpus"] = gpus
         snap["processes"] = processes
-        if not self.lean:
+        if self.topology:
             readable = {g["index"] for g in gpus if g["index"] in self._static}
             snap["topology"] = self._topology_once(sorted(self._handles.keys() & readable))
+        if not self.lean:
             self._xid_setup_once()
             snap["xid_watched"] = self._xid_watched
             snap["xid_events"] = self._poll_xid(now)
@@ -622,6 +655,9 @@ class NvmlBackend:
         return gpu
 
     def _dynamic_fields(self, gpu: dict[str, Any], handle: Any, static: dict[str, Any]) -> None:
+        if self.lean:
+            self._lean_dynamic(gpu, handle, static)
+            return
         get = self._get
         util = get("nvmlDeviceGetUtilizationRates", handle)
         gpu["util_gpu"] = getattr(util, "gpu", None)
@@ -687,6 +723,44 @@ class NvmlBackend:
         known = bool(data) and all(v is not None for v in data)
         gpu["nvlink_data_kib"] = sum(int(v) for v in data) if known else None
 
+    def _lean_dynamic(self, gpu: dict[str, Any], handle: Any, static: dict[str, Any]) -> None:
+        """The changing fields of a one-shot table and its rules; the ones left out
+        (``_LEAN_SKIPS``) are None.  NVLink count and states and the ECC counters are one
+        field-value call: states of links beyond the count come back failed and unused."""
+        get = self._get
+        gpu.update(dict.fromkeys(_LEAN_SKIPS))
+        util = get("nvmlDeviceGetUtilizationRates", handle)
+        gpu["util_gpu"] = getattr(util, "gpu", None)
+        gpu["util_mem"] = getattr(util, "memory", None)
+        self._memory(gpu, handle)
+        gpu["temp"] = get(
+            "nvmlDeviceGetTemperature", handle, self._const("NVML_TEMPERATURE_GPU", 0)
+        )
+        gpu["power_draw"] = _watts(get("nvmlDeviceGetPowerUsage", handle))
+        gpu["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
+        fans = self._fans(handle, static.get("_fans"))
+        gpu["fans"] = fans
+        gpu["fan"] = fans[0] if fans else None
+        persistence = get("nvmlDeviceGetPersistenceMode", handle)
+        gpu["persistence_mode"] = bool(persistence) if persistence is not None else None
+        links = _NVLINK_MAX_LINKS
+        batch = self._field_values(handle, [
+            (_FI_NVLINK_LINK_COUNT, 0), *((field_id, 0) for _, field_id in _ECC_FIELDS),
+            *((_FI_NVLINK_GET_STATE, n) for n in range(links))])
+        index = gpu["index"]
+        if batch is not None and batch[0] is not None:
+            count = max(0, min(int(batch[0]), links))
+            self._nvlink_remote[index] = [(None, None)] * count
+            states: list[Any] | None = batch[1 + len(_ECC_FIELDS):][:count]
+        else:
+            self._nvlink_remote[index] = self._nvlink_remotes(handle, remotes=False)
+            states = None
+        self._ecc(gpu, handle, batch[1:1 + len(_ECC_FIELDS)] if batch is not None else None)
+        self._clock_events(gpu, handle)
+        gpu["pcie_gen"] = get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth", handle)
+        gpu["nvlinks"] = self._nvlinks(index, handle, states)
+
     def _memory(self, gpu: dict[str, Any], handle: Any) -> None:
         info = None
         version = getattr(self.nvml, "nvmlMemory_v2", None)
@@ -708,15 +782,19 @@ class NvmlBackend:
         speed = self._get("nvmlDeviceGetFanSpeed", handle)
         return (speed,) if speed is not None else ()
 
-    def _ecc(self, gpu: dict[str, Any], handle: Any) -> None:
+    def _ecc(self, gpu: dict[str, Any], handle: Any, batch: list[Any] | None = None) -> None:
+        """ECC, retired pages and row remapping; ``batch``: their field values, read with
+        others by a lean collect (which leaves out the ECC mode)."""
         get = self._get
-        mode = get("nvmlDeviceGetEccMode", handle)
-        gpu["ecc_mode"] = bool(mode[0]) if mode else None
-        gpu["ecc_mode_pending"] = bool(mode[1]) if mode else None
+        if not self.lean:
+            mode = get("nvmlDeviceGetEccMode", handle)
+            gpu["ecc_mode"] = bool(mode[0]) if mode else None
+            gpu["ecc_mode_pending"] = bool(mode[1]) if mode else None
         corrected = self._const("NVML_MEMORY_ERROR_TYPE_CORRECTED", _ECC_CORRECTED)
         # One field-value call stands in for the eight below (ECC, retired pages, row
         # remapping); per-field failures are None, as the single calls would give.
-        batch = self._field_values(handle, [(field_id, 0) for _, field_id in _ECC_FIELDS])
+        if batch is None:
+            batch = self._field_values(handle, [(field_id, 0) for _, field_id in _ECC_FIELDS])
         if batch is not None and any(v is not None for v in batch):
             for (key, _), value in zip(_ECC_FIELDS, batch, strict=True):
                 gpu[key] = (bool(value) if key in _BOOL_FIELD_KEYS else int(value)) if (
@@ -762,11 +840,14 @@ class NvmlBackend:
         gpu["clock_event_mask"] = int(mask) if mask is not None else None
         gpu["clock_event_reasons"] = decode_clock_events(gpu["clock_event_mask"])
 
-    def _nvlinks(self, index: int, handle: Any) -> list[dict]:
+    def _nvlinks(self, index: int, handle: Any, states: list[Any] | None = None) -> list[dict]:
+        """Each link's state (``states``: already read with other field values)."""
         links = []
         known = self._nvlink_remote.get(index, ())
         # One call for every link's state instead of one per link (18 on an H100).
-        states = self._field_values(handle, [(_FI_NVLINK_GET_STATE, n) for n in range(len(known))])
+        if states is None or len(states) != len(known):
+            states = self._field_values(
+                handle, [(_FI_NVLINK_GET_STATE, n) for n in range(len(known))])
         for link, (remote, _) in enumerate(known):
             if states is not None:
                 state = states[link]
@@ -898,6 +979,17 @@ class NvmlBackend:
 
 
 _IDENTITY_KEYS = ("uuid", "name", "pci_bus_id", "serial")
+# Every key _static_fields fills (a lean read fills a few and leaves the rest None).
+_STATIC_KEYS = ("uuid", "name", "pci_bus_id", "serial", "temp_slowdown", "temp_shutdown",
+                "temp_max_operating", "power_default_limit", "power_min_limit",
+                "power_max_limit", "clock_sm_max", "clock_mem_max", "pcie_gen_max",
+                "pcie_width_max", "cpu_affinity", "numa_node")
+# What a lean collect (`gputop --once`) does not read: neither its table nor the health
+# rules it runs look at them (tests/test_nvml_calls.py compares the output with a full
+# read's).
+_LEAN_SKIPS = ("util_enc", "util_dec", "bar1_used", "bar1_total", "clock_sm", "clock_mem",
+               "clock_gr", "pstate", "compute_mode", "ecc_mode", "ecc_mode_pending",
+               "pcie_tx_kbs", "pcie_rx_kbs")
 
 
 # Field ids (nvml.h) of what _ecc reads one call at a time, and the keys they fill.
@@ -945,13 +1037,13 @@ def _init_failure_message(err: BaseException) -> str:
     return f"gputop: NVML could not start: {err}."
 
 
-def open_nvml(lean: bool = False) -> NvmlBackend:
+def open_nvml(lean: bool = False, topology: bool = True) -> NvmlBackend:
     """The NVML backend of this machine; NoDriverError when there is no GPU to read."""
     try:
         import pynvml
     except ImportError:
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
-    backend = NvmlBackend(pynvml, lean=lean)
+    backend = NvmlBackend(pynvml, lean=lean, topology=topology)
     # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
     if backend.count() == 0:
         raise NoDriverError(NO_GPUS_MESSAGE)
