@@ -60,6 +60,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/health_rules.py
 	$(BIN)/python bench/orphans.py
 	$(BIN)/python bench/bench_ui.py
+	$(BIN)/python bench/bench_tick.py
+	$(BIN)/python bench/bench_rss.py
 	$(BIN)/python bench/bench_mig.py
 
 # `gputop serve` scrape latency and CPU, `--prometheus` at 1,000 hosts.

@@ -80,6 +80,28 @@ class NvLink(_Record):
     remote_pci_bus_id: str | None = None
 
 
+# NVLink tuples already built, by their values: a card's 18 links are the same tick after
+# tick, and the history keeps ten minutes of Gpu records (86,000 NvLink objects, 5 MiB,
+# at 1 s on 8 H100s, before they were shared).  Emptied when it grows past the cap.
+_LINKS_SEEN: dict[tuple[tuple[Any, ...], ...], tuple[NvLink, ...]] = {}
+_LINKS_SEEN_CAP = 4096
+
+
+def _links(items: Any) -> tuple[NvLink, ...]:
+    """NvLinks from dicts, the tuple shared with the last Gpu that had the same links."""
+    try:
+        key = tuple((d.get("link"), d.get("active"), d.get("remote_pci_bus_id"))
+                    for d in items)
+        found = _LINKS_SEEN.get(key)
+    except (AttributeError, TypeError):  # not dicts, or unhashable values: no sharing
+        return tuple(_flat(NvLink, link) for link in items)
+    if found is None:
+        if len(_LINKS_SEEN) >= _LINKS_SEEN_CAP:
+            _LINKS_SEEN.clear()
+        found = _LINKS_SEEN[key] = tuple(_flat(NvLink, link) for link in items)
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class Gpu(_Record):
     index: int
@@ -148,7 +170,18 @@ class Gpu(_Record):
     pcie_width_max: int | None = None
     pcie_tx_kbs: int | None = None
     pcie_rx_kbs: int | None = None
+    pcie_replays: int | None = None  # PCIe replays (link-level retries) since driver load
     nvlinks: tuple[NvLink, ...] = ()
+    nvlink_data_kib: int | None = None  # NVLink data sent + received, all links, KiB
+    # What dcgm-exporter exports by default beyond the above (docs/prometheus.md)
+    temp_memory: int | None = None  # HBM temperature, C (cards with HBM only)
+    energy_mj: int | None = None  # energy since the driver loaded, mJ (Volta and newer)
+    # GPM (Hopper and newer), over the time since the previous refresh: percent of time
+    # the tensor pipes / DRAM were busy, and PCIe bytes per second each way
+    prof_tensor_active: float | None = None
+    prof_dram_active: float | None = None
+    prof_pcie_tx_bytes: float | None = None
+    prof_pcie_rx_bytes: float | None = None
     numa_node: int | None = None
     cpu_affinity: str | None = None  # cpulist, e.g. "0-23,48-71"
     mig_mode: bool | None = None
@@ -190,14 +223,16 @@ class Gpu(_Record):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Gpu:
-        gpu = _flat(cls, data)
         links = data.get("nvlinks") or ()
-        if links and not isinstance(links[0], NvLink):
-            gpu = dataclasses.replace(gpu, nvlinks=tuple(_flat(NvLink, link) for link in links))
         migs = data.get("mig_devices") or ()
-        if migs and not isinstance(migs[0], MigDevice):
-            gpu = dataclasses.replace(gpu, mig_devices=MigDevice.all_from(migs))
-        return gpu
+        if (links and not isinstance(links[0], NvLink)) or (
+                migs and not isinstance(migs[0], MigDevice)):
+            data = dict(data)
+            if links and not isinstance(links[0], NvLink):
+                data["nvlinks"] = _links(links)
+            if migs and not isinstance(migs[0], MigDevice):
+                data["mig_devices"] = MigDevice.all_from(migs)
+        return _flat(cls, data)
 
 
 # -- MIG: instances of a card in MIG mode, see docs/mig.md ----------------------
@@ -463,6 +498,8 @@ class QueueJob(_Record):
     command: str = ""
     uid: int | None = None
     pid: int | None = None
+    share: bool = False  # may run beside another user's process (--share)
+    whole: bool = False  # whole cards only, never a MIG device (--whole)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QueueJob:

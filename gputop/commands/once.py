@@ -43,16 +43,17 @@ MIB = 1024**2
 # -- entry points ----------------------------------------------------------------------------
 
 
-def run(options: SourceOptions, as_json: bool) -> int:
-    return common.run("", lambda: _report(options, as_json))
+def run(options: SourceOptions, as_json: bool, topology: bool = False) -> int:
+    return common.run("", lambda: _report(options, as_json, topology))
 
 
-def _report(options: SourceOptions, as_json: bool) -> int:
+def _report(options: SourceOptions, as_json: bool, topology: bool = False) -> int:
     from gputop.analysis.pipeline import warnings_once
 
     config = common.config(options)
     settings = common.settings(config)
-    collected = common.collect(options, config, lean=not as_json)
+    # `--json --topology` alone reads NVLink remote ends and the topology (docs/performance.md)
+    collected = common.collect(options, config, lean=not as_json, topology=topology)
     snapshots = collected.snapshots
     now = time.time()
     warnings = {

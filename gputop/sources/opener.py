@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gputop.config import Config, analysis_settings
 from gputop.hosts import HostSpec
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from gputop.sources.assembler import HostAssembler
     from gputop.sources.feed import Collects, Feed, LocalFeed
     from gputop.sources.hostsource import HostSource
+    from gputop.sources.prometheus import PrometheusFeed
+    from gputop.sources.serveapi import ServeFeed
 
 __all__ = [
     "NoDriverError",
@@ -44,6 +47,7 @@ __all__ = [
     "open_feeds",
     "plan_sources",
     "reservations_dir",
+    "reservations_dir_from",
 ]
 
 # In a one-shot --demo the simulation is read twice, this far apart in simulated time, so
@@ -120,9 +124,19 @@ def demo_reservations_dir(scenario: str) -> str:
 
 def reservations_dir(options: SourceOptions, config: Config) -> str:
     """The reservation store of the local or demo source."""
+    return reservations_dir_from(options, config)[0]
+
+
+def reservations_dir_from(options: SourceOptions, config: Config) -> tuple[str, str]:
+    """(the store of the local or demo source, where that came from): store.py's rule.
+    A simulation never takes the config's directory, which names a real store."""
+    from gputop.actions.store import store_directory
+
     if options.demo:
-        return demo_reservations_dir(options.demo)
-    return config.reservations.dir
+        return store_directory(None, demo_reservations_dir(options.demo))
+    res = config.reservations
+    return store_directory(res.dir if res.dir_from else None, res.dir,
+                           res.dir_from or "config")
 
 
 # -- the feeds ---------------------------------------------------------------------------------
@@ -131,20 +145,23 @@ def reservations_dir(options: SourceOptions, config: Config) -> str:
 def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
     plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
+    topology: bool = True,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
     False (commands that only touch the reservation store: this machine is then a "no
     GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
     command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
-    ``lean``: local collectors skip topology, XID registration and the device scan."""
+    ``lean``: local collectors skip topology, XID registration and the device scan, and
+    read only what a one-shot table shows; ``topology`` False: they skip the topology and
+    NVLink remote ends."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
     if plan.demo:
-        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean))
+        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean, topology))
     elif plan.local:
         feeds.append(_local_feed(options, config, need_driver, lean,
-                                 ONE_SHOT_NAME_WAIT_S if one_shot else 0.0))
+                                 ONE_SHOT_NAME_WAIT_S if one_shot else 0.0, topology))
     ssh_hosts = tuple(spec for spec in plan.ssh_hosts if spec.url is None)
     if ssh_hosts:
         from gputop.sources.ssh import SshFeed
@@ -181,7 +198,7 @@ def _action_env(options: SourceOptions, config: Config, source: HostSource) -> A
 
 def _local_feed(
     options: SourceOptions, config: Config, need_driver: bool = True, lean: bool = False,
-    name_wait_s: float = 0.0,
+    name_wait_s: float = 0.0, topology: bool = True,
 ) -> LocalFeed:
     from gputop.sources.feed import LocalFeed
     from gputop.sources.hostsource import action_env, open_local
@@ -189,7 +206,7 @@ def _local_feed(
     store = reservations_dir(options, config)
     try:
         source = open_local(host=LOCAL_HOST, reservations_dir=store, lean=lean,
-                            name_wait_s=name_wait_s)
+                            name_wait_s=name_wait_s, topology=topology)
     except NoDriverError as err:
         if need_driver:
             raise
@@ -240,16 +257,27 @@ DEMO_SEED_STEP_S = 60.0
 
 
 def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[], list[dict]]:
+    """The snapshots of the ``seconds`` before ``now``, the live simulation's start.
+
+    The past is read from a simulation started at the same moment as the live one, its
+    clock then turned back: its processes have the live ones' start times, so a recorder
+    sees one process, not a seeded one and a live one (issue 28.8).  A process that had
+    not started yet at a past moment is left out of that moment."""
+
     def seed() -> list[dict[str, Any]]:
         from gputop.sources.hostsource import open_simulation
 
         # Its own simulation: the simulator's values are pure functions of time, so the
         # past reads as the live one would have; actions never touch this one.
-        clock = _FrozenClock(now - seconds)
+        clock = _FrozenClock(now)
         collector = open_simulation(name, host=host, clock=clock).collector
+        clock.now = now - seconds
         out = []
         while clock.now < now - DEMO_SEED_STEP_S / 2:
-            out.append(collector.collect())
+            data = collector.collect()
+            data["processes"] = [p for p in data.get("processes", ())
+                                 if (p.get("start_time") or 0.0) <= clock.now]
+            out.append(data)
             clock.now += DEMO_SEED_STEP_S
         return out
 
@@ -257,7 +285,8 @@ def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[],
 
 
 def _demo_feed(
-    name: str, options: SourceOptions, config: Config, one_shot: bool, lean: bool = False
+    name: str, options: SourceOptions, config: Config, one_shot: bool, lean: bool = False,
+    topology: bool = True,
 ) -> LocalFeed:
     # The simulator pulls in pyyaml for scenario files: imported only when asked for.
     from gputop.sources import sim
@@ -271,7 +300,7 @@ def _demo_feed(
     clock: Callable[[], float] = _FrozenClock(time.time()) if one_shot else time.time
     host = str(scenario.host.get("hostname") or name)
     source = open_simulation(scenario, host=host, reservations_dir=reservations_dir(
-        options, config), clock=clock, lean=lean)
+        options, config), clock=clock, lean=lean, topology=topology)
     collector: Collects = source.collector
     if isinstance(clock, _FrozenClock):
         collector = _WarmedUp(source.collector, clock)
@@ -282,7 +311,8 @@ def _demo_feed(
     if not one_shot:
         # The whole window the idle rules look back over, less the sample live data adds.
         seconds = analysis_settings(config).history().process_seconds - DEMO_SEED_STEP_S
-        seed = _demo_seed(name, host, seconds, time.time())
+        seed = _demo_seed(name, host, seconds,
+                          source.sim.t0 if source.sim is not None else time.time())
     return LocalFeed(collector, host=host, identity=identity, dispatch_env=env, seed=seed)
 
 
@@ -302,8 +332,22 @@ class Round:
         return identity.reservation_owner if identity is not None else None
 
 
+# The modules of the feeds a one-shot polls over blocking HTTP, and their classes.
+_HTTP_FEEDS = (("gputop.sources.prometheus", "PrometheusFeed"),
+               ("gputop.sources.serveapi", "ServeFeed"))
+
+
+def _http_feed_types() -> tuple[type, ...]:
+    """The HTTP feed classes open_feeds has imported: a feed of a class whose module was
+    never imported cannot exist, and importing them only to test for them cost a
+    one-shot asyncio, http.client and ssl (50-60 ms)."""
+    return tuple(getattr(sys.modules[module], name) for module, name in _HTTP_FEEDS
+                 if module in sys.modules)
+
+
 def collect_once(
-    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False
+    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False,
+    topology: bool = True,
 ) -> Round:
     """One round of snapshots for the one-shot commands.
 
@@ -311,21 +355,19 @@ def collect_once(
     (asyncio costs `gputop --once` tens of ms); SSH hosts in parallel on one loop.
     """
     from gputop.sources.feed import LocalFeed
-    from gputop.sources.prometheus import PrometheusFeed
 
-    feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean)
+    feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean,
+                       topology=topology)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
-    from gputop.sources.serveapi import ServeFeed
-
+    http_feeds = _http_feed_types()
     for http in feeds:
-        if isinstance(http, (PrometheusFeed, ServeFeed)):  # blocking HTTP, no event loop
-            found = http.poll()
+        if isinstance(http, http_feeds):  # blocking HTTP, no event loop
+            found = cast("PrometheusFeed | ServeFeed", http).poll()
             snapshots.extend(found)
             identities.update({snap.host: http.identity(snap.host) for snap in found})
-    remote = [feed for feed in feeds
-              if not isinstance(feed, (LocalFeed, PrometheusFeed, ServeFeed))]
+    remote = [feed for feed in feeds if not isinstance(feed, (LocalFeed, *http_feeds))]
     if remote:
         import asyncio
 

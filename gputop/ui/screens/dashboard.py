@@ -268,6 +268,8 @@ class DashboardScreen(Screen[None]):
                 now=now,
                 span=span,
                 kept=kept,
+                appending=recorded is None,
+                host=snap.host,
             ))
 
     def _update_warnings_panel(self, host: str, now: float) -> None:

@@ -24,7 +24,7 @@ from textual.widget import Widget
 
 from gputop.config import COLUMNS as DEFAULT_COLUMNS
 from gputop.ui.keys import bindings
-from gputop.ui.partial import changed_regions
+from gputop.ui.partial import StyleOnce, changed_regions
 from gputop.ui.state import RowKey
 from gputop.ui.table_model import Column, Row, cell, layout
 
@@ -107,7 +107,7 @@ class TableHeader(Widget):
             self.post_message(self.SortRequested(column))
 
 
-class ProcessTable(ScrollView, can_focus=True):
+class ProcessTable(StyleOnce, ScrollView, can_focus=True):
     """GPU processes, one per line; the cursor follows its RowKey across refreshes."""
 
     # No `k` for up: k is the kill key, as in htop.
@@ -190,7 +190,7 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def _view_key(self) -> Any:
         return (int(self.scroll_offset.y), self.scrollable_content_region.width,
-                self.scrollable_content_region.height, self.rich_style)
+                self.scrollable_content_region.height, self.base_style)
 
     def _repaint_changes(self) -> None:
         old = self._shown
@@ -275,7 +275,7 @@ class ProcessTable(ScrollView, can_focus=True):
     def _line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         index = int(self.scroll_offset.y) + y
-        base = self.rich_style
+        base = self.base_style
         if index >= len(self.rows):
             return Strip.blank(width, base)
         row = self.rows[index]
@@ -305,13 +305,11 @@ class ProcessTable(ScrollView, can_focus=True):
         return classes
 
     def row_style(self, row: Row, at_cursor: bool) -> Style:
-        style = self.rich_style
-        for name in self.row_state_classes(row, at_cursor):
-            # The cursor's full style: its background blended and "auto" text colour
-            # resolved.  The others only what they set, so "mine" (bold) keeps the flag
-            # colour instead of bringing back the default text colour.
-            style += self.get_component_rich_style(name, partial=name != CURSOR)
-        return style
+        # The cursor's full style: its background blended and "auto" text colour
+        # resolved.  The others only what they set, so "mine" (bold) keeps the flag
+        # colour instead of bringing back the default text colour.  Once per set of
+        # classes and style update (StyleOnce), not once per row and tick.
+        return self.combined_style(tuple(self.row_state_classes(row, at_cursor)), CURSOR)
 
     def _layout(self, width: int) -> list[tuple[Column, int]]:
         # Once per width, not once per drawn line.
