@@ -59,6 +59,7 @@ MODULES = (
     "gputop.sources.gpm",
     "gputop.sources.mig",
     "gputop.sources.backend",
+    "gputop.sources.nvmlcodes",
     "gputop.sources.nvml",
     "gputop.sources.assembler",
     "gputop.sources.hostsource",

@@ -120,12 +120,14 @@ def nvml_collector(
 
 
 def fallback_snapshot(
-    host: str, output: str, now: float, reason: str | None = None, xml: bool = False
+    host: str, output: str, now: float, reason: str | None = None, xml: bool = False,
+    mode: Any = None, extras: Any = None,
 ) -> dict[str, Any]:
-    """One poll of a host without python3 (``smi.FALLBACK_COMMAND``'s output, or
-    ``smi.XML_FALLBACK_COMMAND``'s with ``xml``) -> a HostSnapshot dict."""
+    """One poll of a host without python3 (the output of ``mode``'s commands, an
+    ``smi.Mode``; ``xml`` is short for ``Mode(xml=True)``) with the host's last
+    ``smi.Extras`` (-L, topo -m, nvlink -s) -> a HostSnapshot dict."""
     from gputop.sources import smi
 
-    backend, listing = smi.read_fallback(output, now, reason or smi.NO_PYTHON, xml=xml)
+    mode = mode or smi.Mode(xml=xml)
+    backend, listing = smi.read_fallback(output, now, reason or smi.NO_PYTHON, mode, extras)
     return HostAssembler(backend, listing, host=host, clock=lambda: now, lean=True).collect()
-

@@ -25,6 +25,7 @@ from typing import Any
 from gputop.sources.backend import NoDriverError, Reading
 from gputop.sources.gpm import CardGpm
 from gputop.sources.mig import MigReader
+from gputop.sources.nvmlcodes import decode_clock_events, init_failure
 
 __all__ = ["NoDriverError", "NvmlBackend", "decode_clock_events", "open_nvml"]
 
@@ -66,19 +67,6 @@ _EVENT_XID = 0x8
 _VALUE_NOT_AVAILABLE = (1 << 64) - 1
 _PID_MAX_LIMIT = 1 << 22  # PID_MAX_LIMIT on 64-bit Linux
 
-# Clock event (throttle) reason bits, nvml.h nvmlClocksEventReason*.
-CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (0x001, "gpu_idle"),
-    (0x002, "applications_clocks_setting"),
-    (0x004, "sw_power_cap"),
-    (0x008, "hw_slowdown"),
-    (0x010, "sync_boost"),
-    (0x020, "sw_thermal_slowdown"),
-    (0x040, "hw_thermal_slowdown"),
-    (0x080, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
-
 # nvmlDeviceGetTopologyCommonAncestor levels -> `nvidia-smi topo -m` words.
 _TOPOLOGY_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
@@ -117,12 +105,6 @@ class _GpuLost(Exception):
         super().__init__(message)
         self.state = state
         self.message = message
-
-
-def decode_clock_events(mask: int | None) -> tuple[str, ...] | None:
-    if mask is None:
-        return None
-    return tuple(name for bit, name in CLOCK_EVENT_REASONS if mask & bit)
 
 
 def cuda_version_string(version: int | None) -> str | None:
@@ -1027,13 +1009,11 @@ def _init_failure_message(err: BaseException) -> str:
         return DRIVER_NOT_LOADED_MESSAGE
     if code in (_ERR_LIBRARY_NOT_FOUND, None):
         return NO_DRIVER_MESSAGE
-    if code == _ERR_NO_PERMISSION:
-        return "gputop: NVML refused access to the NVIDIA driver (insufficient permissions)."
-    if code == _ERR_LIB_RM_VERSION_MISMATCH:
-        return (
-            "gputop: the NVIDIA driver and its NVML library have different versions "
-            "(a driver update without a reboot?); reboot or reload the driver."
-        )
+    # The meaning and the remedy are the ones the nvidia-smi fallback shows for the same
+    # failure (sources/nvmlcodes.py).
+    known = init_failure(code if isinstance(code, int) else None)
+    if known is not None:
+        return f"gputop: NVML could not start ({known.text}): {known.describe()}."
     return f"gputop: NVML could not start: {err}."
 
 
