@@ -31,6 +31,11 @@ HOST_NO_GPU = "no GPU/driver"
 HOST_FALLBACK = "fallback"  # nvidia-smi parsing, fewer fields
 HOST_ERROR = "error"
 
+# In a snapshot's ``missing``: its source exports no process list (dcgm-exporter, nvidia_gpu_
+# exporter through Prometheus), which views say in these words rather than "no processes".
+NO_PROCESS_LIST = "processes"
+NO_PROCESS_LIST_TEXT = "processes: not exported by this source"
+
 # GPU states.
 GPU_OK = "ok"
 GPU_LOST = "lost"  # fallen off the bus: NVML_ERROR_GPU_IS_LOST
@@ -163,6 +168,9 @@ class Gpu(_Record):
     mig_max_devices: int | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     mig_note: str | None = None  # why instances cannot be listed, e.g. no permission
+    # The jobs a source names for the card itself when it has no process list
+    # (dcgm-exporter's pod/namespace/container and hpc_job labels, read via Prometheus).
+    workloads: tuple[Workload, ...] = ()
 
     @property
     def mig_free_slices(self) -> int | None:
@@ -197,6 +205,10 @@ class Gpu(_Record):
         migs = data.get("mig_devices") or ()
         if migs and not isinstance(migs[0], MigDevice):
             gpu = dataclasses.replace(gpu, mig_devices=MigDevice.all_from(migs))
+        jobs = data.get("workloads") or ()
+        if jobs and not isinstance(jobs[0], Workload):
+            found = (Workload.from_any(j) for j in list(jobs)[:16])
+            gpu = dataclasses.replace(gpu, workloads=tuple(j for j in found if j is not None))
         return gpu
 
 
@@ -523,6 +535,9 @@ class HostSnapshot(_Record):
     # name sources that failed, once each; gputop's own container, if any
     workload_notes: tuple[str, ...] = ()
     own_workload: Workload | None = None
+    # Warnings the host's own gputop raised, read back through its exporter
+    # (gputop_warning via Prometheus); health.warnings() adds those its rules lack.
+    reported_warnings: tuple[HealthWarning, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -553,6 +568,8 @@ class HostSnapshot(_Record):
             xid_events=tuple(_flat(XidEvent, x) for x in data.get("xid_events") or ()),
             device_holders=tuple(_flat(DeviceHolder, d) for d in data.get("device_holders") or ()),
             own_workload=Workload.from_any(data.get("own_workload")),
+            reported_warnings=tuple(HealthWarning.from_dict(w) for w in
+                                    data.get("reported_warnings") or ()),
         )
 
 

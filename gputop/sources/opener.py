@@ -131,13 +131,16 @@ def reservations_dir(options: SourceOptions, config: Config) -> str:
 def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
     plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
+    prometheus_view: str | None = None,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
     False (commands that only touch the reservation store: this machine is then a "no
     GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
     command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
-    ``lean``: local collectors skip topology, XID registration and the device scan."""
+    ``lean``: local collectors skip topology, XID registration and the device scan.
+    ``prometheus_view``: what a Prometheus feed asks for (sources/promql.py); by default
+    the summary for lean one-shots and the dashboard, the full view otherwise."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
     if plan.demo:
@@ -160,17 +163,22 @@ def open_feeds(
 
         feeds.append(ServeFeed(url_hosts, options.timeout))
     if plan.prometheus:
-        feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot))
+        from gputop.sources import promql
+
+        view = prometheus_view or (promql.SUMMARY if lean or not one_shot else promql.FULL)
+        feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot, view))
     return feeds
 
 
-def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot: bool) -> Feed:
+def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot: bool,
+                     view: str) -> Feed:
     from gputop.sources.prometheus import PrometheusFeed
 
     # The dashboard's sparklines start from Prometheus' history; a one-shot needs none.
     history_s = 0.0 if one_shot else config.history_minutes * 60.0
     try:
-        return PrometheusFeed(url, config.prometheus, options.timeout, history_s=history_s)
+        return PrometheusFeed(url, config.prometheus, options.timeout, history_s=history_s,
+                              view=view)
     except (ValueError, OSError) as err:  # a bad URL, an unreadable CA file
         raise SourceError(f"gputop: {err}") from None
 
@@ -303,7 +311,8 @@ class Round:
 
 
 def collect_once(
-    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False
+    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False,
+    prometheus_view: str | None = None,
 ) -> Round:
     """One round of snapshots for the one-shot commands.
 
@@ -313,7 +322,8 @@ def collect_once(
     from gputop.sources.feed import LocalFeed
     from gputop.sources.prometheus import PrometheusFeed
 
-    feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean)
+    feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean,
+                       prometheus_view=prometheus_view)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
