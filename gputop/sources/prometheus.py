@@ -30,7 +30,7 @@ import time
 import urllib.parse
 import zlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from typing import Any
 
 from gputop import model
@@ -315,7 +315,12 @@ class PrometheusFeed(ReadOnlyFeed):
             for name, future in futures.items():
                 try:
                     results[name], found = future.result()
+                except CancelledError:
+                    continue
                 except PromError as err:
+                    if failure is None:  # the rest would fail alike: not asked
+                        for other in futures.values():
+                            other.cancel()
                     failure = failure or err
                     continue
                 warnings += [w for w in found if w not in warnings]
