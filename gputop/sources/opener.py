@@ -320,22 +320,21 @@ def collect_once(
     (asyncio costs `gputop --once` tens of ms); SSH hosts in parallel on one loop.
     """
     from gputop.sources.feed import LocalFeed
-    from gputop.sources.prometheus import PrometheusFeed
 
     feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean,
                        prometheus_view=prometheus_view)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
-    from gputop.sources.serveapi import ServeFeed
-
-    for http in feeds:
-        if isinstance(http, (PrometheusFeed, ServeFeed)):  # blocking HTTP, no event loop
-            found = http.poll()
-            snapshots.extend(found)
-            identities.update({snap.host: http.identity(snap.host) for snap in found})
+    # Prometheus and `gputop serve`'s API: blocking HTTP, no event loop (and their
+    # modules are not imported to ask).
+    blocking: list[Any] = [feed for feed in feeds if getattr(feed, "blocking_poll", False)]
+    for http in blocking:
+        found = http.poll()
+        snapshots.extend(found)
+        identities.update({snap.host: http.identity(snap.host) for snap in found})
     remote = [feed for feed in feeds
-              if not isinstance(feed, (LocalFeed, PrometheusFeed, ServeFeed))]
+              if not isinstance(feed, LocalFeed) and feed not in blocking]
     if remote:
         import asyncio
 

@@ -18,14 +18,12 @@ answer is untrusted: sizes, counts and values are checked, never trusted.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import http.client
 import json
 import math
 import random
-import ssl
 import time
 import urllib.parse
 import zlib
@@ -127,8 +125,11 @@ class PromClient:
         self.config = config
         self.timeout = timeout
         self.environ = dict(environ) if environ is not None else None
-        self.context = ssl.create_default_context(cafile=config.ca_file or None) \
-            if parsed.scheme == "https" else None
+        self.context = None
+        if parsed.scheme == "https":
+            import ssl  # https only: ssl is a tenth of `gputop --once`'s start
+
+            self.context = ssl.create_default_context(cafile=config.ca_file or None)
 
     def _headers(self) -> dict[str, str]:
         import os
@@ -282,6 +283,7 @@ class PrometheusFeed(ReadOnlyFeed):
     the full view of that one host (the dashboard's opened host) to each refresh."""
 
     why = WHY_READ_ONLY
+    blocking_poll = True  # one-shots call poll() in their own thread (sources/opener.py)
 
     def __init__(self, url: str, config: PrometheusConfig, timeout: float,
                  environ: dict[str, str] | None = None,
@@ -297,7 +299,8 @@ class PrometheusFeed(ReadOnlyFeed):
         self.clock = clock
         self.failures = 0
         self._names: dict[str, str] = {}
-        self._closed = asyncio.Event()
+        self._closed = False
+        self._wake: Any = None  # run()'s asyncio.Event: asyncio is not loaded before
 
     def focus(self, host: str | None) -> None:
         """Read ``host`` in full from the next refresh on (None: the view only)."""
@@ -408,19 +411,24 @@ class PrometheusFeed(ReadOnlyFeed):
         return out
 
     async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
+        import asyncio  # the dashboard's stream only: a one-shot never loads it
+
+        self._wake = asyncio.Event()
         if self.history_s:
             for snap in await asyncio.to_thread(self.backfill, self.history_s):
                 emit(snap)
-        while not self._closed.is_set():
+        while not self._closed:
             started = time.monotonic()
             snapshots = await asyncio.to_thread(self.poll)
-            if self._closed.is_set():
+            if self._closed:
                 break
             for snap in snapshots:
                 emit(snap)
             delay = max(0.0, self.backoff(interval) - (time.monotonic() - started))
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), timeout=delay)
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
 
     async def close(self) -> None:
-        self._closed.set()
+        self._closed = True
+        if self._wake is not None:
+            self._wake.set()

@@ -32,7 +32,6 @@ from gputop.model import (
     XidEvent,
     error_snapshot,
 )
-from gputop.sources.nvml import decode_clock_events
 from gputop.sources.promql import FIELD_NAMES
 
 MAX_LABEL_CHARS = 1024
@@ -45,6 +44,10 @@ SOURCE_GPUTOP = "gputop serve"
 
 _FLOAT_FIELDS = frozenset({"power_draw", "power_limit"})
 _BOOL_FIELDS = frozenset({"remap_failure", "remap_pending", "retired_pages_pending"})
+# How a raw field enters the Gpu: 0 as it is, 1 rounded to an int, 2 as a bool, 3 not
+# (the pivot's own "_" fields).
+_KINDS = {name: 3 if name[0] == "_" else 2 if name in _BOOL_FIELDS
+          else 0 if name in _FLOAT_FIELDS else 1 for name in FIELD_NAMES}
 # What the overview shows; a field none of a host's GPUs has is named in `missing`.
 _CORE_FIELDS = ("util_gpu", "mem_used", "mem_total", "temp", "power_draw", "fan")
 _REPORTED_HINT = "reported by gputop on the host: `gputop check` there tells more"
@@ -164,17 +167,24 @@ def pivot(answers: Mapping[str, Iterable[Any]], now: float, stale_after_s: float
     had GPU series: any other dead target is not a GPU host and is left out."""
     names = known_names if known_names is not None else {}
     hosts = _Hosts(names)
-    found = {name: samples(result) for name, result in answers.items()}
     # The identity first: it names the hosts and cards every other answer refers to.
-    for name in ("_identity", *sorted(n for n in found if n not in ("_identity", "_up"))):
-        for labels, value in found.get(name, ()):
-            try:
-                _take(hosts, name, labels, value)
-            except (TypeError, AttributeError):
-                continue  # a label that is not a string: the series is not trusted
+    for item in answers.get("_identity", ()):
+        labels = item.get("metric") if isinstance(item, dict) else None
+        if isinstance(labels, dict) and all(v.__class__ is str for v in labels.values()):
+            _identity(hosts.of(labels), labels)
+    units: dict[Any, dict[str, Any] | None] = {}
+    for name, result in answers.items():
+        if name in FIELD_NAMES:
+            _fields(hosts, units, name, result)
+        elif name not in ("_identity", "_up"):
+            for labels, value in samples(result):
+                try:
+                    _take(hosts, name, labels, value)
+                except (TypeError, AttributeError):
+                    continue  # a label that is not a string: the series is not trusted
     up: dict[str, float] = {}
     scraped: dict[str, float] = {}
-    for labels, value in found.get("_up", ()):
+    for labels, value in samples(answers.get("_up", ())):
         instance = labels.get("instance")
         if not isinstance(instance, str):
             continue
@@ -188,6 +198,34 @@ def pivot(answers: Mapping[str, Iterable[Any]], now: float, stale_after_s: float
             hosts.of({"instance": instance, "Hostname": name})
     return [_snapshot(h, up, scraped, now, stale_after_s)
             for h in sorted(hosts.by_name.values(), key=lambda h: h.name)]
+
+
+_KEY_LABELS = ("Hostname", "hostname", "instance", "gpu", "uuid", "GPU_I_ID")  # promql.KEY
+_UNSEEN: dict[str, Any] = {}
+
+
+def _fields(hosts: _Hosts, units: dict[Any, dict[str, Any] | None], name: str,
+            result: Iterable[Any]) -> None:
+    """One field's answer, the hot path (8,000 samples a field at 1,000 hosts): a card
+    is looked up by its key labels once per refresh, not once per sample."""
+    isfinite = math.isfinite
+    get = units.get
+    for item in result:
+        try:
+            # The key labels (promql.KEY) only, in the server's order: a card's key.
+            key = tuple(item["metric"].items())
+            number = float(item["value"][1])
+            unit = get(key, _UNSEEN)
+        except (TypeError, KeyError, IndexError, ValueError, AttributeError):
+            continue  # not a sample, or an unhashable label: not trusted
+        if unit is _UNSEEN:
+            labels = {k: v for k, v in key if k in _KEY_LABELS}
+            try:
+                unit = units[key] = _unit(hosts.of(labels), labels)
+            except (TypeError, AttributeError):
+                unit = units[key] = None
+        if unit is not None and isfinite(number):
+            unit[name] = number
 
 
 def dead_instances(answer: Iterable[Any]) -> list[str]:
@@ -214,13 +252,7 @@ def dead_names(answer: Iterable[Any]) -> dict[str, str]:
 
 def _take(hosts: _Hosts, name: str, labels: dict[str, Any], value: float) -> None:
     host = hosts.of(labels)
-    if name == "_identity":
-        _identity(host, labels)
-    elif name in FIELD_NAMES:
-        unit = _unit(host, labels)
-        if unit is not None:
-            unit[name] = value
-    elif name == "_host_info":
+    if name == "_host_info":
         host.sources.add(SOURCE_GPUTOP)
         for key in ("driver_version", "cuda_version"):
             if _text(labels, key):
@@ -257,31 +289,37 @@ def _take(hosts: _Hosts, name: str, labels: dict[str, Any], value: float) -> Non
             "gpu_uuid": _text(labels, "UUID") or None, "host": host.name}
 
 
-def _identity(host: _Host, labels: dict[str, Any]) -> None:
+def _identity(host: _Host, labels: dict[str, str]) -> None:
+    """A card's identity labels (every label value already checked to be text)."""
     card = _card(host, labels)
     if card is None:
         return
+    get = labels.get
     gpu = card.fields
-    lower = _text(labels, "uuid")
+    lower = get("uuid")
     if lower:  # nvidia_gpu_exporter: no "GPU-" prefix, identity on nvidia_smi_gpu_info
         host.sources.add(SOURCE_SMI)
+        lower = lower[:MAX_LABEL_CHARS]
         gpu.setdefault("uuid", lower if lower.upper().startswith("GPU-") else f"GPU-{lower}")
         if card.index is None:
-            card.index = _index(_text(labels, "index"))
+            card.index = _index(get("index", ""))
     else:
         host.sources.add(SOURCE_DCGM)
-        if _text(labels, "UUID"):
-            gpu.setdefault("uuid", _text(labels, "UUID"))
-    for key, label in (("name", "modelName"), ("name", "name"), ("pci_bus_id", "pci_bus_id")):
-        if _text(labels, label):
-            gpu.setdefault(key, _text(labels, label))
-    for label in ("DCGM_FI_DRIVER_VERSION", "driver_version"):
-        if _text(labels, label):
-            host.facts.setdefault("driver_version", _text(labels, label))
-    gi = _index(_text(labels, "GPU_I_ID"))
-    if gi is not None and (gi in card.mig or len(card.mig) < MAX_MIG_PER_CARD):
-        card.mig.setdefault(gi, {})["_profile"] = _text(labels, "GPU_I_PROFILE")
-    if len(card.workloads) < MAX_WORKLOADS_PER_CARD:
+        if "uuid" not in gpu and get("UUID"):
+            gpu["uuid"] = get("UUID", "")[:MAX_LABEL_CHARS]
+    if "name" not in gpu and (get("modelName") or get("name")):
+        gpu["name"] = (get("modelName") or get("name") or "")[:MAX_LABEL_CHARS]
+    if "pci_bus_id" not in gpu and get("pci_bus_id"):
+        gpu["pci_bus_id"] = get("pci_bus_id", "")[:MAX_LABEL_CHARS]
+    if "driver_version" not in host.facts:
+        driver = get("DCGM_FI_DRIVER_VERSION") or get("driver_version")
+        if driver:
+            host.facts["driver_version"] = driver[:MAX_LABEL_CHARS]
+    if "GPU_I_ID" in labels:
+        gi = _index(get("GPU_I_ID", ""))
+        if gi is not None and (gi in card.mig or len(card.mig) < MAX_MIG_PER_CARD):
+            card.mig.setdefault(gi, {})["_profile"] = get("GPU_I_PROFILE", "")[:MAX_LABEL_CHARS]
+    if ("pod" in labels or "hpc_job" in labels) and len(card.workloads) < MAX_WORKLOADS_PER_CARD:
         for job in _workloads(labels):
             card.workloads.setdefault((job.kind, job.id), job)
 
@@ -302,27 +340,21 @@ def _workloads(labels: Mapping[str, Any]) -> list[Workload]:
 def _finish_card(card: _Card, fallback: int, taken: float) -> tuple[Gpu, list[XidEvent]]:
     raw = card.fields
     gpu: dict[str, Any] = {"index": card.index if card.index is not None else fallback}
+    kinds = _KINDS
     for key, value in raw.items():
-        if key.startswith("_"):
-            continue
-        if isinstance(value, float):
-            if key in _BOOL_FIELDS:
-                value = value != 0
-            elif key not in _FLOAT_FIELDS:
-                value = round(value)
-        gpu[key] = value
+        kind = kinds.get(key, 0)
+        if kind == 1:
+            gpu[key] = round(value)
+        elif kind == 0:
+            gpu[key] = value  # text (identity), or a float that stays one (watts)
+        elif kind == 2:
+            gpu[key] = value != 0
     free = raw.get("_mem_free")
     if gpu.get("mem_total") is None and free is not None and gpu.get("mem_used") is not None:
         # DCGM gives used, free and reserved; together they are the card's memory.
         gpu["mem_total"] = int(gpu["mem_used"] + free + (gpu.get("mem_reserved") or 0))
-    reasons = list(decode_clock_events(gpu.get("clock_event_mask")) or ())
-    if raw.get("_thermal_violation") and not {"sw_thermal_slowdown",
-                                              "hw_thermal_slowdown"} & set(reasons):
-        reasons.append("sw_thermal_slowdown")  # time spent slowed by heat, just now
-    if raw.get("_power_violation") and "sw_power_cap" not in reasons:
-        reasons.append("sw_power_cap")
-    if reasons or "clock_event_mask" in gpu:
-        gpu["clock_event_reasons"] = tuple(reasons)
+    if "clock_event_mask" in gpu or "_thermal_violation" in raw or "_power_violation" in raw:
+        gpu["clock_event_reasons"] = _reasons(gpu.get("clock_event_mask"), raw)
     if card.mig:
         devices = _mig_devices(card, gpu["index"])
         gpu["mig_mode"] = True
@@ -341,13 +373,29 @@ def _finish_card(card: _Card, fallback: int, taken: float) -> tuple[Gpu, list[Xi
     return Gpu(**gpu), events
 
 
+def _reasons(mask: int | None, raw: dict[str, Any]) -> tuple[str, ...]:
+    """The mask's clock-event names (nvml.py's table: one home), and what the violation
+    counters tell: time spent slowed by heat (or capped by power) just now."""
+    from gputop.sources.nvml import decode_clock_events  # only where a card has any
+
+    reasons = list(decode_clock_events(mask) or ())
+    if raw.get("_thermal_violation") and not {"sw_thermal_slowdown",
+                                              "hw_thermal_slowdown"} & set(reasons):
+        reasons.append("sw_thermal_slowdown")
+    if raw.get("_power_violation") and "sw_power_cap" not in reasons:
+        reasons.append("sw_power_cap")
+    return tuple(reasons)
+
+
 def _mig_devices(card: _Card, index: int) -> tuple[MigDevice, ...]:
     out = []
     for slot, (gi, raw) in enumerate(sorted(card.mig.items())):
         used = raw.get("mem_used")
         free = raw.get("_mem_free")
-        total = None
-        if used is not None and free is not None:
+        total = raw.get("mem_total")
+        if total is not None:
+            total = int(total)
+        elif used is not None and free is not None:
             total = int(used + free + (raw.get("mem_reserved") or 0))
         active = raw.get("_sm_active")
         out.append(MigDevice(

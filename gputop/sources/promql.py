@@ -26,6 +26,9 @@ HOST_KEY = "Hostname, hostname, instance"
 IDENTITY = (f"{KEY}, UUID, modelName, pci_bus_id, GPU_I_PROFILE, DCGM_FI_DRIVER_VERSION, "
             "pod, namespace, container, hpc_job")
 
+# The series that carry a card's identity labels, one per exporter.
+IDENTITY_NAMES = '__name__=~"DCGM_FI_DEV_FB_USED|gputop_gpu_ok|nvidia_smi_gpu_info"'
+
 # A dead target is a GPU host only if it had GPU series within this window.
 DEAD_LOOKBACK = "30d"
 # A rate of a violation counter over this window above 0: the card is being slowed now.
@@ -49,21 +52,26 @@ class Field:
     op: str = ""
 
 
+DCGM_MEMORY = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED"
+
 # The snapshot fields read per card (and per MIG instance where GPU_I_ID is set).
 FIELDS: tuple[Field, ...] = (
     Field("util_gpu", (("DCGM_FI_DEV_GPU_UTIL", 1), ("nvidia_smi_utilization_gpu_ratio", 100))),
     Field("mem_used", (("DCGM_FI_DEV_FB_USED", MIB), ("nvidia_smi_memory_used_bytes", 1))),
-    Field("_mem_free", (("DCGM_FI_DEV_FB_FREE", MIB),)),
-    Field("mem_reserved", (("DCGM_FI_DEV_FB_RESERVED", MIB),
-                           ("nvidia_smi_memory_reserved_bytes", 1))),
+    # DCGM has no total: used + free + reserved, summed by the server (one query, no
+    # vector matching); gputop serve's own total first, it is exact.
     Field("mem_total", (("gputop_gpu_memory_total_bytes", 1),
-                        ("nvidia_smi_memory_total_bytes", 1))),
+                        (DCGM_MEMORY, MIB), ("nvidia_smi_memory_total_bytes", 1))),
+    Field("_mem_free", (("DCGM_FI_DEV_FB_FREE", MIB),), views=(FULL,)),
+    Field("mem_reserved", (("DCGM_FI_DEV_FB_RESERVED", MIB),
+                           ("nvidia_smi_memory_reserved_bytes", 1)), views=(FULL,)),
     Field("temp", (("DCGM_FI_DEV_GPU_TEMP", 1), ("nvidia_smi_temperature_gpu", 1))),
     Field("power_draw", (("DCGM_FI_DEV_POWER_USAGE", 1), ("nvidia_smi_power_draw_watts", 1))),
     Field("power_limit", (("DCGM_FI_DEV_POWER_MGMT_LIMIT", 1),
                           ("nvidia_smi_enforced_power_limit_watts", 1))),
     Field("fan", (("DCGM_FI_DEV_FAN_SPEED", 1), ("nvidia_smi_fan_speed_ratio", 100))),
-    Field("_sm_active", (("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 100),)),
+    # The activity of a MIG instance (a card's own is its utilization).
+    Field("_sm_active", (("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 100),), op="mig"),
     # gputop serve's verdict on a card: only the lost ones (value 0) matter.
     Field("_lost", (("gputop_gpu_ok", 1),), op="lost"),
     # -- health: what the rules of analysis/health read, only where it is not healthy
@@ -71,18 +79,20 @@ FIELDS: tuple[Field, ...] = (
     Field("ecc_volatile_uncorrected", (("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1),),
           unhealthy_only=True),
     Field("ecc_volatile_corrected", (("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 1),),
-          unhealthy_only=True),
+          unhealthy_only=True, views=(FULL,)),
     Field("ecc_aggregate_uncorrected", (("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 1),),
-          unhealthy_only=True),
+          unhealthy_only=True, views=(FULL,)),
     Field("ecc_aggregate_corrected", (("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 1),),
-          unhealthy_only=True),
-    Field("retired_pages_sbe", (("DCGM_FI_DEV_RETIRED_SBE", 1),), unhealthy_only=True),
-    Field("retired_pages_dbe", (("DCGM_FI_DEV_RETIRED_DBE", 1),), unhealthy_only=True),
+          unhealthy_only=True, views=(FULL,)),
+    Field("retired_pages_sbe", (("DCGM_FI_DEV_RETIRED_SBE", 1),), unhealthy_only=True,
+          views=(FULL,)),
+    Field("retired_pages_dbe", (("DCGM_FI_DEV_RETIRED_DBE", 1),), unhealthy_only=True,
+          views=(FULL,)),
     Field("retired_pages_pending", (("DCGM_FI_DEV_RETIRED_PENDING", 1),), unhealthy_only=True),
     Field("remapped_correctable", (("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 1),),
-          unhealthy_only=True),
+          unhealthy_only=True, views=(FULL,)),
     Field("remapped_uncorrectable", (("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 1),),
-          unhealthy_only=True),
+          unhealthy_only=True, views=(FULL,)),
     Field("remap_failure", (("DCGM_FI_DEV_ROW_REMAP_FAILURE", 1),), unhealthy_only=True),
     Field("remap_pending", (("DCGM_FI_DEV_ROW_REMAP_PENDING", 1),), unhealthy_only=True),
     # The NVML clock-event mask (renamed in DCGM 3.3); only masks with a bit above
@@ -127,10 +137,16 @@ def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
     the full one has them all (0 is a fact --json shows)."""
     parts = []
     for metric, scale in spec.sources:
-        series = _sel(metric, selector)
-        if spec.op == "rate":
-            series = f"rate({series}[{VIOLATION_WINDOW}])"
-        part = f"max by ({KEY}) ({series})"
+        extra = 'GPU_I_ID!=""' if spec.op == "mig" else ""
+        if "|" in metric:  # several series that add up to the field
+            series = _sel("", selector, ", ".join(p for p in (f'__name__=~"{metric}"', extra)
+                                                   if p))
+            part = f"sum by ({KEY}) ({series})"
+        else:
+            series = _sel(metric, selector, extra)
+            if spec.op == "rate":
+                series = f"rate({series}[{VIOLATION_WINDOW}])"
+            part = f"max by ({KEY}) ({series})"
         if scale != 1:
             part = f"{part} * {scale:.12g}"
         parts.append(f"({part})")
@@ -173,11 +189,9 @@ def _host_queries(selector: str) -> dict[str, str]:
 
     up = m("up")
     return {
-        "_identity": (f"group by ({IDENTITY}) "
-                      f"({m('DCGM_FI_DEV_FB_USED')} or {m('DCGM_FI_DEV_GPU_UTIL')} "
-                      f"or {m('gputop_gpu_ok')})"
-                      f" or group by ({KEY}, index, name, pci_bus_id, driver_version) "
-                      f"({m('nvidia_smi_gpu_info')})"),
+        # One selector, no `or`: matching two vectors of 8,000 series costs seconds.
+        "_identity": (f"group by ({IDENTITY}, index, name, driver_version) "
+                      f"({_sel('', selector, IDENTITY_NAMES)})"),
         "_host_info": (f"group by ({HOST_KEY}, driver_version, cuda_version) "
                        f"({m('gputop_host_info')})"),
         "_gputop_up": f"max by ({HOST_KEY}) ({m('gputop_up')})",
