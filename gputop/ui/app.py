@@ -272,7 +272,17 @@ class GputopApp(App[int]):
         """Switch the dashboard to ``host``."""
         self.state.host = host
         self.state.selected_gpu = None
+        self.focus_feeds(host)
         self.view_changed.publish(self.state)
+
+    def focus_feeds(self, host: str | None) -> None:
+        """Tell the feeds which host is opened (None: the overview): a feed that reads
+        a view of many hosts (Prometheus) then reads that one in full, the rest in brief."""
+        for feed in self.feeds:
+            focus = getattr(feed, "focus", None)  # optional: most feeds read hosts whole
+            if focus is not None:
+                focus(host if host is not None and self.state.feeds.get(host) is feed
+                      else None)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         # The one handler for worker errors: a broken feed is shown, the rest keep going.

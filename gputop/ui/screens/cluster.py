@@ -31,6 +31,7 @@ from gputop.ui.cluster_cells import (
     host_matches,
     host_width,
     multi_host_jobs_text,
+    name_width,
     totals,
 )
 from gputop.ui.keys import bindings
@@ -102,9 +103,12 @@ class ClusterScreen(Screen[None]):
         self.order = [s.host for s in shown]
         most = max((len(s.gpus) for s in shown), default=1)
         # Every card must show: when the full cells do not fit, drop the memory figure.
-        narrow = host_width(most) > (self.size.width or app.size.width)
-        width = host_width(most, narrow)
-        rows = [host_line(s, now, warned, width, narrow) for s in shown]
+        screen = self.size.width or app.size.width
+        narrow = host_width(most) > screen
+        names = name_width(self.order, screen - host_width(most, narrow, 0))
+        width = host_width(most, narrow, names)
+        rows = [host_line(s, now, warned, width, narrow, names) for s in shown]
+        self.query_one(TextLines).label_width = names
         summary = totals(shown, app.state.flags, now, warned).text(narrow)
         if self.needle:
             summary.append(f"   filter: {self.needle}", "italic")
@@ -164,6 +168,7 @@ class ClusterScreen(Screen[None]):
 def open_cluster(app: GputopApp) -> None:
     if isinstance(app.screen, ClusterScreen):
         return
+    app.focus_feeds(None)  # the overview: no host read in full
     app.push_screen(ClusterScreen())
 
 
