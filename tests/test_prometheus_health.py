@@ -199,3 +199,24 @@ def test_the_summary_asks_for_unhealthy_series_only(cluster: Cluster) -> None:
              if s["metric"].get("Hostname") == HOST and s["metric"].get("gpu") == "0"]
     assert float(mib["value"][1]) == 70000 * MIB  # the unit is converted by Prometheus
 
+
+
+def test_an_opened_host_is_read_in_full_the_rest_in_brief(cluster: Cluster) -> None:
+    from gputop.config import PrometheusConfig
+    from gputop.sources import promql
+    from gputop.sources.prometheus import PrometheusFeed
+
+    _status, local = check_json("--demo", "faulty")
+    [host] = {w["host"] for w in local["warnings"]}
+    feed = PrometheusFeed(cluster.url, PrometheusConfig(), 30.0, view=promql.SUMMARY)
+
+    def clocks() -> dict[str, bool]:
+        return {s.host: any(g.clock_sm is not None for g in s.gpus) for s in feed.poll()
+                if s.gpus}
+
+    assert clocks()[host] is False  # the overview does not show clocks: not asked
+    feed.focus(host)
+    opened = clocks()
+    assert opened[host] is True and opened[HOST] is False
+    feed.focus(None)
+    assert clocks()[host] is False
