@@ -185,6 +185,11 @@ class Gpu(_Record):
         return max(self.mig_max_devices - sum(used.values()), 0)
 
     @property
+    def jobs_label(self) -> str:
+        """The card's own jobs as views show them: "k8s:ml/train-7f9c, slurm:4242"."""
+        return ", ".join(job.label for job in self.workloads)
+
+    @property
     def mem_free(self) -> int | None:
         if self.mem_used is None or self.mem_total is None:
             return None

@@ -186,8 +186,7 @@ def _host_block(
         lines.append(_gpu_line(gpu, width, paint))
         lines.extend(_fit(line, width) for line in mig_lines(gpu))
         if gpu.workloads:  # the jobs an exporter names for the card (no process list)
-            names = ", ".join(visible(job.label) for job in gpu.workloads)
-            lines.append(_fit(f"     jobs: {names}", width))
+            lines.append(_fit(f"     jobs: {visible(gpu.jobs_label)}", width))
     for res in sorted(snap.reservations, key=lambda r: r.gpu):
         until = clock("%a %H:%M", res.until)
         note = f"  {visible(res.note)}" if res.note else ""

@@ -32,7 +32,7 @@ from gputop.model import (
     XidEvent,
     error_snapshot,
 )
-from gputop.sources.promql import FIELD_NAMES
+from gputop.sources.promql import FIELD_NAMES, IDENTITY_FIELDS
 
 MAX_LABEL_CHARS = 1024
 MAX_MIG_PER_CARD = 8
@@ -175,7 +175,7 @@ def pivot(answers: Mapping[str, Iterable[Any]], now: float, stale_after_s: float
     units: dict[Any, dict[str, Any] | None] = {}
     for name, result in answers.items():
         if name in FIELD_NAMES:
-            _fields(hosts, units, name, result)
+            _fields(hosts, units, name, result, name in IDENTITY_FIELDS)
         elif name not in ("_identity", "_up"):
             for labels, value in samples(result):
                 try:
@@ -205,9 +205,10 @@ _UNSEEN: dict[str, Any] = {}
 
 
 def _fields(hosts: _Hosts, units: dict[Any, dict[str, Any] | None], name: str,
-            result: Iterable[Any]) -> None:
+            result: Iterable[Any], identity: bool = False) -> None:
     """One field's answer, the hot path (8,000 samples a field at 1,000 hosts): a card
-    is looked up by its key labels once per refresh, not once per sample."""
+    is looked up by its labels once per refresh, not once per sample; ``identity``: its
+    labels are the card's identity too (promql.IDENTITY_FIELDS)."""
     isfinite = math.isfinite
     get = units.get
     for item in result:
@@ -221,9 +222,14 @@ def _fields(hosts: _Hosts, units: dict[Any, dict[str, Any] | None], name: str,
         if unit is _UNSEEN:
             labels = {k: v for k, v in key if k in _KEY_LABELS}
             try:
-                unit = units[key] = _unit(hosts.of(labels), labels)
+                host = hosts.of(labels)
+                unit = units[key] = _unit(host, labels)
             except (TypeError, AttributeError):
                 unit = units[key] = None
+            if identity and unit is not None:
+                full = dict(key)
+                if all(v.__class__ is str for v in full.values()):
+                    _identity(host, full)
         if unit is not None and isfinite(number):
             unit[name] = number
 

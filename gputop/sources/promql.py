@@ -27,7 +27,7 @@ IDENTITY = (f"{KEY}, UUID, modelName, pci_bus_id, GPU_I_PROFILE, DCGM_FI_DRIVER_
             "pod, namespace, container, hpc_job")
 
 # The series that carry a card's identity labels, one per exporter.
-IDENTITY_NAMES = '__name__=~"DCGM_FI_DEV_FB_USED|gputop_gpu_ok|nvidia_smi_gpu_info"'
+IDENTITY_NAMES = '__name__=~"gputop_gpu_ok|nvidia_smi_gpu_info"'
 
 # A dead target is a GPU host only if it had GPU series within this window.
 DEAD_LOOKBACK = "30d"
@@ -50,6 +50,7 @@ class Field:
     # "rate": a counter of time spent slowed; "mask": clock-event bits; "lost": only 0;
     # "<METRIC" / ">METRIC": in the summary, only where below / above that metric
     op: str = ""
+    by: str = KEY  # the labels kept
 
 
 DCGM_MEMORY = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED"
@@ -57,7 +58,9 @@ DCGM_MEMORY = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED"
 # The snapshot fields read per card (and per MIG instance where GPU_I_ID is set).
 FIELDS: tuple[Field, ...] = (
     Field("util_gpu", (("DCGM_FI_DEV_GPU_UTIL", 1), ("nvidia_smi_utilization_gpu_ratio", 100))),
-    Field("mem_used", (("DCGM_FI_DEV_FB_USED", MIB), ("nvidia_smi_memory_used_bytes", 1))),
+    # The card's identity labels ride on its memory: no query of their own at 8,000 cards.
+    Field("mem_used", (("DCGM_FI_DEV_FB_USED", MIB), ("nvidia_smi_memory_used_bytes", 1)),
+          by=IDENTITY),
     # DCGM has no total: used + free + reserved, summed by the server (one query, no
     # vector matching); gputop serve's own total first, it is exact.
     Field("mem_total", (("gputop_gpu_memory_total_bytes", 1),
@@ -122,6 +125,7 @@ FIELDS: tuple[Field, ...] = (
           op=">DCGM_FI_DEV_PCIE_LINK_WIDTH"),
 )
 FIELD_NAMES = frozenset(f.name for f in FIELDS)
+IDENTITY_FIELDS = frozenset(f.name for f in FIELDS if f.by == IDENTITY)
 
 # The metric whose presence makes a host a GPU host, one per exporter.
 GPU_METRICS = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_UTIL|gputop_up|nvidia_smi_gpu_info"
@@ -146,7 +150,7 @@ def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
             series = _sel(metric, selector, extra)
             if spec.op == "rate":
                 series = f"rate({series}[{VIOLATION_WINDOW}])"
-            part = f"max by ({KEY}) ({series})"
+            part = f"max by ({spec.by}) ({series})"
         if scale != 1:
             part = f"{part} * {scale:.12g}"
         parts.append(f"({part})")
@@ -189,7 +193,8 @@ def _host_queries(selector: str) -> dict[str, str]:
 
     up = m("up")
     return {
-        # One selector, no `or`: matching two vectors of 8,000 series costs seconds.
+        # The identity of the cards DCGM's memory does not carry (nvidia_gpu_exporter's,
+        # gputop serve's lost ones); one selector, no `or` of two big vectors.
         "_identity": (f"group by ({IDENTITY}, index, name, driver_version) "
                       f"({_sel('', selector, IDENTITY_NAMES)})"),
         "_host_info": (f"group by ({HOST_KEY}, driver_version, cuda_version) "
