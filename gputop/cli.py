@@ -216,6 +216,13 @@ def build_config_parser() -> argparse.ArgumentParser:
                        help="print a complete commented config.yaml (default: the paths)")
     which.add_argument("--hosts-example", action="store_true",
                        help="print a commented hosts file (default: the paths)")
+    which.add_argument("--alert-rules", action="store_true",
+                       help="print Prometheus alerting rules for gputop serve and "
+                            "dcgm-exporter hosts")
+    which.add_argument("--alert-rules-opt-in", action="store_true",
+                       help="print the opt-in rule (GPU memory above 80 %%)")
+    which.add_argument("--grafana-dashboard", action="store_true",
+                       help="print a Grafana dashboard (JSON) of gputop serve's own series")
     return p
 
 

@@ -153,7 +153,18 @@ class Gpu(_Record):
     pcie_width_max: int | None = None
     pcie_tx_kbs: int | None = None
     pcie_rx_kbs: int | None = None
+    pcie_replays: int | None = None  # PCIe replays (link-level retries) since driver load
     nvlinks: tuple[NvLink, ...] = ()
+    nvlink_data_kib: int | None = None  # NVLink data sent + received, all links, KiB
+    # What dcgm-exporter exports by default beyond the above (docs/prometheus.md)
+    temp_memory: int | None = None  # HBM temperature, C (cards with HBM only)
+    energy_mj: int | None = None  # energy since the driver loaded, mJ (Volta and newer)
+    # GPM (Hopper and newer), over the time since the previous refresh: percent of time
+    # the tensor pipes / DRAM were busy, and PCIe bytes per second each way
+    prof_tensor_active: float | None = None
+    prof_dram_active: float | None = None
+    prof_pcie_tx_bytes: float | None = None
+    prof_pcie_rx_bytes: float | None = None
     numa_node: int | None = None
     cpu_affinity: str | None = None  # cpulist, e.g. "0-23,48-71"
     mig_mode: bool | None = None

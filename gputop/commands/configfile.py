@@ -13,6 +13,9 @@ from gputop.hosts import DEFAULT_PATH, ENV_VAR, find_hosts_file
 
 CONFIG_EXAMPLE = "config.example.yaml"
 HOSTS_EXAMPLE = "hosts.example.yaml"
+ALERT_RULES = "alert-rules.yaml"
+ALERT_RULES_OPT_IN = "alert-rules-opt-in.yaml"
+GRAFANA_DASHBOARD = "grafana-dashboard.json"
 
 
 def example(name: str) -> str:
@@ -20,9 +23,13 @@ def example(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.example or args.hosts_example:
-        sys.stdout.write(example(CONFIG_EXAMPLE if args.example else HOSTS_EXAMPLE))
-        return EXIT_OK
+    for wanted, name in ((args.example, CONFIG_EXAMPLE), (args.hosts_example, HOSTS_EXAMPLE),
+                         (args.alert_rules, ALERT_RULES),
+                         (args.alert_rules_opt_in, ALERT_RULES_OPT_IN),
+                         (args.grafana_dashboard, GRAFANA_DASHBOARD)):
+        if wanted:
+            sys.stdout.write(example(name))
+            return EXIT_OK
     config = default_path()
     hosts, where = find_hosts_file(None)
     print(f"config file: {config} ({'found' if config.is_file() else 'absent: defaults'};"
@@ -30,4 +37,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"hosts file:  {hosts} (from {where})" if hosts else
           f"hosts file:  none (--hosts FILE, ${ENV_VAR} or {DEFAULT_PATH}): this machine only")
     print("examples:    gputop config --example, gputop config --hosts-example")
+    print("Prometheus:  gputop config --alert-rules, --alert-rules-opt-in, "
+          "--grafana-dashboard")
     return EXIT_OK

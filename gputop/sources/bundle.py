@@ -56,6 +56,7 @@ MODULES = (
     "gputop.sources.devscan",
     "gputop.sources.workload",
     "gputop.sources.procfs",
+    "gputop.sources.gpm",
     "gputop.sources.mig",
     "gputop.sources.backend",
     "gputop.sources.nvml",

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gputop.sources.backend import NoDriverError, Reading
+from gputop.sources.gpm import CardGpm
 from gputop.sources.mig import MigReader
 
 __all__ = ["NoDriverError", "NvmlBackend", "decode_clock_events", "open_nvml"]
@@ -86,6 +87,10 @@ _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Excl
 # nvmlDeviceGetFieldValues ids (nvml.h): NVLink link count, and one link's state (scopeId).
 _FI_NVLINK_LINK_COUNT = 91
 _FI_NVLINK_GET_STATE = 165
+_FI_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP, C
+_FI_TOTAL_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ
+_FI_PCIE_REPLAYS = 94  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
+_FI_NVLINK_DATA = (138, 139)  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _RX: KiB, per link
 # At most this many XID events are drained per collect, so a storm cannot stall a refresh.
 _MAX_EVENTS_PER_COLLECT = 64
 # A sick driver can fail every query: this many failed fields per GPU are named.
@@ -224,6 +229,7 @@ class NvmlBackend:
         self._host_cpu_count: int | None = None
         self._field_errors: list[str] | None = None  # of the GPU being read, see _call
         # MIG devices list processes as cards do (the first value of _running).
+        self._card_gpm = CardGpm(nvml, self._get)
         self._mig = MigReader(nvml, self._get, lambda *args: self._running(*args)[0],
                               lambda m: _GpuLost("lost", m))
 
@@ -595,6 +601,8 @@ class NvmlBackend:
             procs, gpu["processes_error"] = self._processes(index, handle, gpu.get("mem_total"))
             gpu["field_errors"] = self._field_errors[:_MAX_FIELD_ERRORS]
             procs += self._mig.read(index, handle, gpu, procs)
+            if not self.lean:  # a rate between two refreshes: a one-shot has one
+                gpu.update(self._card_gpm.read(index, handle, gpu.get("mig_mode")))
         except _GpuLost as lost:
             return self._broken_gpu(index, lost.state, lost.message), []
         except Exception as err:
@@ -656,6 +664,28 @@ class NvmlBackend:
             "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)
         )
         gpu["nvlinks"] = self._nvlinks(gpu["index"], handle)
+        self._counters(gpu, handle)
+
+    def _counters(self, gpu: dict[str, Any], handle: Any) -> None:
+        """Memory temperature, total energy, PCIe replays and NVLink data (dcgm-exporter's
+        default counters): one field-value call, with each link's data both ways; the
+        single calls where the driver has no field values."""
+        links = len(self._nvlink_remote.get(gpu["index"], ()))
+        fields = [(_FI_MEMORY_TEMP, 0), (_FI_TOTAL_ENERGY, 0), (_FI_PCIE_REPLAYS, 0)]
+        fields += [(f, link) for link in range(links) for f in _FI_NVLINK_DATA]
+        batch = self._field_values(handle, fields)
+        if batch is None:
+            gpu["temp_memory"] = gpu["nvlink_data_kib"] = None
+            gpu["energy_mj"] = self._get("nvmlDeviceGetTotalEnergyConsumption", handle)
+            gpu["pcie_replays"] = self._get("nvmlDeviceGetPcieReplayCounter", handle)
+            return
+        temp, energy, replays, *data = batch
+        gpu["temp_memory"] = int(temp) if temp is not None else None
+        gpu["energy_mj"] = int(energy) if energy is not None else None
+        gpu["pcie_replays"] = int(replays) if replays is not None else None
+        # One link that cannot say makes the total unknown, not smaller.
+        known = bool(data) and all(v is not None for v in data)
+        gpu["nvlink_data_kib"] = sum(int(v) for v in data) if known else None
 
     def _memory(self, gpu: dict[str, Any], handle: Any) -> None:
         info = None

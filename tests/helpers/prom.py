@@ -96,10 +96,11 @@ class FixedServer:
         self.server.server_close()
 
 
-def start_serve(scenario: str, port: int, config: Path) -> subprocess.Popen[bytes]:
+def start_serve(scenario: str, port: int, config: Path,
+                *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "gputop.cli", "serve", "--demo", scenario, "--listen",
-         f"127.0.0.1:{port}", "--interval", "1", "--config", str(config)],
+         f"127.0.0.1:{port}", "--interval", "1", "--config", str(config), *extra],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -123,11 +124,20 @@ def instant(url: str, expr: str) -> list[dict[str, Any]]:
     return list(doc["data"]["result"])
 
 
-def start_prometheus(tmp: Path, jobs: dict[str, list[str]]) -> tuple[subprocess.Popen[bytes], str]:
-    lines = ["global:", "  scrape_interval: 1s", "  scrape_timeout: 1s", "scrape_configs:"]
+def start_prometheus(tmp: Path, jobs: dict[str, list[str]], extra: str = "",
+                     rule_files: tuple[Path, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+    """``extra``: more scrape configs, YAML list items indented as the others (TLS,
+    basic auth); ``rule_files``: rules Prometheus evaluates (every second here)."""
+    lines = ["global:", "  scrape_interval: 1s", "  scrape_timeout: 1s",
+             "  evaluation_interval: 1s"]
+    if rule_files:
+        lines += ["rule_files:", *[f"  - {path}" for path in rule_files]]
+    lines.append("scrape_configs:")
     for job, targets in jobs.items():
         lines += [f"  - job_name: {job}", "    static_configs:",
                   f"      - targets: [{', '.join(targets)}]"]
+    if extra:
+        lines.append(extra.rstrip("\n"))
     config = tmp / "prometheus.yml"
     config.write_text("\n".join(lines) + "\n")
     port = free_port()
