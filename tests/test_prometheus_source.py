@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -20,7 +20,7 @@ from helpers.prom import ROOT, FixedServer, Reply, free_port
 from gputop import model
 from gputop.config import PrometheusConfig
 from gputop.sources import promql
-from gputop.sources.prometheus import PrometheusFeed, PromClient, pivot
+from gputop.sources.prometheus import PromClient, PrometheusFeed, pivot
 
 
 def vector(*series: tuple[dict[str, str], float], warnings: list[str] | None = None) -> bytes:

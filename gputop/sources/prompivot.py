@@ -416,7 +416,7 @@ def _reported(host: _Host) -> tuple[HealthWarning, ...]:
     for (code, _gpu), (severity, gpu) in sorted(host.warnings.items()):
         number = code.removeprefix("xid-")
         message = (xid_catalog.describe(int(number)) if number != code and number.isdigit()
-                   and len(number) <= 6 else f"{code}")
+                   and len(number) <= 6 else f"gputop on the host reports {code}")
         out.append(HealthWarning(severity=severity, code=code, message=message,
                                  host=host.name, gpu=gpu, hint=_REPORTED_HINT))
     return tuple(out)
