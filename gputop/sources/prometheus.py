@@ -23,12 +23,13 @@ import contextlib
 import http.client
 import json
 import math
+import queue
 import random
 import time
 import urllib.parse
 import zlib
 from collections.abc import Callable
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gputop import model
@@ -40,6 +41,7 @@ from gputop.sources.prompivot import (
     SOURCE_DCGM,
     SOURCE_GPUTOP,
     SOURCE_SMI,
+    Pivot,
     dead_instances,
     dead_names,
     pivot,
@@ -306,61 +308,85 @@ class PrometheusFeed(ReadOnlyFeed):
         """Read ``host`` in full from the next refresh on (None: the view only)."""
         self.focused = host
 
-    def _ask(self, exprs: dict[str, str]) -> tuple[dict[str, list[Any]], list[str]]:
-        """Every query at once; the first failure is raised once all are back."""
-        results: dict[str, list[Any]] = {}
+    def _ask(self, exprs: dict[str, str], take: Callable[[str, list[Any]], None]) -> list[str]:
+        """Every query at once, ``take(name, result)`` called in this thread as each
+        answer comes (no future keeps it: read, then dropped); the server's warnings.
+        The first failure is raised, the queries not yet started are not asked."""
+        answers: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        stop = False
+
+        def ask(name: str, expr: str) -> None:
+            if stop:
+                answers.put((name, None))  # not asked: every query answers once
+                return
+            try:
+                answers.put((name, self.client.query(expr)))
+            except PromError as err:
+                answers.put((name, err))
+            except Exception as err:  # a bug must not leave poll() waiting
+                answers.put((name, PromError(model.HOST_ERROR, f"{type(err).__name__}")))
+
         warnings: list[str] = []
+        failure: PromError | None = None
         with ThreadPoolExecutor(max_workers=min(PARALLEL_QUERIES, len(exprs)),
                                 thread_name_prefix="promql") as pool:
-            futures = {name: pool.submit(self.client.query, expr)
-                       for name, expr in exprs.items()}
-            failure: PromError | None = None
-            for name, future in futures.items():
-                try:
-                    results[name], found = future.result()
-                except CancelledError:
+            started = [pool.submit(ask, name, expr) for name, expr in exprs.items()]
+            for _ in started:
+                name, answer = answers.get()
+                if isinstance(answer, PromError):
+                    if failure is None:
+                        failure, stop = answer, True  # the rest would fail alike
                     continue
-                except PromError as err:
-                    if failure is None:  # the rest would fail alike: not asked
-                        for other in futures.values():
-                            other.cancel()
-                    failure = failure or err
-                    continue
-                warnings += [w for w in found if w not in warnings]
+                if failure is None and answer is not None:
+                    result, found = answer
+                    take(name, result)
+                    warnings += [w for w in found if w not in warnings]
+                del answer
         if failure is not None:
             raise failure
-        return results, warnings
+        return warnings
 
     def poll(self) -> list[HostSnapshot]:
         """One refresh, never raising: a failed query is one snapshot naming the server."""
         now = self.clock()
         selector = self.config.selector
+        stale = self.config.stale_after_s
+        focused = self.focused if self.view != promql.FULL else None
+        brief, full = Pivot(self._names), Pivot(self._names)
+        dead: list[str] = []
+        exprs = promql.queries(self.view, selector)
+        if focused is not None:  # the opened host in full, in the same round
+            exprs.update({f"{name}@": expr for name, expr in
+                          promql.queries(promql.FULL, selector, focused).items()})
+
+        def take(name: str, result: list[Any]) -> None:
+            if name.endswith("@"):
+                full.add(name[:-1], result)
+                return
+            brief.add(name, result)
+            if name == "_up":
+                dead.extend(dead_instances(result))
+
+        dead_gpu: dict[str, str] = {}
         try:
-            answers, warnings = self._ask(promql.queries(self.view, selector))
-            dead = dead_instances(answers.get("_up", ()))
-            dead_gpu: dict[str, str] = {}
-            focused = self.focused
-            extra: dict[str, str] = {}
-            if dead:
-                extra["_dead"] = promql.dead_query(dead, selector)
-            if focused is not None and self.view != promql.FULL:
-                extra.update({f"{name}@": expr for name, expr in
-                              promql.queries(promql.FULL, selector, focused).items()})
-            if extra:
-                more, found = self._ask(extra)
+            warnings = self._ask(exprs, take)
+            if dead:  # which dead targets were GPU hosts, and their names then
+
+                def named(_name: str, result: list[Any]) -> None:
+                    dead_gpu.update(dead_names(result))
+
+                found = self._ask({"_dead": promql.dead_query(dead, selector)}, named)
                 warnings += [w for w in found if w not in warnings]
-                dead_gpu = dead_names(more.pop("_dead", ()))
         except PromError as err:
             self.failures += 1
             return [self._remember(error_snapshot(self.client.name, now, err.state,
                                                   str(err), source="prometheus"))]
         self.failures = 0
-        snapshots = pivot(answers, now, self.config.stale_after_s, self._names, dead_gpu)
-        if focused is not None and extra and any(k.endswith("@") for k in more):
-            detail = pivot({k[:-1]: v for k, v in more.items()}, now,
-                           self.config.stale_after_s, self._names, dead_gpu)
-            full = {snap.host: snap for snap in detail if snap.host == focused}
-            snapshots = [full.get(snap.host, snap) for snap in snapshots]
+        snapshots = brief.snapshots(now, stale, dead_gpu)
+        if focused is not None:
+            opened = {s.host: s for s in full.snapshots(now, stale, dead_gpu)
+                      if s.host == focused}
+            snapshots = [opened.get(snap.host, snap) for snap in snapshots]
         if warnings:
             snapshots.append(error_snapshot(self.client.name, now, model.HOST_ERROR,
                                             "Prometheus warns: " + "; ".join(warnings),

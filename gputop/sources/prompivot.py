@@ -158,46 +158,66 @@ def _unit(host: _Host, labels: Mapping[str, Any]) -> dict[str, Any] | None:
     return card.mig.setdefault(gi, {})
 
 
-def pivot(answers: Mapping[str, Iterable[Any]], now: float, stale_after_s: float,
-          known_names: dict[str, str] | None = None,
-          dead_gpu_hosts: Mapping[str, str] | None = None) -> list[HostSnapshot]:
-    """One HostSnapshot per host from the answers (query name -> result vector).
-    ``known_names`` (instance -> host) remembers names across refreshes and is updated in
-    place; ``dead_gpu_hosts`` (instance -> host, "" when unnamed) are the dead targets that
-    had GPU series: any other dead target is not a GPU host and is left out."""
-    names = known_names if known_names is not None else {}
-    hosts = _Hosts(names)
-    # The identity first: it names the hosts and cards every other answer refers to.
-    for item in answers.get("_identity", ()):
-        labels = item.get("metric") if isinstance(item, dict) else None
-        if isinstance(labels, dict) and all(v.__class__ is str for v in labels.values()):
-            _identity(hosts.of(labels), labels)
-    units: dict[Any, dict[str, Any] | None] = {}
-    for name, result in answers.items():
-        if name in FIELD_NAMES:
-            _fields(hosts, units, name, result, name in IDENTITY_FIELDS)
-        elif name not in ("_identity", "_up"):
+class Pivot:
+    """The snapshots of one refresh, built an answer at a time as each comes in: an
+    answer is dropped once read, so a refresh never holds every decoded answer at once
+    (at 1,000 hosts that was the peak of the client's memory)."""
+
+    def __init__(self, known_names: dict[str, str] | None = None) -> None:
+        self.hosts = _Hosts(known_names if known_names is not None else {})
+        self.units: dict[Any, dict[str, Any] | None] = {}
+        self.up: dict[str, float] = {}
+        self.scraped: dict[str, float] = {}
+
+    def add(self, name: str, result: Iterable[Any]) -> None:
+        hosts = self.hosts
+        if name == "_identity":
+            for item in result:
+                labels = item.get("metric") if isinstance(item, dict) else None
+                if isinstance(labels, dict) and all(v.__class__ is str
+                                                    for v in labels.values()):
+                    _identity(hosts.of(labels), labels)
+        elif name in FIELD_NAMES:
+            _fields(hosts, self.units, name, result, name in IDENTITY_FIELDS)
+        elif name == "_up":
+            for labels, value in samples(result):
+                instance = labels.get("instance")
+                if not isinstance(instance, str):
+                    continue
+                if labels.get("_scraped") == "1":
+                    self.scraped[instance] = value
+                elif labels.get("__name__", "up") == "up":
+                    self.up[instance] = value
+        else:
             for labels, value in samples(result):
                 try:
                     _take(hosts, name, labels, value)
                 except (TypeError, AttributeError):
                     continue  # a label that is not a string: the series is not trusted
-    up: dict[str, float] = {}
-    scraped: dict[str, float] = {}
-    for labels, value in samples(answers.get("_up", ())):
-        instance = labels.get("instance")
-        if not isinstance(instance, str):
-            continue
-        if labels.get("_scraped") == "1":
-            scraped[instance] = value
-        elif labels.get("__name__", "up") == "up":
-            up[instance] = value
-    known = {i for h in hosts.by_name.values() for i in h.instances}
-    for instance, name in (dead_gpu_hosts or {}).items():
-        if up.get(instance) == 0 and instance not in known:
-            hosts.of({"instance": instance, "Hostname": name})
-    return [_snapshot(h, up, scraped, now, stale_after_s)
-            for h in sorted(hosts.by_name.values(), key=lambda h: h.name)]
+
+    def snapshots(self, now: float, stale_after_s: float,
+                  dead_gpu_hosts: Mapping[str, str] | None = None) -> list[HostSnapshot]:
+        """``dead_gpu_hosts`` (instance -> host, "" when unnamed) are the dead targets
+        that had GPU series: any other dead target is not a GPU host and is left out."""
+        hosts, up = self.hosts, self.up
+        known = {i for h in hosts.by_name.values() for i in h.instances}
+        for instance, name in (dead_gpu_hosts or {}).items():
+            if up.get(instance) == 0 and instance not in known:
+                hosts.of({"instance": instance, "Hostname": name})
+        return [_snapshot(h, up, self.scraped, now, stale_after_s)
+                for h in sorted(hosts.by_name.values(), key=lambda h: h.name)]
+
+
+def pivot(answers: Mapping[str, Iterable[Any]], now: float, stale_after_s: float,
+          known_names: dict[str, str] | None = None,
+          dead_gpu_hosts: Mapping[str, str] | None = None) -> list[HostSnapshot]:
+    """One HostSnapshot per host from the answers (query name -> result vector).
+    ``known_names`` (instance -> host) remembers names across refreshes and is updated in
+    place."""
+    acc = Pivot(known_names)
+    for name, result in answers.items():
+        acc.add(name, result)
+    return acc.snapshots(now, stale_after_s, dead_gpu_hosts)
 
 
 _KEY_LABELS = ("Hostname", "hostname", "instance", "gpu", "uuid", "GPU_I_ID")  # promql.KEY
