@@ -375,10 +375,11 @@ def _finish_card(card: _Card, fallback: int, taken: float) -> tuple[Gpu, list[Xi
             gpu[key] = value  # text (identity), or a float that stays one (watts)
         elif kind == 2:
             gpu[key] = value != 0
-    free = raw.get("_mem_free")
-    if gpu.get("mem_total") is None and free is not None and gpu.get("mem_used") is not None:
+    if gpu.get("mem_total") is None and gpu.get("mem_used") is not None:
         # DCGM gives used, free and reserved; together they are the card's memory.
-        gpu["mem_total"] = int(gpu["mem_used"] + free + (gpu.get("mem_reserved") or 0))
+        total = _dcgm_total(raw)
+        if total is not None:
+            gpu["mem_total"] = total
     if "clock_event_mask" in gpu or "_thermal_violation" in raw or "_power_violation" in raw:
         gpu["clock_event_reasons"] = _reasons(gpu.get("clock_event_mask"), raw)
     if card.mig:
@@ -413,16 +414,24 @@ def _reasons(mask: int | None, raw: dict[str, Any]) -> tuple[str, ...]:
     return tuple(reasons)
 
 
+def _dcgm_total(raw: dict[str, Any]) -> int | None:
+    """used + free + reserved: from the summary's free + reserved in one, or the full
+    view's two (a MIG instance has no reserved of its own)."""
+    used = raw.get("mem_used")
+    if used is None:
+        return None
+    spare = raw.get("_mem_spare")
+    if spare is None and raw.get("_mem_free") is not None:
+        spare = raw["_mem_free"] + (raw.get("mem_reserved") or 0)
+    return None if spare is None else int(used + spare)
+
+
 def _mig_devices(card: _Card, index: int) -> tuple[MigDevice, ...]:
     out = []
     for slot, (gi, raw) in enumerate(sorted(card.mig.items())):
         used = raw.get("mem_used")
-        free = raw.get("_mem_free")
         total = raw.get("mem_total")
-        if total is not None:
-            total = int(total)
-        elif used is not None and free is not None:
-            total = int(used + free + (raw.get("mem_reserved") or 0))
+        total = int(total) if total is not None else _dcgm_total(raw)
         active = raw.get("_sm_active")
         out.append(MigDevice(
             gpu=index, index=slot, gi=gi, profile=raw.get("_profile") or None,

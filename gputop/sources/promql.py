@@ -53,7 +53,7 @@ class Field:
     by: str = KEY  # the labels kept
 
 
-DCGM_MEMORY = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED"
+DCGM_SPARE = "DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED"
 
 # The snapshot fields read per card (and per MIG instance where GPU_I_ID is set).
 FIELDS: tuple[Field, ...] = (
@@ -61,10 +61,11 @@ FIELDS: tuple[Field, ...] = (
     # The card's identity labels ride on its memory: no query of their own at 8,000 cards.
     Field("mem_used", (("DCGM_FI_DEV_FB_USED", MIB), ("nvidia_smi_memory_used_bytes", 1)),
           by=IDENTITY),
-    # DCGM has no total: used + free + reserved, summed by the server (one query, no
-    # vector matching); gputop serve's own total first, it is exact.
     Field("mem_total", (("gputop_gpu_memory_total_bytes", 1),
-                        (DCGM_MEMORY, MIB), ("nvidia_smi_memory_total_bytes", 1))),
+                        ("nvidia_smi_memory_total_bytes", 1))),
+    # DCGM has no total: used + free + reserved.  The summary asks for free + reserved
+    # summed by the server (one query, no vector matching), the pivot adds used.
+    Field("_mem_spare", ((DCGM_SPARE, MIB),), views=(SUMMARY,)),
     Field("_mem_free", (("DCGM_FI_DEV_FB_FREE", MIB),), views=(FULL,)),
     Field("mem_reserved", (("DCGM_FI_DEV_FB_RESERVED", MIB),
                            ("nvidia_smi_memory_reserved_bytes", 1)), views=(FULL,)),
