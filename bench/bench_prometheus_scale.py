@@ -67,18 +67,24 @@ def start(hosts: int, tmp: Path) -> tuple[subprocess.Popen[bytes], str, Exporter
     return proc, url, exporters
 
 
-def timed(args: list[str]) -> tuple[float, float, float, int, str]:
-    """wall s, CPU s and peak RSS MB of one fresh `gputop` process, its exit status."""
+def timed(args: list[str], keep: bool = False) -> tuple[float, float, float, int, str]:
+    """wall s, CPU s and peak RSS MB of one fresh `gputop` process, its exit status, and
+    its output if ``keep`` (else read and dropped: a parent that grows would pass its
+    size on to the next child's peak RSS at fork)."""
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "gputop.cli", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env={**os.environ, "COLUMNS": "160"})
-    out = proc.stdout.read() if proc.stdout else ""
+    out = b""
+    assert proc.stdout is not None
+    while piece := proc.stdout.read(1 << 16):
+        if keep:
+            out += piece
     _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
     return (wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode,
-            out)
+            out.decode(errors="replace"))
 
 
 _DASHBOARD = """
@@ -156,7 +162,8 @@ def main() -> None:
         results = {}
         for label, cmd in (("--once", ["--once"]), ("--json", ["--json"]),
                            ("check", ["check"])):
-            runs = [timed(["--prometheus", url, *cmd]) for _ in range(args.runs)]
+            runs = [timed(["--prometheus", url, *cmd], keep=label == "check")
+                    for _ in range(args.runs)]
             wall = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[1] for r in runs)
             rss = max(r[2] for r in runs)
