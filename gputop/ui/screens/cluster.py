@@ -36,7 +36,7 @@ from gputop.ui.cluster_cells import (
 )
 from gputop.ui.keys import bindings
 from gputop.ui.widgets.filter_input import FilterInput
-from gputop.ui.widgets.text_lines import TextLines
+from gputop.ui.widgets.text_lines import LazyRows, TextLines
 
 if TYPE_CHECKING:
     from textual import getters
@@ -107,7 +107,9 @@ class ClusterScreen(Screen[None]):
         narrow = host_width(most) > screen
         names = name_width(self.order, screen - host_width(most, narrow, 0))
         width = host_width(most, narrow, names)
-        rows = [host_line(s, now, warned, width, narrow, names) for s in shown]
+        # Built as they are drawn: a 1,000-host overview shows a screenful of them.
+        rows = LazyRows(len(shown), lambda n: host_line(shown[n], now, warned, width, narrow,
+                                                        names))
         self.query_one(TextLines).label_width = names
         summary = totals(shown, app.state.flags, now, warned).text(narrow)
         if self.needle:
