@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import http.client
 import json
 import math
@@ -348,6 +349,17 @@ class PrometheusFeed(ReadOnlyFeed):
 
     def poll(self) -> list[HostSnapshot]:
         """One refresh, never raising: a failed query is one snapshot naming the server."""
+        # A refresh of 1,000 hosts makes half a million objects in a second, none of them
+        # cyclic: the cycle collector walking them again and again is a sixth of its CPU.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._poll()
+        finally:
+            if paused:
+                gc.enable()
+
+    def _poll(self) -> list[HostSnapshot]:
         now = self.clock()
         selector = self.config.selector
         stale = self.config.stale_after_s
