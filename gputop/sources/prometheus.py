@@ -254,10 +254,8 @@ def _http_error(status: int, reason: str, body: bytes) -> PromError:
 
 def _decode(raw: bytes, kind: str = "vector") -> tuple[list[Any], list[str]]:
     try:
-        text = raw.decode("utf-8")
+        doc = json.loads(raw)  # bytes: UTF-8 checked by the parser, no decoded copy
         del raw
-        doc = json.loads(text)
-        del text
     except (ValueError, UnicodeDecodeError) as err:
         raise PromError(model.HOST_ERROR, f"malformed JSON answer: {err}") from None
     if not isinstance(doc, dict):
