@@ -162,6 +162,9 @@ def test_hostile_series_are_dropped_not_trusted() -> None:
         {"metric": {**GPU}, "value": [now, "NaN"]},  # not a number: absent
         {"metric": {**GPU, "gpu": "999999999"}, "value": [now, "1"]},  # no such card
         {"metric": {**GPU, "gpu": "1", "Hostname": 7}, "value": [now, "1"]},  # not text
+        {"metric": {**GPU, "gpu": ["2"]}, "value": [now, "1"]},  # not even hashable
+        *({"metric": {**GPU, "Hostname": "flood", "gpu": str(n)}, "value": [now, "1"]}
+          for n in range(5000)),  # a host with 5,000 made-up cards
         {"metric": "nope", "value": [now, "1"]},
         [1, 2],
     ]
@@ -181,6 +184,8 @@ def test_hostile_series_are_dropped_not_trusted() -> None:
     assert gpu.uuid == "GPU-1" and gpu.util_gpu is None  # NaN: absent, not 0
     assert n1.processes == ()  # a pid that is not a number
     assert n1.reported_warnings == ()  # a severity gputop does not have
+    flood = next(s for s in snaps if s.host == "flood")
+    assert len(flood.gpus) == 64  # capped, not 5,000
 
 
 def test_stale_host_and_dead_exporter() -> None:

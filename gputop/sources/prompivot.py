@@ -35,6 +35,7 @@ from gputop.model import (
 from gputop.sources.promql import FIELD_NAMES, IDENTITY_FIELDS
 
 MAX_LABEL_CHARS = 1024
+MAX_CARDS_PER_HOST = 64
 MAX_MIG_PER_CARD = 8
 MAX_WORKLOADS_PER_CARD = 16
 
@@ -140,6 +141,8 @@ def _card(host: _Host, labels: Mapping[str, Any]) -> _Card | None:
         return None
     card = host.cards.get(key)
     if card is None:
+        if len(host.cards) >= MAX_CARDS_PER_HOST:
+            return None  # a flood of made-up cards: the host keeps the first ones
         card = host.cards[key] = _Card(key, index)
     return card
 
