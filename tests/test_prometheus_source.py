@@ -342,3 +342,19 @@ def test_redirects_are_not_followed(prom: FakeProm) -> None:
         assert elsewhere.requests == []  # neither the query nor the token went there
     finally:
         elsewhere.close()
+
+
+def test_the_stream_sends_a_host_again_only_when_it_was_scraped_again(prom: FakeProm) -> None:
+    feed = PrometheusFeed(prom.server.url, PrometheusConfig(), 5.0, environ={},
+                          clock=lambda: 1700000005.0)
+    scraped = ({"_scraped": "1", "instance": GPU["instance"]}, 1700000000.0)
+    prom.fields = {"util_gpu": [(GPU, 42)], "_up": [scraped]}
+    first = feed.poll()
+    assert [s.host for s in feed.news(first)] == ["n1"]
+    assert feed.news(feed.poll()) == []  # the same scrape, read again: nothing new
+    feed.focus("n1")  # opened: read in full, so sent again
+    assert [s.host for s in feed.news(feed.poll())] == ["n1"]
+    prom.fields = {"util_gpu": [(GPU, 43)], "_up": [
+        ({"_scraped": "1", "instance": GPU["instance"]}, 1700000004.0)]}
+    [again] = feed.news(feed.poll())  # scraped since: a new reading
+    assert again.time == 1700000004.0 and again.gpus[0].util_gpu == 43

@@ -63,6 +63,7 @@ MIB = 1024**2
 MAX_BODY_BYTES = 64 * MIB
 MAX_SERIES = 500_000
 MAX_BACKOFF_S = 60.0
+MAX_DEAD_ASKED = 2000  # dead targets asked about in one refresh (promql.dead_query)
 # Queries of one refresh in flight at once: Prometheus evaluates them in parallel (its
 # default --query.max-concurrency is 20) while this side parses the answers already in.
 PARALLEL_QUERIES = 8
@@ -302,6 +303,7 @@ class PrometheusFeed(ReadOnlyFeed):
         self._names: dict[str, str] = {}
         self._closed = False
         self._wake: Any = None  # run()'s asyncio.Event: asyncio is not loaded before
+        self._sent: dict[str, tuple[Any, ...]] = {}  # host -> what run() last emitted
 
     def focus(self, host: str | None) -> None:
         """Read ``host`` in full from the next refresh on (None: the view only)."""
@@ -380,6 +382,7 @@ class PrometheusFeed(ReadOnlyFeed):
         dead_gpu: dict[str, str] = {}
         try:
             warnings = self._ask(exprs, take)
+            del dead[MAX_DEAD_ASKED:]  # a bounded query, however many targets are down
             if dead:  # which dead targets were GPU hosts, and their names then
 
                 def named(_name: str, result: list[Any]) -> None:
@@ -458,11 +461,24 @@ class PrometheusFeed(ReadOnlyFeed):
             snapshots = await asyncio.to_thread(self.poll)
             if self._closed:
                 break
-            for snap in snapshots:
+            for snap in self.news(snapshots):
                 emit(snap)
             delay = max(0.0, self.backoff(interval) - (time.monotonic() - started))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
+
+    def news(self, snapshots: list[HostSnapshot]) -> list[HostSnapshot]:
+        """The snapshots that say something new: a host not scraped again since the last
+        refresh (the dashboard refreshes every 2 s, Prometheus scrapes every 15 to 60) is
+        the same reading, and counting it again would skew the history and cost the app
+        a pass over every host."""
+        out = []
+        for snap in snapshots:
+            key = (snap.time, snap.state, snap.error, snap.host == self.focused)
+            if self._sent.get(snap.host) != key:
+                self._sent[snap.host] = key
+                out.append(snap)
+        return out
 
     async def close(self) -> None:
         self._closed = True
