@@ -64,9 +64,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_rss.py
 	$(BIN)/python bench/bench_mig.py
 
-# `gputop serve` scrape latency and CPU, `--prometheus` at 1,000 hosts.
+# `gputop serve` scrape latency and CPU; `--prometheus` at 1,000 hosts (a real Prometheus).
 bench-prometheus: $(STAMP)
 	$(BIN)/python bench/bench_prometheus.py
+	$(BIN)/python bench/bench_prometheus_scale.py
 
 # Starts real sshd daemons on 127.0.0.x (root, openssh-server installed).
 bench-ssh: $(STAMP)

@@ -31,6 +31,11 @@ HOST_NO_GPU = "no GPU/driver"
 HOST_FALLBACK = "fallback"  # nvidia-smi parsing, fewer fields
 HOST_ERROR = "error"
 
+# In a snapshot's ``missing``: its source exports no process list (dcgm-exporter, nvidia_gpu_
+# exporter through Prometheus), which views say in these words rather than "no processes".
+NO_PROCESS_LIST = "processes"
+NO_PROCESS_LIST_TEXT = "processes: not exported by this source"
+
 # GPU states.
 GPU_OK = "ok"
 GPU_LOST = "lost"  # fallen off the bus: NVML_ERROR_GPU_IS_LOST
@@ -196,6 +201,9 @@ class Gpu(_Record):
     mig_max_devices: int | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     mig_note: str | None = None  # why instances cannot be listed, e.g. no permission
+    # The jobs a source names for the card itself when it has no process list
+    # (dcgm-exporter's pod/namespace/container and hpc_job labels, read via Prometheus).
+    workloads: tuple[Workload, ...] = ()
 
     @property
     def mig_free_slices(self) -> int | None:
@@ -208,6 +216,11 @@ class Gpu(_Record):
                 return None
             used[dev.gi if dev.gi is not None else -1 - dev.index] = dev.slices
         return max(self.mig_max_devices - sum(used.values()), 0)
+
+    @property
+    def jobs_label(self) -> str:
+        """The card's own jobs as views show them: "k8s:ml/train-7f9c, slurm:4242"."""
+        return ", ".join(job.label for job in self.workloads)
 
     @property
     def mem_free(self) -> int | None:
@@ -225,13 +238,18 @@ class Gpu(_Record):
     def from_dict(cls, data: dict[str, Any]) -> Gpu:
         links = data.get("nvlinks") or ()
         migs = data.get("mig_devices") or ()
+        jobs = data.get("workloads") or ()
         if (links and not isinstance(links[0], NvLink)) or (
-                migs and not isinstance(migs[0], MigDevice)):
+                migs and not isinstance(migs[0], MigDevice)) or (
+                jobs and not isinstance(jobs[0], Workload)):
             data = dict(data)
             if links and not isinstance(links[0], NvLink):
                 data["nvlinks"] = _links(links)
             if migs and not isinstance(migs[0], MigDevice):
                 data["mig_devices"] = MigDevice.all_from(migs)
+            if jobs and not isinstance(jobs[0], Workload):
+                found = (Workload.from_any(j) for j in list(jobs)[:16])
+                data["workloads"] = tuple(j for j in found if j is not None)
         return _flat(cls, data)
 
 
@@ -560,6 +578,9 @@ class HostSnapshot(_Record):
     # name sources that failed, once each; gputop's own container, if any
     workload_notes: tuple[str, ...] = ()
     own_workload: Workload | None = None
+    # Warnings the host's own gputop raised, read back through its exporter
+    # (gputop_warning via Prometheus); health.warnings() adds those its rules lack.
+    reported_warnings: tuple[HealthWarning, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -590,6 +611,8 @@ class HostSnapshot(_Record):
             xid_events=tuple(_flat(XidEvent, x) for x in data.get("xid_events") or ()),
             device_holders=tuple(_flat(DeviceHolder, d) for d in data.get("device_holders") or ()),
             own_workload=Workload.from_any(data.get("own_workload")),
+            reported_warnings=tuple(HealthWarning.from_dict(w) for w in
+                                    data.get("reported_warnings") or ()),
         )
 
 

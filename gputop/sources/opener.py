@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from gputop.config import Config, analysis_settings
 from gputop.hosts import HostSpec
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
     from gputop.sources.assembler import HostAssembler
     from gputop.sources.feed import Collects, Feed, LocalFeed
     from gputop.sources.hostsource import HostSource
-    from gputop.sources.prometheus import PrometheusFeed
-    from gputop.sources.serveapi import ServeFeed
 
 __all__ = [
     "NoDriverError",
@@ -145,7 +142,7 @@ def reservations_dir_from(options: SourceOptions, config: Config) -> tuple[str, 
 def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
     plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
-    topology: bool = True,
+    topology: bool = True, prometheus_view: str | None = None,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
@@ -154,7 +151,9 @@ def open_feeds(
     command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
     ``lean``: local collectors skip topology, XID registration and the device scan, and
     read only what a one-shot table shows; ``topology`` False: they skip the topology and
-    NVLink remote ends."""
+    NVLink remote ends.  ``prometheus_view``: what a Prometheus feed asks for
+    (sources/promql.py); by default the summary for lean one-shots and the dashboard, the
+    full view otherwise."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
     if plan.demo:
@@ -177,17 +176,22 @@ def open_feeds(
 
         feeds.append(ServeFeed(url_hosts, options.timeout))
     if plan.prometheus:
-        feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot))
+        from gputop.sources import promql
+
+        view = prometheus_view or (promql.SUMMARY if lean or not one_shot else promql.FULL)
+        feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot, view))
     return feeds
 
 
-def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot: bool) -> Feed:
+def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot: bool,
+                     view: str) -> Feed:
     from gputop.sources.prometheus import PrometheusFeed
 
     # The dashboard's sparklines start from Prometheus' history; a one-shot needs none.
     history_s = 0.0 if one_shot else config.history_minutes * 60.0
     try:
-        return PrometheusFeed(url, config.prometheus, options.timeout, history_s=history_s)
+        return PrometheusFeed(url, config.prometheus, options.timeout, history_s=history_s,
+                              view=view)
     except (ValueError, OSError) as err:  # a bad URL, an unreadable CA file
         raise SourceError(f"gputop: {err}") from None
 
@@ -332,22 +336,9 @@ class Round:
         return identity.reservation_owner if identity is not None else None
 
 
-# The modules of the feeds a one-shot polls over blocking HTTP, and their classes.
-_HTTP_FEEDS = (("gputop.sources.prometheus", "PrometheusFeed"),
-               ("gputop.sources.serveapi", "ServeFeed"))
-
-
-def _http_feed_types() -> tuple[type, ...]:
-    """The HTTP feed classes open_feeds has imported: a feed of a class whose module was
-    never imported cannot exist, and importing them only to test for them cost a
-    one-shot asyncio, http.client and ssl (50-60 ms)."""
-    return tuple(getattr(sys.modules[module], name) for module, name in _HTTP_FEEDS
-                 if module in sys.modules)
-
-
 def collect_once(
     options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False,
-    topology: bool = True,
+    topology: bool = True, prometheus_view: str | None = None,
 ) -> Round:
     """One round of snapshots for the one-shot commands.
 
@@ -357,17 +348,19 @@ def collect_once(
     from gputop.sources.feed import LocalFeed
 
     feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean,
-                       topology=topology)
+                       topology=topology, prometheus_view=prometheus_view)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
-    http_feeds = _http_feed_types()
-    for http in feeds:
-        if isinstance(http, http_feeds):  # blocking HTTP, no event loop
-            found = cast("PrometheusFeed | ServeFeed", http).poll()
-            snapshots.extend(found)
-            identities.update({snap.host: http.identity(snap.host) for snap in found})
-    remote = [feed for feed in feeds if not isinstance(feed, (LocalFeed, *http_feeds))]
+    # Prometheus and `gputop serve`'s API: blocking HTTP, no event loop (and their
+    # modules are not imported to ask).
+    blocking: list[Any] = [feed for feed in feeds if getattr(feed, "blocking_poll", False)]
+    for http in blocking:
+        found = http.poll()
+        snapshots.extend(found)
+        identities.update({snap.host: http.identity(snap.host) for snap in found})
+    remote = [feed for feed in feeds
+              if not isinstance(feed, LocalFeed) and feed not in blocking]
     if remote:
         import asyncio
 

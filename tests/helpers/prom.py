@@ -49,12 +49,15 @@ class Reply:
     content_type: str = "text/plain; version=0.0.4"
     delay: float = 0.0
     encoding: str = ""  # Content-Encoding, e.g. gzip
+    location: str = ""  # a redirect's target
 
 
 class FixedServer:
-    """Answers every request with ``reply(path)``; records the requests it saw."""
+    """Answers every request with ``reply(path)`` (or ``by_body(path, body)`` when
+    given: a fake Prometheus answering each query); records the requests it saw."""
 
-    def __init__(self, reply: Callable[[str], Reply]) -> None:
+    def __init__(self, reply: Callable[[str], Reply],
+                 by_body: Callable[[str, bytes], Reply] | None = None) -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         outer = self
 
@@ -63,11 +66,13 @@ class FixedServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 outer.requests.append((self.path, dict(self.headers), body))
-                answer = reply(self.path)
+                answer = by_body(self.path, body) if by_body else reply(self.path)
                 if answer.delay:
                     time.sleep(answer.delay)
                 self.send_response(answer.status)
                 self.send_header("Content-Type", answer.content_type)
+                if answer.location:
+                    self.send_header("Location", answer.location)
                 if answer.encoding:
                     self.send_header("Content-Encoding", answer.encoding)
                 self.send_header("Content-Length", str(len(answer.body)))

@@ -186,7 +186,8 @@ class GpuPanel(StyleOnce):
 
     def _fit_height(self, data: PanelData, compact: bool) -> None:
         """A MIG card's full panel grows by one line per MIG device."""
-        extra = len(data.gpu.mig_devices) + (1 if data.gpu.mig_note else 0)
+        extra = (len(data.gpu.mig_devices) + (1 if data.gpu.mig_note else 0)
+                 + (1 if data.gpu.workloads else 0))
         height = 1 if compact else 3 + extra
         if self.styles.height is None or self.styles.height.value != height:
             self.styles.height = height
@@ -339,6 +340,10 @@ class GpuPanel(StyleOnce):
         if data.gpu.mig_note:
             out.append("\n")
             out.append(f"  {fmt.visible(data.gpu.mig_note)}", style=self._style("warn"))
+        if data.gpu.workloads:  # the jobs its exporter names (dcgm-exporter's pod, hpc_job)
+            out.append("\n")
+            out.append("  jobs ", style="bold")
+            out.append(fmt.visible(data.gpu.jobs_label))
 
     def _history(self, out: Text, label: str, series: list[tuple[float, float]],
                  data: PanelData, width: int, style: str, stat: str) -> None:

@@ -158,6 +158,9 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
         self.tagged: set[RowKey] = set()
         self.me: str | None = None
         self.now = 0.0
+        # Shown in place of the rows when there are none and the source has no process
+        # list at all ("processes: not exported by this source"), not "no processes".
+        self.empty_text = ""
         self._index: dict[RowKey, int] = {}
         self._columns_at: tuple[int, list[tuple[Column, int]]] | None = None
         # The visible lines as last drawn, and what they were drawn for (scroll, size,
@@ -190,7 +193,7 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
 
     def _view_key(self) -> Any:
         return (int(self.scroll_offset.y), self.scrollable_content_region.width,
-                self.scrollable_content_region.height, self.base_style)
+                self.scrollable_content_region.height, self.base_style, self.empty_text)
 
     def _repaint_changes(self) -> None:
         old = self._shown
@@ -277,6 +280,10 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
         index = int(self.scroll_offset.y) + y
         base = self.base_style
         if index >= len(self.rows):
+            if index == 0 and self.empty_text:
+                text = " " + self.empty_text
+                return Strip([Segment(text, base + Style(dim=True))]).adjust_cell_length(
+                    width, base)
             return Strip.blank(width, base)
         row = self.rows[index]
         cols = self._layout(max(width - 1, 1))
