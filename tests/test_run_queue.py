@@ -361,3 +361,18 @@ def test_demo_runs_on_the_simulator_with_a_private_line(host: Host, tmp_path: Pa
     assert "running on GPU 0,1 of idle-box" in out.stderr
     # The configured store saw nothing: --demo keeps its line and reservations apart.
     assert not list(host.store.iterdir())
+
+
+def test_planted_junk_job_names_never_stop_a_real_job(host: Host) -> None:
+    # Issue 25.2: 2,101 empty files named job.01000 .. job.03100, planted by another user.
+    planter = host.users["gt18b"]
+    for n in range(1000, 3101):
+        path = host.store / f"job.{n:05d}"
+        path.touch()
+        os.chown(path, planter.pw_uid, planter.pw_gid)
+    job = host.job("gt18a", "real", "--gpus", "1", "--no-wait", mode="hold")
+    wait_for(host.held, "the real job running", job)
+    listing = json.loads(host.run("gt18c", "queue", "--json").stdout)
+    assert [(row["user"], row["state"]) for row in listing] == [("gt18a", "running")]
+    host.go("real")
+    assert job.wait(timeout=LIMIT_S) == 0
