@@ -94,7 +94,8 @@ def test_named_cards_wait_for_exactly_those_cards() -> None:
     held = plan(_snap(3, [job], (_held(2, "eve"),)), Policy(), NOW)
     assert held.starts == {} and "GPU 2 held by eve" in held.waiting["fffffff1"]
     assert plan(_snap(3, [job]), Policy(), NOW).starts == {"fffffff1": (1, 2)}
-    assert "GPU 2 no such GPU" in plan(_snap(2, [job]), Policy(), NOW).waiting["fffffff1"]
+    assert plan(_snap(2, [job]), Policy(), NOW).waiting["fffffff1"] == (
+        "never runs here: node has no GPU 2 (it has GPU 0-1); not in line")
 
 
 def test_a_card_reserved_by_the_submitter_is_not_taken_for_the_job() -> None:
@@ -221,3 +222,28 @@ def test_the_cluster_overview_counts_each_hosts_jobs() -> None:
     jobs = [_job("aaaa0001", "ann"), _job("aaaa0002", "bob")]
     assert plain(host_line(_snap(2, jobs), NOW, set(), 80)).rstrip().endswith("Q2")
     assert "Q" not in plain(host_line(_snap(2, []), NOW, set(), 80)).split("ok")[-1]
+
+
+def test_a_request_the_host_can_never_meet_counts_for_nothing() -> None:
+    # Issue 25.3: --gpus 5 on a 4-GPU host, a forged file asking for GPU 4000, 30 GiB on
+    # 24 GiB cards; starved far past the limit, none of them holds anyone back.
+    jobs = [_job("eeeeeee1", "ann", gpus=5, age_s=7200),
+            _job("eeeeeee2", "eve", gpus=None, gpu_ids=(4000,), age_s=7200),
+            _job("eeeeeee3", "cat", age_s=7200, min_free_mem=30 * GIB),
+            _job("eeeeeee4", "bob", gpus=1)]
+    snap = _snap(4, jobs, (_held(0, "zed"),))
+    result = plan(snap, Policy(starvation_s=60), NOW)
+    assert result.starts == {"eeeeeee4": (1,)}
+    assert result.position == {"eeeeeee4": 1}
+    assert result.waiting["eeeeeee1"] == "never runs here: 5 GPUs asked, but node has 4; not in line"
+    assert result.waiting["eeeeeee2"] == (
+        "never runs here: node has no GPU 4000 (it has GPU 0-3); not in line")
+    assert result.waiting["eeeeeee3"] == ("never runs here: 30 GiB free asked on 1 GPU(s),"
+                                          " but 0 of node's cards hold that much; not in line")
+    rows = queue_plan.listing(snap, Policy(starvation_s=60), NOW)
+    assert [(r["id"], r["state"], r["position"]) for r in rows] == [
+        ("eeeeeee4", "waiting", 1), ("eeeeeee1", "never", None), ("eeeeeee2", "never", None),
+        ("eeeeeee3", "never", None)]
+    # What can be met is not judged: 4 GPUs, all of them held now, 24 GiB.
+    assert queue_plan.impossible(snap, _job("eeeeeee5", "ann", gpus=4)) is None
+    assert queue_plan.impossible(snap, _job("eeeeeee6", "ann", min_free_mem=24 * GIB)) is None

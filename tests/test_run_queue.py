@@ -24,7 +24,7 @@ import pytest
 from helpers import fakenvml
 from helpers.users import SYSTEM_PYTHON, ensure_users, portable_gputop
 
-from gputop.actions import queue, reservations
+from gputop.actions import liveness, queue, reservations
 
 USERS = ["gt18a", "gt18b", "gt18c", "gt18d"]
 # Logs "LABEL CVD start|end TIME"; waits for a file named LABEL.go when asked to.
@@ -33,6 +33,7 @@ JOB = ('echo "$1 $CUDA_VISIBLE_DEVICES start $(date +%s.%N)" >> "$2/log";'
        ' else sleep "${3:-0.1}"; fi;'
        ' echo "$1 $CUDA_VISIBLE_DEVICES end $(date +%s.%N)" >> "$2/log"')
 LIMIT_S = 120.0
+_UUIDS = {i: f"GPU-fa6e0000-0000-4000-8000-{i:012d}" for i in range(4)}
 
 
 @dataclass
@@ -175,8 +176,7 @@ def test_twelve_jobs_of_four_users_take_one_card_in_priority_then_arrival_order(
 ) -> None:
     # Cards 1-3 are someone's (a plain reservation); card 0 is the only one to share.
     reply = reservations.reserve(str(host.store), [1, 2, 3], time.time() + 3600, "other work",
-                                 gpu_uuids={i: f"GPU-fa6e0000-0000-4000-8000-{i:012d}"
-                                            for i in range(4)})
+                                 gpu_uuids=_UUIDS)
     assert reply["ok"], reply
     first = host.job("gt18a", "first", mode="hold")
     wait_for(host.held, "the first job running", first)
@@ -254,14 +254,17 @@ def test_sigkill_frees_the_cards_and_the_line_at_once(host: Host) -> None:
     assert waiting.wait(timeout=LIMIT_S) == 0
     blocked = host.job("gt18c", "blocked", "--gpus", "4", "--gpu-ids", "9", mode="0.1")
     assert blocked.wait(timeout=LIMIT_S) == 2  # usage: --gpus with --gpu-ids
-    stuck = host.job("gt18c", "stuck", "--gpu-ids", "0,1,2,3,4", mode="0.1")
-    wait_for(lambda: len(host.jobs_in_line()) == 1, "the impossible job in line")
+    # Cards 0 and 1 taken by a plain reservation: a job asking for them waits.
+    assert reservations.reserve(str(host.store), [0, 1], time.time() + 3600, "busy",
+                                gpu_uuids=_UUIDS)["ok"]
+    stuck = host.job("gt18c", "stuck", "--gpu-ids", "0,1", mode="0.1")
+    wait_for(lambda: len(host.jobs_in_line()) == 1, "the waiting job in line", stuck)
     stuck.kill()
     stuck.wait(timeout=LIMIT_S)
     assert host.jobs_in_line() == []
     # The dead jobs' files count for nothing; their owner's next `gputop run` removes them.
     assert len(list(host.store.glob("job.*"))) == 2
-    assert host.run("gt18c", "run", "--", "true").returncode == 0
+    assert host.run("gt18c", "run", "--gpu-ids", "3", "--", "true").returncode == 0
     assert len(list(host.store.glob("job.*"))) == 1
 
 
@@ -376,3 +379,41 @@ def test_planted_junk_job_names_never_stop_a_real_job(host: Host) -> None:
     assert [(row["user"], row["state"]) for row in listing] == [("gt18a", "running")]
     host.go("real")
     assert job.wait(timeout=LIMIT_S) == 0
+
+
+def test_a_request_the_host_never_meets_is_refused_and_a_forged_one_holds_nobody(
+    host: Host,
+) -> None:
+    host.policy("starvation_limit: 1s\n")
+    five = host.run("gt18a", "run", "--gpus", "5", "--", "true")
+    assert five.returncode == 4, five.stderr
+    assert "refused: 5 GPUs asked, but" in five.stderr and "has 4" in five.stderr
+    missing = host.run("gt18a", "run", "--gpu-ids", "4000", "--", "true")
+    assert missing.returncode == 4 and "has no GPU 4000 (it has GPU 0-3)" in missing.stderr
+    assert not list(host.store.glob("job.*"))
+    # A forged file asking for GPU 4000, written by a user whose process lives.
+    sleeper = subprocess.Popen(["sleep", "300"], user="gt18b", group="gt18b")
+    try:
+        entry = host.users["gt18b"]
+        record = {"id": "0badf00d", "uid": entry.pw_uid, "user": "gt18b", "pid": sleeper.pid,
+                  "pid_start": liveness.process_start(sleeper.pid), "priority": "high",
+                  "gpus": None, "gpu_ids": [4000], "command": "forged", "note": ""}
+        path = host.store / "job.0badf00d.json"
+        path.write_text(json.dumps(record))
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        time.sleep(1.5)  # past the starvation limit
+        holder = host.job("gt18c", "holder", "--gpus", "4", mode="hold")
+        wait_for(host.held, "the holder running", holder)
+        behind = host.job("gt18d", "behind", "--gpus", "1", mode="0.1")
+        wait_for(lambda: len(host.jobs_in_line()) == 3, "the job behind in line", behind)
+        listing = json.loads(host.run("gt18a", "queue", "--json").stdout)
+        states = {row["id"]: (row["state"], row["why"]) for row in listing}
+        assert states["0badf00d"][0] == "never"
+        assert "has no GPU 4000" in states["0badf00d"][1]
+        assert all("held back" not in (why or "") for _s, why in states.values())
+        host.go("holder")
+        assert holder.wait(timeout=LIMIT_S) == 0
+        assert behind.wait(timeout=LIMIT_S) == 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -101,6 +101,34 @@ def refusal(
     return None
 
 
+def impossible(snapshot: HostSnapshot, job: QueueJob) -> str | None:
+    """Why this host can never give ``job`` its cards, whatever ends or frees up: cards it
+    does not have, more cards than it has, more memory than its cards hold. None when it
+    could. Such a request is refused at submission; a file asking for it counts for
+    nothing in the line (it would otherwise hold everyone back once it starved)."""
+    have = {gpu.index: gpu for gpu in snapshot.gpus}
+    if not have:
+        return None  # no cards seen (yet): nothing to judge by
+    span = f"GPU {min(have)}-{max(have)}" if len(have) > 1 else f"GPU {min(have)}"
+    if job.gpu_ids:
+        missing = [i for i in job.gpu_ids if i not in have]
+        if missing:
+            listed = ",".join(str(i) for i in missing[:4])
+            return f"{snapshot.host} has no GPU {listed} (it has {span})"
+        candidates = [have[i] for i in job.gpu_ids]
+    else:
+        candidates = list(have.values())
+    count = requested(job)
+    if count > len(have):
+        return f"{count} GPUs asked, but {snapshot.host} has {len(have)}"
+    if job.min_free_mem:
+        big = [g for g in candidates if g.mem_total is None or g.mem_total >= job.min_free_mem]
+        if len(big) < count:
+            return (f"{job.min_free_mem / 2**30:.0f} GiB free asked on {count} GPU(s), but"
+                    f" {len(big)} of {snapshot.host}'s cards hold that much")
+    return None
+
+
 def requested(job: QueueJob) -> int:
     return len(job.gpu_ids) if job.gpu_ids else (job.gpus or 1)
 
@@ -134,6 +162,11 @@ def plan(
     holding_back: QueueJob | None = None
     waiting = ordered((job for job in snapshot.queue if job.id not in running), policy)
     local_now = dt.datetime.fromtimestamp(now, tz)
+    never = {job.id: why for job in waiting if (why := impossible(snapshot, job))}
+    for job in waiting:
+        if job.id in never:
+            result.waiting[job.id] = f"never runs here: {never[job.id]}; not in line"
+    waiting = [job for job in waiting if job.id not in never]
     for position, job in enumerate(waiting, 1):
         result.position[job.id] = position
         head = f"{_ordinal(position)} in line for {_ask(job)}"
@@ -166,12 +199,16 @@ def listing(snapshot: HostSnapshot, policy: Policy, now: float) -> list[dict[str
     order = [j for j in snapshot.queue if j.id in result.running]
     order += sorted((j for j in snapshot.queue if j.id in result.position),
                     key=lambda j: result.position[j.id])
+    # Files asking for what the host does not have: shown last, out of line.
+    order += [j for j in snapshot.queue
+              if j.id not in result.running and j.id not in result.position]
     rows = []
     for job in order:
         running = result.running.get(job.id)
         rows.append({
             "host": snapshot.host, "id": job.id, "user": job.user, "priority": job.priority,
-            "state": "running" if running else "waiting",
+            "state": "running" if running else (
+                "waiting" if job.id in result.position else "never"),
             "position": result.position.get(job.id), "gpus_held": list(running or ()),
             "waited_s": round(now - job.submitted, 1),
             "request": {"gpus": job.gpus, "gpu_ids": list(job.gpu_ids or ()) or None,

@@ -96,6 +96,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                 else f"{request['gpus']} GPU")
         if row["state"] == "running":
             state = "on " + ",".join(map(str, row["gpus_held"]))
+        elif row["position"] is None:
+            state = "never"
         else:
             state = f"#{row['position']}"
         lines.append((row["host"], row["id"], row["user"], row["priority"], state,

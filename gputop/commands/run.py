@@ -34,7 +34,7 @@ from gputop.commands import common
 from gputop.commands.common import CommandError, action_failed, usage_error
 from gputop.commands.reserve import card_filters
 from gputop.exitcodes import EXIT_CANNOT_RUN, EXIT_TIME_LIMIT, EXIT_WAIT_EXPIRED
-from gputop.model import HostSnapshot
+from gputop.model import HostSnapshot, QueueJob
 from gputop.options import SourceOptions
 from gputop.policy import PolicyError, load_policy
 from gputop.text import visible
@@ -155,6 +155,7 @@ class Runner:
         self.stopped_by: int | None = None
 
     def main(self) -> int:
+        self._refuse_impossible()
         job = self._submit()
         # One handler from here to the end, so that no SIGTERM falls between waiting and
         # running: before CMD starts it ends us through the ``finally``; after, it is
@@ -178,6 +179,18 @@ class Runner:
                 signal.signal(sig, handler)
 
     # -- in line ------------------------------------------------------------------------
+
+    def _refuse_impossible(self) -> None:
+        """A request this host can never meet is refused before it joins the line."""
+        snapshot = self.feed.poll()
+        if not snapshot.ok:
+            raise action_failed(f"{snapshot.host}: {snapshot.state}: {snapshot.error}")
+        r = self.request
+        asked = QueueJob(id="", user=self.user, submitted=time.time(), gpus=r.gpus,
+                         gpu_ids=r.gpu_ids, min_free_mem=r.min_free_mem)
+        why = queue_plan.impossible(snapshot, asked)
+        if why:
+            raise action_failed(f"refused: {why}")
 
     def _submit(self) -> queue.Job:
         r = self.request

@@ -35,6 +35,8 @@ def queue_text(snapshots: list[HostSnapshot], now: float) -> Text:
         if row["state"] == "running":
             state = "on GPU " + ",".join(map(str, row["gpus_held"]))
             out.append(f"{state:<12}", style="bold green")
+        elif row["position"] is None:
+            out.append(f"{'never':<12}", style="bold red")
         else:
             out.append(f"#{row['position']:<11}", style="bold yellow")
         out.append(f"{fmt.visible(row['host'])}  {row['id']}  ", style="bold")
