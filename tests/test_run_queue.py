@@ -235,18 +235,19 @@ def _assert_no_card_shared(log: list[tuple[str, str, str, float]]) -> None:
 
 def test_sigkill_frees_the_cards_and_the_line_at_once(host: Host) -> None:
     running = host.job("gt18a", "victim", "--gpus", "4", mode="hold", start_new_session=True)
-    held = wait_for(host.held, "the job running", running)
+    held = wait_for(_holding(host, 4), "the job running", running)
     waiting = host.job("gt18b", "waiter", "--gpus", "1", mode="hold")
     wait_for(lambda: len(host.jobs_in_line()) == 2, "the second job in line")
     cmd_pid = _child_of(running.pid)
     running.kill()
     running.wait(timeout=LIMIT_S)
-    # No cleanup ran, yet the reservation no longer counts for anyone: its process is gone.
-    assert held and len(next(iter(held.values()))) == 4
-    assert all(not r.get("job") or r["job"] not in held for r in
-               reservations.list_active(str(host.store)))
     # The CMD got SIGTERM from the kernel when its gputop run died.
     wait_for(lambda: not Path(f"/proc/{cmd_pid}").exists(), "CMD ended with its parent")
+    # No cleanup ran, yet the reservation no longer counts for anyone once nothing of
+    # the job runs (its gputop run and CMD's session are gone).
+    assert held and len(next(iter(held.values()))) == 4
+    wait_for(lambda: all(not r.get("job") or r["job"] not in held for r in
+                         reservations.list_active(str(host.store))), "the cards free")
     # The waiting job takes a card; SIGKILL while waiting leaves the line at once too.
     wait_for(lambda: host.held() and len(next(iter(host.held().values()))) == 1,
              "the waiter running")
@@ -266,6 +267,14 @@ def test_sigkill_frees_the_cards_and_the_line_at_once(host: Host) -> None:
     assert len(list(host.store.glob("job.*"))) == 2
     assert host.run("gt18c", "run", "--gpu-ids", "3", "--", "true").returncode == 0
     assert len(list(host.store.glob("job.*"))) == 1
+
+
+def _holding(host: Host, count: int) -> Any:
+    """A condition: some job holds ``count`` cards (reserving is one card at a time)."""
+    def held() -> dict[str, list[int]] | None:
+        found = host.held()
+        return found if any(len(cards) == count for cards in found.values()) else None
+    return held
 
 
 def _child_of(pid: int) -> int:
@@ -417,3 +426,56 @@ def test_a_request_the_host_never_meets_is_refused_and_a_forged_one_holds_nobody
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def _pids_of_session(sid: int) -> list[int]:
+    return liveness.job_processes(sid)
+
+
+def test_what_cmd_leaves_running_ends_before_the_card_is_handed_on(host: Host) -> None:
+    # Issue 25.5: `sh -c "sleep 60 & ..."`: a grandchild that outlives CMD.
+    marker = host.root / "grandchild.pid"
+    script = f'sleep 300 & echo $! > {marker}; echo "leaver start" >> {host.root}/log'
+    leaver = host.gputop("gt18a", "run", "--gpus", "4", "--", "sh", "-c", script)
+    assert leaver.wait(timeout=LIMIT_S) == 0
+    err = leaver.stderr.read() if leaver.stderr else ""
+    assert "stopping the 1 process(es) it left (SIGTERM" in err, err
+    grandchild = int(marker.read_text())
+    assert not Path(f"/proc/{grandchild}").exists() or _zombie(grandchild)
+    assert host.held() == {}
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_sigkilled_run_keeps_its_cards_while_a_grandchild_runs(host: Host) -> None:
+    marker = host.root / "grandchild.pid"
+    # The grandchild ignores nothing: it is simply not told (only CMD gets PDEATHSIG).
+    script = f'sleep 300 & echo $! > {marker}; wait'
+    victim = host.gputop("gt18a", "run", "--gpus", "4", "--", "sh", "-c", script,
+                         start_new_session=True)
+    wait_for(marker.exists, "the grandchild started", victim)
+    wait_for(lambda: marker.read_text().strip(), "the grandchild's pid", victim)
+    grandchild = int(marker.read_text())
+    held = wait_for(_holding(host, 4), "the job running", victim)
+    victim.kill()
+    victim.wait(timeout=LIMIT_S)
+    # CMD (the sh) dies of PDEATHSIG; its child lives on under pid 1, in CMD's session.
+    sid = int(Path(f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    wait_for(lambda: _pids_of_session(sid) == [grandchild], "CMD gone, its child left")
+    assert sid != grandchild and not Path(f"/proc/{sid}").exists()
+    bob = host.job("gt18b", "bob", "--gpus", "1", mode="0.1")
+    wait_for(lambda: len(host.jobs_in_line()) == 1, "bob in line", bob)
+    time.sleep(3.0)  # the issue's 3 s: bob must still be waiting
+    assert bob.poll() is None
+    assert set(host.held()) == set(held)  # still the victim's, though its run is gone
+    listing = json.loads(host.run("gt18c", "queue", "--json").stdout)
+    assert [row["state"] for row in listing if row["user"] == "gt18b"] == ["waiting"]
+    os.kill(grandchild, signal.SIGKILL)
+    assert bob.wait(timeout=LIMIT_S) == 0
+    starts = [label for label, _cvd, what, _t in host.log() if what == "start"]
+    assert starts == ["bob"]

@@ -40,3 +40,83 @@ def process_alive(pid: Any, start: Any, uid: int) -> bool:
     except OSError:
         return False
     return owner == uid and process_start(pid) == start
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """Fields 3.. of /proc/PID/stat (state, ppid, pgrp, session, ...), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read(4096)
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2:].split()
+
+
+def job_processes(sid: int, uid: int | None = None, below: int | None = None) -> list[int]:
+    """The live (not zombie) processes of a `gputop run` job: those in session ``sid``
+    (CMD's own: `run` starts it with setsid), and, when ``below`` is given, every
+    descendant of that process (`run` is its job's subreaper, so what left the session
+    and was orphaned is still below it). ``uid``: only that user's processes.
+
+    A process that leaves the session and whose parent is gone escapes once `run` is
+    gone too; a cgroup would catch it (docs/queue.md says so)."""
+    parents: dict[int, int] = {}
+    found: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        fields = _stat_fields(pid)
+        if not fields or len(fields) < 4 or fields[0] in (b"Z", b"X"):
+            continue
+        if uid is not None:
+            try:
+                if os.stat(f"/proc/{pid}").st_uid != uid:
+                    continue
+            except OSError:
+                continue
+        try:
+            ppid, session = int(fields[1]), int(fields[3])
+        except ValueError:
+            continue
+        parents[pid] = ppid
+        if session == sid:
+            found.append(pid)
+    if below is not None:
+        for pid in parents:
+            seen, up = 0, parents.get(pid)
+            while up is not None and up > 1 and seen < 512:
+                if up == below:
+                    if pid not in found:
+                        found.append(pid)
+                    break
+                up, seen = parents.get(up), seen + 1
+    return sorted(p for p in found if p != below)
+
+
+def session_alive(sid: Any, uid: int) -> bool:
+    """Does any process of ``uid`` still run in session ``sid``? While one does, the
+    session id cannot be given to another process (the kernel keeps it taken)."""
+    if isinstance(sid, bool) or not isinstance(sid, int) or not 1 <= sid <= MAX_PID:
+        return False
+    return bool(job_processes(sid, uid))
+
+
+def child_zombies(parent: int) -> list[int]:
+    """The zombie children of ``parent``: ended, waiting to be collected."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            fields = _stat_fields(int(name))
+            if fields and len(fields) > 1 and fields[0] == b"Z" and fields[1] == str(
+                    parent).encode():
+                found.append(int(name))
+    return found

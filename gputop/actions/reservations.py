@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gputop.actions.liveness import MAX_PID, process_alive
+from gputop.actions.liveness import MAX_PID, process_alive, session_alive
 from gputop.actions.store import (
     DEFAULT_DIRECTORY,
     JOB_PREFIX,
@@ -130,8 +130,15 @@ class _Entry:
         # A `gputop run` job's cards are free the moment its process is gone (SIGKILL
         # included), not when the lease runs out.
         job = self.data.get("job")
-        return self.until > now and (
-            job is None or process_alive(job["pid"], job["pid_start"], self.owner_uid))
+        if job is None:
+            return self.until > now
+        if self.until > now and process_alive(job["pid"], job["pid_start"], self.owner_uid):
+            return True
+        # Its `gputop run` is gone (SIGKILL), but something CMD started may still run on
+        # the card: the card stays held while any process of the job's session lives,
+        # for at most as long as any reservation may last.
+        return ("sid" in job and now < float(self.data["since"]) + MAX_RESERVATION_S
+                and session_alive(job["sid"], self.owner_uid))
 
     def public(self) -> dict[str, Any]:
         """The dict the collector and the views use: model.Reservation's fields."""
@@ -598,8 +605,10 @@ def _job_problem(job: Any) -> str | None:
     if not isinstance(job, dict) or not isinstance(job.get("id"), str) \
             or not re.fullmatch(r"[0-9a-f]{8}", job["id"]):
         return "bad 'job'"
-    for key, high in (("pid", MAX_PID), ("pid_start", 2**63)):
+    for key, high in (("pid", MAX_PID), ("pid_start", 2**63), ("sid", MAX_PID)):
         value = job.get(key)
+        if key == "sid" and value is None:
+            continue  # written by a gputop from before CMD had its own session
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
             return f"bad 'job.{key}'"
     return None

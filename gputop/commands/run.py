@@ -16,8 +16,10 @@ because it names this process (``gputop.actions.liveness``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gputop.actions import queue, reservations
+from gputop.actions import liveness, queue, reservations
 from gputop.actions.reservations import ReservationError
 from gputop.analysis import queue_plan
 from gputop.analysis.durations import format_duration, parse_duration
@@ -49,6 +51,11 @@ LEASE_S = 600.0  # the reservation's end, renewed while CMD runs...
 RENEW_S = 60.0  # ...this often; the process check frees the cards sooner if we die
 GRACE_S = 10.0  # between SIGTERM and SIGKILL for CMD
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+# CMD starts behind a gate: a shell in CMD's new session waits for one byte on a pipe
+# (sent once the cards are reserved in the session's name), then becomes CMD.  EOF (we
+# died, or the cards went to someone faster) ends it before CMD ever runs.
+_GATE = 'read -r _ <&{fd} || exit 125; exec {fd}<&-; exec "$@"'
 
 
 @dataclass(frozen=True)
@@ -149,13 +156,20 @@ class Runner:
         self.started = 0.0
         self.kill_at: float | None = None  # SIGKILL for CMD after a SIGTERM we sent
         self.child: subprocess.Popen[bytes] | None = None
+        self.shim: subprocess.Popen[bytes] | None = None  # CMD's session, behind the gate
+        self.gate = -1  # the gate's write end
+        self.session: dict[str, int] = {}
         # A SIGTERM/SIGHUP before CMD runs is noted here and acted on at the next safe
         # point: raised from the handler it could land inside a store lock or be taken
         # for a failed poll, and the job would go on.
         self.stopped_by: int | None = None
 
     def main(self) -> int:
+        why = _runnable(self.request.command)
+        if why:
+            raise CommandError(why, EXIT_CANNOT_RUN)
         self._refuse_impossible()
+        _become_subreaper()
         job = self._submit()
         # One handler from here to the end, so that no SIGTERM falls between waiting and
         # running: before CMD starts it ends us through the ``finally``; after, it is
@@ -171,6 +185,7 @@ class Runner:
                                128 + signum) from None
         finally:
             self.status.done()
+            self._close_gate()
             if self.cards:
                 reservations.release(self.directory, list(self.cards),
                                      gpu_uuids=self.gpu_uuids)
@@ -245,10 +260,41 @@ class Runner:
     def _reserve(self, job: queue.Job, snapshot: HostSnapshot, cards: tuple[int, ...]) -> bool:
         self.gpu_uuids = {gpu.index: gpu.uuid for gpu in snapshot.gpus}
         self.started = time.time()
+        # CMD's session exists before the cards are reserved, so the reservation can name
+        # it: were we killed, the cards stay held while anything of the job runs.
+        self._spawn_gated(job, cards)
         if not self._take(job, cards):
-            return False  # lost to someone faster (a manual reservation): plan again
+            self._close_gate()  # lost to someone faster (a manual reservation): plan again
+            return False
         self.cards = cards
         return True
+
+    def _spawn_gated(self, job: queue.Job, cards: tuple[int, ...]) -> None:
+        devices = ",".join(str(i) for i in cards)
+        uuids = ",".join(self.gpu_uuids.get(i) or "" for i in cards)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=devices, CUDA_DEVICE_ORDER="PCI_BUS_ID",
+                   GPUTOP_JOB_ID=job.id, GPUTOP_GPU_UUIDS=uuids)
+        read_fd, self.gate = os.pipe()
+        try:
+            self.shim = subprocess.Popen(
+                ["/bin/sh", "-c", _GATE.format(fd=read_fd), "sh", *self.request.command],
+                env=env, pass_fds=(read_fd,), start_new_session=True,
+                preexec_fn=_die_with_parent)
+        except OSError as exc:
+            os.close(self.gate)
+            raise CommandError(f"/bin/sh: {exc.strerror or exc}", EXIT_CANNOT_RUN) from None
+        finally:
+            os.close(read_fd)
+        self.session = {"sid": self.shim.pid}
+
+    def _close_gate(self) -> None:
+        """CMD never starts: EOF on the gate ends the waiting shell."""
+        if self.gate >= 0:
+            os.close(self.gate)
+            self.gate = -1
+        if self.shim is not None:
+            self.shim.wait()
+            self.shim = None
 
     def _take(self, job: queue.Job, cards: tuple[int, ...]) -> bool:
         """Reserve (or renew) ``cards`` for the job, for LEASE_S or up to its --for."""
@@ -259,7 +305,8 @@ class Runner:
         reply = reservations.reserve(
             self.directory, list(cards), end, text[:reservations.MAX_NOTE_CHARS],
             gpu_uuids=self.gpu_uuids,
-            job={"id": job.id, "pid": os.getpid(), "pid_start": job.record["pid_start"]},
+            job={"id": job.id, "pid": os.getpid(), "pid_start": job.record["pid_start"],
+                 **self.session},
         )
         if not reply.get("ok") and self.cards:
             common.say("run", f"could not renew the reservation: {reply.get('message')}")
@@ -270,34 +317,74 @@ class Runner:
     def _run_cmd(self, job: queue.Job, snapshot: HostSnapshot) -> int:
         self.status.done()
         devices = ",".join(str(i) for i in self.cards)
-        uuids = ",".join(self.gpu_uuids.get(i) or "" for i in self.cards)
         common.say("run", f"job {job.id}: running on GPU {devices} of {snapshot.host}")
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=devices, CUDA_DEVICE_ORDER="PCI_BUS_ID",
-                   GPUTOP_JOB_ID=job.id, GPUTOP_GPU_UUIDS=uuids)
-        # Ctrl+C reaches CMD through the terminal (same process group): we wait for it.
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # CMD has its own session (so that all of it can be found and ended), hence is
+        # not in the terminal's foreground group: Ctrl+C reaches us, and we pass it on.
+        old_int = signal.signal(signal.SIGINT, self._on_signal)
         try:
             self._check_stop()
-            try:
-                child = subprocess.Popen(self.request.command, env=env,
-                                         preexec_fn=_die_with_parent)
-            except OSError as exc:
-                raise CommandError(f"{self.request.command[0]}: {exc.strerror or exc}",
-                                   EXIT_CANNOT_RUN) from None
-            self.child = child
+            assert self.shim is not None
+            self.child, self.shim = self.shim, None
+            os.write(self.gate, b"\n")
+            self._close_gate()
             if self.stopped_by is not None:  # came while CMD was starting: pass it on
                 self._on_signal(self.stopped_by, None)
-            return self._supervise(job, child)
+            return self._supervise(job, self.child)
         finally:
             signal.signal(signal.SIGINT, old_int)
+            if self.child is not None:
+                self._end_job_tree(job)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self.child is None:
             self.stopped_by = signum
             return
-        self.child.send_signal(signum)
-        if self.kill_at is None:
+        self._signal_session(signum)
+        if self.kill_at is None and signum != signal.SIGINT:
             self.kill_at = time.time() + GRACE_S
+
+    def _signal_session(self, signum: int) -> None:
+        assert self.child is not None
+        try:
+            os.killpg(self.child.pid, signum)
+        except OSError:
+            # The leader's group is gone; its session's members may not be.
+            for pid in liveness.job_processes(self.child.pid, os.geteuid()):
+                _signal(pid, signum)
+
+    def _end_job_tree(self, job: queue.Job) -> None:
+        """Before the cards are given back, everything CMD started ends: the processes of
+        its session and everything below us (we are the subreaper of what it orphaned).
+        SIGTERM, then SIGKILL after GRACE_S; the reservation is renewed meanwhile, so the
+        cards are never free while any of it runs."""
+        assert self.child is not None
+        sid, me = self.child.pid, os.getpid()
+        left = liveness.job_processes(sid, os.geteuid(), below=me)
+        if not left:
+            _reap_orphans(me)
+            return
+        common.say("run", f"job {job.id}: CMD ended; stopping the {len(left)} process(es)"
+                   f" it left (SIGTERM, then SIGKILL after {GRACE_S:g} s)")
+        for pid in left:
+            _signal(pid, signal.SIGTERM)
+        kill_at, renew_at, said = time.time() + GRACE_S, time.time() + RENEW_S, False
+        while left:
+            time.sleep(0.1)
+            _reap_orphans(me)
+            left = liveness.job_processes(sid, os.geteuid(), below=me)
+            now = time.time()
+            if now >= kill_at:
+                for pid in left:
+                    _signal(pid, signal.SIGKILL)
+                if not said and left and now >= kill_at + GRACE_S:
+                    common.say("run", f"job {job.id}: still waiting for pid"
+                               f" {', '.join(map(str, left[:5]))} to end; the cards stay"
+                               " reserved until then")
+                    said = True
+            if now >= renew_at:
+                self._take(job, self.cards)
+                renew_at = now + RENEW_S
+        _reap_orphans(me)
 
     def _check_stop(self) -> None:
         if self.stopped_by is not None:
@@ -320,10 +407,10 @@ class Runner:
             if cap is not None and now >= cap and self.kill_at is None:
                 common.say("run", f"job {job.id}: --for {format_duration(for_s or 0)} is up:"
                            f" stopping CMD (SIGTERM, then SIGKILL after {GRACE_S:g} s)")
-                child.terminate()
+                self._signal_session(signal.SIGTERM)
                 self.kill_at = now + GRACE_S
             elif self.kill_at is not None and now >= self.kill_at:
-                child.kill()
+                self._signal_session(signal.SIGKILL)
             if now >= renew_at:
                 self._take(job, self.cards)
                 renew_at = now + RENEW_S
@@ -372,9 +459,42 @@ def _user() -> str:
 
 
 def _die_with_parent() -> None:
-    # In the child before exec: CMD gets Ctrl+C as usual (we ignore it, and an ignored
-    # signal stays ignored across exec), and if `gputop run` dies (even by SIGKILL), CMD
-    # gets SIGTERM rather than running on cards that are no longer reserved for it.
+    # In the child before exec: CMD gets SIGINT as usual (an ignored signal would stay
+    # ignored across exec), and if `gputop run` dies (even by SIGKILL), CMD gets SIGTERM
+    # rather than running on cards that are no longer reserved for it.  What CMD started
+    # does not get it: the reservation names CMD's session, and the cards stay held
+    # while anything in it runs.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _become_subreaper() -> None:
+    # What CMD orphans is reparented to us, not to pid 1: we can still find and end it.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signum)
+
+
+def _reap_orphans(me: int) -> None:
+    """Collect the exit status of orphans reparented to us (never CMD's own, which
+    subprocess waits for)."""
+    for pid in liveness.child_zombies(me):
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _runnable(command: tuple[str, ...]) -> str | None:
+    """Why CMD cannot be started (it is started by a shell, which would only say 127)."""
+    name = command[0]
+    if "/" in name:
+        if not os.path.isfile(name):
+            return f"{name}: No such file or directory"
+        if not os.access(name, os.X_OK):
+            return f"{name}: Permission denied"
+        return None
+    return None if shutil.which(name) else f"{name}: command not found"
