@@ -467,7 +467,7 @@ def test_a_sigkilled_run_keeps_its_cards_while_a_grandchild_runs(host: Host) -> 
     # CMD (the sh) dies of PDEATHSIG; its child lives on under pid 1, in CMD's session.
     sid = int(Path(f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[3])
     wait_for(lambda: _pids_of_session(sid) == [grandchild], "CMD gone, its child left")
-    assert sid != grandchild and not Path(f"/proc/{sid}").exists()
+    assert sid != grandchild and _zombie(sid)
     bob = host.job("gt18b", "bob", "--gpus", "1", mode="0.1")
     wait_for(lambda: len(host.jobs_in_line()) == 1, "bob in line", bob)
     time.sleep(3.0)  # the 3 s: bob must still be waiting
