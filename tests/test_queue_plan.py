@@ -54,21 +54,74 @@ def test_priority_then_arrival_decides_the_order() -> None:
 
 
 def test_a_small_job_that_fits_is_not_blocked_by_a_big_one_ahead() -> None:
-    jobs = [_job("bbbbbbb1", "ann", gpus=2, age_s=120), _job("bbbbbbb2", "bob", gpus=1)]
-    result = plan(_snap(2, jobs, (_held(0, "eve"),)), Policy(), NOW)
+    # Card 0 is eve's job's, with no --for: when it frees is not known, so nothing is
+    # kept for the big job and the small one goes first.
+    jobs = [_job("bbbbbbb1", "ann", gpus=2, age_s=120), _job("bbbbbbb2", "bob", gpus=1),
+            _job("bbbbbbb0", "eve")]
+    result = plan(_snap(2, jobs, (_held(0, "eve", job="bbbbbbb0"),)), Policy(), NOW)
     assert result.starts == {"bbbbbbb2": (1,)}
+    assert result.kept == {}
     assert "1 of 2 free" in result.waiting["bbbbbbb1"]
-    assert "GPU 0 held by eve until" in result.waiting["bbbbbbb1"]
+    assert "GPU 0 held by eve's job bbbbbbb0" in result.waiting["bbbbbbb1"]
 
 
 def test_a_starved_job_holds_back_the_jobs_behind_it() -> None:
-    jobs = [_job("ccccccc1", "ann", gpus=2, age_s=3600), _job("ccccccc2", "bob", gpus=1)]
+    # Again no known end for card 0: the starvation limit is the rule.
+    jobs = [_job("ccccccc1", "ann", gpus=2, age_s=3600), _job("ccccccc2", "bob", gpus=1),
+            _job("ccccccc0", "eve")]
     policy = Policy(starvation_s=1800)
-    result = plan(_snap(2, jobs, (_held(0, "eve"),)), policy, NOW)
+    snap = _snap(2, jobs, (_held(0, "eve", job="ccccccc0"),))
+    result = plan(snap, policy, NOW)
     assert result.starts == {}
     assert "held back: ann's job ccccccc1 has waited 1h00m" in result.waiting["ccccccc2"]
     # Below the limit the small job goes first.
-    assert plan(_snap(2, jobs, (_held(0, "eve"),)), Policy(starvation_s=7200), NOW).starts
+    assert plan(snap, Policy(starvation_s=7200), NOW).starts == {"ccccccc2": (1,)}
+
+
+def test_the_first_blocked_job_keeps_its_cards_and_small_jobs_backfill_only_before() -> None:
+    # Issue 25.6: card 0 is eve's until NOW+3600 (a plain reservation: its end is known).
+    # ann's 2-GPU job gets cards 0 and 1 kept for it from then; bob's 1-GPU job may use
+    # card 1 now only if its --for ends before; cat's with no --for may not.
+    jobs = [_job("kkkkkkk1", "ann", gpus=2, age_s=120),
+            _job("kkkkkkk2", "bob", age_s=60, for_s=3000.0),
+            _job("kkkkkkk3", "cat", age_s=30)]
+    result = plan(_snap(2, jobs, (_held(0, "eve"),)), Policy(), NOW)
+    assert result.kept == {"kkkkkkk1": queue_plan.Kept("kkkkkkk1", "ann", (0, 1), NOW + 3600)}
+    assert result.starts == {"kkkkkkk2": (1,)}
+    assert "GPU 0,1 kept for it from" in result.waiting["kkkkkkk1"]
+    assert "(in 1h00m)" in result.waiting["kkkkkkk1"]
+    assert "0 of 1 free; GPU 0 goes to a job ahead" in result.waiting["kkkkkkk3"]
+    alone = plan(_snap(2, [jobs[0], jobs[2]], (_held(0, "eve"),)), Policy(), NOW)
+    assert alone.starts == {}
+    assert "would delay ann's job kkkkkkk1 (GPU 0,1 kept for it from" in alone.waiting[
+        "kkkkkkk3"]
+    assert "it has no --for to end before" in alone.waiting["kkkkkkk3"]
+    # A --for that ends after the kept time does not backfill either.
+    late = [jobs[0], _job("kkkkkkk2", "bob", age_s=60, for_s=3700.0)]
+    result = plan(_snap(2, late, (_held(0, "eve"),)), Policy(), NOW)
+    assert result.starts == {}
+    assert "its --for ends after that" in result.waiting["kkkkkkk2"]
+    # A third card nobody needs for the kept job: a small job runs there at once.
+    big = [_job("kkkkkkk1", "ann", gpus=3, age_s=120), jobs[2]]
+    result = plan(_snap(4, big, (_held(0, "eve"), _held(1, "eve"), _held(2, "eve"))),
+                  Policy(), NOW)
+    assert result.kept["kkkkkkk1"].cards == (0, 1, 2)
+    assert result.starts == {"kkkkkkk3": (3,)}
+
+
+def test_a_running_jobs_end_is_its_start_plus_for_and_waited_is_its_wait() -> None:
+    # ann's job started 100 s ago with --for 600: its card frees at NOW+500.
+    running = _job("rrrrrrr1", "ann", age_s=400, for_s=600.0)
+    big = _job("rrrrrrr2", "bob", gpus=2, age_s=50)
+    small = _job("rrrrrrr3", "cat", age_s=10, for_s=400.0)
+    held = Reservation(gpu=0, user="ann", until=NOW + 600, since=NOW - 100, job="rrrrrrr1")
+    snap = _snap(2, [running, big, small], (held,))
+    result = plan(snap, Policy(), NOW)
+    assert result.kept["rrrrrrr2"] == queue_plan.Kept("rrrrrrr2", "bob", (0, 1), NOW + 500)
+    assert result.starts == {"rrrrrrr3": (1,)}  # 400 s fits before NOW+500
+    rows = {row["id"]: row for row in queue_plan.listing(snap, Policy(), NOW)}
+    assert rows["rrrrrrr1"]["waited_s"] == 300.0  # started at NOW-100, arrived NOW-400
+    assert rows["rrrrrrr2"]["waited_s"] == 50.0
 
 
 def test_running_jobs_are_not_in_line_and_their_cards_are_taken() -> None:

@@ -479,3 +479,29 @@ def test_a_sigkilled_run_keeps_its_cards_while_a_grandchild_runs(host: Host) -> 
     assert bob.wait(timeout=LIMIT_S) == 0
     starts = [label for label, _cvd, what, _t in host.log() if what == "start"]
     assert starts == ["bob"]
+
+
+def test_the_first_job_in_line_keeps_its_cards_against_a_stream_of_small_ones(
+    host: Host,
+) -> None:
+    # Issue 25.6: a 4-GPU job waits for one busy card whose end is known (--for); small
+    # jobs that would delay it wait behind it, however many free cards they see.
+    first = host.job("gt18a", "first", "--gpus", "1", "--for", "10m", mode="hold")
+    wait_for(host.held, "the first job running", first)
+    big = host.job("gt18b", "big", "--gpus", "4", mode="0.1")
+    wait_for(lambda: len(host.jobs_in_line()) == 2, "the big job in line", big)
+    small = _submit_in_order(host, [("gt18c", "s1", ["--gpus", "1", "--for", "20m"]),
+                                    ("gt18d", "s2", ["--gpus", "1"])], mode="0.1")
+    listing = json.loads(host.run(None, "queue", "--json").stdout)
+    why = {row["user"]: row["why"] for row in listing}
+    assert "kept for it from" in why["gt18b"]
+    assert "would delay gt18b's job" in why["gt18c"] and "would delay" in why["gt18d"]
+    running = [row for row in listing if row["state"] == "running"]
+    assert len(running) == 1 and running[0]["waited_s"] < 60
+    assert all(p.poll() is None for p in (big, *small))
+    host.go("first")
+    results = _finish([first, big, *small])
+    assert [r for r in results if r[0] != 0] == []
+    starts = [label for label, _cvd, what, _t in host.log() if what == "start"]
+    assert starts[:2] == ["first", "big"] and sorted(starts[2:]) == ["s1", "s2"]
+    _assert_no_card_shared(host.log())

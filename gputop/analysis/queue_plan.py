@@ -82,6 +82,7 @@ class Plan:
     waiting: dict[str, str] = field(default_factory=dict)
     position: dict[str, int] = field(default_factory=dict)  # 1 = next in line
     running: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    kept: dict[str, Kept] = field(default_factory=dict)  # the first blocked job's cards
 
 
 def refusal(
@@ -159,6 +160,8 @@ def plan(
     for reservation in picking.active_reservations(snapshot, now).values():
         held[reservation.user] = held.get(reservation.user, 0) + 1
     taken: set[int] = set()
+    ends = _running_ends(snapshot, now, running)  # card -> when it frees, where known
+    kept: Kept | None = None  # the first blocked job's cards and when it gets them
     holding_back: QueueJob | None = None
     waiting = ordered((job for job in snapshot.queue if job.id not in running), policy)
     local_now = dt.datetime.fromtimestamp(now, tz)
@@ -180,16 +183,131 @@ def plan(
         if rule:
             result.waiting[job.id] = f"{head}; {rule}"
             continue
-        cards, why = fit(snapshot, job, now, taken, warnings)
+        cards, why = _backfill(snapshot, job, now, taken, warnings, kept)
         if cards:
             result.starts[job.id] = cards
             taken.update(cards)
+            ends.update(dict.fromkeys(cards, now + job.for_s if job.for_s else INF))
             held[job.user] = held.get(job.user, 0) + len(cards)
             continue
+        if kept is None and not why.startswith("would delay"):
+            kept = keep_for(snapshot, job, now, ends, taken, warnings)
+            if kept is not None:
+                result.kept[job.id] = kept
+                why += (f"; GPU {','.join(map(str, kept.cards))} kept for it from"
+                        f" {_clock(kept.at, now)}")
         result.waiting[job.id] = f"{head}; {why}"
-        if now - job.submitted > policy.starvation_s:
+        if now - job.submitted > policy.starvation_s and job.id not in result.kept:
+            # No known time when its cards free: the old rule, hold back everyone.
             holding_back = job
     return result
+
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The cards the first blocked job will get and when (EASY backfill's reservation):
+    later jobs start on them only if they end before (their --for says so)."""
+
+    job: str
+    user: str
+    cards: tuple[int, ...]
+    at: float
+
+
+def _running_ends(snapshot: HostSnapshot, now: float,
+                  running: dict[str, tuple[int, ...]]) -> dict[int, float]:
+    """When each reserved card frees, as far as anyone knows: a plain reservation at its
+    end, a running job at its start plus its --for (a job without --for: never known)."""
+    jobs = {job.id: job for job in snapshot.queue}
+    ends: dict[int, float] = {}
+    for gpu, reservation in picking.active_reservations(snapshot, now).items():
+        if reservation.job is None:
+            ends[gpu] = reservation.until
+            continue
+        job = jobs.get(reservation.job)
+        if job is None or job.for_s is None:
+            ends[gpu] = INF
+        else:
+            ends[gpu] = max(now, _started(snapshot, reservation.job) + job.for_s)
+    return ends
+
+
+def _started(snapshot: HostSnapshot, job_id: str) -> float:
+    """When a running job started: its first reservation's start."""
+    times = [r.since for r in snapshot.reservations if r.job == job_id]
+    return min(times) if times else snapshot.time
+
+
+def keep_for(snapshot: HostSnapshot, job: QueueJob, now: float, ends: dict[int, float],
+             taken: Iterable[int] = (), warnings: Sequence[model.HealthWarning] = ()
+             ) -> Kept | None:
+    """The earliest time ``job`` could have its cards, from the known ends of what holds
+    them, and which cards; None when that time is not known (a card it needs is held by
+    a job without --for, another user's process, or is unhealthy)."""
+    ranking = picking.rank(snapshot, now, None, job.min_free_mem, job.max_util, warnings,
+                           exclude=set(taken) | _others(snapshot, job))
+    reserved = picking.active_reservations(snapshot, now)
+    users: dict[int, set[str]] = {}
+    for proc in snapshot.processes:
+        if proc.type != "G":
+            users.setdefault(proc.gpu, set()).add(proc.user or "")
+    free_at: dict[int, float] = {}
+    for gpu in snapshot.gpus:
+        i = gpu.index
+        if i in ranking.indexes:
+            free_at[i] = now
+        elif i in ends and (i in reserved or i in set(taken)):
+            holder = reserved[i].user if i in reserved else job.user
+            # Only the holder's (and the job's user's) processes go when it ends.
+            strangers = users.get(i, set()) - {holder, job.user}
+            free_at[i] = INF if strangers else ends[i]
+        else:
+            free_at[i] = INF
+    if job.gpu_ids:
+        at = max(free_at.get(i, INF) for i in job.gpu_ids)
+        cards = tuple(job.gpu_ids)
+    else:
+        count = requested(job)
+        soonest = sorted(free_at.values())
+        if len(soonest) < count:
+            return None
+        at = soonest[count - 1]
+        # Of the cards free by then, keep those that free last: cards free now that
+        # the job does not need stay free for others.
+        ready = sorted((i for i in free_at if free_at[i] <= at), key=lambda i: (-free_at[i], i))
+        cards = tuple(sorted(ready[:count]))
+    if at == INF:
+        return None
+    return Kept(job.id, job.user, cards, at)
+
+
+def _backfill(snapshot: HostSnapshot, job: QueueJob, now: float, taken: set[int],
+              warnings: Sequence[model.HealthWarning], kept: Kept | None
+              ) -> tuple[tuple[int, ...], str]:
+    """``fit``, keeping the first blocked job's cards for it: a later job gets them only
+    when its --for ends before that job's time comes."""
+    if kept is None:
+        return fit(snapshot, job, now, taken, warnings)
+    cards, why = fit(snapshot, job, now, taken | set(kept.cards), warnings)
+    if cards:
+        return cards, why
+    if job.for_s is not None and now + job.for_s <= kept.at:
+        return fit(snapshot, job, now, taken, warnings)
+    whole, _ = fit(snapshot, job, now, taken, warnings)
+    if not whole:
+        return (), why
+    given = "its --for ends after that" if job.for_s else "it has no --for to end before"
+    return (), (f"would delay {kept.user}'s job {kept.job} (GPU"
+                f" {','.join(map(str, kept.cards))} kept for it from {_clock(kept.at, now)};"
+                f" {given})")
+
+
+def _clock(when: float, now: float) -> str:
+    at = dt.datetime.fromtimestamp(when).strftime("%H:%M")
+    return f"{at} (in {format_duration(max(0.0, when - now))})"
 
 
 def listing(snapshot: HostSnapshot, policy: Policy, now: float) -> list[dict[str, Any]]:
@@ -210,7 +328,9 @@ def listing(snapshot: HostSnapshot, policy: Policy, now: float) -> list[dict[str
             "state": "running" if running else (
                 "waiting" if job.id in result.position else "never"),
             "position": result.position.get(job.id), "gpus_held": list(running or ()),
-            "waited_s": round(now - job.submitted, 1),
+            # A running job waited from arrival to its start; a waiting one, until now.
+            "waited_s": round((_started(snapshot, job.id) if running else now)
+                              - job.submitted, 1),
             "request": {"gpus": job.gpus, "gpu_ids": list(job.gpu_ids or ()) or None,
                         "min_free_mem": job.min_free_mem, "max_util": job.max_util,
                         "for_s": job.for_s},
@@ -237,7 +357,7 @@ def fit(
     warnings: Sequence[model.HealthWarning] = (),
 ) -> tuple[tuple[int, ...], str]:
     """The cards ``job`` would get now (empty when it does not fit), and why not."""
-    others = {p.gpu for p in snapshot.processes if p.type != "G" and p.user != job.user}
+    others = _others(snapshot, job)
     # me=None: a card reserved by anyone, the submitter included, is not free for a job.
     ranking = picking.rank(snapshot, now, None, job.min_free_mem, job.max_util, warnings,
                            exclude=set(taken) | others)
@@ -252,6 +372,11 @@ def fit(
     if len(ranking.chosen) >= count:
         return tuple(sorted(ranking.indexes[:count])), ""
     return (), f"{len(ranking.chosen)} of {count} free; " + _reasons(rejected)
+
+
+def _others(snapshot: HostSnapshot, job: QueueJob) -> set[int]:
+    """Cards with a compute process of a user other than the job's."""
+    return {p.gpu for p in snapshot.processes if p.type != "G" and p.user != job.user}
 
 
 def _why_not(
