@@ -288,7 +288,8 @@ def test_a_request_the_host_can_never_meet_counts_for_nothing() -> None:
     result = plan(snap, Policy(starvation_s=60), NOW)
     assert result.starts == {"eeeeeee4": (1,)}
     assert result.position == {"eeeeeee4": 1}
-    assert result.waiting["eeeeeee1"] == "never runs here: 5 GPUs asked, but node has 4; not in line"
+    assert result.waiting["eeeeeee1"] == (
+        "never runs here: 5 GPUs asked, but node has 4; not in line")
     assert result.waiting["eeeeeee2"] == (
         "never runs here: node has no GPU 4000 (it has GPU 0-3); not in line")
     assert result.waiting["eeeeeee3"] == ("never runs here: 30 GiB free asked on 1 GPU(s),"

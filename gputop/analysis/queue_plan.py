@@ -18,11 +18,12 @@ needs no server. The rules:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gputop import model
+from gputop.analysis import fair_share
 from gputop.analysis import pick as picking
 from gputop.analysis.durations import format_duration
 from gputop.model import HostSnapshot, QueueJob
@@ -65,6 +66,8 @@ class Policy:
     high_priority_users: frozenset[str] | None = None  # None: everyone may ask
     big_job_gpus: int | None = None  # jobs with more GPUs than this start only in...
     big_job_window: Window | None = None  # ...this window
+    fair_share_half_life_s: float | None = None  # fair share among equal priorities
+    fair_share_ledger: str | None = None  # the one ledger every user's plan reads
     source: str | None = None  # the file it came from, for messages
 
     def may_use_high(self, user: str) -> bool:
@@ -134,16 +137,24 @@ def requested(job: QueueJob) -> int:
     return len(job.gpu_ids) if job.gpu_ids else (job.gpus or 1)
 
 
-def ordered(jobs: Iterable[QueueJob], policy: Policy) -> list[QueueJob]:
+def ordered(jobs: Iterable[QueueJob], policy: Policy,
+            usage: Mapping[str, float] | None = None) -> list[QueueJob]:
     """Waiting order. A priority the policy does not allow counts as normal (the file
-    is the submitter's word; the policy is the host's)."""
-    def key(job: QueueJob) -> tuple[int, float, str]:
-        priority = job.priority
-        if priority == "high" and not policy.may_use_high(job.user):
-            priority = "normal"
-        return PRIORITY_RANK.get(priority, 1), job.submitted, job.id
+    is the submitter's word; the policy is the host's). With fair share, among equal
+    priorities the user with fewer recent (decayed) GPU-hours goes first."""
+    hours = usage if usage is not None and policy.fair_share_half_life_s else {}
+
+    def key(job: QueueJob) -> tuple[int, float, float, str]:
+        return (PRIORITY_RANK.get(_priority(job, policy), 1),
+                fair_share.rank_key(job.user, hours), job.submitted, job.id)
 
     return sorted(jobs, key=key)
+
+
+def _priority(job: QueueJob, policy: Policy) -> str:
+    if job.priority == "high" and not policy.may_use_high(job.user):
+        return "normal"
+    return job.priority
 
 
 def plan(
@@ -152,8 +163,10 @@ def plan(
     now: float,
     warnings: Sequence[model.HealthWarning] = (),
     tz: dt.tzinfo | None = None,
+    usage: Mapping[str, float] | None = None,
 ) -> Plan:
-    """The plan for ``snapshot.queue`` given the cards and reservations of ``snapshot``."""
+    """The plan for ``snapshot.queue`` given the cards and reservations of ``snapshot``;
+    ``usage``: each user's decayed GPU-hours, for the policy's fair share."""
     running = running_jobs(snapshot, now)
     result = Plan(running=running)
     held: dict[str, int] = {}
@@ -163,7 +176,7 @@ def plan(
     ends = _running_ends(snapshot, now, running)  # card -> when it frees, where known
     kept: Kept | None = None  # the first blocked job's cards and when it gets them
     holding_back: QueueJob | None = None
-    waiting = ordered((job for job in snapshot.queue if job.id not in running), policy)
+    waiting = ordered((job for job in snapshot.queue if job.id not in running), policy, usage)
     local_now = dt.datetime.fromtimestamp(now, tz)
     never = {job.id: why for job in waiting if (why := impossible(snapshot, job))}
     for job in waiting:
@@ -310,10 +323,12 @@ def _clock(when: float, now: float) -> str:
     return f"{at} (in {format_duration(max(0.0, when - now))})"
 
 
-def listing(snapshot: HostSnapshot, policy: Policy, now: float) -> list[dict[str, Any]]:
+def listing(snapshot: HostSnapshot, policy: Policy, now: float,
+            usage: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
     """One dict per job of ``snapshot`` (docs/queue.md, `gputop queue --json`): running
     ones first, then the line in order."""
-    result = plan(snapshot, policy, now)
+    result = plan(snapshot, policy, now, usage=usage)
+    shares = share_notes(snapshot, policy, result, usage)
     order = [j for j in snapshot.queue if j.id in result.running]
     order += sorted((j for j in snapshot.queue if j.id in result.position),
                     key=lambda j: result.position[j.id])
@@ -336,8 +351,43 @@ def listing(snapshot: HostSnapshot, policy: Policy, now: float) -> list[dict[str
                         "for_s": job.for_s},
             "command": job.command, "note": job.note,
             "why": None if running else result.waiting.get(job.id) or "starting",
+            "share": shares.get(job.id),
         })
     return rows
+
+
+def share_notes(snapshot: HostSnapshot, policy: Policy, result: Plan,
+                usage: Mapping[str, float] | None) -> dict[str, dict[str, Any]]:
+    """For each waiting job under fair share: its user's decayed GPU-hours, their part of
+    everyone's, and why it stands where it does against jobs of the same priority."""
+    half_life = policy.fair_share_half_life_s
+    if not half_life or usage is None:
+        return {}
+    hours = {user: usage.get(user, 0.0) for user in {*usage, *(j.user for j in snapshot.queue)}}
+    parts = fair_share.fractions(hours)
+    waiting = sorted((j for j in snapshot.queue if j.id in result.position),
+                     key=lambda j: result.position[j.id])
+    notes: dict[str, dict[str, Any]] = {}
+    for job in waiting:
+        mine = hours.get(job.user, 0.0)
+        same = [o for o in waiting if o.user != job.user
+                and _priority(o, policy) == _priority(job, policy)]
+        ahead_of = sorted({o.user for o in same if o.submitted < job.submitted
+                           and result.position[o.id] > result.position[job.id]})
+        behind = sorted({o.user for o in same if o.submitted > job.submitted
+                         and result.position[o.id] < result.position[job.id]})
+        why = (f"{job.user} used {mine:.1f} GPU-h recently (half-life"
+               f" {format_duration(half_life)}), {100 * parts.get(job.user, 0.0):.0f} % of"
+               " the host's")
+        if ahead_of:
+            why += "; ahead of earlier jobs of " + ", ".join(
+                f"{u} ({hours.get(u, 0.0):.1f})" for u in ahead_of)
+        if behind:
+            why += "; behind later jobs of " + ", ".join(
+                f"{u} ({hours.get(u, 0.0):.1f})" for u in behind)
+        notes[job.id] = {"gpu_hours": round(mine, 3),
+                         "fraction": round(parts.get(job.user, 0.0), 4), "why": why}
+    return notes
 
 
 def running_jobs(snapshot: HostSnapshot, now: float) -> dict[str, tuple[int, ...]]:

@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ from gputop.commands import common
 from gputop.commands.common import CommandError, action_failed, usage_error
 from gputop.commands.reserve import card_filters
 from gputop.exitcodes import EXIT_CANNOT_RUN, EXIT_TIME_LIMIT, EXIT_WAIT_EXPIRED
+from gputop.ledger import jobs, share_usage
 from gputop.model import HostSnapshot, QueueJob
 from gputop.options import SourceOptions
 from gputop.policy import PolicyError, load_policy
@@ -50,6 +52,9 @@ RECHECK_S = 5.0  # a full look at the GPUs even when the store did not change
 LEASE_S = 600.0  # the reservation's end, renewed while CMD runs...
 RENEW_S = 60.0  # ...this often; the process check frees the cards sooner if we die
 GRACE_S = 10.0  # between SIGTERM and SIGKILL for CMD
+MAX_RETRIES = 100
+MAX_BACKOFF_S = 600.0
+SAMPLE_S = 10.0  # a look at the job's cards while it runs: history's peak memory and SM %
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 # CMD starts behind a gate: a shell in CMD's new session waits for one byte on a pipe
@@ -69,6 +74,11 @@ class Request:
     priority: str
     note: str
     command: tuple[str, ...]
+    log: str | None = None  # CMD's stdout and stderr also go here (--log)
+    quiet: bool = False  # ...and only there (--quiet)
+    retries: int = 0
+    retry_delay_s: float = 10.0  # the first back-off; doubled each time, at most MAX_BACKOFF_S
+    hang_s: float | None = None  # stop CMD when its cards sit at 0 % SM holding memory this long
 
     @property
     def count(self) -> int:
@@ -139,8 +149,23 @@ def parse_request(args: argparse.Namespace) -> Request:
     except ReservationError as exc:
         raise usage_error(f"--note: {exc}") from None
     gpus = None if gpu_ids is not None else args.gpus if args.gpus is not None else 1
+    log = getattr(args, "log", None)
+    quiet = bool(getattr(args, "quiet", False))
+    if quiet and not log:
+        raise usage_error("--quiet sends CMD's output only to --log FILE: give --log")
+    retries = getattr(args, "retries", 0) or 0
+    if not 0 <= retries <= MAX_RETRIES:
+        raise usage_error(f"--retries must be 0..{MAX_RETRIES}, got {retries}")
+    try:
+        delay = parse_duration(args.retry_delay) if getattr(args, "retry_delay", None) else 10.0
+        hang_s = parse_duration(args.hang) if getattr(args, "hang", None) else None
+    except ValueError as exc:
+        raise usage_error(f"--retry-delay/--hang: {exc}") from None
+    if hang_s is not None and hang_s < 1:
+        raise usage_error("--hang: at least 1s")
     return Request(gpus, gpu_ids, min_free, max_util,
-                   for_s, wait_s, args.priority, note, tuple(command))
+                   for_s, wait_s, args.priority, note, tuple(command),
+                   os.path.abspath(log) if log else None, quiet, retries, delay, hang_s)
 
 
 class Runner:
@@ -159,6 +184,14 @@ class Runner:
         self.shim: subprocess.Popen[bytes] | None = None  # CMD's session, behind the gate
         self.gate = -1  # the gate's write end
         self.session: dict[str, int] = {}
+        self.signalled: int | None = None  # a signal we passed on to CMD
+        self.hung = False  # --hang stopped this attempt
+        self.ran = False  # CMD ran at least once
+        self.gave_up: str | None = None  # why the job ended without running, for history
+        self.attempt: jobs.Attempt | None = None
+        self.log_fd = -1
+        self.tees: list[threading.Thread] = []
+        self.share_warned = False
         # A SIGTERM/SIGHUP before CMD runs is noted here and acted on at the next safe
         # point: raised from the handler it could land inside a store lock or be taken
         # for a failed poll, and the job would go on.
@@ -169,6 +202,7 @@ class Runner:
         if why:
             raise CommandError(why, EXIT_CANNOT_RUN)
         self._refuse_impossible()
+        self.open_log()
         _become_subreaper()
         job = self._submit()
         # One handler from here to the end, so that no SIGTERM falls between waiting and
@@ -181,11 +215,19 @@ class Runner:
             return self._run_cmd(job, snapshot)
         except _Stop as exc:
             signum = exc.args[0]
+            self.gave_up = self.gave_up or "killed"
             raise CommandError(f"stopped by {signal.Signals(signum).name} while waiting",
                                128 + signum) from None
+        except KeyboardInterrupt:
+            self.gave_up = self.gave_up or "killed"
+            raise
         finally:
             self.status.done()
             self._close_gate()
+            if not self.ran:
+                self._record_unstarted(job)
+            if self.log_fd >= 0:
+                os.close(self.log_fd)
             if self.cards:
                 reservations.release(self.directory, list(self.cards),
                                      gpu_uuids=self.gpu_uuids)
@@ -220,30 +262,44 @@ class Runner:
         except (ReservationError, OSError) as exc:
             raise action_failed(f"cannot join the line: {exc}") from None
 
-    def _wait_turn(self, job: queue.Job) -> HostSnapshot:
-        wait_s = self.request.wait_s
+    def _wait_turn(self, job: queue.Job, retrying: bool = False) -> HostSnapshot:
+        wait_s = None if retrying else self.request.wait_s
         deadline = None if wait_s is None else job.submitted + wait_s
         mark = _store_mark(self.directory)
         while True:
             self._check_stop()
             if not queue.in_line(job):
+                self.gave_up = "cancelled"
                 raise action_failed(f"job {job.id} was cancelled")
             snapshot = self.feed.poll()
             if not snapshot.ok:
                 raise action_failed(f"{snapshot.host}: {snapshot.state}: {snapshot.error}")
             now = time.time()
             warnings = warnings_once(snapshot, self.settings, self.user, now)
-            plan = queue_plan.plan(snapshot, self.policy, now, warnings)
+            plan = queue_plan.plan(snapshot, self.policy, now, warnings, usage=self._usage())
             cards = plan.starts.get(job.id)
             if cards and self._reserve(job, snapshot, cards):
                 return snapshot
             why = plan.waiting.get(job.id, "waiting for the line to move")
             if deadline is not None and time.time() >= deadline:
                 waited = "no" if not wait_s else f"after {format_duration(wait_s)}, no"
+                self.gave_up = "wait expired"
                 raise CommandError(f"{waited} cards for job {job.id}: {why}",
                                    EXIT_WAIT_EXPIRED)
-            self.status.show(f"job {job.id}: {why}")
+            if not self.request.quiet:
+                self.status.show(f"job {job.id}: {why}")
             mark = self._sleep_until_change(mark, deadline)
+
+    def _usage(self) -> dict[str, float] | None:
+        """Each user's recent GPU-hours, when the policy orders by fair share."""
+        half_life = self.policy.fair_share_half_life_s
+        if not half_life:
+            return None
+        hours, warning = share_usage.recent_hours(self.policy.fair_share_ledger, half_life)
+        if warning and not self.share_warned:
+            common.say("run", warning)
+            self.share_warned = True
+        return hours
 
     def _sleep_until_change(self, mark: int | None, deadline: float | None) -> int | None:
         """Sleep until the store changes, RECHECK_S passes or the deadline comes."""
@@ -259,7 +315,7 @@ class Runner:
 
     def _reserve(self, job: queue.Job, snapshot: HostSnapshot, cards: tuple[int, ...]) -> bool:
         self.gpu_uuids = {gpu.index: gpu.uuid for gpu in snapshot.gpus}
-        self.started = time.time()
+        self.started = self.started or time.time()  # the job's start: --for counts from it
         # CMD's session exists before the cards are reserved, so the reservation can name
         # it: were we killed, the cards stay held while anything of the job runs.
         self._spawn_gated(job, cards)
@@ -275,17 +331,25 @@ class Runner:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=devices, CUDA_DEVICE_ORDER="PCI_BUS_ID",
                    GPUTOP_JOB_ID=job.id, GPUTOP_GPU_UUIDS=uuids)
         read_fd, self.gate = os.pipe()
+        out: Any = None
+        if self.log_fd >= 0:
+            # --quiet: straight into the log; else through us, to the terminal and the log.
+            out = self.log_fd if self.request.quiet else subprocess.PIPE
         try:
             self.shim = subprocess.Popen(
                 ["/bin/sh", "-c", _GATE.format(fd=read_fd), "sh", *self.request.command],
                 env=env, pass_fds=(read_fd,), start_new_session=True,
-                preexec_fn=_die_with_parent)
+                preexec_fn=_die_with_parent, stdout=out, stderr=out)
         except OSError as exc:
             os.close(self.gate)
             raise CommandError(f"/bin/sh: {exc.strerror or exc}", EXIT_CANNOT_RUN) from None
         finally:
             os.close(read_fd)
         self.session = {"sid": self.shim.pid}
+        if out is subprocess.PIPE:
+            assert self.shim.stdout is not None and self.shim.stderr is not None
+            self.tees = [_tee(self.shim.stdout, sys.stdout.buffer, self.log_fd),
+                         _tee(self.shim.stderr, sys.stderr.buffer, self.log_fd)]
 
     def _close_gate(self) -> None:
         """CMD never starts: EOF on the gate ends the waiting shell."""
@@ -315,30 +379,164 @@ class Runner:
     # -- running ------------------------------------------------------------------------
 
     def _run_cmd(self, job: queue.Job, snapshot: HostSnapshot) -> int:
+        attempt = 1
+        while True:
+            code, reason = self._attempt(job, snapshot, attempt)
+            retry = (reason in ("failed", "hang") and attempt <= self.request.retries
+                     and self.signalled is None and self.stopped_by is None
+                     and not self._past_cap())
+            if not retry:
+                return code
+            delay = min(self.request.retry_delay_s * 2 ** (attempt - 1), MAX_BACKOFF_S)
+            common.say("run", f"job {job.id}: attempt {attempt} {reason} (exit {code});"
+                       f" attempt {attempt + 1} of {self.request.retries + 1} in"
+                       f" {format_duration(delay)}")
+            if not self._back_off(job, delay):
+                return code
+            attempt += 1
+            if not self._respawn(job):
+                # The cards went to someone faster between attempts: back in line, at
+                # the job's own place (its file and arrival never changed).
+                self.cards = ()
+                snapshot = self._wait_turn(job, retrying=True)
+
+    def _attempt(self, job: queue.Job, snapshot: HostSnapshot, attempt: int
+                 ) -> tuple[int, str]:
+        """Run CMD once on the reserved cards; its exit status and why it ended."""
         self.status.done()
         devices = ",".join(str(i) for i in self.cards)
-        common.say("run", f"job {job.id}: running on GPU {devices} of {snapshot.host}")
+        common.say("run", f"job {job.id}: running on GPU {devices} of {snapshot.host}"
+                   + (f" (attempt {attempt} of {self.request.retries + 1})"
+                      if self.request.retries else ""))
+        self.signalled, self.hung, self.kill_at = None, False, None
+        self._check_stop()
+        self.attempt = jobs.begin(self._history(job, snapshot, attempt))
+        self._log_line(f"gputop run: job {job.id} attempt {attempt} started"
+                       f" {time.strftime('%Y-%m-%d %H:%M:%S')} on GPU {devices}")
         # CMD has its own session (so that all of it can be found and ended), hence is
         # not in the terminal's foreground group: Ctrl+C reaches us, and we pass it on.
         old_int = signal.signal(signal.SIGINT, self._on_signal)
+        code: int | None = None
+        reason = "failed"
         try:
-            self._check_stop()
             assert self.shim is not None
             self.child, self.shim = self.shim, None
+            self.ran = True
             os.write(self.gate, b"\n")
             self._close_gate()
             if self.stopped_by is not None:  # came while CMD was starting: pass it on
                 self._on_signal(self.stopped_by, None)
-            return self._supervise(job, self.child)
+            code = self._supervise(job, self.child)
         finally:
             signal.signal(signal.SIGINT, old_int)
             if self.child is not None:
                 self._end_job_tree(job)
+                self._join_tees()
+                raw = self.child.returncode
+                reason, status = self._why_ended(code)
+                self.attempt.end(status, reason, raw if raw is not None and raw >= 0 else None,
+                                 -raw if raw is not None and raw < 0 else None)
+                self._log_line(f"gputop run: job {job.id} attempt {attempt}: {reason}"
+                               f" (exit {code})")
+        return (code if code is not None else 1), reason
+
+    def _why_ended(self, code: int | None) -> tuple[str, str]:
+        """(reason, status) of the attempt that just ended, for history."""
+        if self.hung:
+            return "hang", "failed"
+        if code == EXIT_TIME_LIMIT and self._past_cap():
+            return "time cap", "failed"
+        if self.signalled is not None or self.stopped_by is not None:
+            return "killed", "cancelled"
+        if code == 0:
+            return "done", "success"
+        return "failed", "failed"
+
+    def _past_cap(self) -> bool:
+        for_s = self.request.for_s
+        return for_s is not None and time.time() >= self.started + for_s
+
+    def _back_off(self, job: queue.Job, delay: float) -> bool:
+        """Wait before the next attempt, cards kept and renewed; False when stopped."""
+        until, renew_at = time.time() + delay, time.time() + RENEW_S
+        while time.time() < until:
+            if self.stopped_by is not None:
+                return False
+            time.sleep(min(POLL_S, max(0.0, until - time.time())))
+            if time.time() >= renew_at:
+                self._take(job, self.cards)
+                renew_at = time.time() + RENEW_S
+        return not self._past_cap()
+
+    def _respawn(self, job: queue.Job) -> bool:
+        """A new session for the next attempt, and the cards reserved in its name (a
+        reservation names one session, so it is made again)."""
+        cards = self.cards
+        self.child = None
+        self._spawn_gated(job, cards)
+        reservations.release(self.directory, list(cards), gpu_uuids=self.gpu_uuids)
+        self.cards = ()
+        if not self._take(job, cards):
+            self._close_gate()
+            return False
+        self.cards = cards
+        return True
+
+    def _history(self, job: queue.Job, snapshot: HostSnapshot, attempt: int
+                 ) -> dict[str, Any]:
+        r = self.request
+        return {
+            "id": job.id, "attempt": attempt, "user": self.user, "uid": os.geteuid(),
+            "host": snapshot.host, "command": job.record["command"],
+            "request": {"gpus": r.gpus, "gpu_ids": list(r.gpu_ids) if r.gpu_ids else None,
+                        "min_free_mem": r.min_free_mem, "max_util": r.max_util,
+                        "for_s": r.for_s, "priority": r.priority, "note": r.note,
+                        "retries": r.retries, "hang_s": r.hang_s},
+            "gpus": list(self.cards), "submitted": job.submitted, "started": time.time(),
+            "status": "running", "log": r.log, "pid": os.getpid(),
+            "pid_start": job.record["pid_start"],
+        }
+
+    def _record_unstarted(self, job: queue.Job) -> None:
+        """A job that ended without running leaves a row too: cancelled, given up."""
+        reason = self.gave_up or "never ran"
+        row = {"id": job.id, "attempt": 1, "user": self.user, "uid": os.geteuid(),
+               "host": self.feed_host(), "command": job.record["command"],
+               "request": {"gpus": self.request.gpus, "for_s": self.request.for_s,
+                           "gpu_ids": list(self.request.gpu_ids or ()) or None},
+               "gpus": [], "submitted": job.submitted, "started": None,
+               "status": "cancelled", "log": self.request.log, "pid": os.getpid(),
+               "pid_start": job.record["pid_start"]}
+        jobs.begin(row).end("cancelled", reason, None, None)
+
+    def feed_host(self) -> str:
+        return str(getattr(self.feed, "host", None) or os.uname().nodename)
+
+    def _log_line(self, text: str) -> None:
+        if self.log_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self.log_fd, (text + "\n").encode())
+
+    def open_log(self) -> None:
+        path = self.request.log
+        if not path:
+            return
+        try:
+            self.log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                  | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise action_failed(f"--log {path}: {exc.strerror or exc}") from None
+
+    def _join_tees(self) -> None:
+        for thread in self.tees:
+            thread.join(timeout=GRACE_S)
+        self.tees = []
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self.child is None:
             self.stopped_by = signum
             return
+        self.signalled = signum
         self._signal_session(signum)
         if self.kill_at is None and signum != signal.SIGINT:
             self.kill_at = time.time() + GRACE_S
@@ -394,9 +592,12 @@ class Runner:
         for_s = self.request.for_s
         cap = None if for_s is None else self.started + for_s
         renew_at = time.time() + RENEW_S
+        hang_s = self.request.hang_s
+        every = SAMPLE_S if hang_s is None else max(1.0, min(SAMPLE_S, hang_s / 4))
+        sample_at, idle_since = time.time() + min(every, 2.0), None
         while True:
             try:
-                code = child.wait(timeout=1.0)
+                code = child.wait(timeout=min(1.0, every))
             except subprocess.TimeoutExpired:
                 code = None
             if code is not None:
@@ -414,6 +615,43 @@ class Runner:
             if now >= renew_at:
                 self._take(job, self.cards)
                 renew_at = now + RENEW_S
+            if now >= sample_at:
+                sample_at = now + every
+                idle_since = self._sample(job, child, idle_since, now)
+
+    def _sample(self, job: queue.Job, child: subprocess.Popen[bytes],
+                idle_since: float | None, now: float) -> float | None:
+        """One look at the job's cards, for history and --hang: the memory the job's
+        processes hold there, the cards' SM %. Returns since when they sit idle."""
+        try:
+            snapshot = self.feed.poll()
+        except Exception:  # a failed look costs one sample, never the job
+            return idle_since
+        if not snapshot.ok:
+            return idle_since
+        mine = set(liveness.job_processes(child.pid, os.geteuid(), below=os.getpid()))
+        mem = sum(p.gpu_mem or 0 for p in snapshot.processes
+                  if p.pid in mine and p.gpu in self.cards)
+        cards = [g for g in snapshot.gpus if g.index in self.cards]
+        utils = [g.util_gpu for g in cards if g.util_gpu is not None]
+        sm = sum(utils) / len(utils) if utils else None
+        if self.attempt is not None:
+            self.attempt.sample(mem, sm)
+        hang_s = self.request.hang_s
+        if hang_s is None:
+            return None
+        if not (mem > 0 and utils and max(utils) == 0):
+            return None
+        idle_since = idle_since or now
+        if now - idle_since >= hang_s and self.kill_at is None:
+            common.say("run", f"job {job.id}: its GPUs sat at 0 % SM holding"
+                       f" {mem / 2**30:.1f} GiB for {format_duration(now - idle_since)}"
+                       f" (--hang {format_duration(hang_s)}): stopping CMD (SIGTERM, then"
+                       f" SIGKILL after {GRACE_S:g} s)")
+            self.hung = True
+            self._signal_session(signal.SIGTERM)
+            self.kill_at = now + GRACE_S
+        return idle_since
 
 
 class Status:
@@ -486,6 +724,24 @@ def _reap_orphans(me: int) -> None:
     for pid in liveness.child_zombies(me):
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def _tee(source: Any, terminal: Any, log_fd: int) -> threading.Thread:
+    """Copy CMD's output to the terminal and the log as it comes."""
+    def copy() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := os.read(source.fileno(), 65536):
+                with contextlib.suppress(OSError, ValueError):
+                    terminal.write(chunk)
+                    terminal.flush()
+                with contextlib.suppress(OSError):
+                    os.write(log_fd, chunk)
+        with contextlib.suppress(OSError):
+            source.close()
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    return thread
 
 
 def _runnable(command: tuple[str, ...]) -> str | None:

@@ -1,0 +1,161 @@
+"""`gputop run`'s job history, --log, --quiet, --retries and --hang, with real users,
+real processes and gputop's fake NVIDIA driver (tests/fakenvml) read through the real
+pynvml. The fixtures are tests/test_run_queue.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import test_run_queue as rq
+from helpers import fakenvml
+from test_run_queue import LIMIT_S, Host, _holding, wait_for
+
+# The real users, the portable copy of gputop and the fake driver's 4-card host.
+users, portable, driver, host = rq.users, rq.portable, rq.driver, rq.host
+
+
+def _state_home(host: Host, user: str) -> dict[str, str]:
+    """Each user's own XDG_STATE_HOME, as a real home has: their history lives there."""
+    entry = host.users[user]
+    state = host.root / f"state-{user}"
+    state.mkdir(exist_ok=True)
+    os.chown(state, entry.pw_uid, entry.pw_gid)
+    state.chmod(0o700)
+    return dict(host.env, XDG_STATE_HOME=str(state))
+
+
+def _as(host: Host, user: str, *args: str, **popen: Any) -> subprocess.Popen[str]:
+    entry = host.users[user]
+    command = ["/usr/bin/python3", "-m", "gputop.cli", args[0], "--config",
+               str(host.root / "config.yaml"), *args[1:]]
+    return subprocess.Popen(command, env=_state_home(host, user), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd="/",
+                            **popen)
+
+
+def _done(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    out, err = proc.communicate(timeout=LIMIT_S)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _history(host: Host, user: str, *args: str) -> list[dict[str, Any]]:
+    result = _done(_as(host, user, "queue", "--history", "--json", *args))
+    assert result.returncode == 0, result.stderr
+    rows: list[dict[str, Any]] = json.loads(result.stdout)
+    return rows
+
+
+def test_every_job_leaves_a_history_row_however_it_ends(host: Host) -> None:
+    ok = _done(_as(host, "gt18a", "run", "--gpus", "2", "--note", "n", "--", "true"))
+    assert ok.returncode == 0, ok.stderr
+    failed = _done(_as(host, "gt18a", "run", "--", "sh", "-c", "exit 3"))
+    assert failed.returncode == 3
+    capped = _done(_as(host, "gt18a", "run", "--for", "1s", "--", "sleep", "60"))
+    assert capped.returncode == 124
+    term = _as(host, "gt18a", "run", "--", "sleep", "60")
+    wait_for(host.held, "the job running", term)
+    term.send_signal(signal.SIGTERM)
+    assert _done(term).returncode == 128 + signal.SIGTERM
+    holder = _as(host, "gt18b", "run", "--gpus", "4", "--", "sleep", "300",
+                 start_new_session=True)
+    wait_for(_holding(host, 4), "gt18b holding every card", holder)
+    expired = _done(_as(host, "gt18a", "run", "--no-wait", "--", "true"))
+    assert expired.returncode == 5
+    holder.kill()  # SIGKILL: its row is left "running", and read as ended with it
+    holder.wait(timeout=LIMIT_S)
+    rows = _history(host, "gt18a")
+    got = [(r["status"], r["reason"], r["exit_code"], r["signal"]) for r in rows]
+    assert got == [("cancelled", "wait expired", None, None),
+                   ("cancelled", "killed", None, signal.SIGTERM),
+                   ("failed", "time cap", None, signal.SIGTERM),
+                   ("failed", "failed", 3, None),
+                   ("success", "done", 0, None)]
+    first = rows[-1]
+    assert first["user"] == "gt18a" and first["gpus"] == [0, 1] and first["attempt"] == 1
+    assert first["request"]["gpus"] == 2 and first["request"]["note"] == "n"
+    assert first["command"] == "true" and first["host"]
+    assert first["submitted"] <= first["started"] <= first["ended"]
+    assert first["waited_s"] == round(first["started"] - first["submitted"], 1)
+    assert rows[0]["started"] is None and rows[0]["gpus"] == []
+    # Each user's history is their own file: gt18b's SIGKILLed run is in theirs.
+    (killed,) = _history(host, "gt18b")
+    assert (killed["status"], killed["reason"]) == ("failed", "gputop run killed")
+    assert killed["gpus"] == [0, 1, 2, 3] and killed["ended"] is not None
+    assert _history(host, "gt18a", "--user", "gt18b") == []
+    assert len(_history(host, "gt18a", "--since", "1h")) == 5
+    table = _done(_as(host, "gt18a", "queue", "--history"))
+    assert table.stdout.split("\n")[0].split()[:5] == ["JOB", "TRY", "USER", "STATUS", "WHY"]
+    assert "wait expired" in table.stdout and "time cap" in table.stdout
+    bad = _done(_as(host, "gt18a", "queue", "--history", "--since", "yesterday"))
+    assert bad.returncode == 2 and "--since" in bad.stderr and "Traceback" not in bad.stderr
+    missing = _done(_as(host, "gt18a", "run", "--", "no-such-command-here"))
+    assert missing.returncode == 127
+    assert "no-such-command-here: command not found" in missing.stderr
+
+
+def test_log_quiet_and_retries_with_a_back_off(host: Host) -> None:
+    log = host.root / "gt18a.log"
+    script = 'echo "out $GPUTOP_JOB_ID"; echo err >&2; exit 1'
+    retried = _done(_as(host, "gt18a", "run", "--log", str(log), "--retries", "2",
+                        "--retry-delay", "1s", "--", "sh", "-c", script))
+    assert retried.returncode == 1
+    assert retried.stdout.count("out ") == 3 and retried.stderr.count("err\n") == 3
+    assert "attempt 1 failed (exit 1); attempt 2 of 3 in 1s" in retried.stderr
+    assert "attempt 2 failed (exit 1); attempt 3 of 3 in 2s" in retried.stderr
+    text = log.read_text()
+    assert text.count("out ") == 3 and text.count("err\n") == 3
+    assert "attempt 3: failed (exit 1)" in text
+    rows = _history(host, "gt18a")
+    assert [(r["attempt"], r["status"], r["log"]) for r in rows] == [
+        (3, "failed", str(log)), (2, "failed", str(log)), (1, "failed", str(log))]
+    assert len({r["id"] for r in rows}) == 1
+    # The back-off doubles: 1 s, then 2 s between the attempts.
+    assert rows[1]["started"] - rows[2]["ended"] >= 1.0
+    assert rows[0]["started"] - rows[1]["ended"] >= 2.0
+    quiet_log = host.root / "quiet.log"
+    quiet = _done(_as(host, "gt18a", "run", "--quiet", "--log", str(quiet_log), "--", "sh",
+                      "-c", "echo hidden; echo hidden-err >&2"))
+    assert quiet.returncode == 0 and "hidden" not in quiet.stdout + quiet.stderr
+    assert "hidden\n" in quiet_log.read_text() and "hidden-err" in quiet_log.read_text()
+    alone = _done(_as(host, "gt18a", "run", "--quiet", "--", "true"))
+    assert alone.returncode == 2 and "give --log" in alone.stderr
+    once = _done(_as(host, "gt18a", "run", "--retries", "3", "--", "true"))
+    assert once.returncode == 0 and "attempt" not in once.stderr.replace("(attempt 1 of 4)",
+                                                                          "")
+
+
+def test_hang_stops_a_job_whose_gpus_sit_idle_holding_memory(host: Host) -> None:
+    scenario = Path(host.env["FAKENVML_SCENARIO"])
+    pid_file = host.root / "cmd.pid"
+    script = f'echo $$ > {pid_file}; exec sleep 300'
+    job = _as(host, "gt18a", "run", "--gpu-ids", "1", "--hang", "2s", "--retries", "1",
+              "--retry-delay", "1s", "--", "sh", "-c", script)
+    seen: set[int] = set()
+    for _attempt in range(2):
+        def new_pid() -> int | None:
+            text = pid_file.read_text().strip() if pid_file.exists() else ""
+            return int(text) if text and int(text) not in seen else None
+
+        pid = wait_for(new_pid, "CMD's pid", job)
+        seen.add(pid)
+        # The driver now shows CMD holding 2 GiB on GPU 1 at 0 % SM.
+        cards = fakenvml.idle_cards(4)
+        cards["devices"][1]["processes"] = [{"pid": pid, "used_mib": 2048, "sm_util": 0}]
+        fakenvml.write_scenario(scenario, cards)
+    result = _done(job)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert result.stderr.count("sat at 0 % SM holding 2.0 GiB") == 2
+    assert "attempt 1 hang" in result.stderr
+    rows = _history(host, "gt18a")
+    assert [(r["attempt"], r["status"], r["reason"]) for r in rows] == [
+        (2, "failed", "hang"), (1, "failed", "hang")]
+    assert all(r["peak_mem"] == 2048 * 2**20 and r["mean_sm"] == 0.0 for r in rows)
+    assert all(r["samples"] >= 2 for r in rows)
+    fakenvml.write_scenario(scenario, fakenvml.idle_cards(4))
