@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,41 @@ def test_hang_stops_a_job_whose_gpus_sit_idle_holding_memory(host: Host) -> None
     assert all(r["peak_mem"] == 2048 * 2**20 and r["mean_sm"] == 0.0 for r in rows)
     assert all(r["samples"] >= 2 for r in rows)
     fakenvml.write_scenario(scenario, fakenvml.idle_cards(4))
+
+
+def test_fair_share_orders_equal_priorities_by_recent_gpu_hours(host: Host) -> None:
+    # gt18a used 40 GPU-h yesterday (a real ledger file); gt18b none. gt18a's job came
+    # first, yet gt18b's goes first, and `gputop queue` says why.
+    from test_fair_share import _ledger
+
+    ledger = host.root / "ledger.sqlite"
+    hour = int(time.time() // 3600) - 24
+    _ledger(ledger, [("gt18a", g % 2, hour - g // 2, 3600.0) for g in range(40)])
+    for path in host.root.glob("ledger.sqlite*"):
+        path.chmod(0o644)
+    host.policy(f"fair_share: {{half_life: 7d, ledger: {ledger}}}\n")
+    (host.root / "order").touch()
+    (host.root / "order").chmod(0o666)
+    # Cards 1-3 taken by a plain reservation, card 0 by a job: one card frees at a time.
+    assert rq.reservations.reserve(str(host.store), [1, 2, 3], time.time() + 3600, "busy",
+                                   gpu_uuids=rq._UUIDS)["ok"]
+    holder = _as(host, "gt18c", "run", "--gpus", "1", "--", "sh", "-c",
+                 f"while [ ! -e {host.root}/holder.go ]; do sleep 0.05; done")
+    wait_for(_holding(host, 1), "the holder running", holder)
+    first = _as(host, "gt18a", "run", "--", "sh", "-c", f"echo gt18a >> {host.root}/order")
+    wait_for(lambda: len(host.jobs_in_line()) == 2, "gt18a in line", first)
+    second = _as(host, "gt18b", "run", "--", "sh", "-c", f"echo gt18b >> {host.root}/order")
+    wait_for(lambda: len(host.jobs_in_line()) == 3, "gt18b in line", second)
+    listing = json.loads(_done(_as(host, "gt18d", "queue", "--json")).stdout)
+    waiting = [(r["user"], r["position"]) for r in listing if r["state"] == "waiting"]
+    assert waiting == [("gt18b", 1), ("gt18a", 2)]
+    shares = {r["user"]: r["share"] for r in listing if r["state"] == "waiting"}
+    assert shares["gt18b"]["gpu_hours"] == 0.0
+    assert 30 < shares["gt18a"]["gpu_hours"] < 40  # 40 GPU-h from a day or two ago, decayed
+    assert "ahead of earlier jobs of gt18a" in shares["gt18b"]["why"]
+    table = _done(_as(host, "gt18d", "queue")).stdout
+    assert "fair share: gt18b used 0.0 GPU-h recently" in table
+    (host.root / "holder.go").touch()
+    for proc in (holder, first, second):
+        assert _done(proc).returncode == 0
+    assert (host.root / "order").read_text().split() == ["gt18b", "gt18a"]
