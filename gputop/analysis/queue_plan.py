@@ -66,9 +66,9 @@ class Policy:
     high_priority_users: frozenset[str] | None = None  # None: everyone may ask
     big_job_gpus: int | None = None  # jobs with more GPUs than this start only in...
     big_job_window: Window | None = None  # ...this window
+    source: str | None = None  # the file it came from, for messages
     fair_share_half_life_s: float | None = None  # fair share among equal priorities
     fair_share_ledger: str | None = None  # the one ledger every user's plan reads
-    source: str | None = None  # the file it came from, for messages
 
     def may_use_high(self, user: str) -> bool:
         return self.high_priority_users is None or user in self.high_priority_users
