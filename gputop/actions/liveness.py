@@ -73,12 +73,6 @@ def job_processes(sid: int, uid: int | None = None, below: int | None = None) ->
         fields = _stat_fields(pid)
         if not fields or len(fields) < 4 or fields[0] in (b"Z", b"X"):
             continue
-        if uid is not None:
-            try:
-                if os.stat(f"/proc/{pid}").st_uid != uid:
-                    continue
-            except OSError:
-                continue
         try:
             ppid, session = int(fields[1]), int(fields[3])
         except ValueError:
@@ -95,7 +89,26 @@ def job_processes(sid: int, uid: int | None = None, below: int | None = None) ->
                         found.append(pid)
                     break
                 up, seen = parents.get(up), seen + 1
-    return sorted(p for p in found if p != below)
+    # The owner last, and only for what matched: a stat per process would cost every
+    # reader of the store a /proc walk twice over.
+    return sorted(p for p in found if p != below and (uid is None or _owner(p) == uid))
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def has_children() -> bool:
+    """Has this process any child left, running or not yet collected? One system call
+    (waitid without waiting or collecting)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def session_alive(sid: Any, uid: int) -> bool:

@@ -224,14 +224,12 @@ class Runner:
         finally:
             self.status.done()
             self._close_gate()
+            self._release()
+            queue.withdraw(job)
             if not self.ran:
                 self._record_unstarted(job)
             if self.log_fd >= 0:
                 os.close(self.log_fd)
-            if self.cards:
-                reservations.release(self.directory, list(self.cards),
-                                     gpu_uuids=self.gpu_uuids)
-            queue.withdraw(job)
             for sig, handler in old.items():
                 signal.signal(sig, handler)
 
@@ -382,10 +380,7 @@ class Runner:
         attempt = 1
         while True:
             code, reason = self._attempt(job, snapshot, attempt)
-            retry = (reason in ("failed", "hang") and attempt <= self.request.retries
-                     and self.signalled is None and self.stopped_by is None
-                     and not self._past_cap())
-            if not retry:
+            if not self.cards:  # given back: no retry
                 return code
             delay = min(self.request.retry_delay_s * 2 ** (attempt - 1), MAX_BACKOFF_S)
             common.say("run", f"job {job.id}: attempt {attempt} {reason} (exit {code});"
@@ -410,9 +405,9 @@ class Runner:
                       if self.request.retries else ""))
         self.signalled, self.hung, self.kill_at = None, False, None
         self._check_stop()
-        self.attempt = jobs.begin(self._history(job, snapshot, attempt))
         self._log_line(f"gputop run: job {job.id} attempt {attempt} started"
                        f" {time.strftime('%Y-%m-%d %H:%M:%S')} on GPU {devices}")
+        row = self._history(job, snapshot, attempt)
         # CMD has its own session (so that all of it can be found and ended), hence is
         # not in the terminal's foreground group: Ctrl+C reaches us, and we pass it on.
         old_int = signal.signal(signal.SIGINT, self._on_signal)
@@ -424,6 +419,8 @@ class Runner:
             self.ran = True
             os.write(self.gate, b"\n")
             self._close_gate()
+            # Recorded once CMD runs: the history's fsync is not on the hand-off's path.
+            self.attempt = jobs.begin(row)
             if self.stopped_by is not None:  # came while CMD was starting: pass it on
                 self._on_signal(self.stopped_by, None)
             code = self._supervise(job, self.child)
@@ -432,13 +429,34 @@ class Runner:
             if self.child is not None:
                 self._end_job_tree(job)
                 self._join_tees()
-                raw = self.child.returncode
                 reason, status = self._why_ended(code)
-                self.attempt.end(status, reason, raw if raw is not None and raw >= 0 else None,
-                                 -raw if raw is not None and raw < 0 else None)
+                if not self._will_retry(reason, attempt):
+                    # Nothing of the job runs any more: the next job need not wait for
+                    # the history to be written (a job file left in line without its
+                    # cards would look first in line to every other plan).
+                    self._release()
+                    queue.withdraw(job)
+                self._record_end(status, reason, self.child.returncode)
                 self._log_line(f"gputop run: job {job.id} attempt {attempt}: {reason}"
                                f" (exit {code})")
         return (code if code is not None else 1), reason
+
+    def _will_retry(self, reason: str, attempt: int) -> bool:
+        return (reason in ("failed", "hang") and attempt <= self.request.retries
+                and self.signalled is None and self.stopped_by is None
+                and not self._past_cap())
+
+    def _record_end(self, status: str, reason: str, raw: int | None) -> None:
+        if self.attempt is None:
+            return
+        self.attempt.end(status, reason, raw if raw is not None and raw >= 0 else None,
+                         -raw if raw is not None and raw < 0 else None)
+        self.attempt = None
+
+    def _release(self) -> None:
+        if self.cards:
+            reservations.release(self.directory, list(self.cards), gpu_uuids=self.gpu_uuids)
+            self.cards = ()
 
     def _why_ended(self, code: int | None) -> tuple[str, str]:
         """(reason, status) of the attempt that just ended, for history."""
@@ -557,6 +575,10 @@ class Runner:
         cards are never free while any of it runs."""
         assert self.child is not None
         sid, me = self.child.pid, os.getpid()
+        # We are the subreaper: all that is left of the job is below us. No child at all
+        # (the usual end) needs no walk of /proc.
+        if not liveness.has_children():
+            return
         left = liveness.job_processes(sid, os.geteuid(), below=me)
         if not left:
             _reap_orphans(me)
