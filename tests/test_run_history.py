@@ -152,7 +152,7 @@ def test_hang_stops_a_job_whose_gpus_sit_idle_holding_memory(host: Host) -> None
         fakenvml.write_scenario(scenario, cards)
     result = _done(job)
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
-    assert result.stderr.count("sat at 0 % SM holding 2.0 GiB") == 2
+    assert result.stderr.count("sat at 0 % SM holding 2.0 GiB") == 2, result.stderr
     assert "attempt 1 hang" in result.stderr
     rows = _history(host, "gt18a")
     assert [(r["attempt"], r["status"], r["reason"]) for r in rows] == [

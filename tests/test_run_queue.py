@@ -505,3 +505,62 @@ def test_the_first_job_in_line_keeps_its_cards_against_a_stream_of_small_ones(
     starts = [label for label, _cvd, what, _t in host.log() if what == "start"]
     assert starts[:2] == ["first", "big"] and sorted(starts[2:]) == ["s1", "s2"]
     _assert_no_card_shared(host.log())
+
+
+def _cgroup_v2_writable() -> bool:
+    root = liveness.cgroup2_root()
+    if root is None or os.geteuid() != 0:
+        return False
+    probe = liveness.make_job_cgroup("00000000", 999)
+    if probe is None:
+        return False
+    liveness.remove_cgroup(probe)
+    return True
+
+
+def test_a_job_in_its_cgroup_cannot_slip_out_by_starting_a_session(host: Host) -> None:
+    # Issue 25.5, where a cgroup can be made (here: root, cgroup v2): a grandchild that
+    # calls setsid leaves CMD's session, not the job's cgroup.
+    if not _cgroup_v2_writable():
+        pytest.skip("no cgroup v2 this process may write (root with cgroup2 mounted)")
+    marker = host.root / "escaped.pid"
+    script = f'setsid sh -c "echo \\$\\$ > {marker}; exec sleep 300" & wait'
+    victim = host.gputop(None, "run", "--gpus", "4", "--", "sh", "-c", script,
+                         start_new_session=True)
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), "the escapee", victim)
+    escaped = int(marker.read_text())
+    held = wait_for(_holding(host, 4), "the job running", victim)
+    (job_id,) = held
+    cgroups = [r["job"] for r in _job_claims(host)]
+    assert cgroups and all(c.get("cgroup", "").endswith(f"/gputop-job-{job_id}-1")
+                           for c in cgroups)
+    assert escaped in liveness.cgroup_pids(cgroups[0]["cgroup"])
+    sid = int(Path(f"/proc/{escaped}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    assert sid == escaped  # its own session: the session rule alone would not see it
+    victim.kill()
+    victim.wait(timeout=LIMIT_S)
+    waiter = host.job("gt18b", "after", "--gpus", "1", mode="0.1")
+    wait_for(lambda: len(host.jobs_in_line()) == 1, "the next job in line", waiter)
+    time.sleep(3.0)
+    assert waiter.poll() is None and set(host.held()) == {job_id}
+    os.kill(escaped, signal.SIGKILL)
+    assert waiter.wait(timeout=LIMIT_S) == 0
+    # A job that ends normally: run ends what slipped out of the session, and removes the
+    # cgroup.
+    marker.unlink()
+    done = host.gputop(None, "run", "--gpus", "1", "--", "sh", "-c",
+                       f'setsid sh -c "echo \\$\\$ > {marker}; exec sleep 300" & sleep 1')
+    assert done.wait(timeout=LIMIT_S) == 0
+    escaped = int(marker.read_text())
+    assert _zombie(escaped)
+    root = liveness.cgroup2_root()
+    assert not list(Path(f"{root}").glob("**/gputop-job-*-1"))
+
+
+def _job_claims(host: Host) -> list[dict[str, Any]]:
+    claims = []
+    for path in host.store.glob("GPU-*.json"):
+        data = json.loads(path.read_text())
+        if data.get("job"):
+            claims.append(data)
+    return claims

@@ -6,7 +6,9 @@ Stdlib-only: shipped to remote hosts with the probe.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from typing import Any
 
 MAX_PID = 2**22  # Linux's pid_max limit
@@ -133,3 +135,117 @@ def child_zombies(parent: int) -> list[int]:
                     parent).encode():
                 found.append(int(name))
     return found
+
+
+# ---------------------------------------------------------------------------------------
+# a cgroup per job, where one can be made: nothing in it can leave it (a process may move
+# only into cgroups its user may write), so "the job still runs" is exact.
+
+_CGROUP_NAME = re.compile(r"(?:/[A-Za-z0-9_.@:=+-]{1,255}){0,32}/gputop-job-[0-9a-f]{8}-\d{1,3}")
+
+
+def cgroup2_root(mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """Where the cgroup v2 hierarchy is mounted, or None."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                if right.split(" ", 1)[0] == "cgroup2":
+                    return left.split()[4]
+    except OSError:
+        return None
+    return None
+
+
+def make_job_cgroup(job_id: str, attempt: int) -> str | None:
+    """A new cgroup under this process's own (cgroup v2), for one attempt of a job; its
+    path within the hierarchy, or None where none can be made (no cgroup v2, no right
+    to make one: the usual case for a user without a delegated cgroup)."""
+    root = cgroup2_root()
+    if root is None:
+        return None
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            mine = next((line[3:].strip() for line in f if line.startswith("0::")), None)
+    except OSError:
+        return None
+    if mine is None:
+        return None
+    rel = f"{mine.rstrip('/')}/gputop-job-{job_id}-{attempt}"
+    if not _CGROUP_NAME.fullmatch(rel):
+        return None
+    try:
+        os.mkdir(root + rel, 0o755)
+    except OSError:
+        return None
+    return rel
+
+
+def enter_cgroup(rel: str, pid: int) -> bool:
+    """Move ``pid`` (and so everything it starts from now on) into the job's cgroup."""
+    root = cgroup2_root()
+    try:
+        with open(f"{root}{rel}/cgroup.procs", "w", encoding="ascii") as f:
+            f.write(str(pid))
+    except OSError:
+        return False
+    return True
+
+
+def cgroup_pids(rel: Any, uid: int | None = None) -> list[int]:
+    """The processes in a job's cgroup. ``rel`` is someone's input (a reservation's): it
+    must be a job cgroup's path and, with ``uid``, that user's (they made it)."""
+    if not isinstance(rel, str) or len(rel) > 4096 or not _CGROUP_NAME.fullmatch(rel):
+        return []
+    root = cgroup2_root()
+    if root is None:
+        return []
+    path = root + rel
+    try:
+        if uid is not None and os.stat(path, follow_symlinks=False).st_uid != uid:
+            return []
+        with open(f"{path}/cgroup.procs", encoding="ascii") as f:
+            return [int(line) for line in f.read(1 << 20).split() if line.isdigit()]
+    except OSError:
+        return []
+
+
+def kill_cgroup(rel: str) -> bool:
+    """SIGKILL everything in the cgroup at once (cgroup.kill, Linux 5.14); False where
+    the kernel has no cgroup.kill (then the caller signals each process)."""
+    try:
+        with open(f"{cgroup2_root()}{rel}/cgroup.kill", "w", encoding="ascii") as f:
+            f.write("1")
+    except OSError:
+        return False
+    return True
+
+
+def remove_cgroup(rel: str) -> bool:
+    """Remove the job's cgroup once it is empty; False while something is left in it."""
+    try:
+        os.rmdir(f"{cgroup2_root()}{rel}")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def sweep_job_cgroups() -> None:
+    """Remove the empty job cgroups under this process's own: what a `gputop run`
+    killed with SIGKILL left. A cgroup still holding a process cannot be removed."""
+    root = cgroup2_root()
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            mine = next((line[3:].strip() for line in f if line.startswith("0::")), None)
+        if root is None or mine is None:
+            return
+        base = root + mine.rstrip("/")
+        names = [n for n in os.listdir(base) if n.startswith("gputop-job-")]
+    except OSError:
+        return
+    for name in names:
+        if _CGROUP_NAME.fullmatch(f"{mine.rstrip('/')}/{name}"):
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(base, name))

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gputop.actions.liveness import MAX_PID, process_alive, session_alive
+from gputop.actions.liveness import MAX_PID, cgroup_pids, process_alive, session_alive
 from gputop.actions.store import (
     DEFAULT_DIRECTORY,
     JOB_PREFIX,
@@ -137,8 +137,10 @@ class _Entry:
         # Its `gputop run` is gone (SIGKILL), but something CMD started may still run on
         # the card: the card stays held while any process of the job's session lives,
         # for at most as long as any reservation may last.
-        return ("sid" in job and now < float(self.data["since"]) + MAX_RESERVATION_S
-                and session_alive(job["sid"], self.owner_uid))
+        if now >= float(self.data["since"]) + MAX_RESERVATION_S:
+            return False
+        return (session_alive(job.get("sid"), self.owner_uid)
+                or bool(cgroup_pids(job.get("cgroup"), self.owner_uid)))
 
     def public(self) -> dict[str, Any]:
         """The dict the collector and the views use: model.Reservation's fields."""
@@ -611,6 +613,9 @@ def _job_problem(job: Any) -> str | None:
             continue  # written by a gputop from before CMD had its own session
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
             return f"bad 'job.{key}'"
+    cgroup = job.get("cgroup")
+    if cgroup is not None and (not isinstance(cgroup, str) or len(cgroup) > 4096):
+        return "bad 'job.cgroup'"
     return None
 
 

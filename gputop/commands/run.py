@@ -183,7 +183,8 @@ class Runner:
         self.child: subprocess.Popen[bytes] | None = None
         self.shim: subprocess.Popen[bytes] | None = None  # CMD's session, behind the gate
         self.gate = -1  # the gate's write end
-        self.session: dict[str, int] = {}
+        self.session: dict[str, Any] = {}  # the job's session, and cgroup if one was made
+        self.attempt_no = 0
         self.signalled: int | None = None  # a signal we passed on to CMD
         self.hung = False  # --hang stopped this attempt
         self.ran = False  # CMD ran at least once
@@ -204,6 +205,7 @@ class Runner:
         self._refuse_impossible()
         self.open_log()
         _become_subreaper()
+        liveness.sweep_job_cgroups()  # what a SIGKILLed run of ours left, now empty
         job = self._submit()
         # One handler from here to the end, so that no SIGTERM falls between waiting and
         # running: before CMD starts it ends us through the ``finally``; after, it is
@@ -344,6 +346,15 @@ class Runner:
         finally:
             os.close(read_fd)
         self.session = {"sid": self.shim.pid}
+        # A cgroup too where one can be made (root, a delegated cgroup): nothing leaves
+        # it, not even a process that starts a session of its own.
+        self.attempt_no += 1
+        cgroup = liveness.make_job_cgroup(job.id, self.attempt_no)
+        if cgroup is not None:
+            if liveness.enter_cgroup(cgroup, self.shim.pid):
+                self.session["cgroup"] = cgroup
+            else:
+                liveness.remove_cgroup(cgroup)
         if out is subprocess.PIPE:
             assert self.shim.stdout is not None and self.shim.stderr is not None
             self.tees = [_tee(self.shim.stdout, sys.stdout.buffer, self.log_fd),
@@ -357,6 +368,7 @@ class Runner:
         if self.shim is not None:
             self.shim.wait()
             self.shim = None
+            self._drop_cgroup()
 
     def _take(self, job: queue.Job, cards: tuple[int, ...]) -> bool:
         """Reserve (or renew) ``cards`` for the job, for LEASE_S or up to its --for."""
@@ -575,13 +587,21 @@ class Runner:
         cards are never free while any of it runs."""
         assert self.child is not None
         sid, me = self.child.pid, os.getpid()
-        # We are the subreaper: all that is left of the job is below us. No child at all
-        # (the usual end) needs no walk of /proc.
-        if not liveness.has_children():
+        cgroup = self.session.get("cgroup")
+
+        def job_left() -> list[int]:
+            found = set(liveness.job_processes(sid, os.geteuid(), below=me))
+            return sorted(found | set(liveness.cgroup_pids(cgroup)) - {me})
+
+        # We are the subreaper: all that is left of the job is below us, or in its
+        # cgroup. No child and an empty cgroup (the usual end) need no walk of /proc.
+        if not liveness.has_children() and not liveness.cgroup_pids(cgroup):
+            self._drop_cgroup()
             return
-        left = liveness.job_processes(sid, os.geteuid(), below=me)
+        left = job_left()
         if not left:
             _reap_orphans(me)
+            self._drop_cgroup()
             return
         common.say("run", f"job {job.id}: CMD ended; stopping the {len(left)} process(es)"
                    f" it left (SIGTERM, then SIGKILL after {GRACE_S:g} s)")
@@ -591,11 +611,12 @@ class Runner:
         while left:
             time.sleep(0.1)
             _reap_orphans(me)
-            left = liveness.job_processes(sid, os.geteuid(), below=me)
+            left = job_left()
             now = time.time()
             if now >= kill_at:
-                for pid in left:
-                    _signal(pid, signal.SIGKILL)
+                if not (cgroup and liveness.kill_cgroup(cgroup)):
+                    for pid in left:
+                        _signal(pid, signal.SIGKILL)
                 if not said and left and now >= kill_at + GRACE_S:
                     common.say("run", f"job {job.id}: still waiting for pid"
                                f" {', '.join(map(str, left[:5]))} to end; the cards stay"
@@ -605,6 +626,16 @@ class Runner:
                 self._take(job, self.cards)
                 renew_at = now + RENEW_S
         _reap_orphans(me)
+        self._drop_cgroup()
+
+    def _drop_cgroup(self) -> None:
+        cgroup = self.session.get("cgroup")
+        if cgroup:
+            # An emptied cgroup may take a moment to say so.
+            for _ in range(20):
+                if liveness.remove_cgroup(cgroup):
+                    break
+                time.sleep(0.05)
 
     def _check_stop(self) -> None:
         if self.stopped_by is not None:
@@ -652,6 +683,7 @@ class Runner:
         if not snapshot.ok:
             return idle_since
         mine = set(liveness.job_processes(child.pid, os.geteuid(), below=os.getpid()))
+        mine |= set(liveness.cgroup_pids(self.session.get("cgroup")))
         mem = sum(p.gpu_mem or 0 for p in snapshot.processes
                   if p.pid in mine and p.gpu in self.cards)
         cards = [g for g in snapshot.gpus if g.index in self.cards]
