@@ -60,3 +60,30 @@ async def test_the_queue_view_lists_the_last_finished_jobs(tmp_path: Path) -> No
             "0000cccc"]
     empty = jobs.read([str(tmp_path / "absent.sqlite")])
     assert empty == []
+
+
+def test_a_history_file_that_is_a_link_or_foreign_is_not_used(tmp_path: Path,
+                                                               capsys: object) -> None:
+    target = tmp_path / "elsewhere.sqlite"
+    jobs.begin(_row("0000eeee", 1, os.getpid()), str(target)).end("success", "done", 0, None)
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(target)
+    attempt = jobs.begin(_row("0000ffff", 1, os.getpid()), str(link))
+    attempt.end("success", "done", 0, None)  # never raises: the job runs on
+    assert attempt.warned
+    problems: list[str] = []
+    assert jobs.read([str(link)], problems=problems) == []
+    # A file of another program (not SQLite) and one without our table: nothing read.
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 100)
+    empty = tmp_path / "empty.sqlite"
+    import sqlite3
+
+    sqlite3.connect(empty).execute("CREATE TABLE other (x)").connection.close()
+    assert jobs.read([str(junk), str(empty)]) == []
+    assert [r["id"] for r in jobs.read([str(target)])] == ["0000eeee"]
+    # A directory anyone may write is refused for writing.
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    assert jobs.begin(_row("0000abcd", 1, os.getpid()), str(open_dir / "j.sqlite")).warned

@@ -198,3 +198,36 @@ def test_fair_share_orders_equal_priorities_by_recent_gpu_hours(host: Host) -> N
     for proc in (holder, first, second):
         assert _done(proc).returncode == 0
     assert (host.root / "order").read_text().split() == ["gt18b", "gt18a"]
+
+
+def test_with_a_recorder_running_the_history_goes_into_its_ledger(host: Host,
+                                                                   tmp_path: Path) -> None:
+    # The recorder's ledger is this user's (root's here) and its writer lock is held, as
+    # a running `gputop record` holds it: the job's row goes there, not to jobs.sqlite.
+    from gputop.ledger import jobs, store
+
+    state = tmp_path / "state"
+    ledger = state / "gputop" / "ledger.sqlite"
+    env = dict(host.env, XDG_STATE_HOME=str(state))
+    conn = store.open_writer(str(ledger))
+    lock = store.WriterLock(str(ledger))
+    lock.acquire()
+    try:
+        assert jobs.recorder_running(str(ledger))
+        done = subprocess.run(["/usr/bin/python3", "-m", "gputop.cli", "run", "--config",
+                               str(host.root / "config.yaml"), "--", "sh", "-c", "exit 7"],
+                              env=env, capture_output=True, text=True, timeout=LIMIT_S)
+        assert done.returncode == 7, done.stderr
+    finally:
+        lock.release()
+    assert not jobs.recorder_running(str(ledger))
+    rows = conn.execute(f"SELECT status, reason, exit_code FROM {jobs.TABLE}").fetchall()
+    assert rows == [("failed", "failed", 7)]
+    conn.close()
+    assert not (state / "gputop" / "jobs.sqlite").exists()
+    # `queue --history` reads it from there.
+    listed = subprocess.run(["/usr/bin/python3", "-m", "gputop.cli", "queue", "--history",
+                             "--json"], env=env, capture_output=True, text=True,
+                            timeout=LIMIT_S)
+    assert [(r["reason"], r["exit_code"]) for r in json.loads(listed.stdout)] == [
+        ("failed", 7)]
