@@ -62,8 +62,7 @@ async def test_the_queue_view_lists_the_last_finished_jobs(tmp_path: Path) -> No
     assert empty == []
 
 
-def test_a_history_file_that_is_a_link_or_foreign_is_not_used(tmp_path: Path,
-                                                               capsys: object) -> None:
+def test_a_history_file_that_is_a_link_or_foreign_is_not_used(tmp_path: Path) -> None:
     target = tmp_path / "elsewhere.sqlite"
     jobs.begin(_row("0000eeee", 1, os.getpid()), str(target)).end("success", "done", 0, None)
     link = tmp_path / "link.sqlite"
