@@ -371,8 +371,10 @@ def test_demo_runs_on_the_simulator_with_a_private_line(host: Host, tmp_path: Pa
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[0] == "0,1"
     assert "running on GPU 0,1 of idle-box" in out.stderr
-    # The configured store saw nothing: --demo keeps its line and reservations apart.
+    # The configured store saw nothing: --demo keeps its line and reservations apart,
+    # and the user's job history stays the real one's.
     assert not list(host.store.iterdir())
+    assert not list(host.root.glob(".local/state/gputop/jobs.sqlite"))
 
 
 def test_planted_junk_job_names_never_stop_a_real_job(host: Host) -> None:

@@ -193,6 +193,7 @@ class Runner:
         self.log_fd = -1
         self.tees: list[threading.Thread] = []
         self.share_warned = False
+        self.demo = False
         # A SIGTERM/SIGHUP before CMD runs is noted here and acted on at the next safe
         # point: raised from the handler it could land inside a store lock or be taken
         # for a failed poll, and the job would go on.
@@ -245,6 +246,7 @@ class Runner:
         r = self.request
         asked = QueueJob(id="", user=self.user, submitted=time.time(), gpus=r.gpus,
                          gpu_ids=r.gpu_ids, min_free_mem=r.min_free_mem)
+        self.demo = snapshot.demo
         why = queue_plan.impossible(snapshot, asked)
         if why:
             raise action_failed(f"refused: {why}")
@@ -432,7 +434,8 @@ class Runner:
             os.write(self.gate, b"\n")
             self._close_gate()
             # Recorded once CMD runs: the history's fsync is not on the hand-off's path.
-            self.attempt = jobs.begin(row)
+            # --demo plans on simulated cards: its jobs are no part of the user's history.
+            self.attempt = None if self.demo else jobs.begin(row)
             if self.stopped_by is not None:  # came while CMD was starting: pass it on
                 self._on_signal(self.stopped_by, None)
             code = self._supervise(job, self.child)
@@ -529,6 +532,8 @@ class Runner:
 
     def _record_unstarted(self, job: queue.Job) -> None:
         """A job that ended without running leaves a row too: cancelled, given up."""
+        if self.demo:
+            return
         reason = self.gave_up or "never ran"
         row = {"id": job.id, "attempt": 1, "user": self.user, "uid": os.geteuid(),
                "host": self.feed_host(), "command": job.record["command"],
