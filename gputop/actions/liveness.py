@@ -7,6 +7,7 @@ Stdlib-only: shipped to remote hosts with the probe.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from typing import Any
@@ -144,8 +145,9 @@ def child_zombies(parent: int) -> list[int]:
 _CGROUP_NAME = re.compile(r"(?:/[A-Za-z0-9_.@:=+-]{1,255}){0,32}/gputop-job-[0-9a-f]{8}-\d{1,3}")
 
 
+@functools.lru_cache(maxsize=4)
 def cgroup2_root(mountinfo: str = "/proc/self/mountinfo") -> str | None:
-    """Where the cgroup v2 hierarchy is mounted, or None."""
+    """Where the cgroup v2 hierarchy is mounted, or None (read once per process)."""
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as f:
             for line in f:
