@@ -187,7 +187,7 @@ def test_fair_share_orders_equal_priorities_by_recent_gpu_hours(host: Host) -> N
     wait_for(lambda: len(host.jobs_in_line()) == 3, "gt18b in line", second)
     listing = json.loads(_done(_as(host, "gt18d", "queue", "--json")).stdout)
     waiting = [(r["user"], r["position"]) for r in listing if r["state"] == "waiting"]
-    assert waiting == [("gt18b", 1), ("gt18a", 2)]
+    assert waiting == [("gt18b", 1), ("gt18a", 2)], listing
     shares = {r["user"]: r["share"] for r in listing if r["state"] == "waiting"}
     assert shares["gt18b"]["gpu_hours"] == 0.0
     assert 30 < shares["gt18a"]["gpu_hours"] < 40  # 40 GPU-h from a day or two ago, decayed
@@ -195,9 +195,10 @@ def test_fair_share_orders_equal_priorities_by_recent_gpu_hours(host: Host) -> N
     table = _done(_as(host, "gt18d", "queue")).stdout
     assert "fair share: gt18b used 0.0 GPU-h recently" in table
     (host.root / "holder.go").touch()
-    for proc in (holder, first, second):
-        assert _done(proc).returncode == 0
-    assert (host.root / "order").read_text().split() == ["gt18b", "gt18a"]
+    results = [_done(proc) for proc in (holder, first, second)]
+    assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
+    assert (host.root / "order").read_text().split() == ["gt18b", "gt18a"], [
+        r.stderr for r in results]
 
 
 def test_with_a_recorder_running_the_history_goes_into_its_ledger(host: Host,

@@ -50,6 +50,8 @@ def recent_hours(path: str | None, half_life_s: float, now: float | None = None
     try:
         found = uses(path, now - HORIZON_HALF_LIVES * half_life_s)
     except store.LedgerError as exc:
+        if cached is not None:
+            return cached[1], None  # a moment's failure: the last reading, not a new order
         return {}, f"fair share: {exc}; the line is first come, first served"
     hours = decayed_hours(found, now, half_life_s)
     _cache[key] = (time.monotonic(), hours)
