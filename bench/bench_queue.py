@@ -63,7 +63,9 @@ def run(root: Path, jobs: int, idle_s: float) -> None:
     store.chmod(0o1777)
     (root / "config.yaml").write_text(f"reservations: {{dir: {store}}}\n")
     (root / "log").touch()
-    env = dict(fakenvml.environment(scenario), GPUTOP_POLICY=str(root / "none.yaml"))
+    # Each job's history row goes to the bench's own state directory, not the user's.
+    env = dict(fakenvml.environment(scenario), GPUTOP_POLICY=str(root / "none.yaml"),
+               XDG_STATE_HOME=str(root / "state"))
 
     def start(label: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(

@@ -159,6 +159,12 @@ def build_subparser(command: str) -> argparse.ArgumentParser:
         p.add_argument("id", nargs="?", metavar="ID", help="the job to cancel (with cancel)")
         p.add_argument("--host", metavar="H", help=HOST_HELP)
         p.add_argument("--json", action="store_true", help=JSON_HELP)
+        p.add_argument("--history", action="store_true", help="the jobs that ended, newest"
+                       " first (this host's, as far as I may read them)")
+        p.add_argument("--since", metavar="DURATION", help="with --history: e.g. 7d, 24h"
+                       " (default 7d)")
+        p.add_argument("--user", metavar="U", help="with --history: only U's jobs"
+                       " (default: everyone's I may read)")
     return p
 
 
@@ -184,6 +190,17 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                       help="give up after waiting this long (default: wait until cards free)")
     wait.add_argument("--no-wait", action="store_true", help="run now or give up "
                       "(default: off)")
+    p.add_argument("--log", metavar="FILE", help="also write CMD's stdout and stderr to FILE"
+                   " (appended; default: the terminal only)")
+    p.add_argument("--quiet", action="store_true", help="CMD's output to --log FILE only,"
+                   " and no waiting line (default: off)")
+    p.add_argument("--retries", type=int, default=0, metavar="N", help="run CMD again up to"
+                   " N times when it fails, after a back-off (default: %(default)s)")
+    p.add_argument("--retry-delay", metavar="DURATION", help="the first back-off, doubled"
+                   " each retry (default: 10s)")
+    p.add_argument("--hang", metavar="DURATION", help="stop CMD (SIGTERM, then SIGKILL) when"
+                   " its GPUs sit at 0%% SM holding memory this long, e.g. 30m; it counts as"
+                   " failed, or is retried (default: off)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 

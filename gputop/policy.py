@@ -12,6 +12,7 @@ Example::
     starvation_limit: 30m         # a job waiting longer holds back the jobs behind it
     high_priority: [alice, bob]   # who may use --priority high (absent: everyone)
     big_jobs: {gpus: 2, hours: "20:00-08:00", weekends: true}
+    fair_share: {half_life: 7d}   # equal priorities: fewer recent GPU-hours first
 
 The accounting sections (issue 28; read by ``load_accounting``, docs/ledger.md)::
 
@@ -40,7 +41,8 @@ DEFAULT_PATH = "/etc/gputop/policy.yaml"
 MAX_BYTES = 64 * 1024
 MAX_USERS = 1000
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
-KEYS = ("max_gpus_per_user", "max_duration", "starvation_limit", "high_priority", "big_jobs")
+KEYS = ("max_gpus_per_user", "max_duration", "starvation_limit", "high_priority", "big_jobs",
+        "fair_share")
 ACCOUNTING_KEYS = ("quotas", "cost", "idle")  # parse_accounting's; parse_policy skips them
 MAX_HOURS = 10_000_000.0
 _GROUP = _USER  # Unix group names follow the same rule here
@@ -120,6 +122,9 @@ def parse_policy(text: str, name: str) -> Policy:
         if key == "big_jobs":
             values.update(_big_jobs(vnode, name))
             continue
+        if key == "fair_share":
+            values.update(_fair_share(vnode, name))
+            continue
         value = scalar_value(vnode, name, PolicyError) if vnode.id == "scalar" else None
         if key == "max_gpus_per_user":
             values[key] = _count(value, at)
@@ -157,6 +162,27 @@ def _users(node: Any, name: str, key: str) -> frozenset[str]:
             raise PolicyError(f"{name}:{line_of(item)}: key '{key}': not a user name: {value!r}")
         users.add(value)
     return frozenset(users)
+
+
+def _fair_share(node: Any, name: str) -> dict[str, Any]:
+    # No 'ledger': the system's (gputop.ledger.store.SYSTEM_PATH), one for every user.
+    out: dict[str, Any] = {}
+    for key, _k, vnode, full in mapping_items(node, name, PolicyError, "fair_share",
+                                              known=("half_life", "ledger")):
+        at = f"{name}:{line_of(vnode)}: key '{full}'"
+        value = scalar_value(vnode, name, PolicyError) if vnode.id == "scalar" else None
+        if key == "half_life":
+            seconds = _duration(value, at)
+            if not 3600 <= seconds <= 365 * 86400:
+                raise PolicyError(f"{at}: expected 1h..365d")
+            out["fair_share_half_life_s"] = seconds
+        else:
+            if not isinstance(value, str) or not value.startswith("/") or len(value) > 4096:
+                raise PolicyError(f"{at}: expected an absolute path")
+            out["fair_share_ledger"] = value
+    if "fair_share_half_life_s" not in out:
+        raise PolicyError(f"{name}:{line_of(node)}: key 'fair_share': needs 'half_life'")
+    return out
 
 
 def _big_jobs(node: Any, name: str) -> dict[str, Any]:

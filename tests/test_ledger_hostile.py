@@ -22,7 +22,7 @@ from helpers.procs import Reaper, wait_for
 
 from gputop.cli import main
 from gputop.ledger import store
-from gputop.ledger.jobs import JobRecord, write_job
+from gputop.ledger.job_report import JobRecord, write_job
 from gputop.ledger.writer import Recorder
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Workload
 

@@ -13,7 +13,7 @@ import pytest
 from gputop.analysis.jobstats import GpuUse, Job, recommendations
 from gputop.cli import main
 from gputop.ledger import store
-from gputop.ledger.jobs import JobRecord, write_job
+from gputop.ledger.job_report import JobRecord, write_job
 from gputop.ledger.writer import Recorder
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Workload
 

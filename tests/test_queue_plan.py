@@ -54,21 +54,74 @@ def test_priority_then_arrival_decides_the_order() -> None:
 
 
 def test_a_small_job_that_fits_is_not_blocked_by_a_big_one_ahead() -> None:
-    jobs = [_job("bbbbbbb1", "ann", gpus=2, age_s=120), _job("bbbbbbb2", "bob", gpus=1)]
-    result = plan(_snap(2, jobs, (_held(0, "eve"),)), Policy(), NOW)
+    # Card 0 is eve's job's, with no --for: when it frees is not known, so nothing is
+    # kept for the big job and the small one goes first.
+    jobs = [_job("bbbbbbb1", "ann", gpus=2, age_s=120), _job("bbbbbbb2", "bob", gpus=1),
+            _job("bbbbbbb0", "eve")]
+    result = plan(_snap(2, jobs, (_held(0, "eve", job="bbbbbbb0"),)), Policy(), NOW)
     assert result.starts == {"bbbbbbb2": (1,)}
+    assert result.kept == {}
     assert "1 of 2 free" in result.waiting["bbbbbbb1"]
-    assert "GPU 0 held by eve until" in result.waiting["bbbbbbb1"]
+    assert "GPU 0 held by eve's job bbbbbbb0" in result.waiting["bbbbbbb1"]
 
 
 def test_a_starved_job_holds_back_the_jobs_behind_it() -> None:
-    jobs = [_job("ccccccc1", "ann", gpus=2, age_s=3600), _job("ccccccc2", "bob", gpus=1)]
+    # Again no known end for card 0: the starvation limit is the rule.
+    jobs = [_job("ccccccc1", "ann", gpus=2, age_s=3600), _job("ccccccc2", "bob", gpus=1),
+            _job("ccccccc0", "eve")]
     policy = Policy(starvation_s=1800)
-    result = plan(_snap(2, jobs, (_held(0, "eve"),)), policy, NOW)
+    snap = _snap(2, jobs, (_held(0, "eve", job="ccccccc0"),))
+    result = plan(snap, policy, NOW)
     assert result.starts == {}
     assert "held back: ann's job ccccccc1 has waited 1h00m" in result.waiting["ccccccc2"]
     # Below the limit the small job goes first.
-    assert plan(_snap(2, jobs, (_held(0, "eve"),)), Policy(starvation_s=7200), NOW).starts
+    assert plan(snap, Policy(starvation_s=7200), NOW).starts == {"ccccccc2": (1,)}
+
+
+def test_the_first_blocked_job_keeps_its_cards_and_small_jobs_backfill_only_before() -> None:
+    # Issue 25.6: card 0 is eve's until NOW+3600 (a plain reservation: its end is known).
+    # ann's 2-GPU job gets cards 0 and 1 kept for it from then; bob's 1-GPU job may use
+    # card 1 now only if its --for ends before; cat's with no --for may not.
+    jobs = [_job("kkkkkkk1", "ann", gpus=2, age_s=120),
+            _job("kkkkkkk2", "bob", age_s=60, for_s=3000.0),
+            _job("kkkkkkk3", "cat", age_s=30)]
+    result = plan(_snap(2, jobs, (_held(0, "eve"),)), Policy(), NOW)
+    assert result.kept == {"kkkkkkk1": queue_plan.Kept("kkkkkkk1", "ann", (0, 1), NOW + 3600)}
+    assert result.starts == {"kkkkkkk2": (1,)}
+    assert "GPU 0,1 kept for it from" in result.waiting["kkkkkkk1"]
+    assert "(in 1h00m)" in result.waiting["kkkkkkk1"]
+    assert "0 of 1 free; GPU 0 goes to a job ahead" in result.waiting["kkkkkkk3"]
+    alone = plan(_snap(2, [jobs[0], jobs[2]], (_held(0, "eve"),)), Policy(), NOW)
+    assert alone.starts == {}
+    assert "would delay ann's job kkkkkkk1 (GPU 0,1 kept for it from" in alone.waiting[
+        "kkkkkkk3"]
+    assert "it has no --for to end before" in alone.waiting["kkkkkkk3"]
+    # A --for that ends after the kept time does not backfill either.
+    late = [jobs[0], _job("kkkkkkk2", "bob", age_s=60, for_s=3700.0)]
+    result = plan(_snap(2, late, (_held(0, "eve"),)), Policy(), NOW)
+    assert result.starts == {}
+    assert "its --for ends after that" in result.waiting["kkkkkkk2"]
+    # A third card nobody needs for the kept job: a small job runs there at once.
+    big = [_job("kkkkkkk1", "ann", gpus=3, age_s=120), jobs[2]]
+    result = plan(_snap(4, big, (_held(0, "eve"), _held(1, "eve"), _held(2, "eve"))),
+                  Policy(), NOW)
+    assert result.kept["kkkkkkk1"].cards == (0, 1, 2)
+    assert result.starts == {"kkkkkkk3": (3,)}
+
+
+def test_a_running_jobs_end_is_its_start_plus_for_and_waited_is_its_wait() -> None:
+    # ann's job started 100 s ago with --for 600: its card frees at NOW+500.
+    running = _job("rrrrrrr1", "ann", age_s=400, for_s=600.0)
+    big = _job("rrrrrrr2", "bob", gpus=2, age_s=50)
+    small = _job("rrrrrrr3", "cat", age_s=10, for_s=400.0)
+    held = Reservation(gpu=0, user="ann", until=NOW + 600, since=NOW - 100, job="rrrrrrr1")
+    snap = _snap(2, [running, big, small], (held,))
+    result = plan(snap, Policy(), NOW)
+    assert result.kept["rrrrrrr2"] == queue_plan.Kept("rrrrrrr2", "bob", (0, 1), NOW + 500)
+    assert result.starts == {"rrrrrrr3": (1,)}  # 400 s fits before NOW+500
+    rows = {row["id"]: row for row in queue_plan.listing(snap, Policy(), NOW)}
+    assert rows["rrrrrrr1"]["waited_s"] == 300.0  # started at NOW-100, arrived NOW-400
+    assert rows["rrrrrrr2"]["waited_s"] == 50.0
 
 
 def test_running_jobs_are_not_in_line_and_their_cards_are_taken() -> None:
@@ -94,7 +147,8 @@ def test_named_cards_wait_for_exactly_those_cards() -> None:
     held = plan(_snap(3, [job], (_held(2, "eve"),)), Policy(), NOW)
     assert held.starts == {} and "GPU 2 held by eve" in held.waiting["fffffff1"]
     assert plan(_snap(3, [job]), Policy(), NOW).starts == {"fffffff1": (1, 2)}
-    assert "GPU 2 no such GPU" in plan(_snap(2, [job]), Policy(), NOW).waiting["fffffff1"]
+    assert plan(_snap(2, [job]), Policy(), NOW).waiting["fffffff1"] == (
+        "never runs here: node has no GPU 2 (it has GPU 0-1); not in line")
 
 
 def test_a_card_reserved_by_the_submitter_is_not_taken_for_the_job() -> None:
@@ -221,3 +275,29 @@ def test_the_cluster_overview_counts_each_hosts_jobs() -> None:
     jobs = [_job("aaaa0001", "ann"), _job("aaaa0002", "bob")]
     assert plain(host_line(_snap(2, jobs), NOW, set(), 80)).rstrip().endswith("Q2")
     assert "Q" not in plain(host_line(_snap(2, []), NOW, set(), 80)).split("ok")[-1]
+
+
+def test_a_request_the_host_can_never_meet_counts_for_nothing() -> None:
+    # Issue 25.3: --gpus 5 on a 4-GPU host, a forged file asking for GPU 4000, 30 GiB on
+    # 24 GiB cards; starved far past the limit, none of them holds anyone back.
+    jobs = [_job("eeeeeee1", "ann", gpus=5, age_s=7200),
+            _job("eeeeeee2", "eve", gpus=None, gpu_ids=(4000,), age_s=7200),
+            _job("eeeeeee3", "cat", age_s=7200, min_free_mem=30 * GIB),
+            _job("eeeeeee4", "bob", gpus=1)]
+    snap = _snap(4, jobs, (_held(0, "zed"),))
+    result = plan(snap, Policy(starvation_s=60), NOW)
+    assert result.starts == {"eeeeeee4": (1,)}
+    assert result.position == {"eeeeeee4": 1}
+    assert result.waiting["eeeeeee1"] == (
+        "never runs here: 5 GPUs asked, but node has 4; not in line")
+    assert result.waiting["eeeeeee2"] == (
+        "never runs here: node has no GPU 4000 (it has GPU 0-3); not in line")
+    assert result.waiting["eeeeeee3"] == ("never runs here: 30 GiB free asked on 1 GPU(s),"
+                                          " but 0 of node's cards hold that much; not in line")
+    rows = queue_plan.listing(snap, Policy(starvation_s=60), NOW)
+    assert [(r["id"], r["state"], r["position"]) for r in rows] == [
+        ("eeeeeee4", "waiting", 1), ("eeeeeee1", "never", None), ("eeeeeee2", "never", None),
+        ("eeeeeee3", "never", None)]
+    # What can be met is not judged: 4 GPUs, all of them held now, 24 GiB.
+    assert queue_plan.impossible(snap, _job("eeeeeee5", "ann", gpus=4)) is None
+    assert queue_plan.impossible(snap, _job("eeeeeee6", "ann", min_free_mem=24 * GIB)) is None

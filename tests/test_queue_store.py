@@ -181,3 +181,26 @@ def test_a_quiet_store_is_read_once_per_change(store: Path) -> None:
     found = queue.list_jobs(str(store))
     assert [j["id"] for j in found["jobs"]] == ["0000000e"]
     assert any("0000000d.json: not valid JSON" in p for p in found["problems"])
+
+
+def test_junk_job_names_and_a_flood_of_one_owner_never_hide_my_job(store: Path) -> None:
+    # Issue 25.2: 2,101 empty files named like jobs (not job.<8 hex>.json) came before the
+    # cap and a real job was never read.
+    for n in range(1000, 3101):
+        (store / f"job.{n:05d}").touch()
+    job = queue.submit(str(store), {"gpus": 1, "priority": "normal", "command": "real",
+                                    "user": "me"})
+    # Then another owner's flood of well-named files: only their oldest 32 are read.
+    flood = store / "flood"
+    for n in range(100):
+        path = _plant(store, f"job.{n:08x}.json", _record(id=f"{n:08x}", uid=65534))
+        os.chown(path, 65534, 65534)
+    found = queue.list_jobs(str(store))
+    assert [j["id"] for j in found["jobs"]] == [job.id]
+    junk = [p for p in found["problems"] if "not job files" in p]
+    assert len(junk) == 1 and "2101 file(s) named job.*" in junk[0]
+    assert any("has 100 job files; read the oldest 32" in p for p in found["problems"])
+    # The flood's files were read (32 of them, skipped as foreign: they claim uid 65534
+    # and are owned by it, but no process of nobody's lives): at most one line each.
+    assert len(found["problems"]) <= 2 + 32
+    assert not flood.exists()

@@ -24,7 +24,7 @@ import pytest
 from helpers import fakenvml
 from helpers.users import SYSTEM_PYTHON, ensure_users, portable_gputop
 
-from gputop.actions import queue, reservations
+from gputop.actions import liveness, queue, reservations
 
 USERS = ["gt18a", "gt18b", "gt18c", "gt18d"]
 # Logs "LABEL CVD start|end TIME"; waits for a file named LABEL.go when asked to.
@@ -33,6 +33,7 @@ JOB = ('echo "$1 $CUDA_VISIBLE_DEVICES start $(date +%s.%N)" >> "$2/log";'
        ' else sleep "${3:-0.1}"; fi;'
        ' echo "$1 $CUDA_VISIBLE_DEVICES end $(date +%s.%N)" >> "$2/log"')
 LIMIT_S = 120.0
+_UUIDS = {i: f"GPU-fa6e0000-0000-4000-8000-{i:012d}" for i in range(4)}
 
 
 @dataclass
@@ -175,8 +176,7 @@ def test_twelve_jobs_of_four_users_take_one_card_in_priority_then_arrival_order(
 ) -> None:
     # Cards 1-3 are someone's (a plain reservation); card 0 is the only one to share.
     reply = reservations.reserve(str(host.store), [1, 2, 3], time.time() + 3600, "other work",
-                                 gpu_uuids={i: f"GPU-fa6e0000-0000-4000-8000-{i:012d}"
-                                            for i in range(4)})
+                                 gpu_uuids=_UUIDS)
     assert reply["ok"], reply
     first = host.job("gt18a", "first", mode="hold")
     wait_for(host.held, "the first job running", first)
@@ -235,18 +235,19 @@ def _assert_no_card_shared(log: list[tuple[str, str, str, float]]) -> None:
 
 def test_sigkill_frees_the_cards_and_the_line_at_once(host: Host) -> None:
     running = host.job("gt18a", "victim", "--gpus", "4", mode="hold", start_new_session=True)
-    held = wait_for(host.held, "the job running", running)
+    held = wait_for(_holding(host, 4), "the job running", running)
     waiting = host.job("gt18b", "waiter", "--gpus", "1", mode="hold")
     wait_for(lambda: len(host.jobs_in_line()) == 2, "the second job in line")
     cmd_pid = _child_of(running.pid)
     running.kill()
     running.wait(timeout=LIMIT_S)
-    # No cleanup ran, yet the reservation no longer counts for anyone: its process is gone.
-    assert held and len(next(iter(held.values()))) == 4
-    assert all(not r.get("job") or r["job"] not in held for r in
-               reservations.list_active(str(host.store)))
     # The CMD got SIGTERM from the kernel when its gputop run died.
     wait_for(lambda: not Path(f"/proc/{cmd_pid}").exists(), "CMD ended with its parent")
+    # No cleanup ran, yet the reservation no longer counts for anyone once nothing of
+    # the job runs (its gputop run and CMD's session are gone).
+    assert held and len(next(iter(held.values()))) == 4
+    wait_for(lambda: all(not r.get("job") or r["job"] not in held for r in
+                         reservations.list_active(str(host.store))), "the cards free")
     # The waiting job takes a card; SIGKILL while waiting leaves the line at once too.
     wait_for(lambda: host.held() and len(next(iter(host.held().values()))) == 1,
              "the waiter running")
@@ -254,15 +255,26 @@ def test_sigkill_frees_the_cards_and_the_line_at_once(host: Host) -> None:
     assert waiting.wait(timeout=LIMIT_S) == 0
     blocked = host.job("gt18c", "blocked", "--gpus", "4", "--gpu-ids", "9", mode="0.1")
     assert blocked.wait(timeout=LIMIT_S) == 2  # usage: --gpus with --gpu-ids
-    stuck = host.job("gt18c", "stuck", "--gpu-ids", "0,1,2,3,4", mode="0.1")
-    wait_for(lambda: len(host.jobs_in_line()) == 1, "the impossible job in line")
+    # Cards 0 and 1 taken by a plain reservation: a job asking for them waits.
+    assert reservations.reserve(str(host.store), [0, 1], time.time() + 3600, "busy",
+                                gpu_uuids=_UUIDS)["ok"]
+    stuck = host.job("gt18c", "stuck", "--gpu-ids", "0,1", mode="0.1")
+    wait_for(lambda: len(host.jobs_in_line()) == 1, "the waiting job in line", stuck)
     stuck.kill()
     stuck.wait(timeout=LIMIT_S)
     assert host.jobs_in_line() == []
     # The dead jobs' files count for nothing; their owner's next `gputop run` removes them.
     assert len(list(host.store.glob("job.*"))) == 2
-    assert host.run("gt18c", "run", "--", "true").returncode == 0
+    assert host.run("gt18c", "run", "--gpu-ids", "3", "--", "true").returncode == 0
     assert len(list(host.store.glob("job.*"))) == 1
+
+
+def _holding(host: Host, count: int) -> Any:
+    """A condition: some job holds ``count`` cards (reserving is one card at a time)."""
+    def held() -> dict[str, list[int]] | None:
+        found = host.held()
+        return found if any(len(cards) == count for cards in found.values()) else None
+    return held
 
 
 def _child_of(pid: int) -> int:
@@ -359,5 +371,198 @@ def test_demo_runs_on_the_simulator_with_a_private_line(host: Host, tmp_path: Pa
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[0] == "0,1"
     assert "running on GPU 0,1 of idle-box" in out.stderr
-    # The configured store saw nothing: --demo keeps its line and reservations apart.
+    # The configured store saw nothing: --demo keeps its line and reservations apart,
+    # and the user's job history stays the real one's.
     assert not list(host.store.iterdir())
+    assert not list(host.root.glob(".local/state/gputop/jobs.sqlite"))
+
+
+def test_planted_junk_job_names_never_stop_a_real_job(host: Host) -> None:
+    # Issue 25.2: 2,101 empty files named job.01000 .. job.03100, planted by another user.
+    planter = host.users["gt18b"]
+    for n in range(1000, 3101):
+        path = host.store / f"job.{n:05d}"
+        path.touch()
+        os.chown(path, planter.pw_uid, planter.pw_gid)
+    job = host.job("gt18a", "real", "--gpus", "1", "--no-wait", mode="hold")
+    wait_for(host.held, "the real job running", job)
+    listing = json.loads(host.run("gt18c", "queue", "--json").stdout)
+    assert [(row["user"], row["state"]) for row in listing] == [("gt18a", "running")]
+    host.go("real")
+    assert job.wait(timeout=LIMIT_S) == 0
+
+
+def test_a_request_the_host_never_meets_is_refused_and_a_forged_one_holds_nobody(
+    host: Host,
+) -> None:
+    host.policy("starvation_limit: 1s\n")
+    five = host.run("gt18a", "run", "--gpus", "5", "--", "true")
+    assert five.returncode == 4, five.stderr
+    assert "refused: 5 GPUs asked, but" in five.stderr and "has 4" in five.stderr
+    missing = host.run("gt18a", "run", "--gpu-ids", "4000", "--", "true")
+    assert missing.returncode == 4 and "has no GPU 4000 (it has GPU 0-3)" in missing.stderr
+    assert not list(host.store.glob("job.*"))
+    # A forged file asking for GPU 4000, written by a user whose process lives.
+    sleeper = subprocess.Popen(["sleep", "300"], user="gt18b", group="gt18b")
+    try:
+        entry = host.users["gt18b"]
+        record = {"id": "0badf00d", "uid": entry.pw_uid, "user": "gt18b", "pid": sleeper.pid,
+                  "pid_start": liveness.process_start(sleeper.pid), "priority": "high",
+                  "gpus": None, "gpu_ids": [4000], "command": "forged", "note": ""}
+        path = host.store / "job.0badf00d.json"
+        path.write_text(json.dumps(record))
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        time.sleep(1.5)  # past the starvation limit
+        holder = host.job("gt18c", "holder", "--gpus", "4", mode="hold")
+        wait_for(host.held, "the holder running", holder)
+        behind = host.job("gt18d", "behind", "--gpus", "1", mode="0.1")
+        wait_for(lambda: len(host.jobs_in_line()) == 3, "the job behind in line", behind)
+        listing = json.loads(host.run("gt18a", "queue", "--json").stdout)
+        states = {row["id"]: (row["state"], row["why"]) for row in listing}
+        assert states["0badf00d"][0] == "never"
+        assert "has no GPU 4000" in states["0badf00d"][1]
+        assert all("held back" not in (why or "") for _s, why in states.values())
+        host.go("holder")
+        assert holder.wait(timeout=LIMIT_S) == 0
+        assert behind.wait(timeout=LIMIT_S) == 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def _pids_of_session(sid: int) -> list[int]:
+    return liveness.job_processes(sid)
+
+
+def test_what_cmd_leaves_running_ends_before_the_card_is_handed_on(host: Host) -> None:
+    # Issue 25.5: `sh -c "sleep 60 & ..."`: a grandchild that outlives CMD.
+    marker = host.root / "grandchild.pid"
+    script = f'sleep 300 & echo $! > {marker}; echo "leaver start" >> {host.root}/log'
+    leaver = host.gputop("gt18a", "run", "--gpus", "4", "--", "sh", "-c", script)
+    assert leaver.wait(timeout=LIMIT_S) == 0
+    err = leaver.stderr.read() if leaver.stderr else ""
+    assert "stopping the 1 process(es) it left (SIGTERM" in err, err
+    grandchild = int(marker.read_text())
+    assert not Path(f"/proc/{grandchild}").exists() or _zombie(grandchild)
+    assert host.held() == {}
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_sigkilled_run_keeps_its_cards_while_a_grandchild_runs(host: Host) -> None:
+    marker = host.root / "grandchild.pid"
+    # The grandchild ignores nothing: it is simply not told (only CMD gets PDEATHSIG).
+    script = f'sleep 300 & echo $! > {marker}; wait'
+    victim = host.gputop("gt18a", "run", "--gpus", "4", "--", "sh", "-c", script,
+                         start_new_session=True)
+    wait_for(marker.exists, "the grandchild started", victim)
+    wait_for(lambda: marker.read_text().strip(), "the grandchild's pid", victim)
+    grandchild = int(marker.read_text())
+    held = wait_for(_holding(host, 4), "the job running", victim)
+    victim.kill()
+    victim.wait(timeout=LIMIT_S)
+    # CMD (the sh) dies of PDEATHSIG; its child lives on under pid 1, in CMD's session.
+    sid = int(Path(f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    wait_for(lambda: _pids_of_session(sid) == [grandchild], "CMD gone, its child left")
+    assert sid != grandchild and _zombie(sid)
+    bob = host.job("gt18b", "bob", "--gpus", "1", mode="0.1")
+    wait_for(lambda: len(host.jobs_in_line()) == 1, "bob in line", bob)
+    time.sleep(3.0)  # the issue's 3 s: bob must still be waiting
+    assert bob.poll() is None
+    assert set(host.held()) == set(held)  # still the victim's, though its run is gone
+    listing = json.loads(host.run("gt18c", "queue", "--json").stdout)
+    assert [row["state"] for row in listing if row["user"] == "gt18b"] == ["waiting"]
+    os.kill(grandchild, signal.SIGKILL)
+    assert bob.wait(timeout=LIMIT_S) == 0
+    starts = [label for label, _cvd, what, _t in host.log() if what == "start"]
+    assert starts == ["bob"]
+
+
+def test_the_first_job_in_line_keeps_its_cards_against_a_stream_of_small_ones(
+    host: Host,
+) -> None:
+    # Issue 25.6: a 4-GPU job waits for one busy card whose end is known (--for); small
+    # jobs that would delay it wait behind it, however many free cards they see.
+    first = host.job("gt18a", "first", "--gpus", "1", "--for", "10m", mode="hold")
+    wait_for(host.held, "the first job running", first)
+    big = host.job("gt18b", "big", "--gpus", "4", mode="0.1")
+    wait_for(lambda: len(host.jobs_in_line()) == 2, "the big job in line", big)
+    small = _submit_in_order(host, [("gt18c", "s1", ["--gpus", "1", "--for", "20m"]),
+                                    ("gt18d", "s2", ["--gpus", "1"])], mode="0.1")
+    listing = json.loads(host.run(None, "queue", "--json").stdout)
+    why = {row["user"]: row["why"] for row in listing}
+    assert "kept for it from" in why["gt18b"]
+    assert "would delay gt18b's job" in why["gt18c"] and "would delay" in why["gt18d"]
+    running = [row for row in listing if row["state"] == "running"]
+    assert len(running) == 1 and running[0]["waited_s"] < 60
+    assert all(p.poll() is None for p in (big, *small))
+    host.go("first")
+    results = _finish([first, big, *small])
+    assert [r for r in results if r[0] != 0] == []
+    starts = [label for label, _cvd, what, _t in host.log() if what == "start"]
+    assert starts[:2] == ["first", "big"] and sorted(starts[2:]) == ["s1", "s2"]
+    _assert_no_card_shared(host.log())
+
+
+def _cgroup_v2_writable() -> bool:
+    root = liveness.cgroup2_root()
+    if root is None or os.geteuid() != 0:
+        return False
+    probe = liveness.make_job_cgroup("00000000", 999)
+    if probe is None:
+        return False
+    liveness.remove_cgroup(probe)
+    return True
+
+
+def test_a_job_in_its_cgroup_cannot_slip_out_by_starting_a_session(host: Host) -> None:
+    # Issue 25.5, where a cgroup can be made (here: root, cgroup v2): a grandchild that
+    # calls setsid leaves CMD's session, not the job's cgroup.
+    if not _cgroup_v2_writable():
+        pytest.skip("no cgroup v2 this process may write (root with cgroup2 mounted)")
+    marker = host.root / "escaped.pid"
+    script = f'setsid sh -c "echo \\$\\$ > {marker}; exec sleep 300" & wait'
+    victim = host.gputop(None, "run", "--gpus", "4", "--", "sh", "-c", script,
+                         start_new_session=True)
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), "the escapee", victim)
+    escaped = int(marker.read_text())
+    held = wait_for(_holding(host, 4), "the job running", victim)
+    (job_id,) = held
+    cgroups = [r["job"] for r in _job_claims(host)]
+    assert cgroups and all(c.get("cgroup", "").endswith(f"/gputop-job-{job_id}-1")
+                           for c in cgroups)
+    assert escaped in liveness.cgroup_pids(cgroups[0]["cgroup"])
+    sid = int(Path(f"/proc/{escaped}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    assert sid == escaped  # its own session: the session rule alone would not see it
+    victim.kill()
+    victim.wait(timeout=LIMIT_S)
+    waiter = host.job("gt18b", "after", "--gpus", "1", mode="0.1")
+    wait_for(lambda: len(host.jobs_in_line()) == 1, "the next job in line", waiter)
+    time.sleep(3.0)
+    assert waiter.poll() is None and set(host.held()) == {job_id}
+    os.kill(escaped, signal.SIGKILL)
+    assert waiter.wait(timeout=LIMIT_S) == 0
+    # A job that ends normally: run ends what slipped out of the session, and removes the
+    # cgroup.
+    marker.unlink()
+    done = host.gputop(None, "run", "--gpus", "1", "--", "sh", "-c",
+                       f'setsid sh -c "echo \\$\\$ > {marker}; exec sleep 300" & sleep 1')
+    assert done.wait(timeout=LIMIT_S) == 0
+    escaped = int(marker.read_text())
+    assert _zombie(escaped)
+    root = liveness.cgroup2_root()
+    assert not list(Path(f"{root}").glob("**/gputop-job-*-1"))
+
+
+def _job_claims(host: Host) -> list[dict[str, Any]]:
+    claims = []
+    for path in host.store.glob("GPU-*.json"):
+        data = json.loads(path.read_text())
+        if data.get("job"):
+            claims.append(data)
+    return claims

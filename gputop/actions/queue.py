@@ -38,7 +38,7 @@ PRIORITIES = ("low", "normal", "high")
 MAX_JOB_BYTES = 4096
 MAX_COMMAND_CHARS = 400
 MAX_JOBS_READ = 2000  # a directory of junk must not cost every reader a core
-MAX_WAITING_PER_USER = 32
+MAX_WAITING_PER_USER = 32  # accepted at submission, and read per owner
 MAX_GPU_INDEX = 4095
 MAX_MEM_BYTES = 2**50
 
@@ -206,15 +206,48 @@ def _read_all(directory: str) -> tuple[list[Job], list[str]]:
         cached = _CACHE.get(directory, info)
         if cached is not None:
             return list(cached[0]), list(cached[1])
-        names = [n for n in os.listdir(fd) if n.startswith(JOB_PREFIX)]
-        if len(names) > MAX_JOBS_READ:
-            problems.append(f"{directory}: {len(names)} job files; read the first {MAX_JOBS_READ}")
-            names = sorted(names)[:MAX_JOBS_READ]
+        names = _job_names(fd, directory, problems)
         jobs = [job for name in names
                 if (job := _read_job(fd, directory, name, problems)) is not None]
         jobs.sort(key=lambda j: (j.submitted, j.id))
         _CACHE.put(directory, info, (jobs, problems))
         return list(jobs), list(problems)
+
+
+def _job_names(dir_fd: int, directory: str, problems: list[str]) -> list[str]:
+    """The job file names worth reading, in no particular order.
+
+    Names are checked before any cap, so junk named ``job.*`` costs nothing but one
+    line. Then at most MAX_WAITING_PER_USER files per owner (the oldest: the head of
+    that owner's line) and MAX_JOBS_READ in all, the reader's own always first: what
+    one user plants pushes out only that user's files, never someone else's job."""
+    listed = [n for n in os.listdir(dir_fd) if n.startswith(JOB_PREFIX)]
+    names = [n for n in listed if _NAME.fullmatch(n)]
+    junk = len(listed) - len(names)
+    if junk:
+        problems.append(f"{directory}: {junk} file(s) named {JOB_PREFIX}* that are not"
+                        " job files (job.<8 hex>.json); skipped")
+    if len(names) <= MAX_WAITING_PER_USER:
+        return names
+    by_owner: dict[int, list[tuple[int, str]]] = {}
+    for name in names:
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        by_owner.setdefault(info.st_uid, []).append((info.st_ctime_ns, name))
+    me = os.geteuid()
+    kept: list[str] = []
+    for uid in sorted(by_owner, key=lambda u: (u != me, min(by_owner[u]))):
+        files = sorted(by_owner[uid])
+        if len(files) > MAX_WAITING_PER_USER:
+            problems.append(f"{directory}: {store.user_name(uid)} has {len(files)} job"
+                            f" files; read the oldest {MAX_WAITING_PER_USER}")
+        kept += [name for _t, name in files[:MAX_WAITING_PER_USER]]
+    if len(kept) > MAX_JOBS_READ:
+        problems.append(f"{directory}: {len(kept)} job files; read {MAX_JOBS_READ}")
+        kept = kept[:MAX_JOBS_READ]
+    return kept
 
 
 def _read_job(dir_fd: int, directory: str, name: str, problems: list[str]) -> Job | None:

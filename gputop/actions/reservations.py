@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gputop.actions.liveness import MAX_PID, process_alive
+from gputop.actions.liveness import MAX_PID, cgroup_pids, process_alive, session_alive
 from gputop.actions.store import (
     DEFAULT_DIRECTORY,
     JOB_PREFIX,
@@ -133,8 +133,17 @@ class _Entry:
         # A `gputop run` job's cards are free the moment its process is gone (SIGKILL
         # included), not when the lease runs out.
         job = self.data.get("job")
-        return self.until > now and (
-            job is None or process_alive(job["pid"], job["pid_start"], self.owner_uid))
+        if job is None:
+            return self.until > now
+        if self.until > now and process_alive(job["pid"], job["pid_start"], self.owner_uid):
+            return True
+        # Its `gputop run` is gone (SIGKILL), but something CMD started may still run on
+        # the card: the card stays held while any process of the job's session lives,
+        # for at most as long as any reservation may last.
+        if now >= float(self.data["since"]) + MAX_RESERVATION_S:
+            return False
+        return (session_alive(job.get("sid"), self.owner_uid)
+                or bool(cgroup_pids(job.get("cgroup"), self.owner_uid)))
 
     def public(self) -> dict[str, Any]:
         """The dict the collector and the views use: model.Reservation's fields."""
@@ -754,10 +763,15 @@ def _job_problem(job: Any) -> str | None:
     if not isinstance(job, dict) or not isinstance(job.get("id"), str) \
             or not re.fullmatch(r"[0-9a-f]{8}", job["id"]):
         return "bad 'job'"
-    for key, high in (("pid", MAX_PID), ("pid_start", 2**63)):
+    for key, high in (("pid", MAX_PID), ("pid_start", 2**63), ("sid", MAX_PID)):
         value = job.get(key)
+        if key == "sid" and value is None:
+            continue  # written by a gputop from before CMD had its own session
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
             return f"bad 'job.{key}'"
+    cgroup = job.get("cgroup")
+    if cgroup is not None and (not isinstance(cgroup, str) or len(cgroup) > 4096):
+        return "bad 'job.cgroup'"
     return None
 
 

@@ -19,11 +19,12 @@ needs no server. The rules:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gputop import model
+from gputop.analysis import fair_share
 from gputop.analysis import pick as picking
 from gputop.analysis.durations import format_duration
 from gputop.model import HostSnapshot, QueueJob
@@ -67,6 +68,8 @@ class Policy:
     big_job_gpus: int | None = None  # jobs with more GPUs than this start only in...
     big_job_window: Window | None = None  # ...this window
     source: str | None = None  # the file it came from, for messages
+    fair_share_half_life_s: float | None = None  # fair share among equal priorities
+    fair_share_ledger: str | None = None  # the one ledger every user's plan reads
 
     def may_use_high(self, user: str) -> bool:
         return self.high_priority_users is None or user in self.high_priority_users
@@ -83,6 +86,7 @@ class Plan:
     waiting: dict[str, str] = field(default_factory=dict)
     position: dict[str, int] = field(default_factory=dict)  # 1 = next in line
     running: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    kept: dict[str, Kept] = field(default_factory=dict)  # the first blocked job's cards
 
 
 def refusal(
@@ -102,20 +106,56 @@ def refusal(
     return None
 
 
+def impossible(snapshot: HostSnapshot, job: QueueJob) -> str | None:
+    """Why this host can never give ``job`` its cards, whatever ends or frees up: cards it
+    does not have, more cards than it has, more memory than its cards hold. None when it
+    could. Such a request is refused at submission; a file asking for it counts for
+    nothing in the line (it would otherwise hold everyone back once it starved)."""
+    have = {gpu.index: gpu for gpu in snapshot.gpus}
+    if not have:
+        return None  # no cards seen (yet): nothing to judge by
+    span = f"GPU {min(have)}-{max(have)}" if len(have) > 1 else f"GPU {min(have)}"
+    if job.gpu_ids:
+        missing = [i for i in job.gpu_ids if i not in have]
+        if missing:
+            listed = ",".join(str(i) for i in missing[:4])
+            return f"{snapshot.host} has no GPU {listed} (it has {span})"
+        candidates = [have[i] for i in job.gpu_ids]
+    else:
+        candidates = list(have.values())
+    count = requested(job)
+    if count > len(have):
+        return f"{count} GPUs asked, but {snapshot.host} has {len(have)}"
+    if job.min_free_mem:
+        big = [g for g in candidates if g.mem_total is None or g.mem_total >= job.min_free_mem]
+        if len(big) < count:
+            return (f"{job.min_free_mem / 2**30:.0f} GiB free asked on {count} GPU(s), but"
+                    f" {len(big)} of {snapshot.host}'s cards hold that much")
+    return None
+
+
 def requested(job: QueueJob) -> int:
     return len(job.gpu_ids) if job.gpu_ids else (job.gpus or 1)
 
 
-def ordered(jobs: Iterable[QueueJob], policy: Policy) -> list[QueueJob]:
+def ordered(jobs: Iterable[QueueJob], policy: Policy,
+            usage: Mapping[str, float] | None = None) -> list[QueueJob]:
     """Waiting order. A priority the policy does not allow counts as normal (the file
-    is the submitter's word; the policy is the host's)."""
-    def key(job: QueueJob) -> tuple[int, float, str]:
-        priority = job.priority
-        if priority == "high" and not policy.may_use_high(job.user):
-            priority = "normal"
-        return PRIORITY_RANK.get(priority, 1), job.submitted, job.id
+    is the submitter's word; the policy is the host's). With fair share, among equal
+    priorities the user with fewer recent (decayed) GPU-hours goes first."""
+    hours = usage if usage is not None and policy.fair_share_half_life_s else {}
+
+    def key(job: QueueJob) -> tuple[int, float, float, str]:
+        return (PRIORITY_RANK.get(_priority(job, policy), 1),
+                fair_share.rank_key(job.user, hours), job.submitted, job.id)
 
     return sorted(jobs, key=key)
+
+
+def _priority(job: QueueJob, policy: Policy) -> str:
+    if job.priority == "high" and not policy.may_use_high(job.user):
+        return "normal"
+    return job.priority
 
 
 def plan(
@@ -124,17 +164,26 @@ def plan(
     now: float,
     warnings: Sequence[model.HealthWarning] = (),
     tz: dt.tzinfo | None = None,
+    usage: Mapping[str, float] | None = None,
 ) -> Plan:
-    """The plan for ``snapshot.queue`` given the cards and reservations of ``snapshot``."""
+    """The plan for ``snapshot.queue`` given the cards and reservations of ``snapshot``;
+    ``usage``: each user's decayed GPU-hours, for the policy's fair share."""
     running = running_jobs(snapshot, now)
     result = Plan(running=running)
     held: dict[str, int] = {}
     for reservation in picking.active_reservations(snapshot, now).values():
         held[reservation.user] = held.get(reservation.user, 0) + 1
     taken: set[int | str] = set()
+    ends = _running_ends(snapshot, now, running)  # card -> when it frees, where known
+    kept: Kept | None = None  # the first blocked job's cards and when it gets them
     holding_back: QueueJob | None = None
-    waiting = ordered((job for job in snapshot.queue if job.id not in running), policy)
+    waiting = ordered((job for job in snapshot.queue if job.id not in running), policy, usage)
     local_now = dt.datetime.fromtimestamp(now, tz)
+    never = {job.id: why for job in waiting if (why := impossible(snapshot, job))}
+    for job in waiting:
+        if job.id in never:
+            result.waiting[job.id] = f"never runs here: {never[job.id]}; not in line"
+    waiting = [job for job in waiting if job.id not in never]
     for position, job in enumerate(waiting, 1):
         result.position[job.id] = position
         head = f"{_ordinal(position)} in line for {_ask(job)}"
@@ -148,40 +197,202 @@ def plan(
         if rule:
             result.waiting[job.id] = f"{head}; {rule}"
             continue
-        cards, why = fit(snapshot, job, now, taken, warnings)
+        cards, why = _backfill(snapshot, job, now, taken, warnings, kept)
         if cards:
             result.starts[job.id] = cards
             taken.update(cards)
+            ends.update(dict.fromkeys((c for c in cards if isinstance(c, int)),
+                                      now + job.for_s if job.for_s else INF))
             held[job.user] = held.get(job.user, 0) + len(cards)
             continue
+        if kept is None and not why.startswith("would delay"):
+            kept = keep_for(snapshot, job, now, ends, taken, warnings)
+            if kept is not None:
+                result.kept[job.id] = kept
+                why += (f"; GPU {','.join(map(str, kept.cards))} kept for it from"
+                        f" {_clock(kept.at, now)}")
         result.waiting[job.id] = f"{head}; {why}"
-        if now - job.submitted > policy.starvation_s:
+        if now - job.submitted > policy.starvation_s and job.id not in result.kept:
+            # No known time when its cards free: the old rule, hold back everyone.
             holding_back = job
     return result
 
 
-def listing(snapshot: HostSnapshot, policy: Policy, now: float) -> list[dict[str, Any]]:
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The cards the first blocked job will get and when (EASY backfill's reservation):
+    later jobs start on them only if they end before (their --for says so)."""
+
+    job: str
+    user: str
+    cards: tuple[int, ...]
+    at: float
+
+
+def _running_ends(snapshot: HostSnapshot, now: float,
+                  running: dict[str, tuple[int, ...]]) -> dict[int, float]:
+    """When each reserved card frees, as far as anyone knows: a plain reservation at its
+    end, a running job at its start plus its --for (a job without --for: never known)."""
+    jobs = {job.id: job for job in snapshot.queue}
+    ends: dict[int, float] = {}
+    for gpu, reservation in picking.active_reservations(snapshot, now).items():
+        if reservation.job is None:
+            ends[gpu] = reservation.until
+            continue
+        job = jobs.get(reservation.job)
+        if job is None or job.for_s is None:
+            ends[gpu] = INF
+        else:
+            ends[gpu] = max(now, _started(snapshot, reservation.job) + job.for_s)
+    return ends
+
+
+def _started(snapshot: HostSnapshot, job_id: str) -> float:
+    """When a running job started: its first reservation's start."""
+    times = [r.since for r in snapshot.reservations if r.job == job_id]
+    return min(times) if times else snapshot.time
+
+
+def keep_for(snapshot: HostSnapshot, job: QueueJob, now: float, ends: dict[int, float],
+             taken: Iterable[int | str] = (), warnings: Sequence[model.HealthWarning] = ()
+             ) -> Kept | None:
+    """The earliest time ``job`` could have its cards, from the known ends of what holds
+    them, and which cards; None when that time is not known (a card it needs is held by
+    a job without --for, another user's process, or is unhealthy)."""
+    # pick's rule, as in fit: another user's card only with --share; a reserved card
+    # (the submitter's too) is not free now.
+    ranking = picking.rank(snapshot, now, job.user, job.min_free_mem, job.max_util,
+                           warnings, {i for i in taken if isinstance(i, int)}, job.share,
+                           own_reservations=False)
+    reserved = picking.active_reservations(snapshot, now)
+    users: dict[int, set[str]] = {}
+    for proc in snapshot.processes:
+        if proc.type != "G":
+            users.setdefault(proc.gpu, set()).add(proc.user or "")
+    free_at: dict[int, float] = {}
+    for gpu in snapshot.gpus:
+        i = gpu.index
+        if i in ranking.indexes:
+            free_at[i] = now
+        elif i in ends and (i in reserved or i in set(taken)):
+            holder = reserved[i].user if i in reserved else job.user
+            # Only the holder's (and the job's user's) processes go when it ends.
+            strangers = users.get(i, set()) - {holder, job.user}
+            free_at[i] = INF if strangers else ends[i]
+        else:
+            free_at[i] = INF
+    if job.gpu_ids:
+        at = max(free_at.get(i, INF) for i in job.gpu_ids)
+        cards = tuple(job.gpu_ids)
+    else:
+        count = requested(job)
+        soonest = sorted(free_at.values())
+        if len(soonest) < count:
+            return None
+        at = soonest[count - 1]
+        # Of the cards free by then, keep those that free last: cards free now that
+        # the job does not need stay free for others.
+        ready = sorted((i for i in free_at if free_at[i] <= at), key=lambda i: (-free_at[i], i))
+        cards = tuple(sorted(ready[:count]))
+    if at == INF:
+        return None
+    return Kept(job.id, job.user, cards, at)
+
+
+def _backfill(snapshot: HostSnapshot, job: QueueJob, now: float, taken: set[int | str],
+              warnings: Sequence[model.HealthWarning], kept: Kept | None
+              ) -> tuple[tuple[int | str, ...], str]:
+    """``fit``, keeping the first blocked job's cards for it: a later job gets them only
+    when its --for ends before that job's time comes."""
+    if kept is None:
+        return fit(snapshot, job, now, taken, warnings)
+    cards, why = fit(snapshot, job, now, taken | set(kept.cards), warnings)
+    if cards:
+        return cards, why
+    if job.for_s is not None and now + job.for_s <= kept.at:
+        return fit(snapshot, job, now, taken, warnings)
+    whole, _ = fit(snapshot, job, now, taken, warnings)
+    if not whole:
+        return (), why
+    given = "its --for ends after that" if job.for_s else "it has no --for to end before"
+    return (), (f"would delay {kept.user}'s job {kept.job} (GPU"
+                f" {','.join(map(str, kept.cards))} kept for it from {_clock(kept.at, now)};"
+                f" {given})")
+
+
+def _clock(when: float, now: float) -> str:
+    at = dt.datetime.fromtimestamp(when).strftime("%H:%M")
+    return f"{at} (in {format_duration(max(0.0, when - now))})"
+
+
+def listing(snapshot: HostSnapshot, policy: Policy, now: float,
+            usage: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
     """One dict per job of ``snapshot`` (docs/queue.md, `gputop queue --json`): running
     ones first, then the line in order."""
-    result = plan(snapshot, policy, now)
+    result = plan(snapshot, policy, now, usage=usage)
+    shares = share_notes(snapshot, policy, result, usage)
     order = [j for j in snapshot.queue if j.id in result.running]
     order += sorted((j for j in snapshot.queue if j.id in result.position),
                     key=lambda j: result.position[j.id])
+    # Files asking for what the host does not have: shown last, out of line.
+    order += [j for j in snapshot.queue
+              if j.id not in result.running and j.id not in result.position]
     rows = []
     for job in order:
         running = result.running.get(job.id)
         rows.append({
             "host": snapshot.host, "id": job.id, "user": job.user, "priority": job.priority,
-            "state": "running" if running else "waiting",
+            "state": "running" if running else (
+                "waiting" if job.id in result.position else "never"),
             "position": result.position.get(job.id), "gpus_held": list(running or ()),
-            "waited_s": round(now - job.submitted, 1),
+            # A running job waited from arrival to its start; a waiting one, until now.
+            "waited_s": round((_started(snapshot, job.id) if running else now)
+                              - job.submitted, 1),
             "request": {"gpus": job.gpus, "gpu_ids": list(job.gpu_ids or ()) or None,
                         "min_free_mem": job.min_free_mem, "max_util": job.max_util,
                         "for_s": job.for_s},
             "command": job.command, "note": job.note,
             "why": None if running else result.waiting.get(job.id) or "starting",
+            "share": shares.get(job.id),
         })
     return rows
+
+
+def share_notes(snapshot: HostSnapshot, policy: Policy, result: Plan,
+                usage: Mapping[str, float] | None) -> dict[str, dict[str, Any]]:
+    """For each waiting job under fair share: its user's decayed GPU-hours, their part of
+    everyone's, and why it stands where it does against jobs of the same priority."""
+    half_life = policy.fair_share_half_life_s
+    if not half_life or usage is None:
+        return {}
+    hours = {user: usage.get(user, 0.0) for user in {*usage, *(j.user for j in snapshot.queue)}}
+    parts = fair_share.fractions(hours)
+    waiting = sorted((j for j in snapshot.queue if j.id in result.position),
+                     key=lambda j: result.position[j.id])
+    notes: dict[str, dict[str, Any]] = {}
+    for job in waiting:
+        mine = hours.get(job.user, 0.0)
+        same = [o for o in waiting if o.user != job.user
+                and _priority(o, policy) == _priority(job, policy)]
+        ahead_of = sorted({o.user for o in same if o.submitted < job.submitted
+                           and result.position[o.id] > result.position[job.id]})
+        behind = sorted({o.user for o in same if o.submitted > job.submitted
+                         and result.position[o.id] < result.position[job.id]})
+        why = (f"{job.user} used {mine:.1f} GPU-h recently (half-life"
+               f" {format_duration(half_life)}), {100 * parts.get(job.user, 0.0):.0f} % of"
+               " the host's")
+        if ahead_of:
+            why += "; ahead of earlier jobs of " + ", ".join(
+                f"{u} ({hours.get(u, 0.0):.1f})" for u in ahead_of)
+        if behind:
+            why += "; behind later jobs of " + ", ".join(
+                f"{u} ({hours.get(u, 0.0):.1f})" for u in behind)
+        notes[job.id] = {"gpu_hours": round(mine, 3),
+                         "fraction": round(parts.get(job.user, 0.0), 4), "why": why}
+    return notes
 
 
 def running_jobs(snapshot: HostSnapshot, now: float) -> dict[str, tuple[int, ...]]:

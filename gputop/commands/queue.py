@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from gputop.analysis import queue_plan
-from gputop.analysis.durations import format_duration
+from gputop.analysis.durations import format_duration, parse_duration
 from gputop.commands import common
 from gputop.commands.common import action_failed, usage_error
 from gputop.exitcodes import EXIT_OK
@@ -29,7 +29,57 @@ def run(options: SourceOptions, args: argparse.Namespace) -> int:
         return common.run("queue", lambda: _cancel(options, args))
     if args.action is not None:
         return common.run("queue", lambda: _bad(args.action))
+    if getattr(args, "history", False):
+        return common.run("queue", lambda: _history(args))
+    if getattr(args, "since", None) or getattr(args, "user", None):
+        return common.run("queue", lambda: _bad_history())
     return common.run("queue", lambda: _list(options, args))
+
+
+def _bad_history() -> int:
+    raise usage_error("--since and --user go with --history")
+
+
+def _history(args: argparse.Namespace) -> int:
+    from gputop.ledger import jobs
+
+    try:
+        since_s = parse_duration(args.since) if args.since else 7 * 86400.0
+    except ValueError as exc:
+        raise usage_error(f"--since: {exc}") from None
+    problems: list[str] = []
+    rows = jobs.read(jobs.read_paths(), time.time() - since_s, args.user, problems)
+    for problem in problems:
+        common.say("queue", problem)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif rows:
+        print(history_table(rows))
+    else:
+        common.say("queue", f"no jobs ended in the last {format_duration(since_s)}")
+    return EXIT_OK
+
+
+def history_table(rows: list[dict[str, Any]]) -> str:
+    header = ("JOB", "TRY", "USER", "STATUS", "WHY", "EXIT", "GPUS", "ENDED", "WAITED", "RAN",
+              "PEAK MEM", "SM%", "COMMAND")
+    lines = [header]
+    for row in rows:
+        code = (str(row["exit_code"]) if row["exit_code"] is not None
+                else f"sig {row['signal']}" if row["signal"] else "-")
+        ended = (time.strftime("%m-%d %H:%M", time.localtime(row["ended"]))
+                 if row["ended"] else "-")
+        peak = f"{row['peak_mem'] / 2**30:.1f}G" if row["peak_mem"] is not None else "-"
+        sm = f"{row['mean_sm']:.0f}" if row["mean_sm"] is not None else "-"
+        ran = format_duration(row["ran_s"]) if row["ran_s"] is not None else "-"
+        lines.append((row["id"], str(row["attempt"]), row["user"], row["status"],
+                      row["reason"] or "-", code, ",".join(map(str, row["gpus"])) or "-",
+                      ended, format_duration(max(0.0, row["waited_s"])), ran, peak, sm,
+                      str(row["command"])[:50]))
+    cells = [[visible(str(c)) for c in line] for line in lines]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+                     for line in cells)
 
 
 def _bad(action: str) -> int:
@@ -41,8 +91,10 @@ def _list(options: SourceOptions, args: argparse.Namespace) -> int:
     plan = common.plan(options, args.host is not None, args.host)
     collected = common.collect(options, config, plan)
     now = time.time()
-    rows = [row for snap in collected.snapshots
-            for row in queue_plan.listing(snap, _policy(snap), now)]
+    rows = []
+    for snap in collected.snapshots:
+        policy = _policy(snap)
+        rows += queue_plan.listing(snap, policy, now, _usage(policy))
     if args.json:
         print(json.dumps(rows, indent=2))
     elif rows:
@@ -87,6 +139,18 @@ def _policy(snapshot: HostSnapshot) -> queue_plan.Policy:
         return queue_plan.Policy()
 
 
+def _usage(policy: queue_plan.Policy) -> dict[str, float] | None:
+    if not policy.fair_share_half_life_s:
+        return None
+    from gputop.ledger import share_usage
+
+    hours, warning = share_usage.recent_hours(policy.fair_share_ledger,
+                                              policy.fair_share_half_life_s)
+    if warning:
+        common.say("queue", warning)
+    return hours
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     header = ("HOST", "JOB", "USER", "PRI", "STATE", "WAITED", "ASKS", "COMMAND")
     lines = [header]
@@ -96,6 +160,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                 else f"{request['gpus']} GPU")
         if row["state"] == "running":
             state = "on " + ",".join(map(str, row["gpus_held"]))
+        elif row["position"] is None:
+            state = "never"
         else:
             state = f"#{row['position']}"
         lines.append((row["host"], row["id"], row["user"], row["priority"], state,
@@ -111,4 +177,6 @@ def table(rows: list[dict[str, Any]]) -> str:
         out.append(fmt(line))
         if row["why"]:
             out.append(f"    {visible(row['why'])}")
+        if row.get("share"):
+            out.append(f"    fair share: {visible(row['share']['why'])}")
     return "\n".join(out)

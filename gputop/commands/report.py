@@ -112,12 +112,12 @@ def _report(args: argparse.Namespace) -> int:
 def _jobs(path: str, t_from: float, t_to: float, args: argparse.Namespace) -> int:
     """`gputop report --jobs`: per job, its GPUs' use and the advice (issue 28.10)."""
     from gputop.commands import report_jobs
-    from gputop.ledger import jobs, store
+    from gputop.ledger import job_report, store
 
     try:
         conn = store.open_reader(path)
         try:
-            found = jobs.load_jobs(conn, t_from, t_to, time.time())
+            found = job_report.load_jobs(conn, t_from, t_to, time.time())
         finally:
             conn.close()
     except store.LedgerError as err:

@@ -1,153 +1,295 @@
-"""Jobs in the ledger (issue 28): `gputop run` jobs as they end (``write_job``, called by
-`gputop run`), and Slurm jobs as the recorder saw them (the ``workloads`` table), read back
-per GPU for `gputop report --jobs` (analysis/jobstats.py decides the advice).
+"""The history of `gputop run` jobs: one row per attempt, in SQLite (docs/queue.md).
 
-A Slurm job's runtime is from the recorder's first sight of it to its last; its time limit
-is Slurm's end time less that first sight; its queue wait is not known here.  Per GPU:
-mean SM % and memory over the time the job held the card (holder rows, each card once),
-peak memory the highest of its processes', peak SM % from the raw samples (kept
---raw-days).  A `gputop run` job's GPUs were its own: their card samples in its time.
+Where: the host's ledger when a recorder runs on it and this user may write it (the
+recorder's file then holds the jobs beside the usage they made), else a file of the
+user's own, ``$XDG_STATE_HOME/gputop/jobs.sqlite``. A row is written when the attempt
+starts (state ``running``) and brought up to date while it runs, so a `gputop run` killed
+with SIGKILL still leaves its row: readers show a running row whose process is gone as
+ended by "gputop run killed", at its last update.
+
+History is a record, never a reason to stop a job: a file that cannot be used is one
+warning line, and the job runs on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import os
 import sqlite3
+import stat
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gputop.analysis.jobstats import GpuUse, Job
-from gputop.ledger.query import RECENT_S
-from gputop.ledger.store import LedgerError, has_table, transaction
+from gputop.actions.liveness import process_alive
+from gputop.ledger import store
 
-MAX_JOBS = 1000  # a report lists at most this many (the newest)
+TABLE = "job_history"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    id TEXT NOT NULL, attempt INTEGER NOT NULL, user TEXT NOT NULL, uid INTEGER NOT NULL,
+    host TEXT NOT NULL, command TEXT NOT NULL, request TEXT NOT NULL, gpus TEXT NOT NULL,
+    submitted REAL NOT NULL, started REAL, ended REAL, updated REAL NOT NULL,
+    status TEXT NOT NULL, reason TEXT, exit_code INTEGER, signal INTEGER,
+    peak_mem INTEGER, mean_sm REAL, samples INTEGER NOT NULL DEFAULT 0, log TEXT,
+    pid INTEGER NOT NULL, pid_start INTEGER,
+    PRIMARY KEY (id, attempt));
+CREATE INDEX IF NOT EXISTS {TABLE}_updated ON {TABLE} (updated)
+"""
+# What a finished attempt's status is, by why it ended (the issue's task table).
+STATUSES = ("pending", "running", "success", "failed", "cancelled")
+REASONS = ("done", "failed", "cancelled", "time cap", "killed", "gputop run killed", "hang",
+           "wait expired", "never ran")
+FIELDS = ("id", "attempt", "user", "uid", "host", "command", "request", "gpus", "submitted",
+          "started", "ended", "updated", "status", "reason", "exit_code", "signal",
+          "peak_mem", "mean_sm", "samples", "log", "pid", "pid_start")
+MAX_ROWS = 100_000  # what one query returns at most
 
 
-@dataclass(frozen=True)
-class JobRecord:
-    """One finished `gputop run` job (issue 28.1's history record)."""
+class HistoryError(Exception):
+    """A history file that cannot be used; str() is one line naming it."""
 
-    job_id: str
-    user: str
-    command: str
-    gpus_requested: int | None
-    gpus: tuple[int, ...]
-    submit: float
-    start: float | None
-    end: float | None
-    status: str  # done, failed, cancelled, time cap, killed, ...
-    requested_s: float | None = None
-    exit_code: int | None = None
-    signal: int | None = None
+
+def own_path() -> str:
+    """This user's own history file."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "gputop", "jobs.sqlite")
+
+
+def recorder_running(ledger: str) -> bool:
+    """Does a `gputop record` hold this ledger's writer lock right now?"""
+    try:
+        fd = os.open(ledger + ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True  # held exclusively: the recorder
+    finally:
+        os.close(fd)
+    return False
+
+
+def write_path() -> str:
+    """Where this user's jobs are recorded: the ledger when a recorder runs and we may
+    write it, else our own file."""
+    ledger = store.existing_path()
+    if ledger and recorder_running(ledger) and os.access(ledger, os.W_OK):
+        return ledger
+    return own_path()
+
+
+def read_paths() -> list[str]:
+    """Every history this user may read: their own file and the ledger's."""
+    paths = [own_path()]
+    ledger = store.existing_path()
+    if ledger and ledger not in paths:
+        paths.append(ledger)
+    return paths
+
+
+def _safe_file(path: str, create: bool) -> None:
+    """A history file is this user's regular file (or root's), never a link, in a
+    directory nobody else may write; the directory is made when ``create``."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if create and not os.path.isdir(parent):
+        try:
+            os.makedirs(parent, 0o700, exist_ok=True)
+        except OSError as exc:
+            raise HistoryError(f"{parent}: {exc.strerror or exc}") from None
+    try:
+        up = os.stat(parent)
+    except OSError as exc:
+        raise HistoryError(f"{parent}: {exc.strerror or exc}") from None
+    if up.st_mode & stat.S_IWOTH and not up.st_mode & stat.S_ISVTX:
+        raise HistoryError(f"{parent}: writable by everyone; not used for job history")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if create:
+            return
+        raise HistoryError(f"{path}: no job history yet") from None
+    except OSError as exc:
+        raise HistoryError(f"{path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise HistoryError(f"{path}: not a regular file (a link?); not used")
+    if create and info.st_uid not in (os.geteuid(), 0):
+        raise HistoryError(f"{path}: owned by uid {info.st_uid}; not used")
+
+
+def open_writer(path: str) -> sqlite3.Connection:
+    _safe_file(path, create=True)
+    try:
+        conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(_SCHEMA)
+    except sqlite3.DatabaseError as exc:
+        raise HistoryError(f"{path}: cannot record job history ({exc})") from None
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o600 if path == own_path() else os.stat(path).st_mode & 0o7777)
+    return conn
+
+
+@dataclass
+class Attempt:
+    """One attempt of a job as it is recorded: started, sampled, ended."""
+
+    path: str
+    conn: sqlite3.Connection | None
+    key: tuple[str, int]
     peak_mem: int | None = None
-    mean_sm: float | None = None
-    log_path: str | None = None
+    sm_sum: float = 0.0
+    samples: int = 0
+    warned: bool = False
+
+    def sample(self, mem: int | None, sm: float | None) -> None:
+        """One look at the job's cards: the memory its processes hold, its cards' SM %."""
+        if mem is not None:
+            self.peak_mem = max(self.peak_mem or 0, mem)
+        if sm is not None:
+            self.sm_sum += sm
+            self.samples += 1
+        self._update({})
+
+    def end(self, status: str, reason: str, exit_code: int | None, signum: int | None
+            ) -> None:
+        now = time.time()
+        self._update({"ended": now, "status": status, "reason": reason,
+                      "exit_code": exit_code, "signal": signum})
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    @property
+    def mean_sm(self) -> float | None:
+        return round(self.sm_sum / self.samples, 1) if self.samples else None
+
+    def _update(self, fields: dict[str, Any]) -> None:
+        if self.conn is None:
+            return
+        fields = dict(fields, updated=time.time(), peak_mem=self.peak_mem,
+                      mean_sm=self.mean_sm, samples=self.samples)
+        assigns = ", ".join(f"{name} = ?" for name in fields)
+        try:
+            self.conn.execute(f"UPDATE {TABLE} SET {assigns} WHERE id = ? AND attempt = ?",
+                              (*fields.values(), *self.key))
+        except sqlite3.Error as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        if not self.warned:
+            import sys
+
+            print(f"gputop run: {self.path}: job history not written ({exc})", file=sys.stderr)
+            self.warned = True
+        if self.conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.close()
+            self.conn = None
 
 
-def write_job(conn: sqlite3.Connection, host: str, job: JobRecord) -> None:
-    """Store a finished job (once per id: a second write replaces the first)."""
+def begin(record: dict[str, Any], path: str | None = None) -> Attempt:
+    """Record an attempt (or a job that never ran) as it begins; never raises."""
+    path = path or write_path()
+    row = {name: record.get(name) for name in FIELDS}
+    row.update(updated=time.time(), samples=0,
+               request=json.dumps(record.get("request") or {}, sort_keys=True),
+               gpus=",".join(str(i) for i in record.get("gpus") or ()))
+    attempt = Attempt(path, None, (str(row["id"]), int(row["attempt"] or 1)))
     try:
-        with transaction(conn):
-            conn.execute("INSERT OR IGNORE INTO hosts (name) VALUES (?)", (host,))
-            conn.execute(
-                "INSERT OR REPLACE INTO jobs VALUES ((SELECT id FROM hosts WHERE name = ?),"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (host, job.job_id[:64], job.user[:256], job.command[:1000], job.gpus_requested,
-                 ",".join(str(g) for g in job.gpus), job.requested_s, job.submit, job.start,
-                 job.end, job.status[:32], job.exit_code, job.signal, job.peak_mem,
-                 job.mean_sm, None if job.log_path is None else job.log_path[:1000]))
-    except sqlite3.DatabaseError as err:
-        raise LedgerError(f"cannot write the ledger: {err}") from None
+        conn = open_writer(path)
+        conn.execute(f"INSERT OR REPLACE INTO {TABLE} ({', '.join(FIELDS)}) VALUES"
+                     f" ({', '.join('?' for _ in FIELDS)})", tuple(row[n] for n in FIELDS))
+        attempt.conn = conn
+    except (HistoryError, sqlite3.Error, OSError) as exc:
+        attempt._fail(exc)
+    return attempt
 
 
-_SLURM = """
-SELECT w.host_id, h.name, w.wid, MAX(w.user), MAX(w.name), MAX(w.end_time), MIN(w.first),
-  MAX(w.last), GROUP_CONCAT(w.label, char(31))
-FROM workloads AS w JOIN hosts AS h ON h.id = w.host_id
-WHERE w.kind = 'slurm' AND w.last >= :a AND w.first < :b
-GROUP BY w.host_id, w.wid ORDER BY MIN(w.first) DESC LIMIT :cap
-"""
-_SLURM_GPUS = """
-SELECT g.idx, g.name, g.mem_total, SUM(x.dur), SUM(x.sm_s)
-FROM holder_hourly AS x JOIN gpus AS g ON g.id = x.gpu_id
-WHERE x.kind = 'workload' AND g.host_id = :host AND x.name IN ({labels})
-GROUP BY g.id ORDER BY g.idx
-"""
-_SLURM_MEM = """
-SELECT g.idx, SUM(p.mem_s), MAX(p.mem_max)
-FROM proc_hourly AS p JOIN procs AS r ON r.id = p.proc_id JOIN gpus AS g ON g.id = p.gpu_id
-WHERE r.host_id = :host AND r.workload IN ({labels}) GROUP BY g.id
-"""
-_SLURM_PEAK_SM = """
-SELECT g.idx, MAX(s.sm)
-FROM proc_samples AS s JOIN procs AS r ON r.id = s.proc_id JOIN gpus AS g ON g.id = s.gpu_id
-WHERE r.host_id = :host AND r.workload IN ({labels}) GROUP BY g.id
-"""
-_RUN = """
-SELECT j.host_id, h.name, j.job_id, j.user, j.command, j.gpus, j.requested_s, j.submit,
-  j.start, j.end_t, j.status
-FROM jobs AS j JOIN hosts AS h ON h.id = j.host_id
-WHERE COALESCE(j.end_t, :b) >= :a AND COALESCE(j.start, j.submit) < :b
-ORDER BY j.submit DESC LIMIT :cap
-"""
-_RUN_GPU = """
-SELECT g.name, g.mem_total, SUM(s.util * s.dur), SUM(s.dur), MAX(s.util),
-  SUM(s.mem_used * s.dur), MAX(s.mem_used)
-FROM gpu_samples AS s JOIN gpus AS g ON g.id = s.gpu_id
-WHERE g.host_id = :host AND g.idx = :idx AND s.t1 >= :start AND s.t0 <= :end
-"""
+# ---------------------------------------------------------------------------------------
+# reading
 
 
-def load_jobs(conn: sqlite3.Connection, t_from: float, t_to: float, now: float) -> list[Job]:
-    """The jobs of [t_from, t_to): `gputop run`'s, then Slurm's, newest first."""
-    if not has_table(conn, "jobs"):
-        return []  # a schema-1 ledger read as it is: no jobs were kept
-    params: dict[str, Any] = {"a": t_from, "b": t_to, "cap": MAX_JOBS}
-    try:
-        out = [_run_job(conn, row, now) for row in conn.execute(_RUN, params).fetchall()]
-        out += [_slurm_job(conn, row, now) for row in conn.execute(_SLURM, params).fetchall()]
-    except sqlite3.DatabaseError as err:
-        raise LedgerError(f"cannot read the ledger: {err}") from None
-    return out
-
-
-def _run_job(conn: sqlite3.Connection, row: tuple[Any, ...], now: float) -> Job:
-    host_id, host, job_id, user, command, gpus, requested, submit, start, end, status = row
-    begin = start if start is not None else submit
-    stop = end if end is not None else now
-    uses = []
-    for part in str(gpus or "").split(","):
-        if not part.strip().isdigit():
+def read(paths: Iterable[str], since: float | None = None, user: str | None = None,
+         problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every recorded attempt (newest first) from these files, one per (id, attempt);
+    an attempt still "running" whose `gputop run` is gone ended with it."""
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for path in paths:
+        try:
+            rows = list(_rows(path, since, user))
+        except HistoryError as exc:
+            if problems is not None and os.path.exists(path) and path == own_path():
+                problems.append(str(exc))
             continue
-        idx = int(part)
-        name, total, util_s, dur, peak, mem_s, mem_max = conn.execute(
-            _RUN_GPU, {"host": host_id, "idx": idx, "start": begin, "end": stop}).fetchone()
-        uses.append(GpuUse(idx, name, total, util_s / dur if dur else None, peak,
-                           mem_s / dur if dur else None, mem_max))
-    return Job(kind="run", id=str(job_id), host=host, user=user, name=command, start=start,
-               end=end, runtime_s=max(stop - begin, 0.0) if start is not None else 0.0,
-               requested_s=requested, wait_s=None if start is None else start - submit,
-               status=status, gpus=uses, finished=end is not None)
+        for row in rows:
+            key = (row["id"], row["attempt"])
+            if key not in found or row["updated"] > found[key]["updated"]:
+                found[key] = row
+    out = [_settled(row) for row in found.values()]
+    out.sort(key=lambda r: (-(r["ended"] or r["updated"]), r["id"], -r["attempt"]))
+    return out[:MAX_ROWS]
 
 
-def _slurm_job(conn: sqlite3.Connection, row: tuple[Any, ...], now: float) -> Job:
-    host_id, host, wid, user, name, end_time, first, last, labels = row
-    names = str(labels).split("\x1f")
-    marks = ", ".join("?" for _ in names)
-    args = [host_id, *names]
+def _rows(path: str, since: float | None, user: str | None) -> Iterator[dict[str, Any]]:
+    _safe_file(path, create=False)
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0,
+                               isolation_level=None)
+    except sqlite3.Error as exc:
+        raise HistoryError(f"{path}: cannot open ({exc})") from None
+    try:
+        have = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                            (TABLE,)).fetchone()
+        if not have:
+            return
+        where = ["updated >= ?"]
+        args: list[Any] = [since if since is not None else 0.0]
+        if user is not None:
+            where.append("user = ?")
+            args.append(user)
+        cursor = conn.execute(f"SELECT {', '.join(FIELDS)} FROM {TABLE} WHERE"
+                              f" {' AND '.join(where)} ORDER BY updated DESC LIMIT ?",
+                              (*args, MAX_ROWS))
+        for values in cursor:
+            row = dict(zip(FIELDS, values, strict=True))
+            if _valid(row):
+                yield row
+    except sqlite3.Error as exc:
+        raise HistoryError(f"{path}: not a job history ({exc})") from None
+    finally:
+        conn.close()
 
-    def rows(sql: str) -> list[Any]:
-        return conn.execute(sql.format(labels=marks).replace(":host", "?"), args).fetchall()
 
-    mem = {idx: (mem_s, mem_max) for idx, mem_s, mem_max in rows(_SLURM_MEM)}
-    peak = dict(rows(_SLURM_PEAK_SM))
-    uses = []
-    for idx, gname, total, dur, sm_s in rows(_SLURM_GPUS):
-        mem_s, mem_max = mem.get(idx, (None, None))
-        uses.append(GpuUse(idx, gname, total, sm_s / dur if dur else None, peak.get(idx),
-                           mem_s / dur if dur and mem_s is not None else None, mem_max))
-    finished = last < now - RECENT_S
-    return Job(kind="slurm", id=str(wid), host=host, user=user, name=name, start=first,
-               end=last if finished else None, runtime_s=max(last - first, 0.0),
-               requested_s=None if end_time is None else max(end_time - first, 0.0),
-               wait_s=None, status="ended" if finished else "running", gpus=uses,
-               finished=finished)
+def _valid(row: dict[str, Any]) -> bool:
+    """A row is someone's input too (the ledger is shared): the shapes we rely on."""
+    return (isinstance(row["id"], str) and isinstance(row["attempt"], int)
+            and isinstance(row["updated"], (int, float)) and row["status"] in STATUSES
+            and isinstance(row["submitted"], (int, float)))
+
+
+def _settled(row: dict[str, Any]) -> dict[str, Any]:
+    row = dict(row)
+    try:
+        row["request"] = json.loads(row["request"] or "{}")
+    except ValueError:
+        row["request"] = {}
+    row["gpus"] = [int(g) for g in str(row["gpus"] or "").split(",") if g.isdigit()]
+    if row["status"] == "running" and not process_alive(row["pid"], row["pid_start"],
+                                                        _uid(row)):
+        row.update(status="failed", reason="gputop run killed", ended=row["updated"])
+    started = row["started"]
+    row["waited_s"] = round((started if started is not None else row["ended"] or
+                             row["updated"]) - row["submitted"], 1)
+    row["ran_s"] = (round((row["ended"] or time.time()) - started, 1)
+                    if started is not None else None)
+    return row
+
+
+def _uid(row: dict[str, Any]) -> int:
+    return row["uid"] if isinstance(row["uid"], int) else -1
