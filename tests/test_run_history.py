@@ -179,10 +179,13 @@ def test_fair_share_orders_equal_priorities_by_recent_gpu_hours(host: Host) -> N
     # first, yet gt28b's goes first, and `gputop queue` says why.
     from test_fair_share import _ledger
 
-    ledger = host.root / "ledger.sqlite"
+    # The ledger in a folder only its owner writes (the store's root is everyone's, and
+    # the ledger refuses such a place).
+    (host.root / "ledger").mkdir(mode=0o755)
+    ledger = host.root / "ledger" / "ledger.sqlite"
     hour = int(time.time() // 3600) - 24
     _ledger(ledger, [("gt28a", g % 2, hour - g // 2, 3600.0) for g in range(40)])
-    for path in host.root.glob("ledger.sqlite*"):
+    for path in ledger.parent.glob("ledger.sqlite*"):
         path.chmod(0o644)
     host.policy(f"fair_share: {{half_life: 7d, ledger: {ledger}}}\n")
     (host.root / "order").touch()
