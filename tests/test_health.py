@@ -77,7 +77,8 @@ def test_all_none_card_has_no_warnings() -> None:
 
 
 def test_gpu_lost_is_critical_and_suppresses_other_rules() -> None:
-    lost = Gpu(index=3, state=GPU_LOST, error="GPU is lost", temp=99, temp_shutdown=95)
+    lost = Gpu(index=3, state=GPU_LOST, error="fallen off the bus; needs a reset or reboot",
+              temp=99, temp_shutdown=95)
     found = health.warnings(snap(healthy(0), lost), None, Thresholds(), NOW)
     assert [(w.code, w.severity, w.gpu) for w in found] == [("gpu-lost", CRITICAL, 3)]
     assert "fallen off the bus" in found[0].message

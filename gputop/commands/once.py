@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from gputop import model
 from gputop.analysis import mig_display
 from gputop.analysis.durations import format_duration
+from gputop.analysis.health.common import HOST_STATE
 from gputop.commands import common
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_OK
 from gputop.model import Gpu, GpuProcess, HostSnapshot
@@ -154,6 +155,9 @@ def render_text(
     for snap in snapshots:
         lines = _host_block(snap, width, paint)
         found = (warnings or {}).get(snap.host)
+        if found and not snap.ok:
+            # The block says the host's state and why already: not twice in other words.
+            found = [w for w in found if w.code != HOST_STATE]
         if found:
             lines.extend(_warning_lines(found, width, paint))
         blocks.append("\n".join(lines))
@@ -176,8 +180,8 @@ def _host_block(
 ) -> list[str]:
     lines = [_fit(_host_header(snap), width)]
     if not snap.ok:
-        message = snap.error or snap.state
-        lines.append(paint(_fit(f"  {snap.state}: {visible(message)}", width), _RED))
+        # The header says the state (UNREACHABLE); this line only why, once.
+        lines.append(paint(_fit(f"  {visible(snap.error or snap.state)}", width), _RED))
         return lines
     lines.append(paint(_fit(_GPU_HEADER, width), _BOLD))
     if not snap.gpus:

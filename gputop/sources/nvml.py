@@ -107,6 +107,12 @@ DRIVER_NOT_LOADED_MESSAGE = (
 NO_GPUS_MESSAGE = "gputop: no GPUs: the NVIDIA driver is loaded but sees no GPU on this machine."
 
 
+# What a lost card's ``error`` says, once and in words: the state already says "lost",
+# and NVML's own text ("GPU is lost") and the function that met it say nothing more.
+LOST_TEXT = "fallen off the bus; needs a reset or reboot"
+RESET_TEXT = "needs a reset (nvidia-smi -r) or a reboot"
+
+
 class _GpuLost(Exception):
     def __init__(self, state: str, message: str) -> None:
         super().__init__(message)
@@ -225,7 +231,7 @@ class NvmlBackend:
         self._field_errors: list[str] | None = None  # of the GPU being read, see _call
         # MIG devices list processes as cards do (the first value of _running).
         self._mig = MigReader(nvml, self._get, lambda *args: self._running(*args)[0],
-                              lambda m: _GpuLost("lost", m))
+                              lambda m: _GpuLost("lost", LOST_TEXT))
 
     # -- NVML access -----------------------------------------------------------------------
 
@@ -260,9 +266,9 @@ class NvmlBackend:
         except self._error_class as err:
             code = getattr(err, "value", None)
             if code == _ERR_GPU_IS_LOST:
-                raise _GpuLost("lost", f"GPU is lost ({name})") from None
+                raise _GpuLost("lost", LOST_TEXT) from None
             if code == _ERR_RESET_REQUIRED:
-                raise _GpuLost("lost", f"GPU requires reset ({name})") from None
+                raise _GpuLost("lost", RESET_TEXT) from None
             if code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND):
                 return None, None
             why = f"{name}: {err}"
@@ -297,7 +303,7 @@ class NvmlBackend:
             handle = fn(index) if fn is not None else None
         except self._error_class as err:
             if getattr(err, "value", None) == _ERR_GPU_IS_LOST:
-                raise _GpuLost("lost", f"GPU is lost: {err}") from None
+                raise _GpuLost("lost", LOST_TEXT) from None
             raise _GpuLost("error", f"cannot open GPU {index}: {err}") from None
         if handle is None:
             raise _GpuLost("error", f"cannot open GPU {index}")
@@ -392,7 +398,7 @@ class NvmlBackend:
             except self._error_class as err:
                 code = getattr(err, "value", None)
                 if code == _ERR_GPU_IS_LOST:
-                    raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetNvLinkState)") from None
+                    raise _GpuLost("lost", LOST_TEXT) from None
                 # NotSupported / InvalidArgument: no such link, and none beyond it.
                 break
             if not remotes:
@@ -414,7 +420,7 @@ class NvmlBackend:
             values = fn(handle, fields)
         except self._error_class as err:
             if getattr(err, "value", None) == _ERR_GPU_IS_LOST:
-                raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetFieldValues)") from None
+                raise _GpuLost("lost", LOST_TEXT) from None
             return None
         except self._mismatch_class:
             return None
@@ -844,7 +850,7 @@ class NvmlBackend:
         except self._error_class as err:
             code = getattr(err, "value", None)
             if code == _ERR_GPU_IS_LOST:
-                raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetProcessUtilization)") from None
+                raise _GpuLost("lost", LOST_TEXT) from None
             if code != _ERR_NOT_FOUND:
                 return  # not supported here: SM % stays None
             samples = []  # NotFound: no samples since last_ts, so nobody ran

@@ -45,6 +45,7 @@ from gputop.model import (
     Reservation,
     error_snapshot,
 )
+from gputop.sources import networds
 from gputop.sources.feed import ReadOnlyFeed
 
 MIB = 1024**2
@@ -191,7 +192,8 @@ class PromClient:
             if isinstance(reason, TimeoutError) or "timed out" in str(reason):
                 raise PromError(model.HOST_TIMEOUT,
                                 f"no answer within {self.timeout:g} s") from None
-            raise PromError(model.HOST_UNREACHABLE, f"unreachable: {reason}") from None
+            raise PromError(model.HOST_UNREACHABLE,
+                            networds.url_problem(err, self.url, networds.PROMETHEUS)) from None
 
 
 def read_body(response: Any) -> bytes:
