@@ -8,10 +8,11 @@ back in the next snapshot, as they do for a user.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,12 +29,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def demo_dir(monkeypatch: pytest.MonkeyPatch) -> str:
+def demo_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """--demo keeps reservations under the temp dir: give it a private one."""
     base = tempfile.mkdtemp(prefix="gputop-ui-res-")
     os.chmod(base, 0o755)  # another uid must reach the store for the race test
     monkeypatch.setattr(tempfile, "tempdir", base)
-    return opener.demo_reservations_dir("faulty")
+    yield opener.demo_reservations_dir("faulty")
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _app() -> GputopApp:
