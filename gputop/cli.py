@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="render the main screens headless against demo scenarios into DIR as SVG",
     )
+    parser.add_argument("--watch", type=float, metavar="S",
+                        help="with --once: redraw the table every S seconds until Ctrl+C, "
+                        "plain text as `gpustat -i` (default: once)")
     parser.add_argument("--interval", type=float, metavar="S",
                         help="refresh interval in seconds (default: the config's, 1)")
     parser.add_argument(
@@ -343,6 +346,14 @@ def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
         from gputop.ui.screenshots import run_screenshots
 
         return run_screenshots(args.screenshot)
+    if args.watch is not None:
+        if args.json or args.screenshot:
+            print("gputop: --watch redraws the --once table; it does not go with --json "
+                  "or --screenshot", file=sys.stderr)
+            return EXIT_USAGE
+        from gputop.commands import watch
+
+        return watch.run(options, args.watch)
     if args.once or args.json:
         from gputop.commands import once
 

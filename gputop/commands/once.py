@@ -67,7 +67,7 @@ def _report(options: SourceOptions, as_json: bool) -> int:
                       default=_json_default)
             out.write("\n")
         else:
-            out.write(render_text(snapshots, warnings, width=_width(out),
+            out.write(render_text(snapshots, warnings, width=terminal_width(out),
                                   color=common.use_colour(out)))
     if common.nothing_to_show(snapshots):
         return EXIT_NO_DRIVER
@@ -82,7 +82,7 @@ def run_demo_list() -> int:
     return EXIT_OK
 
 
-def _width(stream: TextIO, env: Mapping[str, str] | None = None) -> int | None:
+def terminal_width(stream: TextIO, env: Mapping[str, str] | None = None) -> int | None:
     """The terminal's width; else $COLUMNS where set; else None: no limit."""
     isatty = getattr(stream, "isatty", None)
     if isatty and isatty():

@@ -131,17 +131,20 @@ def reservations_dir(options: SourceOptions, config: Config) -> str:
 def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
     plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
+    history: bool = True,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
     False (commands that only touch the reservation store: this machine is then a "no
     GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
     command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
-    ``lean``: local collectors skip topology, XID registration and the device scan."""
+    ``lean``: local collectors skip topology, XID registration and the device scan.
+    ``history``: the demo seeds the past it would have had (the dashboard's charts and
+    idle rules); a plain redraw (`--watch`) shows only the present."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
     if plan.demo:
-        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean))
+        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean, history))
     elif plan.local:
         feeds.append(_local_feed(options, config, need_driver, lean,
                                  ONE_SHOT_NAME_WAIT_S if one_shot else 0.0))
@@ -257,7 +260,8 @@ def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[],
 
 
 def _demo_feed(
-    name: str, options: SourceOptions, config: Config, one_shot: bool, lean: bool = False
+    name: str, options: SourceOptions, config: Config, one_shot: bool, lean: bool = False,
+    history: bool = True,
 ) -> LocalFeed:
     # The simulator pulls in pyyaml for scenario files: imported only when asked for.
     from gputop.sources import sim
@@ -279,7 +283,7 @@ def _demo_feed(
     identity = dataclasses.replace(named_identity(scenario.me),
                                    reserves_as=local_identity().user)
     seed = None
-    if not one_shot:
+    if history and not one_shot:
         # The whole window the idle rules look back over, less the sample live data adds.
         seconds = analysis_settings(config).history().process_seconds - DEMO_SEED_STEP_S
         seed = _demo_seed(name, host, seconds, time.time())
