@@ -26,15 +26,29 @@ FILTER_HELP = {"--min-free-mem": "free memory each GPU needs, e.g. 20G, 512M (de
                "--max-util": "highest acceptable util %% (default: any)"}
 
 
+class _Once(argparse.Action):
+    """An option that may be given once: `--demo a --demo b` would show only b."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        before = getattr(namespace, self.dest, None)
+        if before is not None:
+            parser.error(f"{option_string} given twice ({before}, {values}): give one; "
+                         f"'--demo cluster' shows several machines")
+        setattr(namespace, self.dest, values)
+
+
 def _add_source_args(p: argparse.ArgumentParser) -> None:
     """Where snapshots come from; shared by the dashboard and every subcommand."""
     p.add_argument(
         "--demo",
         nargs="?",
         const="dgx-h100",
+        action=_Once,
         metavar="SCENARIO",
         help="use the simulator, not the real driver (default: off); SCENARIO is a name "
-        "or YAML file, dgx-h100 if omitted ('--demo list' names them)",
+        "or YAML file, dgx-h100 if omitted ('--demo list' names them; 'cluster' is "
+        "several machines)",
     )
     p.add_argument("--hosts", metavar="FILE", help="hosts file (YAML) to watch over SSH "
                    "(default: $GPUTOP_HOSTS, else ~/.config/gputop/hosts.yaml if it exists)")

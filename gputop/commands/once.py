@@ -76,8 +76,9 @@ def _report(options: SourceOptions, as_json: bool) -> int:
 
 def run_demo_list() -> int:
     from gputop.sources.sim import list_scenarios
+    from gputop.sources.sim.cluster import CLUSTER, DESCRIPTION
 
-    for name, description in list_scenarios():
+    for name, description in [*list_scenarios(), (CLUSTER, DESCRIPTION)]:
         print(f"{name:<14} {description}")
     return EXIT_OK
 

@@ -65,7 +65,7 @@ def _process_rules(
             "idle-memory",
             f"{_who(proc)} holds {gib(proc.gpu_mem)} GiB at 0% SM for "
             f"{format_duration(add.now - flags.idle_since, minutes=True)} "
-            f"({'ledger' if flags.idle_recorded else 'as observed'}){what}",
+            f"({_source(flags)}){what}",
             gpu=proc.gpu,
             pid=proc.pid,
             hint="if it is a forgotten notebook or job, stop it (reclaim view) to free the card",
@@ -120,3 +120,10 @@ def _who(proc: GpuProcess) -> str:
 
 def _pct(value: int | None) -> str:
     return "?%" if value is None else f"{value}%"
+
+
+def _source(flags: orphans.ProcessFlags) -> str:
+    """Where an idle streak's start comes from: never "observed" for made-up history."""
+    if flags.idle_recorded:
+        return "ledger"
+    return "simulated before the demo began" if flags.idle_simulated else "as observed"

@@ -65,7 +65,7 @@ class DetailScreen(Screen[None]):
             yield Static(id="detail-facts")
             yield Static("Parent chain", classes="section")
             yield Static(id="detail-parents")
-            yield Static("History (as observed by gputop)", classes="section")
+            yield Static("History", classes="section")
             yield Static(id="detail-history")
         yield Footer()
 
@@ -192,8 +192,14 @@ class DetailScreen(Screen[None]):
         out.append(fmt.sparkline(sm, width, now, span), style="green")
         out.append(f" {fmt.percent(proc.sm_util)}\n")
         first = history.first_seen(host, pid, ticks)
-        out.append(f"last {span / 60:.0f} min, 0-100 % scale; first seen {_when(first)}",
-                   style="dim")
+        until = history.simulated_until.get(host)
+        if until is not None and first is not None and first <= until:
+            # --demo: the start of the chart was made up, not seen (it began at `until`)
+            seen = (f"simulated before {_when(until)}, observed since; "
+                    f"in the simulated past from {_when(first)}")
+        else:
+            seen = f"as observed by gputop; first seen {_when(first)}"
+        out.append(f"last {span / 60:.0f} min, 0-100 % scale, {seen}", style="dim")
         return out
 
     def action_close(self) -> None:
