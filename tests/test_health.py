@@ -433,6 +433,25 @@ def test_input_bound_process() -> None:
                 if w.code == "input-bound"]
 
 
+def test_a_graphics_process_is_not_input_bound() -> None:
+    """Xorg at 0 % SM with 82 % CPU draws a desktop; it does not wait for input data."""
+    for kind in ("G", "C+G"):
+        xorg = {"type": kind, "command": "/usr/lib/xorg/Xorg vt1", "sm_util": 0,
+                "cpu_percent": 82.0, "gpu_mem": 40 * 1024**2}
+        history = History(seconds=3600)
+        last = feed(history, minutes=10, **xorg)
+        current = snap(healthy(util_gpu=0), processes=(proc(**xorg),), time=last)
+        assert not [w for w in health.warnings(current, history, Thresholds(), last)
+                    if w.code == "input-bound"], kind
+    # the same readings from a compute process are input-bound
+    compute = {**xorg, "type": "C", "command": "python train.py"}
+    history = History(seconds=3600)
+    last = feed(history, minutes=10, **compute)
+    current = snap(healthy(util_gpu=0), processes=(proc(**compute),), time=last)
+    assert [w.code for w in health.warnings(current, history, Thresholds(), last)
+            if w.code == "input-bound"] == ["input-bound"]
+
+
 def test_orphan_with_a_calm_cpu_is_not_input_bound() -> None:
     # Orphaned, holding memory and idle for 10 minutes (not yet `idle_minutes`): a running
     # nohup job is normal, so no warning; a calm CPU keeps it from being input-bound too.

@@ -87,6 +87,8 @@ def _process_rules(
         return
     if proc.cpu_percent < th.input_bound_cpu_percent:
         return
+    if "G" in (proc.type or ""):
+        return  # a display server or desktop app (type G, C+G) is no job starving for data
     if proc.sm_util is not None and proc.sm_util > th.input_bound_sm_percent:
         return  # computing now, so no starving streak: spare the history walk
 
