@@ -8,6 +8,7 @@ nothing listens and the connection is refused at once.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -124,3 +125,29 @@ def test_a_lost_gpu_is_said_once_in_words() -> None:
     assert warning.message == "GPU lost: fallen off the bus; needs a reset or reboot"
     for text in (line, warning.message, lost.error or ""):
         assert not any(raw in text for raw in RAW), text
+
+
+def test_once_shows_the_xids_that_check_shows(tmp_path: Path) -> None:
+    """--once and check read a card's XID events alike (issue 24: 3 vs 5 criticals)."""
+    from helpers import fakenvml
+
+    scenario = fakenvml.template("faulty")
+    scenario["xid_events"] = [{"device": 1, "xid": 48}, {"device": 2, "xid": 63}]
+    with fakenvml.processes(scenario) as ready:
+        path = fakenvml.write_scenario(tmp_path / "faulty.scenario", ready)
+        env = {**fakenvml.environment(path), "NO_COLOR": "1", "COLUMNS": "200",
+               "HOME": str(tmp_path)}
+        env.pop("GPUTOP_HOSTS", None)
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "gputop.cli", *args], env=env,
+                                  capture_output=True, text=True, timeout=120)
+
+        check, once_text = run("check", "--json"), run("--once")
+    xids = sorted((w["code"], w["gpu"]) for w in json.loads(check.stdout)["warnings"]
+                  if w["code"].startswith("xid-"))
+    assert xids == [("xid-48", 1), ("xid-63", 2)], check.stdout
+    critical = [w for w in json.loads(check.stdout)["warnings"] if w["severity"] == "critical"]
+    shown = [line for line in once_text.stdout.splitlines() if line.startswith("CRITICAL")]
+    assert len(shown) == len(critical), once_text.stdout
+    assert any("GPU 1" in line and "48" in line for line in shown), shown

@@ -582,6 +582,8 @@ def test_tracker_holds_xids_longer_and_keeps_hosts_apart() -> None:
     assert {w.code for w in tracker.expire(NOW + 100)} == {"xid-79", "temp-near-slowdown"}
     assert [w.host for w in tracker.current("node2")] == ["node2"]
     assert [w.code for w in tracker.for_gpu("node1", 0)] == ["xid-79"]
+    # An event does not "clear": the panel must not call cleared what `w` lists as active.
+    assert not tracker.clearing(tracker.for_gpu("node1", 0)[0])
     assert [w.code for w in tracker.expire(NOW + 601)] == ["temp-near-slowdown"]
     assert [c.warning.code for c in tracker.log] == ["xid-79"]
 

@@ -196,8 +196,9 @@ class NvmlBackend:
 
     ``nvml`` is pynvml or a ``sim.SimNvml`` (then ``simulated``: source "sim", no sysfs
     look-ups, simulated pids above any real one).  ``lean`` (a one-shot table): no
-    topology, NVLink remotes or XID event registration, which cost most of its NVML calls
-    and show nowhere in it.  Raises NoDriverError when nvmlInit fails.
+    topology or NVLink remotes, which cost most of its NVML calls and show nowhere in it;
+    XID events are read all the same (--once shows the criticals `check` shows).
+    Raises NoDriverError when nvmlInit fails.
     """
 
     def __init__(self, nvml: Any, simulated: bool = False, lean: bool = False) -> None:
@@ -585,9 +586,10 @@ class NvmlBackend:
         if not self.lean:
             readable = {g["index"] for g in gpus if g["index"] in self._static}
             snap["topology"] = self._topology_once(sorted(self._handles.keys() & readable))
-            self._xid_setup_once()
-            snap["xid_watched"] = self._xid_watched
-            snap["xid_events"] = self._poll_xid(now)
+        # XIDs also in a lean one-shot (--once): it shows the criticals `check` shows.
+        self._xid_setup_once()
+        snap["xid_watched"] = self._xid_watched
+        snap["xid_events"] = self._poll_xid(now)
         return snap
 
     def _collect_gpu(self, index: int, now: float) -> tuple[dict, list[dict]]:

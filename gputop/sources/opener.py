@@ -187,7 +187,7 @@ def open_feeds(
     False (commands that only touch the reservation store: this machine is then a "no
     GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
     command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
-    ``lean``: local collectors skip topology, XID registration and the device scan.
+    ``lean``: local collectors skip topology and the device scan (never the XIDs).
     ``history``: the demo seeds the past it would have had (the dashboard's charts and
     idle rules); a plain redraw (`--watch`) shows only the present."""
     plan = plan or plan_sources(options)
