@@ -117,6 +117,23 @@ async def test_reserve_dialog_validates_then_reserves_and_r_releases(demo_dir: s
         await _until(pilot, lambda: store.list_active(demo_dir) == [])
 
 
+async def test_a_gpu_number_typed_at_once_goes_into_gpus(demo_dir: str) -> None:
+    app = _app()
+    async with app.run_test(size=(140, 50)) as pilot:
+        await _until(pilot, lambda: app.state.snapshot is not None)
+        app.state.selected_gpu = 3
+        await pilot.press("r")
+        await _until(pilot, lambda: isinstance(app.screen, ReserveScreen))
+        await pilot.pause()
+        await pilot.press("5")
+        await pilot.pause()
+        # the prefill is replaced, not appended to; the duration stays empty
+        assert (_field(app, "gpus").value, _field(app, "for").value) == ("5", "")
+        await pilot.press("tab", *"2h")
+        await pilot.pause()
+        assert _field(app, "for").value == "2h"
+
+
 async def test_r_prefills_a_free_card_not_the_selected_process_card(demo_dir: str) -> None:
     app = _app()
     async with app.run_test(size=(140, 50)) as pilot:
