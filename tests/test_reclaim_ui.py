@@ -184,6 +184,32 @@ async def test_the_kill_dialog_from_reclaim_shows_the_flags_and_reasons_of_the_t
         assert "ORPH" in row and "KERN" in row, row
 
 
+async def test_check_boxes_show_their_state_in_shape_not_only_colour():
+    lab = Lab()
+    app = lab.app()
+    async with app.run_test(size=SIZE) as pilot:
+        lab.observe(app, 31)
+        await pilot.press("o")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ReclaimScreen)
+
+        def boxes() -> list[str]:
+            lines = [screen.selection.render_line(y).text for y in range(len(screen.entries))]
+            return [line[:3] for line in lines]
+
+        assert boxes() == ["▐ ▌", "▐ ▌"]  # "0 selected": no box reads as ticked
+        await pilot.press("space")
+        await pilot.pause()
+        assert boxes() == ["▐X▌", "▐ ▌"]
+        await pilot.press("k")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, KillScreen)
+        marks = {b.id: str(b.render())[:3] for b in dialog.query("RadioButton")}
+        assert marks == {"sig-TERM": "▐●▌", "sig-KILL": "▐ ▌", "sig-INT": "▐ ▌"}, marks
+
+
 async def test_root_sees_everyone_and_ghost_memory_is_shown():
     lab = Lab(me="root")
     app = lab.app()

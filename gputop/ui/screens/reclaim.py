@@ -23,6 +23,7 @@ from gputop.analysis.orphans import Reclaimable
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
 from gputop.ui.screens.kill import confirm_and_kill, targets_from_rows
+from gputop.ui.widgets.marks import MarkedSelectionList
 
 if TYPE_CHECKING:
     from textual import getters
@@ -117,7 +118,7 @@ class ReclaimScreen(Screen[None]):
         with Vertical():
             yield Label("Reclaim GPU memory", id="reclaim-title")
             yield Static("", id="reclaim-summary")
-            yield SelectionList[EntryKey](id="reclaim-list")
+            yield MarkedSelectionList(id="reclaim-list")
             yield Static("", id="reclaim-why")
             yield Static("", id="reclaim-ghost")
         yield Footer()
