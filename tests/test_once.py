@@ -309,3 +309,21 @@ def test_json_power_is_rounded_once_to_a_tenth() -> None:
     assert doc["hosts"][0]["gpus"][0]["power_draw"] == 23.5
     text = once.render_text([dataclasses.replace(snap, gpus=(gpu,), processes=())])
     assert "23/350W" in text and "24/350W" not in text
+
+
+def test_card_and_mig_memory_in_one_unit_rule() -> None:
+    """`21.8/79.6GiB` for a card and its MIG devices alike; a 13 MiB instance is 13MiB,
+    not a rounded 0.0 (issue 24)."""
+    card = Gpu(index=0, name="NVIDIA H100 80GB HBM3", mem_used=int(21.8 * GIB),
+               mem_total=int(79.6 * GIB), mig_mode=1)
+    devices = (model.MigDevice(gpu=0, index=0, profile="1g.10gb", mem_used=13 * 1024**2,
+                               mem_total=int(9.6 * GIB)),
+               model.MigDevice(gpu=0, index=1, profile="1g.10gb", mem_used=int(2.2 * GIB),
+                               mem_total=int(9.6 * GIB)))
+    card = dataclasses.replace(card, mig_devices=devices)
+    text = once.render_text([HostSnapshot(host="box", time=T0, gpus=(card,))], width=None)
+    lines = text.splitlines()
+    assert "21.8/79.6GiB" in next(line for line in lines if line.startswith("  0 "))
+    assert " 13MiB/9.6GiB " in next(line for line in lines if line.startswith(" 0:0"))
+    assert " 2.2/9.6GiB " in next(line for line in lines if line.startswith(" 0:1"))
+    assert "/9.6G " not in text  # no bare "G"

@@ -233,9 +233,7 @@ def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> 
         text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {visible(gpu.error or '')}"
         return paint(_fit(text, width), _RED)
     util = _pct(gpu.util_gpu)
-    mem = f"{_gib(gpu.mem_used)}/{_gib(gpu.mem_total)}GiB"
-    if gpu.mem_used is None and gpu.mem_total is None:
-        mem = "n/a"
+    mem = _mem_pair(gpu.mem_used, gpu.mem_total)
     temp = f"{gpu.temp}C" if gpu.temp is not None else "n/a"
     power = f"{_int(gpu.power_draw)}/{_int(gpu.power_limit)}W"
     if gpu.power_draw is None and gpu.power_limit is None:
@@ -252,7 +250,7 @@ def mig_lines(gpu: Gpu) -> list[str]:
     state = mig_display.summary(gpu)
     lines = [f"     {state}"] if state else []
     for dev in gpu.mig_devices:
-        mem = f"{_gib(dev.mem_used)}/{_gib(dev.mem_total)}G"
+        mem = _mem_pair(dev.mem_used, dev.mem_total)
         bar1 = f"BAR1 {_mem(dev.bar1_used)}/{_mem(dev.bar1_total)}"
         name, activity = mig_display.describe(dev), mig_display.activity(dev)
         lines.append(f" {dev.label:<4}{name:<20} {activity:>9} {mem:>15}"
@@ -338,6 +336,16 @@ def _int(value: float | None) -> str:
 
 def _gib(value: int | None) -> str:
     return f"{value / GIB:.1f}" if value is not None else "n/a"
+
+
+def _mem_pair(used: int | None, total: int | None) -> str:
+    """``used/total`` of a card or MIG device in one unit rule: ``21.8/79.6GiB``; a used
+    amount under 1 GiB in MiB (``13MiB/9.6GiB``), never rounded to a false ``0.0``."""
+    if used is None and total is None:
+        return "n/a"
+    if used is not None and 0 < used < GIB:
+        return f"{_mem(used)}/{_mem(total)}"
+    return f"{_gib(used)}/{_gib(total)}GiB"
 
 
 def _mem(value: int | None) -> str:
