@@ -22,6 +22,9 @@ _DEFAULT_CLK_TCK = 100
 _KERNEL_FLAGS = ("-f", "--f")
 # Guards parent_chain against a corrupt or cyclic /proc view.
 _MAX_CHAIN = 64
+# A command line is read up to this much (ps -ww reads it all; a screen shows a line).
+MAX_CMDLINE_BYTES = 32 * 1024
+CMDLINE_CUT = f"... (cut at {MAX_CMDLINE_BYTES // 1024} KiB)"
 
 
 def _sysconf(name: str, default: int) -> int:
@@ -286,15 +289,19 @@ class ProcFs:
 
     @staticmethod
     def _cmdline(base: str) -> tuple[str, ...]:
+        """The argv, at most MAX_CMDLINE_BYTES of it: anyone may start a process with a
+        2 MB command line, and it would be read, sent over SSH and drawn every second."""
         try:
             with open(base + "/cmdline", "rb") as f:
-                raw = f.read()
+                raw = f.read(MAX_CMDLINE_BYTES + 1)
         except OSError:
             return ()
-        parts = raw.split(b"\0")
+        cut = len(raw) > MAX_CMDLINE_BYTES
+        parts = raw[:MAX_CMDLINE_BYTES].split(b"\0")
         if parts and parts[-1] == b"":
             parts.pop()
-        return tuple(p.decode("utf-8", "replace") for p in parts)
+        argv = tuple(p.decode("utf-8", "replace") for p in parts)
+        return (*argv, CMDLINE_CUT) if cut else argv
 
     @staticmethod
     def _kernel_file_exists(base: str, kernel_file: str | None) -> bool | None:
