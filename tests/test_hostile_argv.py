@@ -32,6 +32,9 @@ HOSTILE = [ESC, f"txt.{RLO}exe", "two\nlines", f"{ZWSP}zero", "tab\there", "x" *
 # Shaped as a kernel whose notebook server is gone: the reclaim view offers it.
 KERNEL = ["-m", "ipykernel_launcher", "-f", "/tmp/kernel-hostile.json"]
 RAW = ("\x1b", RLO, ZWSP, "\t", "\x07")
+# What the detail view shows of its environment (issue 24.19), and what it never shows.
+ENVIRONMENT = {"CUDA_VISIBLE_DEVICES": "1,3", "SLURM_JOB_ID": "4242",
+               "GPUTOP_TEST_SECRET": "hunter2"}
 ROOT = Path(__file__).resolve().parent.parent
 
 _START = """
@@ -53,7 +56,8 @@ def hostile_process() -> Iterator[int]:
     """A real process with the hostile argv, re-parented (its parent exits at once)."""
     # the attack first, where every view shows it; the 100 KB last
     starter = subprocess.run([sys.executable, "-c", _START, *HOSTILE[:-1], *KERNEL, HOSTILE[-1]],
-                             capture_output=True, text=True, timeout=60, check=True)
+                             capture_output=True, text=True, timeout=60, check=True,
+                             env={**os.environ, **ENVIRONMENT})
     pid = int(starter.stdout)
     try:
         deadline = time.monotonic() + 30
@@ -205,6 +209,10 @@ def test_every_screen_escapes_a_real_hostile_process(
             assert str(pid) in svg, name  # the process is on every one of these screens
     for name in ("dashboard", "detail", "kill", "reclaim"):
         assert "\\u202e" in shots[name] or "\\e[2J" in shots[name], name
+    # The environment where readable (we are its owner): the GPUs and the job, no secret.
+    assert "CUDA_VISIBLE_DEVICES=1,3" in shots["detail"]
+    assert "SLURM_JOB_ID=4242" in shots["detail"]
+    assert "hunter2" not in shots["detail"]
     command = shots["detail-command"]
     assert "\\e[2J\\e]0;pwned\\x07" in command and "two\\nlines" in command
     assert len(command) < 5000

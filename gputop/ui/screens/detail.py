@@ -39,6 +39,19 @@ def _when(epoch: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
+def _environment_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """The environment variables that say which GPUs, job and rank (sources/procfs.py);
+    where /proc/PID/environ is not readable, that it is not."""
+    if "environment" not in facts:
+        return []  # a source that reads no environment (the simulator, a remote host)
+    environment = facts["environment"]
+    if environment is None:
+        return [("environment", "not readable (another user's process)")]
+    if not environment:
+        return [("environment", "no CUDA_VISIBLE_DEVICES, Slurm or rank variables")]
+    return [("env", f"{name}={value}") for name, value in environment.items()]
+
+
 class DetailScreen(Screen[None]):
     DEFAULT_CSS = """
     DetailScreen > VerticalScroll { padding: 0 1; }
@@ -136,6 +149,8 @@ class DetailScreen(Screen[None]):
                 rows.append(("cwd", f"not readable: {self.facts['error']}"))
             else:
                 rows.append(("cwd", self.facts.get("cwd") or "not readable (permission)"))
+        if self.facts is not None and not self.facts.get("error"):
+            rows.extend(_environment_rows(self.facts))
         if proc.kernel_file:
             exists = {True: "", False: " (deleted)", None: ""}[proc.kernel_file_exists]
             rows.append(("kernel file", proc.kernel_file + exists))
