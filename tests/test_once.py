@@ -11,7 +11,7 @@ import unicodedata
 
 import pytest
 
-from gputop import model
+from gputop import model, text
 from gputop.commands import common, once
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.sources import sim
@@ -327,3 +327,17 @@ def test_card_and_mig_memory_in_one_unit_rule() -> None:
     assert " 13MiB/9.6GiB " in next(line for line in lines if line.startswith(" 0:0"))
     assert " 2.2/9.6GiB " in next(line for line in lines if line.startswith(" 0:1"))
     assert "/9.6G " not in text  # no bare "G"
+
+
+def test_a_cut_command_shows_the_script_not_the_interpreter_path() -> None:
+    """At 80 columns eight ranks of one job read "/home/alice/venvs/llm/bin/..." (issue
+    24.15): once cut, the program's directory goes first."""
+    snap = sim_snapshot("dgx-h100")
+    narrow = once.render_text([snap], width=80).splitlines()
+    ranks = [line for line in narrow if "train.py" in line]
+    assert len(ranks) == 8 and all("  python -u train.py --" in line for line in ranks)
+    wide = once.render_text([snap], width=None).splitlines()
+    assert any("/home/alice/venvs/llm/bin/python -u train.py" in line for line in wide)
+    assert text.without_program_dir("/usr/bin/python3 -m x") == "python3 -m x"
+    for kept in ("python train.py", "[kworker]", "/", "-bash"):
+        assert text.without_program_dir(kept) == kept

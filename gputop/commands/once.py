@@ -22,7 +22,7 @@ from gputop.commands import common
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_OK
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.options import SourceOptions
-from gputop.text import clock, visible
+from gputop.text import clock, visible, without_program_dir
 
 WIDTH = 80
 # Written to a pipe or file without $COLUMNS nothing is cut but the commands, and those
@@ -278,7 +278,10 @@ def _process_line(proc: GpuProcess, now: float, width: int | None, jobs: bool = 
         job = _fit(visible(proc.workload.label), _JOB_WIDTH) if proc.workload else "-"
         fixed += f"{job:<{_JOB_WIDTH}} "
     room = PIPE_COMMAND_WIDTH if width is None else max(width - _display_width(fixed), 8)
-    return fixed + _fit(visible(command or "n/a"), room)
+    shown = visible(command or "n/a")
+    if _display_width(shown) > room:  # cut: show the script, not the interpreter's path
+        shown = without_program_dir(shown)
+    return fixed + _fit(shown, room)
 
 
 def _warning_lines(

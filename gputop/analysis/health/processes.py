@@ -10,6 +10,7 @@ from gputop.analysis.durations import format_duration
 from gputop.analysis.health.common import MIB, Adder, gib, one_line
 from gputop.analysis.health.thresholds import Thresholds
 from gputop.model import INFO, GpuProcess, HostSnapshot
+from gputop.text import without_program_dir
 
 
 def orphan_rules(thresholds: Thresholds) -> orphans.OrphanRules:
@@ -116,7 +117,8 @@ def _process_rules(
 
 def _who(proc: GpuProcess) -> str:
     user = proc.user or "?"
-    command = one_line(proc.command or "?", 40)
+    # The program without its directory: the room goes to the script and the reason.
+    command = one_line(without_program_dir(proc.command or "?"), 32)
     return f"pid {proc.pid} ({user}: {command})"
 
 
