@@ -136,7 +136,7 @@ def test_readme_says_how_to_run_the_demo_after_make_demo(
     lines = re.findall(r"^\.venv-demo/bin/gputop (--demo [^#\n]*?)\s*# (.*)$", README, re.M)
     assert len(lines) >= 3 and "pipx install ." in README
     from gputop.sources.sim import list_scenarios
-    from gputop.sources.sim.cluster import CLUSTER
+    from gputop.sources.simcluster import CLUSTER
 
     for command, comment in lines:
         args = shlex.split(command)

@@ -17,7 +17,7 @@ from gputop.analysis.pipeline import Analysed, Analyser
 from gputop.config import Config, analysis_settings
 from gputop.options import SourceOptions
 from gputop.sources import opener, sim
-from gputop.sources.sim.cluster import CLUSTER, CLUSTER_DOWN, CLUSTER_HOSTS
+from gputop.sources.simcluster import CLUSTER, CLUSTER_DOWN, CLUSTER_HOSTS
 from gputop.ui import fmt
 
 

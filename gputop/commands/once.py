@@ -76,7 +76,7 @@ def _report(options: SourceOptions, as_json: bool) -> int:
 
 def run_demo_list() -> int:
     from gputop.sources.sim import list_scenarios
-    from gputop.sources.sim.cluster import CLUSTER, DESCRIPTION
+    from gputop.sources.simcluster import CLUSTER, DESCRIPTION
 
     for name, description in [*list_scenarios(), (CLUSTER, DESCRIPTION)]:
         print(f"{name:<14} {description}")

@@ -98,7 +98,7 @@ def narrow_to_one(plan: SourcePlan, host: str | None) -> SourcePlan:
     """The one host a command acts on: ``host`` (--host), else the only one, else this
     machine when it is among the sources.  Raises SourceError naming the choices."""
     if _is_cluster(plan.demo):
-        from gputop.sources.sim.cluster import CLUSTER_HOSTS
+        from gputop.sources.simcluster import CLUSTER_HOSTS
 
         names = [h[1] for h in CLUSTER_HOSTS]
         if host in names:
@@ -127,7 +127,7 @@ def narrow_to_one(plan: SourcePlan, host: str | None) -> SourcePlan:
 def _is_cluster(demo: str | None) -> bool:
     if not demo:
         return False  # the simulator is imported only for --demo, never for real GPUs
-    from gputop.sources.sim.cluster import CLUSTER
+    from gputop.sources.simcluster import CLUSTER
 
     return demo == CLUSTER
 
@@ -150,7 +150,7 @@ def _cluster_feeds(options: SourceOptions, config: Config, one_shot: bool, lean:
     """--demo cluster: one simulated feed per machine, each with its own store, and the
     hosts that are down."""
     from gputop.sources.feed import LocalFeed
-    from gputop.sources.sim.cluster import CLUSTER_DOWN, CLUSTER_HOSTS
+    from gputop.sources.simcluster import CLUSTER_DOWN, CLUSTER_HOSTS
 
     feeds: list[Feed] = []
     for scenario, hostname, seed, labels in CLUSTER_HOSTS:
@@ -340,8 +340,8 @@ def _demo_feed(
     from gputop.sources import sim
     from gputop.sources.feed import LocalFeed
     from gputop.sources.hostsource import open_simulation
-    from gputop.sources.sim.cluster import CLUSTER
-    from gputop.sources.sim.cluster import machine as cluster_machine
+    from gputop.sources.simcluster import CLUSTER
+    from gputop.sources.simcluster import machine as cluster_machine
 
     def load() -> Scenario:
         if machine is None:

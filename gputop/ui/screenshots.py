@@ -21,7 +21,7 @@ from typing import Any
 
 from gputop.config import Config
 from gputop.model import HostSnapshot, Reservation, error_snapshot
-from gputop.sources.sim.cluster import CLUSTER, CLUSTER_DOWN, CLUSTER_HOSTS, machine
+from gputop.sources.simcluster import CLUSTER, CLUSTER_DOWN, CLUSTER_HOSTS, machine
 from gputop.ui.app import GputopApp
 
 START = 1_764_680_000.0  # 2025-12-02 12:53:20 UTC
