@@ -60,11 +60,14 @@ bench: $(STAMP)
 	$(BIN)/python bench/health_rules.py
 	$(BIN)/python bench/orphans.py
 	$(BIN)/python bench/bench_ui.py
+	$(BIN)/python bench/bench_tick.py
+	$(BIN)/python bench/bench_rss.py
 	$(BIN)/python bench/bench_mig.py
 
-# `gputop serve` scrape latency and CPU, `--prometheus` at 1,000 hosts.
+# `gputop serve` scrape latency and CPU; `--prometheus` at 1,000 hosts (a real Prometheus).
 bench-prometheus: $(STAMP)
 	$(BIN)/python bench/bench_prometheus.py
+	$(BIN)/python bench/bench_prometheus_scale.py
 
 # Starts real sshd daemons on 127.0.0.x (root, openssh-server installed).
 bench-ssh: $(STAMP)

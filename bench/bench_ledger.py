@@ -14,8 +14,8 @@ size: a typical mix on 2 GPUs for 7 days at 10 s (raw retention): per GPU, a tra
   expired, leaving the week's hourly rollups; the GPU-year is the first (7 days raw and
   rollups) + 358 days of rollups, after VACUUM.
 report: a 30-day ledger of 8 GPUs x 200 processes written straight into the tables
-  (30 days of hourly rollups, the last 7 days also raw at 10 s, every sample its own
-  row), then
+  (30 days of hourly rollups, per process and per holder, the last 7 days also raw at
+  10 s, every sample its own row), then
   `gputop report --since 30d --format json` as a subprocess, median of 3.
 """
 
@@ -149,6 +149,8 @@ def bench_report(tmp: str) -> None:
         "INSERT INTO proc_hourly VALUES (?, ?, ?, 3600, 1800, 600, 72000, ?, ?)",
         [(p + 1, p % 8 + 1, h, 3600.0 * GIB, GIB) for p in range(200)
          for h in range(first_hour, last_hour)])
+    # The per-holder rollups (schema 2) as the recorder would have kept them.
+    conn.execute("INSERT INTO holder_hourly" + store.HOLDERS_FROM_PROCS)
     for tick in range(7 * DAY // 10):
         t = raw_from + 10 * tick
         hour = int(t // 3600)

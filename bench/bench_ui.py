@@ -58,7 +58,9 @@ def snapshots(gpus: int, processes: int, count: int) -> Iterator[HostSnapshot]:
 
 
 async def per_tick(gpus: int, processes: int) -> dict[str, float]:
-    from gputop.ui.app import Analysed, GputopApp
+    from gputop.analysis import health, orphans
+    from gputop.analysis.pipeline import Analysed
+    from gputop.ui.app import GputopApp
 
     snaps = snapshots(gpus, processes, TICKS + WARMUP)
     clock = Clock(START)
@@ -68,15 +70,15 @@ async def per_tick(gpus: int, processes: int) -> dict[str, float]:
     async with app.run_test(size=(160, 50)) as pilot:
         for i, snap in enumerate(snaps):
             clock.now = snap.time
-            # The steps of Analyser.__call__, timed one by one.
+            # The steps of Analyser.__call__ (analysis/pipeline.py), timed one by one.
             t0 = time.process_time()
             an.history.add(snap)
             t1 = time.process_time()
             # In the app's order: the flags first, then the health rules reuse them.
-            flags = an.orphans.classify_snapshot(snap, an.history, an.rules, snap.time)
+            flags = orphans.classify_snapshot(snap, an.history, an.settings.rules, snap.time)
             t2 = time.process_time()
-            fresh = an.health.warnings(snap, an.history, an.thresholds, snap.time, an.me,
-                                       an.shared_flags(flags))
+            fresh = health.warnings(snap, an.history, an.settings.thresholds, snap.time,
+                                    an.me_on(snap.host), flags if an.shares_flags else None)
             warnings = an.tracker.update(snap.host, fresh, snap.time)
             t3 = time.process_time()
             app._apply_result(Analysed(snap, warnings, flags))

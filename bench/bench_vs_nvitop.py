@@ -5,8 +5,15 @@ ctypes path against the same GPUs and the same real processes.  nvitop lives in 
 virtual environment, never in gputop's dependencies:
 
     python bench/bench_vs_nvitop.py --setup          # builds the fake driver, makes the venv
-    python bench/bench_vs_nvitop.py                  # the table (about 6 minutes)
-    python bench/bench_vs_nvitop.py --tui-seconds 20 --runs 3   # quicker, noisier
+    python bench/bench_vs_nvitop.py                  # every row of issue 27's table (~15 min)
+    python bench/bench_vs_nvitop.py --tui-seconds 20 --long-uptime 60 --runs 5  # quicker
+    python bench/bench_vs_nvitop.py --tree /other/checkout   # that checkout's gputop
+
+Every row runs the two tools interleaved (gputop, nvitop, gputop, ...): ``--runs`` pairs
+for the one-shot rows, ``--tui-runs`` for the dashboards.  A row prints both medians and
+the ratio gputop/nvitop of each pair as min / median / max, and the load average it ran
+under.  CPU is the child's user+system time (rusage, /proc), never wall time, except the
+first frame, which is wall time from the start to the first frame showing the processes.
 
 Environment: BENCH_VENV (default .venv-nvitop here; `--setup` installs nvitop 1.7.2 there).
 The fake driver is built into build/fakenvml/ when missing.  Without nvitop it says so and
@@ -89,14 +96,14 @@ def crowded(gpus: int, per_gpu: int, pids: list[int]) -> dict[str, Any]:
         for g in range(gpus)]}
 
 
-def once_ms(cmd: list[str], env: dict[str, str], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       check=True)
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+def once_cpu(cmd: list[str], env: dict[str, str]) -> float:
+    """CPU seconds (user + system) of one run of ``cmd``, from its own rusage."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.read().decode()[-500:]}")
+    proc.stderr.close()
+    return usage.ru_utime + usage.ru_stime
 
 
 def nvml_calls(cmd: list[str], env: dict[str, str]) -> int:
@@ -104,7 +111,7 @@ def nvml_calls(cmd: list[str], env: dict[str, str]) -> int:
         subprocess.run(cmd, env=dict(env, FAKENVML_TRACE=trace.name),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         with open(trace.name) as lines:
-            return sum(1 for line in lines if "nvml" in line)
+            return sum(1 for line in lines if line.startswith("nvml"))
 
 
 def _lines(path: str) -> int:
@@ -125,8 +132,9 @@ def _rss_mib(pid: int) -> float:
 
 
 def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
-        trace: bool = False) -> dict[str, float]:
-    """Run a TUI in a 200x50 pty: CPU ms/s, terminal KiB/s, RSS after, NVML calls/refresh."""
+        trace: bool = False, marker: bytes | None = None) -> dict[str, float]:
+    """Run a TUI in a 200x50 pty: CPU ms/s, terminal KiB/s, RSS after, NVML calls/s, and
+    with ``marker`` the seconds until the output first showed it (the first full frame)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
     env = dict(env, TERM="xterm-256color", COLUMNS=str(COLS), LINES=str(ROWS))
@@ -134,21 +142,29 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
     trace_path = os.path.join(trace_dir, "trace") if trace else None
     if trace_path is not None:
         env["FAKENVML_TRACE"] = trace_path
+    started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdin=slave, stdout=slave, stderr=slave,
                             start_new_session=True)
     os.close(slave)
-    counted = 0
     calls_at = 0
+    seen = bytearray()
+    first_frame = float("nan")
 
     def drain(until: float) -> int:
+        nonlocal first_frame
         got = 0
         while (left := until - time.monotonic()) > 0:
             ready, _, _ = select.select([master], [], [], left)
             if ready:
                 try:
-                    got += len(os.read(master, 65536))
+                    chunk = os.read(master, 65536)
                 except OSError:
                     break
+                got += len(chunk)
+                if marker is not None and first_frame != first_frame:  # still NaN
+                    seen.extend(chunk)
+                    if marker in _plain(bytes(seen)):
+                        first_frame = time.monotonic() - started
         return got
 
     try:
@@ -170,22 +186,60 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
         os.close(master)
         shutil.rmtree(trace_dir, ignore_errors=True)
     return {"cpu": 1000 * (cpu1 - cpu0) / seconds, "kib": counted / 1024 / seconds,
-            "rss": rss, "calls": calls / seconds}
+            "rss": rss, "calls": calls / seconds, "first": first_frame}
 
 
-def row(name: str, ours: float, theirs: float, goal: str, unit: str) -> str:
-    ratio = ours / theirs if theirs else float("nan")
-    return f"| {name} | {ours:.1f} {unit} | {theirs:.1f} {unit} | {ratio:.2f} | {goal} |"
+def _plain(data: bytes) -> bytes:
+    """Terminal output without its escape sequences: what the screen shows, in order."""
+    import re
+
+    return re.sub(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]", b"", data)
+
+
+class Row:
+    """One measure: pairs of (gputop, nvitop) values, printed as medians and ratios."""
+
+    def __init__(self, name: str, unit: str, goal: str, scale: float = 1.0,
+                 digits: int = 1) -> None:
+        self.name, self.unit, self.goal, self.scale, self.digits = (
+            name, unit, goal, scale, digits)
+        self.pairs: list[tuple[float, float]] = []
+        self.loads: list[float] = []
+
+    def add(self, ours: float, theirs: float) -> None:
+        self.pairs.append((ours * self.scale, theirs * self.scale))
+        self.loads.append(os.getloadavg()[0])
+
+    def line(self) -> str:
+        ours = statistics.median(p[0] for p in self.pairs)
+        theirs = statistics.median(p[1] for p in self.pairs)
+        ratios = sorted(a / b for a, b in self.pairs if b)
+        if not ratios:
+            ratio = "n/a"
+        elif len(ratios) == 1:
+            ratio = f"{ratios[0]:.2f}"
+        else:
+            ratio = (f"{statistics.median(ratios):.2f} "
+                     f"({ratios[0]:.2f}-{ratios[-1]:.2f})")
+        unit = f" {self.unit}" if self.unit else ""
+        load = f"{statistics.median(self.loads):.1f}"
+        return (f"| {self.name} | {ours:,.{self.digits}f}{unit} | {theirs:,.{self.digits}f}"
+                f"{unit} | {ratio} | {self.goal} | {len(self.pairs)} | {load} |")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--setup", action="store_true", help="build the fake driver, install nvitop")
-    ap.add_argument("--runs", type=int, default=7, help="one-shot runs per tool (median)")
+    ap.add_argument("--runs", type=int, default=7, help="one-shot pairs per row (7)")
+    ap.add_argument("--tui-runs", type=int, default=1, help="dashboard pairs per row (1)")
     ap.add_argument("--tui-seconds", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--long-uptime", type=float, default=150.0,
+                    help="seconds of uptime before the 0.25 s refresh row is measured")
     ap.add_argument("--host-procs", type=int, default=4000)
     ap.add_argument("--skip-big", action="store_true", help="skip the 8x500 TUI case")
+    ap.add_argument("--tree", type=Path, default=ROOT,
+                    help="the gputop checkout to measure (default: this one)")
     args = ap.parse_args()
     if args.setup:
         setup()
@@ -193,35 +247,70 @@ def main() -> int:
     if not shutil.which(nvitop()[0]):
         print(f"needs nvitop in {BENCH_VENV}: run --setup")
         return 0
-    rows = []
-    with fake_gpus(fakenvml.template("dgx8")) as env:
-        g, n = once_ms([*GPUTOP, "--once"], env, args.runs), once_ms([*nvitop(), "-1"], env,
-                                                                       args.runs)
-        rows.append(row("`--once`, quiet host", g, n, "<= 0.5", "ms"))
-        gc, nc = nvml_calls([*GPUTOP, "--once"], env), nvml_calls([*nvitop(), "-1"], env)
-        rows.append(row("NVML calls, `--once`", gc, nc, "<= 1.0", ""))
+    rows: list[Row] = []
+
+    def row(*a: Any, **k: Any) -> Row:
+        rows.append(Row(*a, **k))
+        return rows[-1]
+
+    tree = str(args.tree.resolve())
+    template = fakenvml.template("dgx8")
+    with fake_gpus(template) as env:
+        env["PYTHONPATH"] = tree
+        marker = str(template["devices"][-1]["processes"][-1]["pid"]).encode()
+        once = row("`--once` CPU, quiet host, bytecode cached", "s", "<= 0.5", digits=3)
+        calls = row("NVML calls, `--once`", "", "<= 1.0", digits=0)
+        json_calls = row("NVML calls, `--json` (nvitop: `-1`)", "", "<= 1.0", digits=0)
+        once_cpu([*GPUTOP, "--once"], env)  # bytecode and page cache warm
+        once_cpu([*nvitop(), "-1"], env)
+        for _ in range(args.runs):
+            once.add(once_cpu([*GPUTOP, "--once"], env), once_cpu([*nvitop(), "-1"], env))
+        calls.add(nvml_calls([*GPUTOP, "--once"], env), nvml_calls([*nvitop(), "-1"], env))
+        json_calls.add(nvml_calls([*GPUTOP, "--json"], env),
+                       nvml_calls([*nvitop(), "-1"], env))
         with host_processes(args.host_procs):
-            g = once_ms([*GPUTOP, "--once"], env, args.runs)
-            n = once_ms([*nvitop(), "-1"], env, args.runs)
-        rows.append(row(f"`--once`, {args.host_procs} host processes", g, n, "<= 0.5", "ms"))
-        gt = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds, trace=True)
-        nt = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds, trace=True)
-        up = f"{(args.warmup + args.tui_seconds) / 60:.1f} min"
-        rows.append(row(f"TUI CPU at 1 s refresh, {up} uptime", gt["cpu"], nt["cpu"],
-                        "<= 1.0", "ms/s"))
-        rows.append(row("bytes written to the terminal", gt["kib"], nt["kib"], "<= 6 KiB/s",
-                        "KiB/s"))
-        rows.append(row(f"RSS after {up}", gt["rss"], nt["rss"], "<= 1.5", "MiB"))
-        rows.append(row("NVML calls per second, TUI", gt["calls"], nt["calls"], "<= 1.0", ""))
+            busy = row(f"`--json` CPU, {args.host_procs:,} other processes (nvitop: `-1`)",
+                       "s", "<= 1.0", digits=3)
+            for _ in range(args.runs):
+                busy.add(once_cpu([*GPUTOP, "--json"], env),
+                         once_cpu([*nvitop(), "-1"], env))
+        first = row("first full frame of the dashboard (wall)", "s", "<= 1.5", digits=2)
+        cpu1 = row("TUI CPU, 1 s refresh", "ms/s", "<= 1.0")
+        kib1 = row("bytes to the terminal, 1 s refresh", "KiB/s", "<= 2 KiB/refresh")
+        rss = row(f"RSS after {args.warmup + args.tui_seconds:g} s", "MiB", "<= 1.5")
+        tcalls = row("NVML calls per second, TUI 1 s", "", "<= 1.0", digits=0)
+        for _ in range(args.tui_runs):
+            g = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds,
+                    trace=True, marker=marker)
+            n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds,
+                    trace=True, marker=marker)
+            first.add(g["first"], n["first"])
+            cpu1.add(g["cpu"], n["cpu"])
+            kib1.add(g["kib"], n["kib"])
+            rss.add(g["rss"], n["rss"])
+            tcalls.add(g["calls"], n["calls"])
+        fast = row(f"TUI CPU, 0.25 s refresh, {args.long_uptime:g} s uptime", "ms/s",
+                   "<= 1.0")
+        kib4 = row("bytes to the terminal, 0.25 s refresh", "KiB/s", "<= 2 KiB/refresh")
+        for _ in range(args.tui_runs):
+            g = tui([*GPUTOP, "--interval", "0.25"], env, args.long_uptime, args.tui_seconds)
+            n = tui([*nvitop(), "--interval", "0.25"], env, args.long_uptime,
+                    args.tui_seconds)
+            fast.add(g["cpu"], n["cpu"])
+            kib4.add(g["kib"], n["kib"])
     if not args.skip_big:
         with host_processes(256) as pids, fake_gpus(crowded(8, 500, pids)) as env:
-            gt = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds)
-            nt = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds)
-            rows.append(row("TUI at 8 GPUs x 500 processes", gt["cpu"], nt["cpu"], "<= 0.6",
-                            "ms/s"))
-    print("| measure | gputop | nvitop | ratio | goal |")
-    print("|---|---|---|---|---|")
-    print("\n".join(rows))
+            env["PYTHONPATH"] = tree
+            big = row("TUI CPU, 8 GPUs x 500 processes", "ms/s", "keep <= 0.6")
+            for _ in range(args.tui_runs):
+                g = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds)
+                n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds)
+                big.add(g["cpu"], n["cpu"])
+    print(f"gputop from {tree}; nvitop {NVITOP_VERSION}; {os.cpu_count()} CPUs; "
+          f"TUI {COLS}x{ROWS}, {args.warmup:g} s warm-up then {args.tui_seconds:g} s measured")
+    print("| measure | gputop | nvitop | ratio, median (min-max) | goal | pairs | load |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(r.line() for r in rows))
     return 0
 
 

@@ -18,12 +18,15 @@ from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 SUBCOMMANDS = ("check", "topo", "pick", "reserve", "release", "reservations", "run", "queue",
                "serve")
-LEDGER_COMMANDS = ("record", "report")  # the usage ledger (docs/ledger.md)
+LEDGER_COMMANDS = ("record", "report", "quota")  # the usage ledger (docs/ledger.md)
 CONFIG_COMMAND = "config"  # the config file's place and the shipped examples
 HOST_HELP = "which host of --hosts/-H (default: the only one; required with several)"
 JSON_HELP = "print JSON instead of text (default: text)"
 FILTER_HELP = {"--min-free-mem": "free memory each GPU needs, e.g. 20G, 512M (default: any)",
-               "--max-util": "highest acceptable util %% (default: any)"}
+               "--max-util": "highest acceptable util %% (default: any)",
+               "--share": "also GPUs where another user's process runs (default: never;"
+                          " filters only narrow)",
+               "--whole": "whole GPUs only (default: one MIG device when it is enough)"}
 
 
 class _Once(argparse.Action):
@@ -98,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--watch", type=float, metavar="S",
                         help="with --once: redraw the table every S seconds until Ctrl+C, "
                         "plain text as `gpustat -i` (default: once)")
+    parser.add_argument("--topology", action="store_true",
+                        help="with --json: also the GPU interconnect (NVLink remote ends, "
+                        "`gputop topo`'s links), which costs the driver calls per link")
     parser.add_argument("--interval", type=float, metavar="S",
                         help="refresh interval in seconds (default: the config's, 1)")
     parser.add_argument(
@@ -132,6 +138,8 @@ def build_subparser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--count", type=int, metavar="N", help="how many GPUs (default 1)")
         p.add_argument("--min-free-mem", metavar="SIZE", help=FILTER_HELP["--min-free-mem"])
         p.add_argument("--max-util", type=float, metavar="PCT", help=FILTER_HELP["--max-util"])
+        p.add_argument("--share", action="store_true", help=FILTER_HELP["--share"])
+        p.add_argument("--whole", action="store_true", help=FILTER_HELP["--whole"])
         p.add_argument(
             "--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES=...' "
             "(default: 'CUDA_VISIBLE_DEVICES=...')"
@@ -181,6 +189,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                        help="these GPUs, e.g. 0,2 (default: any free ones)")
     p.add_argument("--min-free-mem", metavar="SIZE", help=FILTER_HELP["--min-free-mem"])
     p.add_argument("--max-util", type=float, metavar="PCT", help=FILTER_HELP["--max-util"])
+    p.add_argument("--share", action="store_true", help=FILTER_HELP["--share"])
+    p.add_argument("--whole", action="store_true", help=FILTER_HELP["--whole"])
     p.add_argument("--for", dest="duration", metavar="DURATION", help="stop CMD after this "
                    "long (SIGTERM, then SIGKILL), e.g. 8h (default: no limit)")
     p.add_argument("--note", default="", help="why; shown to everyone (default: none)")
@@ -202,12 +212,19 @@ def build_ledger_parser(command: str) -> argparse.ArgumentParser:
     _add_source_args(p)
     p.add_argument("--db", metavar="PATH",
                    help="the ledger (default $XDG_STATE_HOME/gputop/ledger.sqlite)")
+    if command == "quota":
+        p.description = "GPU-hours used this period against the policy's quotas."
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
+        return p
     if command == "record":
         p.description = "Record GPU and process usage into the ledger until stopped."
         p.add_argument("--interval", type=float, default=10.0, metavar="S",
                        help="seconds between samples (default %(default)g)")
         p.add_argument("--raw-days", type=float, default=7.0, metavar="D",
                        help="keep raw samples D days, then hourly rollups (default %(default)g)")
+        p.add_argument("--dry-run", action="store_true",
+                       help="the policy's idle section only says what it would do"
+                            " (default: it acts)")
     else:
         p.description = "Who used which GPUs, how well, and how much was held idle."
         p.add_argument("--since", metavar="DURATION", help="e.g. 7d, 24h (default 7d)")
@@ -222,6 +239,9 @@ def build_ledger_parser(command: str) -> argparse.ArgumentParser:
                        help="write here instead of stdout (default: stdout)")
         p.add_argument("--top", type=int, default=10, metavar="N",
                        help="how many of the worst idle holds (default %(default)d)")
+        p.add_argument("--jobs", action="store_true",
+                       help="one entry per `gputop run` and Slurm job: GPUs, runtime, limit,"
+                            " wait, SM %% and memory per GPU, advice (default: usage)")
     return p
 
 
@@ -233,6 +253,13 @@ def build_config_parser() -> argparse.ArgumentParser:
                        help="print a complete commented config.yaml (default: the paths)")
     which.add_argument("--hosts-example", action="store_true",
                        help="print a commented hosts file (default: the paths)")
+    which.add_argument("--alert-rules", action="store_true",
+                       help="print Prometheus alerting rules for gputop serve and "
+                            "dcgm-exporter hosts")
+    which.add_argument("--alert-rules-opt-in", action="store_true",
+                       help="print the opt-in rule (GPU memory above 80 %%)")
+    which.add_argument("--grafana-dashboard", action="store_true",
+                       help="print a Grafana dashboard (JSON) of gputop serve's own series")
     return p
 
 
@@ -241,6 +268,10 @@ def _run_ledger_command(command: str, options: SourceOptions, args: argparse.Nam
         from gputop.commands import record
 
         return record.run(options, args)
+    if command == "quota":
+        from gputop.commands import quota
+
+        return quota.run(options, args)
     from gputop.commands import report
 
     return report.run(options, args)
@@ -371,7 +402,7 @@ def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
     if args.once or args.json:
         from gputop.commands import once
 
-        return once.run(options, as_json=args.json)
+        return once.run(options, as_json=args.json, topology=args.topology)
     from gputop.ui.app import run_app
 
     return run_app(options, args.interval)

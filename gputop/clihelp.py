@@ -31,8 +31,10 @@ COMMANDS: dict[str, tuple[str, tuple[str, str]]] = {
     "record": ("record GPU and process usage into the ledger until stopped",
                ("gputop record", "gputop record --hosts lab.yaml --interval 30")),
     "report": ("who used which GPUs, how well, and how much was held idle",
-               ("gputop report --since 7d --by user",
-                "gputop report --since 30d --format html --out usage.html")),
+               ("gputop report --since 30d --format html --out usage.html",
+                "gputop report --jobs --since 7d")),
+    "quota": ("GPU-hours used this period against the policy's quotas",
+              ("gputop quota", "gputop quota --json")),
     "config": ("where the config file is; commented examples of it and the hosts file",
                ("gputop config --example", "gputop config --hosts-example")),
 }

@@ -66,7 +66,13 @@ class ReclaimConfig:
 
 @dataclass
 class ReservationsConfig:
+    """Where the store lives when ``$GPUTOP_RESERVATIONS_DIR`` does not say (that variable
+    wins, everywhere: ``gputop.actions.store.store_directory`` holds the rule)."""
+
     dir: str = "/var/tmp/gputop-reservations"
+    # "FILE:LINE" of `reservations: dir:`; None: the default.  Where, not what: a file
+    # that spells out the default is the same config.
+    dir_from: str | None = field(default=None, compare=False)
 
 
 # -- `gputop serve` and the Prometheus source --------------------------------
@@ -277,7 +283,12 @@ class _Reader:
 
     def _reservations(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         for _name, _k, v, full in self.mapping(vnode, key, ("dir",)):
-            config.reservations.dir = os.path.expanduser(self.string(v, full))
+            path = os.path.expanduser(self.string(v, full))
+            if not os.path.isabs(path):
+                # A relative store would be another directory in every working directory.
+                raise self.fail(v, full, f"expected an absolute path, got {path!r}")
+            config.reservations.dir = path
+            config.reservations.dir_from = f"{self.name}:{line_of(v)}"
 
 
     # -- `gputop serve` and the Prometheus source --------------------

@@ -34,6 +34,11 @@ HOST_NO_GPU = "no GPU/driver"
 HOST_FALLBACK = "fallback"  # nvidia-smi parsing, fewer fields
 HOST_ERROR = "error"
 
+# In a snapshot's ``missing``: its source exports no process list (dcgm-exporter, nvidia_gpu_
+# exporter through Prometheus), which views say in these words rather than "no processes".
+NO_PROCESS_LIST = "processes"
+NO_PROCESS_LIST_TEXT = "processes: not exported by this source"
+
 # GPU states.
 GPU_OK = "ok"
 GPU_LOST = "lost"  # fallen off the bus: NVML_ERROR_GPU_IS_LOST
@@ -81,6 +86,28 @@ class NvLink(_Record):
     link: int
     active: bool | None = None
     remote_pci_bus_id: str | None = None
+
+
+# NVLink tuples already built, by their values: a card's 18 links are the same tick after
+# tick, and the history keeps ten minutes of Gpu records (86,000 NvLink objects, 5 MiB,
+# at 1 s on 8 H100s, before they were shared).  Emptied when it grows past the cap.
+_LINKS_SEEN: dict[tuple[tuple[Any, ...], ...], tuple[NvLink, ...]] = {}
+_LINKS_SEEN_CAP = 4096
+
+
+def _links(items: Any) -> tuple[NvLink, ...]:
+    """NvLinks from dicts, the tuple shared with the last Gpu that had the same links."""
+    try:
+        key = tuple((d.get("link"), d.get("active"), d.get("remote_pci_bus_id"))
+                    for d in items)
+        found = _LINKS_SEEN.get(key)
+    except (AttributeError, TypeError):  # not dicts, or unhashable values: no sharing
+        return tuple(_flat(NvLink, link) for link in items)
+    if found is None:
+        if len(_LINKS_SEEN) >= _LINKS_SEEN_CAP:
+            _LINKS_SEEN.clear()
+        found = _LINKS_SEEN[key] = tuple(_flat(NvLink, link) for link in items)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +178,18 @@ class Gpu(_Record):
     pcie_width_max: int | None = None
     pcie_tx_kbs: int | None = None
     pcie_rx_kbs: int | None = None
+    pcie_replays: int | None = None  # PCIe replays (link-level retries) since driver load
     nvlinks: tuple[NvLink, ...] = ()
+    nvlink_data_kib: int | None = None  # NVLink data sent + received, all links, KiB
+    # What dcgm-exporter exports by default beyond the above (docs/prometheus.md)
+    temp_memory: int | None = None  # HBM temperature, C (cards with HBM only)
+    energy_mj: int | None = None  # energy since the driver loaded, mJ (Volta and newer)
+    # GPM (Hopper and newer), over the time since the previous refresh: percent of time
+    # the tensor pipes / DRAM were busy, and PCIe bytes per second each way
+    prof_tensor_active: float | None = None
+    prof_dram_active: float | None = None
+    prof_pcie_tx_bytes: float | None = None
+    prof_pcie_rx_bytes: float | None = None
     numa_node: int | None = None
     cpu_affinity: str | None = None  # cpulist, e.g. "0-23,48-71"
     mig_mode: bool | None = None
@@ -166,6 +204,9 @@ class Gpu(_Record):
     mig_max_devices: int | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     mig_note: str | None = None  # why instances cannot be listed, e.g. no permission
+    # The jobs a source names for the card itself when it has no process list
+    # (dcgm-exporter's pod/namespace/container and hpc_job labels, read via Prometheus).
+    workloads: tuple[Workload, ...] = ()
 
     @property
     def mig_free_slices(self) -> int | None:
@@ -178,6 +219,11 @@ class Gpu(_Record):
                 return None
             used[dev.gi if dev.gi is not None else -1 - dev.index] = dev.slices
         return max(self.mig_max_devices - sum(used.values()), 0)
+
+    @property
+    def jobs_label(self) -> str:
+        """The card's own jobs as views show them: "k8s:ml/train-7f9c, slurm:4242"."""
+        return ", ".join(job.label for job in self.workloads)
 
     @property
     def mem_free(self) -> int | None:
@@ -193,14 +239,21 @@ class Gpu(_Record):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Gpu:
-        gpu = _flat(cls, data)
         links = data.get("nvlinks") or ()
-        if links and not isinstance(links[0], NvLink):
-            gpu = dataclasses.replace(gpu, nvlinks=tuple(_flat(NvLink, link) for link in links))
         migs = data.get("mig_devices") or ()
-        if migs and not isinstance(migs[0], MigDevice):
-            gpu = dataclasses.replace(gpu, mig_devices=MigDevice.all_from(migs))
-        return gpu
+        jobs = data.get("workloads") or ()
+        if (links and not isinstance(links[0], NvLink)) or (
+                migs and not isinstance(migs[0], MigDevice)) or (
+                jobs and not isinstance(jobs[0], Workload)):
+            data = dict(data)
+            if links and not isinstance(links[0], NvLink):
+                data["nvlinks"] = _links(links)
+            if migs and not isinstance(migs[0], MigDevice):
+                data["mig_devices"] = MigDevice.all_from(migs)
+            if jobs and not isinstance(jobs[0], Workload):
+                found = (Workload.from_any(j) for j in list(jobs)[:16])
+                data["workloads"] = tuple(j for j in found if j is not None)
+        return _flat(cls, data)
 
 
 # -- MIG: instances of a card in MIG mode, see docs/mig.md ----------------------
@@ -466,6 +519,8 @@ class QueueJob(_Record):
     command: str = ""
     uid: int | None = None
     pid: int | None = None
+    share: bool = False  # may run beside another user's process (--share)
+    whole: bool = False  # whole cards only, never a MIG device (--whole)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QueueJob:
@@ -526,6 +581,9 @@ class HostSnapshot(_Record):
     # name sources that failed, once each; gputop's own container, if any
     workload_notes: tuple[str, ...] = ()
     own_workload: Workload | None = None
+    # Warnings the host's own gputop raised, read back through its exporter
+    # (gputop_warning via Prometheus); health.warnings() adds those its rules lack.
+    reported_warnings: tuple[HealthWarning, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -556,6 +614,8 @@ class HostSnapshot(_Record):
             xid_events=tuple(_flat(XidEvent, x) for x in data.get("xid_events") or ()),
             device_holders=tuple(_flat(DeviceHolder, d) for d in data.get("device_holders") or ()),
             own_workload=Workload.from_any(data.get("own_workload")),
+            reported_warnings=tuple(HealthWarning.from_dict(w) for w in
+                                    data.get("reported_warnings") or ()),
         )
 
 

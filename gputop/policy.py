@@ -12,6 +12,13 @@ Example::
     starvation_limit: 30m         # a job waiting longer holds back the jobs behind it
     high_priority: [alice, bob]   # who may use --priority high (absent: everyone)
     big_jobs: {gpus: 2, hours: "20:00-08:00", weekends: true}
+
+The accounting sections (issue 28; read by ``load_accounting``, docs/ledger.md)::
+
+    quotas: {users: {alice: 200}, groups: {nlp: 1000}, period: week, over: wait}
+    cost: {per_gpu_hour: {"H100": 2.5, default: 1.0}, currency: EUR}
+    idle: {warn_after: 2h, release_after: 8h, action: kill,
+           notify: [/usr/bin/mail, -s, "idle GPU on {host}", "{user}"], include: [slurm]}
 """
 
 from __future__ import annotations
@@ -19,10 +26,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 from typing import Any
 
+from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import parse_duration
+from gputop.analysis.idle_policy import ACTIONS, WORKLOAD_KINDS, IdlePolicy
 from gputop.analysis.queue_plan import DEFAULT_STARVATION_S, Policy, Window
+from gputop.analysis.quota import OVER_ACTIONS, PERIODS, Quotas
 from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
 
 DEFAULT_PATH = "/etc/gputop/policy.yaml"
@@ -30,6 +41,9 @@ MAX_BYTES = 64 * 1024
 MAX_USERS = 1000
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 KEYS = ("max_gpus_per_user", "max_duration", "starvation_limit", "high_priority", "big_jobs")
+ACCOUNTING_KEYS = ("quotas", "cost", "idle")  # parse_accounting's; parse_policy skips them
+MAX_HOURS = 10_000_000.0
+_GROUP = _USER  # Unix group names follow the same rule here
 
 
 class PolicyError(Exception):
@@ -43,29 +57,51 @@ def policy_path() -> str:
 def load_policy(path: str | None = None) -> tuple[Policy, str | None]:
     """The host's policy and a warning line (a file that does not count), or raises."""
     path = path or policy_path()
+    text, warning = _read(path)
+    return (Policy(), warning) if text is None else (parse_policy(text, path), None)
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """The policy's accounting sections: quotas and cost rates (none by default)."""
+
+    quotas: Quotas = field(default_factory=Quotas)
+    cost: CostRates | None = None
+    idle: IdlePolicy | None = None  # opt-in: none unless the admin writes the section
+    source: str | None = None
+
+
+def load_accounting(path: str | None = None) -> tuple[Accounting, str | None]:
+    """The host's quotas and cost rates, from the same root-owned file as the rules."""
+    path = path or policy_path()
+    text, warning = _read(path)
+    return (Accounting(), warning) if text is None else (parse_accounting(text, path), None)
+
+
+def _read(path: str) -> tuple[str | None, str | None]:
+    """The policy file's text, or None and why not (None: no file, no warning)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return Policy(), None
+        return None, None
     except OSError as exc:
-        return Policy(), f"{path}: {exc.strerror or exc}; no policy applied"
+        return None, f"{path}: {exc.strerror or exc}; no policy applied"
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise PolicyError(f"{path}:1: not a regular file")
         if info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return Policy(), (f"{path}: ignored: it must be owned by root and writable by"
-                              " nobody else")
+            return None, (f"{path}: ignored: it must be owned by root and writable by"
+                          " nobody else")
         raw = os.read(fd, MAX_BYTES + 1)
     finally:
         os.close(fd)
     if len(raw) > MAX_BYTES:
         raise PolicyError(f"{path}:1: larger than {MAX_BYTES // 1024} KiB")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8"), None
     except UnicodeDecodeError:
         raise PolicyError(f"{path}:1: not UTF-8 text") from None
-    return parse_policy(text, path), None
 
 
 def parse_policy(text: str, name: str) -> Policy:
@@ -73,8 +109,11 @@ def parse_policy(text: str, name: str) -> Policy:
     if root is None:
         return Policy(source=name)
     values: dict[str, Any] = {"source": name}
-    for key, _knode, vnode, full in mapping_items(root, name, PolicyError, known=KEYS):
+    for key, _knode, vnode, full in mapping_items(root, name, PolicyError,
+                                                  known=KEYS + ACCOUNTING_KEYS):
         at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key in ACCOUNTING_KEYS:
+            continue
         if key == "high_priority":
             values["high_priority_users"] = _users(vnode, name, full)
             continue
@@ -144,3 +183,166 @@ def _big_jobs(node: Any, name: str) -> dict[str, Any]:
         raise PolicyError(f"{name}:{line_of(node)}: key 'big_jobs': needs 'gpus' and 'hours'")
     out["big_job_window"] = Window(hours[0], hours[1], weekends)
     return out
+
+
+# -- the accounting sections (issue 28) ------------------------------------------------------
+
+
+def parse_accounting(text: str, name: str) -> Accounting:
+    root = compose(text, name, PolicyError)
+    if root is None:
+        return Accounting(source=name)
+    values: dict[str, Any] = {"source": name}
+    for key, _knode, vnode, _full in mapping_items(root, name, PolicyError,
+                                                   known=KEYS + ACCOUNTING_KEYS):
+        if key == "quotas":
+            values["quotas"] = _quotas(vnode, name)
+        elif key == "cost":
+            values["cost"] = _cost(vnode, name)
+        elif key == "idle":
+            values["idle"] = _idle(vnode, name)
+    return Accounting(**values)
+
+
+def _scalar(node: Any, name: str) -> object:
+    return scalar_value(node, name, PolicyError) if node.id == "scalar" else None
+
+
+def _amount(value: object, at: str, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= MAX_HOURS or value != value:
+        raise PolicyError(f"{at}: expected {what}, a number 0..{MAX_HOURS:g}")
+    return float(value)
+
+
+def _names(node: Any, name: str, key: str, rule: re.Pattern[str],
+           what: str) -> dict[str, float]:
+    items = mapping_items(node, name, PolicyError, key)
+    if len(items) > MAX_USERS:
+        raise PolicyError(f"{name}:{line_of(node)}: key '{key}': more than {MAX_USERS} entries")
+    out = {}
+    for entry, knode, vnode, full in items:
+        if not rule.fullmatch(entry):
+            raise PolicyError(f"{name}:{line_of(knode)}: key '{full}': not a {what} name")
+        out[entry] = _amount(_scalar(vnode, name), f"{name}:{line_of(vnode)}: key '{full}'",
+                             "GPU-hours")
+    return out
+
+
+def _quotas(node: Any, name: str) -> Quotas:
+    values: dict[str, Any] = {}
+    for key, _k, vnode, full in mapping_items(node, name, PolicyError, "quotas",
+                                              known=("users", "groups", "period", "over",
+                                                     "ledger")):
+        at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key in ("users", "groups"):
+            values[key] = _names(vnode, name, full, _USER if key == "users" else _GROUP,
+                                 "user" if key == "users" else "group")
+            continue
+        value = _scalar(vnode, name)
+        if key == "period":
+            if value not in PERIODS:
+                raise PolicyError(f"{at}: expected one of {', '.join(PERIODS)}")
+            values[key] = value
+        elif key == "over":
+            if value not in OVER_ACTIONS:
+                raise PolicyError(f"{at}: expected one of {', '.join(OVER_ACTIONS)}")
+            values[key] = value
+        else:
+            if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+                raise PolicyError(f"{at}: expected an absolute path")
+            values[key] = value
+    return Quotas(**values)
+
+
+def _cost(node: Any, name: str) -> CostRates:
+    rates: dict[str, float] = {}
+    default, currency = 0.0, ""
+    for key, _k, vnode, full in mapping_items(node, name, PolicyError, "cost",
+                                              known=("per_gpu_hour", "currency")):
+        at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key == "currency":
+            value = _scalar(vnode, name)
+            if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z$€£¥]{1,8}", value):
+                raise PolicyError(f"{at}: expected a currency like EUR")
+            currency = value
+            continue
+        items = mapping_items(vnode, name, PolicyError, full)
+        if len(items) > MAX_USERS:
+            raise PolicyError(f"{at}: more than {MAX_USERS} models")
+        for model, knode, mnode, mfull in items:
+            mat = f"{name}:{line_of(mnode)}: key '{mfull}'"
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}", model):
+                raise PolicyError(f"{name}:{line_of(knode)}: key '{mfull}': not a GPU model")
+            rate = _amount(_scalar(mnode, name), mat, "a rate per GPU-hour")
+            if model == "default":
+                default = rate
+            else:
+                rates[model] = rate
+    return CostRates(rates, default, currency)
+
+
+# What a notify command's arguments may name: values gputop checked, never untrusted text
+# (the message, with the process's command line, goes to the command's stdin).
+NOTIFY_FIELDS = ("{user}", "{host}", "{pid}", "{gpu}", "{step}")
+MAX_NOTIFY_ARGS = 32
+
+
+def _idle(node: Any, name: str) -> IdlePolicy:
+    values: dict[str, Any] = {}
+    for key, _k, vnode, full in mapping_items(
+            node, name, PolicyError, "idle",
+            known=("warn_after", "release_after", "action", "notify", "include", "grace")):
+        at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key == "notify":
+            values["notify"] = _notify(vnode, name, full)
+        elif key == "include":
+            if vnode.id != "sequence":
+                raise PolicyError(f"{at}: expected a list of workload kinds")
+            kinds = [_scalar(item, name) for item in vnode.value]
+            bad = [k for k in kinds if k not in WORKLOAD_KINDS]
+            if bad:
+                raise PolicyError(f"{at}: {bad[0]!r} is not one of {', '.join(WORKLOAD_KINDS)}")
+            values["include"] = frozenset(str(k) for k in kinds)
+        elif key == "action":
+            value = _scalar(vnode, name)
+            if value not in ACTIONS:
+                raise PolicyError(f"{at}: expected one of {', '.join(ACTIONS)}")
+            values["action"] = value
+        else:
+            seconds = _duration(_scalar(vnode, name), at)
+            if key == "grace" and seconds > 300:
+                raise PolicyError(f"{at}: at most 5m")
+            values[{"warn_after": "warn_after_s", "release_after": "release_after_s",
+                    "grace": "grace_s"}[key]] = seconds
+    where = f"{name}:{line_of(node)}: key 'idle'"
+    if "warn_after_s" not in values or "release_after_s" not in values:
+        raise PolicyError(f"{where}: needs 'warn_after' and 'release_after'")
+    if values["release_after_s"] <= values["warn_after_s"]:
+        raise PolicyError(f"{where}: 'release_after' must be longer than 'warn_after'")
+    return IdlePolicy(**values)
+
+
+def _notify(node: Any, name: str, key: str) -> tuple[str, ...]:
+    at = f"{name}:{line_of(node)}: key '{key}'"
+    if node.id != "sequence" or not node.value:
+        raise PolicyError(f"{at}: expected a command as a list: [/usr/bin/mail, -s, ...]")
+    if len(node.value) > MAX_NOTIFY_ARGS:
+        raise PolicyError(f"{at}: more than {MAX_NOTIFY_ARGS} arguments")
+    argv = []
+    for item in node.value:
+        value = _scalar(item, name)
+        item_at = f"{name}:{line_of(item)}: key '{key}'"
+        if not isinstance(value, str) or not value or len(value) > 512 \
+                or any(ord(ch) < 32 for ch in value):
+            raise PolicyError(f"{item_at}: expected text of 1..512 printable characters")
+        rest = value
+        for placeholder in NOTIFY_FIELDS:
+            rest = rest.replace(placeholder, "")
+        if "{" in rest or "}" in rest:
+            raise PolicyError(f"{item_at}: {value!r}: only {', '.join(NOTIFY_FIELDS)} may be"
+                              " filled in")
+        argv.append(value)
+    if not argv[0].startswith("/"):
+        raise PolicyError(f"{at}: the command must be an absolute path, got {argv[0]!r}")
+    return tuple(argv)

@@ -109,6 +109,8 @@ class HostConf:
     smi_capture: str = "capture-h100-80gb-hbm3-590.txt"
     # set: an "old driver" whose --query-gpu rejects a field; `nvidia-smi -q -x` replays this
     smi_xml: str | None = None
+    # "cmd": the host answers as OpenSSH for Windows with cmd.exe does (see _FAKE_CMD)
+    shell: str = "sh"
 
 
 @dataclass
@@ -207,19 +209,23 @@ class SshdCluster:
         if conf.python:
             _relink(bin_dir / "python3", conf.python)
         else:
-            for tool in ("ps", "cat", "sh", "echo", "true"):
+            for tool in ("ps", "cat", "sh", "echo", "true", "grep", "sed"):
                 real = shutil.which(tool, path="/usr/bin:/bin")
                 if real:
                     _relink(bin_dir / tool, real)
             capture = (SMI_FIXTURES / conf.smi_capture).read_text()
-            gpu_csv = bin_dir.parent / "query-gpu.csv"
-            apps_csv = bin_dir.parent / "query-compute-apps.csv"
-            gpu_csv.write_text(capture_section(capture, "load :: query-gpu"))
-            apps_csv.write_text(capture_section(capture, "load :: query-compute-apps"))
+            replies: dict[str, Path] = {}
+            for key, title in _SMI_SECTIONS.items():
+                with contextlib.suppress(KeyError):
+                    replies[key] = bin_dir.parent / f"{key}.txt"
+                    replies[key].write_text(capture_section(capture, title))
+            replies = {k: v for k, v in replies.items() if v.exists()}
             xml = SMI_FIXTURES / conf.smi_xml if conf.smi_xml else None
             smi = bin_dir / "nvidia-smi"
-            smi.write_text(_fake_smi_script(gpu_csv, apps_csv, xml))
+            smi.write_text(_fake_smi_script(replies, xml))
             smi.chmod(0o755)
+        if conf.shell == "cmd":
+            (bin_dir.parent / "cmd.sh").write_text(_FAKE_CMD)
         return bin_dir
 
     def _sshd_config(self, daemon: _Daemon, pylib: Path) -> str:
@@ -256,6 +262,10 @@ class SshdCluster:
                 lines.append("    SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
             # The login shell's rc files (root's .bashrc puts pyenv shims first) would
             # decide which python3 runs; the host's PATH is set after them instead.
+            if host.conf.shell == "cmd":
+                cmd = host.bin_dir.parent / "cmd.sh"
+                lines.append(f"    ForceCommand exec /usr/bin/env PATH={path} /bin/sh {cmd}")
+                continue
             lines.append(
                 f'    ForceCommand exec /usr/bin/env PATH={path} /bin/sh -c "$SSH_ORIGINAL_COMMAND"'
             )
@@ -593,29 +603,72 @@ def capture_section(text: str, title: str) -> str:
     raise KeyError(title)
 
 
-def _fake_smi_script(gpu: Path, apps: Path, xml: Path | None = None) -> str:
+# What the fake nvidia-smi replays for each command, from a capture file's sections.
+_SMI_SECTIONS = {
+    "query-gpu": "load :: query-gpu",
+    "query-compute-apps": "load :: query-compute-apps",
+    "list": "capabilities :: list (-L)",
+    "topo": "capabilities :: topo -m",
+    "nvlink": "capabilities :: nvlink -s",
+    "table": "load :: nvidia-smi (default table)",
+}
+
+
+def _fake_smi_script(replies: dict[str, Path], xml: Path | None = None) -> str:
     """nvidia-smi that replays recorded output, whatever fields are asked for.
 
     With ``xml`` it plays an older driver: --query-gpu fails the way nvidia-smi does for
-    a field it does not know, and ``-q -x`` prints the XML capture.
+    a field it does not know, and ``-q -x`` prints the XML capture.  A capture's
+    "# (exit code: N)" line (a command that failed when it was recorded) is its exit
+    status here.
     """
+
+    def play(key: str) -> str:
+        path = replies.get(key)
+        if path is None:
+            return "echo 'nvidia-smi (fake): nothing recorded' >&2; exit 2"
+        return (f"grep -v '^# (exit code:' '{path}'; "
+                f"code=$(sed -n 's/^# (exit code: \\([0-9]*\\)).*/\\1/p' '{path}'); "
+                'exit "${code:-0}"')
+
     if xml is None:
-        query_gpu = f"exec /bin/cat '{gpu}'"
+        query_gpu = play("query-gpu")
     else:
         query_gpu = "echo 'Field \"clocks.max.sm\" is not a valid field to query.'; exit 2"
     return (
         "#!/bin/sh\n"
         "# Replays a recorded capture; which table depends on the query asked for.\n"
+        f'[ "$#" = 0 ] && {{ {play("table")}; }}\n'
         'for arg in "$@"; do\n'
         "  case \"$arg\" in\n"
         f"    --query-gpu=*) {query_gpu} ;;\n"
-        f"    --query-compute-apps=*) exec /bin/cat '{apps}' ;;\n"
+        f"    --query-compute-apps=*) {play('query-compute-apps')} ;;\n"
+        f"    -L) {play('list')} ;;\n"
+        f"    topo) {play('topo')} ;;\n"
+        f"    nvlink) {play('nvlink')} ;;\n"
         + (f"    -x) exec /bin/cat '{xml}' ;;\n" if xml is not None else "")
         + "  esac\n"
         "done\n"
         "echo 'nvidia-smi (fake): unsupported arguments' >&2\n"
         "exit 2\n"
     )
+
+
+# A login shell that answers as cmd.exe does under OpenSSH for Windows: a command line
+# that starts with nvidia-smi runs it (split into words as cmd.exe passes them, no
+# globbing); anything else, such as the probe's `exec python3 ...`, is a command cmd.exe
+# does not know: its message on stderr (CRLF line ends) and exit status 1.
+_FAKE_CMD = r"""set -f
+case "$SSH_ORIGINAL_COMMAND" in
+  nvidia-smi|"nvidia-smi "*) exec $SSH_ORIGINAL_COMMAND ;;
+esac
+word=${SSH_ORIGINAL_COMMAND%% *}
+printf "'%s' is not recognized as an internal or external command,
+" "$word" >&2
+printf 'operable program or batch file.
+' >&2
+exit 1
+"""
 
 
 if __name__ == "__main__":  # manual check: python tests/sshd.py

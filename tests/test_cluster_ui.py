@@ -182,3 +182,27 @@ def test_unknown_is_never_free_and_reservations_match_by_uuid() -> None:
     mine = Reservation(gpu=3, user="dave", until=START + 3600, since=START, gpu_uuid="GPU-a")
     held = HostSnapshot(host="h", time=START, gpus=(idle,), reservations=(mine,))
     assert cluster_cells.gpu_class(idle, held, START) == cluster_cells.RESERVED
+
+
+async def test_names_that_share_a_prefix_are_shown_whole_at_160x50() -> None:
+    from gputop.model import Gpu as Card
+
+    app = GputopApp(clock=lambda: START, me="alice")
+    names = [f"127.0.0.1:1940{n}" for n in (1, 2, 3)]
+    async with app.run_test(size=(160, 50)) as pilot:
+        for name in names:
+            gpus = tuple(Card(index=i, util_gpu=50, power_draw=120.0) for i in range(8))
+            app.ingest(HostSnapshot(host=name, time=START, gpus=gpus))
+        cluster.open_cluster(app)
+        await pilot.pause()
+        widget = app.screen.query_one(TextLines)
+        lines = [widget.line_text(y) for y in range(3)]
+        for name, line in zip(names, lines, strict=True):
+            assert line.startswith(name), lines  # the whole name, not "127.0.0.1:19…"
+        # The cursor's reversed label covers the wider name column.
+        assert widget.label_width == len(names[0])
+
+
+def test_a_name_too_long_for_its_column_keeps_its_end() -> None:
+    cut = cluster_cells._name_cells("gpu-node.rack-17.example.org-0042", 13)
+    assert len(cut) == 13 and cut.endswith("0042") and "…" in cut

@@ -256,3 +256,25 @@ async def test_a_large_screen_shows_the_longer_history() -> None:
         await pilot.resize_terminal(240, 70)
         await wait_for(pilot, lambda: "util 10m" in plain(app.dashboard.gpu_panel(0).render()))
         assert "cpu 10m" in plain(app.query_one(HostLine).render())
+
+
+async def test_a_source_without_a_process_list_says_so() -> None:
+    from helpers.ui import START
+
+    from gputop.model import NO_PROCESS_LIST, NO_PROCESS_LIST_TEXT, Gpu, HostSnapshot
+    from gputop.ui.app import GputopApp
+    from gputop.ui.widgets.process_table import ProcessTable
+
+    app = GputopApp(clock=lambda: START, me="alice")
+    async with app.run_test(size=(160, 50)) as pilot:
+        gpus = (Gpu(index=0, util_gpu=40),)
+        app.ingest(HostSnapshot(host="dcgm-1", time=START, gpus=gpus,
+                                missing=(NO_PROCESS_LIST,)))
+        app.ingest(HostSnapshot(host="nvml-1", time=START, gpus=gpus))
+        app.show_host("dcgm-1")
+        await pilot.pause()
+        table = app.dashboard.query_one(ProcessTable)
+        assert NO_PROCESS_LIST_TEXT in table.render_line(0).text
+        app.show_host("nvml-1")  # a source that read an empty list: nothing to say
+        await pilot.pause()
+        assert NO_PROCESS_LIST_TEXT not in table.render_line(0).text

@@ -189,3 +189,21 @@ async def test_resize_switches_between_full_and_compact_panels() -> None:
         await pilot.pause()
         await pilot.pause()
         assert not panel.has_class("-compact")
+
+
+async def test_a_cards_own_jobs_are_shown_under_it() -> None:
+    from helpers.ui import START
+
+    from gputop.model import Gpu, HostSnapshot, Workload
+
+    job = Workload(kind="k8s", id="ml/train-7f9c", namespace="ml", pod="train-7f9c")
+    gpus = (Gpu(index=0, util_gpu=90, mem_used=2**30, mem_total=2**34, workloads=(job,)),
+            Gpu(index=1, util_gpu=5, mem_used=0, mem_total=2**34))
+    app = GputopApp(clock=lambda: START, me="alice")
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.ingest(HostSnapshot(host="dcgm-1", time=START, gpus=gpus, missing=("processes",)))
+        await pilot.pause()
+        with_job, without = app.dashboard.gpu_panel(0), app.dashboard.gpu_panel(1)
+        assert with_job is not None and without is not None
+        assert "jobs k8s:ml/train-7f9c" in with_job.render().plain
+        assert "jobs" not in without.render().plain

@@ -59,18 +59,22 @@ def _mig_res(slot: int, user: str, card: int = 0) -> Reservation:
 
 def test_two_mig_devices_with_ten_gigabytes_free() -> None:
     snap = dataclasses.replace(SNAP, gpus=SNAP.gpus[:2])  # the two MIG cards only
-    ranking = rank_devices(snap, SNAP.time, min_free_mem=9 * GIB)
+    ranking = rank_devices(snap, SNAP.time, min_free_mem=9 * GIB, share=True)
     # the four empty 1g.10gb instances; equal free memory: card, then slot order
     assert [c.label for c in ranking.chosen] == ["0:3", "0:5", "0:6", "1:3"]
     assert [c.device for c in ranking.chosen[:2]] == [_uuid(3), _uuid(5)]
     assert ranking.rejected["0:1"] == "1.0 GiB free"  # bob's server fills it
+    # without --share, bob's MIG device is out before its memory is looked at
+    assert rank_devices(snap, SNAP.time, min_free_mem=9 * GIB).rejected["0:1"] == (
+        "in use by another user (bob)")
 
 
 def test_without_filters_only_instances_without_processes() -> None:
     ranking = rank_devices(SNAP, SNAP.time)
     labels = {c.label for c in ranking.chosen}
     assert {"0:3", "0:5", "0:6", "1:3", "2"} <= labels
-    assert "0:2" not in labels and ranking.rejected["0:2"] == "2 process(es) running"
+    assert "0:2" not in labels and ranking.rejected["0:2"] == "in use by another user (carol)"
+    assert rank_devices(SNAP, SNAP.time, me="carol").rejected["0:2"] == "2 process(es) running"
     # the MIG cards themselves are not units, for cards-only callers either
     assert 0 not in rank(SNAP, SNAP.time).indexes
 
@@ -183,14 +187,59 @@ def test_a_mig_record_must_say_its_device(directory: str) -> None:  # noqa: F811
 # -- the command line ----------------------------------------------------------------------
 
 
-def test_pick_prints_mig_uuids(tmp_path: Path) -> None:
+def _pick(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "config.yaml"
     config.write_text(f"reservations: {{dir: {tmp_path / 'store'}}}\n")
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "gputop.cli", "pick", "--demo", "mig", "--config", str(config),
-         "--count", "4", "--min-free-mem", "9G", "--json"],
-        capture_output=True, text=True, timeout=60, check=True, cwd=REPO).stdout
-    rows = json.loads(out)
-    migs = [r for r in rows if r["mig_uuid"]]
-    assert migs and all(r["mig_uuid"].startswith("MIG-") for r in migs)
-    assert all(r["mem_free"] >= 9 * GIB for r in rows)
+         *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_pick_prints_mig_uuids(tmp_path: Path) -> None:
+    out = _pick(tmp_path, "--count", "1", "--min-free-mem", "9G", "--json")
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    assert row["mig_uuid"].startswith("MIG-") and row["mem_free"] >= 9 * GIB
+    plain = _pick(tmp_path, "--count", "1", "--min-free-mem", "9G")
+    assert plain.stdout == f"CUDA_VISIBLE_DEVICES={row['mig_uuid']}\n"
+
+
+def test_one_answer_is_whole_cards_or_one_mig_device_never_both(tmp_path: Path) -> None:
+    # Issue 25: "--count 2" once printed "2,MIG-...": a CUDA process sees one MIG device
+    # and nothing beside it.  Card 2 is the only free whole card; four MIG devices are free.
+    two = _pick(tmp_path, "--count", "2")
+    assert two.returncode == 4 and two.stdout == ""
+    assert "only 1 of 2 requested GPUs qualify (GPU 0: in MIG mode" in two.stderr
+    assert ("4 MIG device(s) qualify, but one process sees only one MIG device: ask for one"
+            " (--count 1) per process") in two.stderr
+    # Fit first: one GPU asked for, a MIG device is enough; --whole asks for the card.
+    one = _pick(tmp_path, "--count", "1", "--json")
+    assert [r["mig_uuid"] is not None for r in json.loads(one.stdout)] == [True]
+    whole = _pick(tmp_path, "--count", "1", "--whole", "--json")
+    assert [(r["index"], r["mig_uuid"]) for r in json.loads(whole.stdout)] == [(2, None)]
+    for count in ("1", "2", "4"):
+        for extra in ((), ("--min-free-mem", "9G"), ("--share",), ("--whole",)):
+            out = _pick(tmp_path, "--count", count, "--json", *extra)
+            if out.returncode == 0:
+                rows = json.loads(out.stdout)
+                kinds = {r["mig_uuid"] is None for r in rows}
+                assert len(rows) == int(count) and len(kinds) == 1, (count, extra, rows)
+                assert kinds == {True} or len(rows) == 1
+            else:
+                assert out.returncode == 4, out.stderr
+
+
+def test_choose_is_the_one_rule() -> None:
+    """pick's pure rule on the simulator's MIG node (card 2 free, card 3 bob's)."""
+    from gputop.analysis.pick import Want, choose
+
+    one = choose(SNAP, Want(1), SNAP.time)
+    assert [u.label for u in one.units] == ["0:3"]  # most free first; a MIG device fits
+    assert [u.label for u in choose(SNAP, Want(1, whole=True), SNAP.time).units] == ["2"]
+    assert choose(SNAP, Want(2), SNAP.time).units == ()
+    # --share lets bob's card 3 in (limits or not), and then two whole cards qualify
+    shared = choose(SNAP, Want(2, share=True), SNAP.time)
+    assert sorted(u.label for u in shared.units) == ["2", "3"]
+    # a request no MIG device meets takes a whole card
+    big = choose(SNAP, Want(1, min_free_mem=40 * GIB), SNAP.time)
+    assert [u.label for u in big.units] == ["2"]

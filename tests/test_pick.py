@@ -56,9 +56,10 @@ def test_best_first_most_free_memory_then_lowest_util_then_index() -> None:
 
 def test_without_filters_a_card_with_a_process_is_not_free() -> None:
     snap = _snap([_gpu(0, 30, 90), _gpu(1, 0.5, 0)], processes=[_proc(0, 100, "bob")])
-    ranking = rank(snap, NOW)
+    ranking = rank(snap, NOW, me="bob")
     assert ranking.indexes == [1]
     assert ranking.rejected == {0: "1 process(es) running"}
+    assert rank(snap, NOW, me="ann").rejected == {0: "in use by another user (bob)"}
 
 
 def test_a_display_server_alone_does_not_make_a_card_busy() -> None:
@@ -68,16 +69,33 @@ def test_a_display_server_alone_does_not_make_a_card_busy() -> None:
     assert rank(snap, NOW).indexes == [0]
 
 
-def test_filters_allow_sharing_within_limits() -> None:
+def test_filters_allow_sharing_with_my_own_processes_within_limits() -> None:
     gpus = [_gpu(0, 30, 40), _gpu(1, 70, 10), _gpu(2, 10, 95), _gpu(3, 5, None)]
     procs = [_proc(i, 100 + i, "bob") for i in range(4)]
     snap = _snap(gpus, procs)
-    ranking = rank(snap, NOW, min_free_mem=20 * GIB, max_util=50)
+    ranking = rank(snap, NOW, me="bob", min_free_mem=20 * GIB, max_util=50)
     assert ranking.indexes == [0]
     assert ranking.rejected[1] == "10.0 GiB free"
     assert ranking.rejected[2] == "95 % busy"
     assert ranking.rejected[3] == "utilization unknown"
-    assert rank(snap, NOW, min_free_mem=20 * GIB).indexes == [3, 2, 0]
+    assert rank(snap, NOW, me="bob", min_free_mem=20 * GIB).indexes == [3, 2, 0]
+
+
+def test_filters_only_narrow_another_users_card_needs_share() -> None:
+    # Issue 25: plain pick refuses bob's card; a stricter pick must not hand it out.
+    snap = _snap([_gpu(0, 2, 98), _gpu(1, 70, 0)], [_proc(0, 100, "bob")])
+    assert rank(snap, NOW, me="ann").indexes == [1]
+    for limits in ({"min_free_mem": GIB}, {"max_util": 100.0},
+                   {"min_free_mem": GIB, "max_util": 100.0}):
+        strict = rank(snap, NOW, me="ann", **limits)  # type: ignore[arg-type]
+        assert strict.indexes == [1], limits
+        assert strict.rejected == {0: "in use by another user (bob)"}
+        assert rank(snap, NOW, me="ann", share=True, **limits).indexes == [0, 1]  # type: ignore[arg-type]
+    # --share alone: any card, best first; a process of an unknown user is not mine.
+    assert rank(snap, NOW, me="ann", share=True).indexes == [0, 1]
+    nobody = _snap([_gpu(0, 2, 0)], [dataclasses.replace(_proc(0, 100, "x"), user=None)])
+    assert rank(nobody, NOW, me="ann", min_free_mem=GIB).rejected == {
+        0: "in use by another user (an unknown user)"}
 
 
 def test_filter_limits_are_inclusive_and_unknown_memory_is_refused() -> None:

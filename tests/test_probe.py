@@ -231,10 +231,12 @@ def test_probe_main_in_process_readonly(tmp_path: Path, monkeypatch: pytest.Monk
 def test_payload_is_compact() -> None:
     # The payload goes to every host on every (re)connect; keep an eye on its size.
     # The loader is small; the blob after it (sources and bytecode) is most of it.
+    # 512 KiB held until the GPM module and the store's per-card reads (about 515 KiB);
+    # the cap is there to catch a module shipped by mistake, not to stop growth.
     loader = len(bundle.build_payload())
     size = len(bundle.stdin_preamble({"interval": 1}))
     assert 0 < loader < 16 * 1024, loader
-    assert loader < size < 512 * 1024, size
+    assert loader < size < 640 * 1024, size
 
 
 # Runs the real bootstrap's code with compile() and imports recorded, and prints what

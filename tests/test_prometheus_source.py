@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.parse
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +19,8 @@ from helpers.prom import ROOT, FixedServer, Reply, free_port
 
 from gputop import model
 from gputop.config import PrometheusConfig
-from gputop.sources.prometheus import PrometheusFeed, cluster_query, pivot
+from gputop.sources import promql
+from gputop.sources.prometheus import PromClient, PrometheusFeed, pivot
 
 
 def vector(*series: tuple[dict[str, str], float], warnings: list[str] | None = None) -> bytes:
@@ -27,11 +32,25 @@ def vector(*series: tuple[dict[str, str], float], warnings: list[str] | None = N
 
 
 class FakeProm:
-    """A real HTTP server whose next answer the test sets."""
+    """A real HTTP server whose answers the test sets: ``reply`` for every query, or,
+    where ``fields`` names the query (promql.queries' names), that field's series."""
 
     def __init__(self) -> None:
         self.reply = Reply()
-        self.server = FixedServer(lambda path: self.reply)
+        self.fields: dict[str, list[tuple[dict[str, str], float]]] | None = None
+        self.selector = ""
+        self.server = FixedServer(lambda path: self.reply, self._answer)
+
+    def _answer(self, path: str, body: bytes) -> Reply:
+        if self.fields is None:
+            return self.reply
+        expr = urllib.parse.parse_qs(body.decode()).get("query", [""])[0]
+        for view in promql.VIEWS:
+            for name, text in promql.queries(view, self.selector).items():
+                if text == expr:
+                    return Reply(body=vector(*self.fields.get(name, [])),
+                                 content_type="application/json")
+        return Reply(body=vector(), content_type="application/json")
 
     def feed(self, config: PrometheusConfig | None = None, timeout: float = 5.0,
              environ: dict[str, str] | None = None) -> PrometheusFeed:
@@ -50,23 +69,26 @@ GPU = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "UUID": "GPU-1", "Hostnam
        "instance": "10.0.0.1:9400", "job": "dcgm"}
 
 
-def test_one_query_form_encoded_gzip_and_bearer_token(prom: FakeProm) -> None:
-    prom.reply = Reply(body=vector((GPU, 42)), content_type="application/json")
+def test_queries_form_encoded_gzip_and_bearer_token(prom: FakeProm) -> None:
+    prom.selector = 'cluster="a"'
+    prom.fields = {"util_gpu": [(GPU, 42)]}
     config = PrometheusConfig(token_env="PROM_TOKEN", selector='cluster="a"')
     feed = prom.feed(config, environ={"PROM_TOKEN": "s3cret"})
     [snap] = feed.poll()
     assert snap.host == "n1" and snap.gpus[0].util_gpu == 42
-    [(path, headers, body)] = prom.server.requests
-    assert path == "/api/v1/query"
-    assert headers["Authorization"] == "Bearer s3cret"
-    assert headers["Accept-Encoding"] == "gzip"
-    assert headers["Content-Type"] == "application/x-www-form-urlencoded"
-    assert b'cluster%3D%22a%22' in body and body.startswith(b"query=")
+    asked = promql.queries(promql.FULL, 'cluster="a"')
+    assert len(prom.server.requests) == len(asked)  # one per field, nothing more
+    for path, headers, body in prom.server.requests:
+        assert path == "/api/v1/query"
+        assert headers["Authorization"] == "Bearer s3cret"
+        assert headers["Accept-Encoding"] == "gzip"
+        assert headers["Content-Type"] == "application/x-www-form-urlencoded"
+        assert b'cluster%3D%22a%22' in body and body.startswith(b"query=")
 
 
 def test_gzip_answer_is_inflated(prom: FakeProm) -> None:
     prom.reply = Reply(body=gzip.compress(vector((GPU, 7))), encoding="gzip")
-    [snap] = prom.feed().poll()
+    snap = next(s for s in prom.feed().poll() if s.host == "n1")
     assert snap.state == model.HOST_OK and snap.gpus[0].util_gpu == 7
     prom.reply = Reply(body=b"\x1f\x8b not gzip at all", encoding="gzip")
     [snap] = prom.feed().poll()
@@ -113,7 +135,7 @@ def test_prometheus_down_then_back_backs_off_then_recovers() -> None:
     assert feed.backoff(30.0) <= 60.0  # capped
     server = FixedServer(lambda path: Reply(body=vector((GPU, 3))))
     try:
-        feed.client.url = server.url
+        feed.client = PromClient(server.url, PrometheusConfig(), 2.0, {})  # back, moved
         [snap] = feed.poll()
         assert snap.state == model.HOST_OK and feed.failures == 0
         assert feed.backoff(2.0) == 2.0
@@ -127,8 +149,8 @@ def test_credentials_come_only_from_the_config(prom: FakeProm, tmp_path) -> None
     prom.reply = Reply(body=vector((GPU, 1)))
     config = PrometheusConfig(username="ops", password_file=str(secret))
     prom.feed(config).poll()
-    [(_path, headers, _body)] = prom.server.requests
-    assert headers["Authorization"] == "Basic b3BzOmh1bnRlcjI="  # ops:hunter2
+    assert {h["Authorization"] for _p, h, _b in prom.server.requests} == {
+        "Basic b3BzOmh1bnRlcjI="}  # ops:hunter2
     missing = PrometheusConfig(token_env="NOT_SET_ANYWHERE")
     [snap] = prom.feed(missing).poll()
     assert snap.state == model.HOST_AUTH_FAILED and "$NOT_SET_ANYWHERE" in (snap.error or "")
@@ -136,44 +158,68 @@ def test_credentials_come_only_from_the_config(prom: FakeProm, tmp_path) -> None
 
 def test_hostile_series_are_dropped_not_trusted() -> None:
     now = 1700000000.0
-    result = [
+    util = [
         {"metric": {**GPU}, "value": [now, "NaN"]},  # not a number: absent
-        {"metric": {**GPU, "gpu": "999999999", "UUID": "GPU-2"}, "value": [now, "1"]},
+        {"metric": {**GPU, "gpu": "999999999"}, "value": [now, "1"]},  # no such card
+        {"metric": {**GPU, "gpu": "1", "Hostname": 7}, "value": [now, "1"]},  # not text
+        {"metric": {**GPU, "gpu": ["2"]}, "value": [now, "1"]},  # not even hashable
+        *({"metric": {**GPU, "Hostname": "flood", "gpu": str(n)}, "value": [now, "1"]}
+          for n in range(5000)),  # a host with 5,000 made-up cards
         {"metric": "nope", "value": [now, "1"]},
-        {"metric": {**GPU, "__name__": "gputop_process_gpu_memory_bytes", "pid": "12x"},
-         "value": [now, "1"]},
-        {"metric": {**GPU, "__name__": "DCGM_FI_DEV_GPU_TEMP", "Hostname": "n" * 5000},
-         "value": [now, "50"]},
         [1, 2],
     ]
-    snaps = pivot(result, now, 60.0)
+    answers = {
+        "util_gpu": util,
+        "_identity": [{"metric": {**GPU, "UUID": "GPU-1"}, "value": [now, "1"]}],
+        "_proc_mem": [{"metric": {**GPU, "pid": "12x"}, "value": [now, "1"]}],
+        "temp": [{"metric": {**GPU, "Hostname": "n" * 5000}, "value": [now, "50"]}],
+        "_warning": [{"metric": {"Hostname": "n1", "severity": "apocalyptic", "code": "x"},
+                      "value": [now, "1"]}],
+    }
+    snaps = pivot(answers, now, 60.0)
     names = {s.host for s in snaps}
     assert "n1" in names and all(len(n) <= 1024 for n in names)
     n1 = next(s for s in snaps if s.host == "n1")
-    uuids = {g.uuid: g for g in n1.gpus}
-    assert "GPU-1" not in uuids  # its only value was NaN: absent, not 0
-    assert uuids["GPU-2"].index == 0  # the absurd index was not taken
+    [gpu] = n1.gpus  # neither the absurd index nor the label that is not text
+    assert gpu.uuid == "GPU-1" and gpu.util_gpu is None  # NaN: absent, not 0
     assert n1.processes == ()  # a pid that is not a number
+    assert n1.reported_warnings == ()  # a severity gputop does not have
+    flood = next(s for s in snaps if s.host == "flood")
+    assert len(flood.gpus) == 64  # capped, not 5,000
 
 
 def test_stale_host_and_dead_exporter() -> None:
     now = 1700000100.0
-    result = [
-        {"metric": GPU, "value": [now, "10"]},
-        {"metric": {"gputop_up_timestamp": "1", "instance": "10.0.0.1:9400", "job": "dcgm"},
-         "value": [now, str(now - 95)]},
-        {"metric": {"__name__": "up", "instance": "10.0.0.9:9400", "job": "dcgm"},
-         "value": [now, "0"]},
-    ]
-    snaps = {s.host: s for s in pivot(result, now, 30.0, {"10.0.0.9:9400": "n9"})}
+    answers = {
+        "util_gpu": [{"metric": GPU, "value": [now, "10"]}],
+        "_up": [
+            {"metric": {"_scraped": "1", "instance": "10.0.0.1:9400", "job": "dcgm"},
+             "value": [now, str(now - 95)]},
+            {"metric": {"__name__": "up", "instance": "10.0.0.9:9400", "job": "dcgm"},
+             "value": [now, "0"]},
+            {"metric": {"__name__": "up", "instance": "10.0.0.8:9100", "job": "node"},
+             "value": [now, "0"]},
+        ],
+    }
+    snaps = {s.host: s for s in pivot(answers, now, 30.0, {},
+                                      {"10.0.0.9:9400": "n9"})}
     assert snaps["n1"].state == model.HOST_STALE and "95 s" in (snaps["n1"].error or "")
     assert snaps["n9"].state == model.HOST_UNREACHABLE  # the name it had while alive
+    assert "10.0.0.8:9100" not in snaps  # never a GPU exporter: not a GPU host
 
 
-def test_query_names_every_exporter_and_up() -> None:
-    expr = cluster_query('cluster="a"')
-    assert "DCGM_FI_DEV_" in expr and "nvidia_smi_" in expr and "gputop_" in expr
-    assert 'timestamp(up{cluster="a"})' in expr and expr.endswith('up{cluster="a"}')
+def test_queries_name_every_exporter_and_keep_few_labels() -> None:
+    summary = promql.queries(promql.SUMMARY, 'cluster="a"')
+    full = promql.queries(promql.FULL, 'cluster="a"')
+    assert len(summary) < len(full)  # the summary asks for less...
+    assert set(summary) - set(full) == {"_mem_spare"}  # (free + reserved in one)
+    assert "DCGM_FI_DEV_GPU_UTIL{cluster=\"a\"}" in summary["util_gpu"]
+    assert "nvidia_smi_utilization_gpu_ratio" in summary["util_gpu"]
+    assert summary["util_gpu"].startswith("((max by (")  # labels cut on the server
+    assert "> 0" in summary["_xid"] and "> 0" not in full["_xid"]
+    assert 'timestamp(up{cluster="a"})' in summary["_up"]
+    one = promql.queries(promql.FULL, "", host='we"ird')
+    assert 'Hostname="we\\"ird"' in one["temp"] and 'instance="we\\"ird"' in one["temp"]
 
 
 def test_cli_prometheus_down_is_a_state_not_a_traceback() -> None:
@@ -224,3 +270,91 @@ def test_prometheus_combines_with_hosts_and_alone_reads_no_default_hosts(tmp_pat
     both = plan_sources(SourceOptions(prometheus=url, hosts_file=str(hosts), local=True))
     assert both.prometheus == url and [s.name for s in both.ssh_hosts] == ["gpu01"]
     assert both.local
+
+
+class DripServer:
+    """Sends its headers at once, then one byte of the body every ``every`` seconds."""
+
+    def __init__(self, every: float = 0.2) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.every = every
+        self.done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 100000\r\n\r\n")
+                while not self.done.is_set():
+                    conn.sendall(b" ")
+                    time.sleep(self.every)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.done.set()
+        self.sock.close()
+
+
+def test_timeout_bounds_a_slow_body() -> None:
+    drip = DripServer()
+    try:
+        feed = PrometheusFeed(drip.url, PrometheusConfig(), 1.0, environ={})
+        started = time.monotonic()
+        [snap] = feed.poll()
+        took = time.monotonic() - started
+    finally:
+        drip.close()
+    assert snap.state == model.HOST_TIMEOUT and "within 1 s" in (snap.error or "")
+    # The body would take 100,000 x 0.2 s; the generous bound is for a loaded machine.
+    assert took < 15
+
+
+def test_a_body_past_the_cap_is_refused_while_it_streams(prom: FakeProm) -> None:
+    from gputop.sources.prometheus import MAX_BODY_BYTES
+
+    bomb = gzip.compress(b" " * (MAX_BODY_BYTES + 1024 * 1024), 9)
+    prom.reply = Reply(body=bomb, encoding="gzip", content_type="application/json")
+    [snap] = prom.feed().poll()
+    assert snap.state == model.HOST_ERROR and "larger than 64 MiB" in (snap.error or "")
+
+
+def test_redirects_are_not_followed(prom: FakeProm) -> None:
+    elsewhere = FixedServer(lambda path: Reply(body=vector((GPU, 1))))
+    try:
+        prom.reply = Reply(status=307, location=f"{elsewhere.url}/api/v1/query")
+        config = PrometheusConfig(token_env="PROM_TOKEN")
+        [snap] = prom.feed(config, environ={"PROM_TOKEN": "s3cret"}).poll()
+        assert snap.state == model.HOST_ERROR and "not followed" in (snap.error or "")
+        assert elsewhere.requests == []  # neither the query nor the token went there
+    finally:
+        elsewhere.close()
+
+
+def test_the_stream_sends_a_host_again_only_when_it_was_scraped_again(prom: FakeProm) -> None:
+    feed = PrometheusFeed(prom.server.url, PrometheusConfig(), 5.0, environ={},
+                          clock=lambda: 1700000005.0)
+    scraped = ({"_scraped": "1", "instance": GPU["instance"]}, 1700000000.0)
+    prom.fields = {"util_gpu": [(GPU, 42)], "_up": [scraped]}
+    first = feed.poll()
+    assert [s.host for s in feed.news(first)] == ["n1"]
+    assert feed.news(feed.poll()) == []  # the same scrape, read again: nothing new
+    feed.focus("n1")  # opened: read in full, so sent again
+    assert [s.host for s in feed.news(feed.poll())] == ["n1"]
+    prom.fields = {"util_gpu": [(GPU, 43)], "_up": [
+        ({"_scraped": "1", "instance": GPU["instance"]}, 1700000004.0)]}
+    [again] = feed.news(feed.poll())  # scraped since: a new reading
+    assert again.time == 1700000004.0 and again.gpus[0].util_gpu == 43

@@ -86,7 +86,7 @@ def test_other_users_processes_make_a_card_unfit_even_with_limits() -> None:
     result = plan(_snap(2, [job], processes=busy + mine), Policy(), NOW)
     assert result.starts == {"eeeeeee1": (1,)}  # my own process does not stop my job
     assert plan(_snap(1, [job], processes=busy), Policy(), NOW).waiting["eeeeeee1"].endswith(
-        "GPU 0 in use by another user")
+        "GPU 0 in use by another user (eve)")
 
 
 def test_named_cards_wait_for_exactly_those_cards() -> None:

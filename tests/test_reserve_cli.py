@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gputop.actions import reservations as store
+from gputop.analysis.pick import Want
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -117,10 +118,16 @@ def test_pick_chooses_free_cards_without_reserving(tmpdir_env: dict[str, str]) -
     js = gputop(tmpdir_env, "pick", "--demo", "faulty", "--count", "3", "--json")
     assert [row["index"] for row in json.loads(js.stdout)] == [3, 4, 7]
     too_many = gputop(tmpdir_env, "pick", "--demo", "faulty", "--count", "4")
-    _one_line_error(too_many, 4, "only 3 of 4 requested GPUs qualify (GPU 0: 1 process(es)")
-    # sharing within limits: GPU 5 (dave, 68 GiB free) qualifies for 60G at <= 100 %
-    shared = gputop(tmpdir_env, "pick", "--demo", "faulty", "--count", "4",
+    _one_line_error(too_many, 4, "only 3 of 4 requested GPUs qualify (GPU 0: in use by"
+                    " another user (bob)")
+    # Filters only narrow: GPU 5 (dave, 68 GiB free) is dave's card, limits or not...
+    strict = gputop(tmpdir_env, "pick", "--demo", "faulty", "--count", "4",
                     "--min-free-mem", "60G", "--max-util", "100")
+    _one_line_error(strict, 4, "GPU 5: in use by another user (dave)")
+    assert "--share to use cards where other users' processes run" in strict.stderr
+    # ...until I say I share: then it qualifies for 60G at <= 100 %.
+    shared = gputop(tmpdir_env, "pick", "--demo", "faulty", "--count", "4",
+                    "--min-free-mem", "60G", "--max-util", "100", "--share")
     assert shared.returncode == 0, shared.stderr
     assert shared.stdout == "CUDA_VISIBLE_DEVICES=3,4,7,5\n"
 
@@ -161,7 +168,8 @@ def test_reserve_count_skips_cards_of_others_and_a_lost_race_exits_4(
         (["reserve", "--gpus", "3,x", "--for", "1h"], 2, "'x' is neither an index nor"),
         (["reserve", "--gpus", "3", "--count", "1", "--for", "1h"], 2, "not both"),
         (["reserve", "--gpus", "3", "--max-util", "10", "--for", "1h"], 2,
-         "--min-free-mem and --max-util choose cards: use them with --count"),
+         "--min-free-mem, --max-util, --share and --whole choose cards: use them with --count"),
+        (["reserve", "--gpus", "3", "--share", "--for", "1h"], 2, "use them with --count"),
         (["reserve", "--gpus", "3", "--for", "1h", "--note", "a\x07b"], 2, "--note: the note"),
         (["pick", "--count", "0"], 2, "--count must be 1 or more"),
         (["pick", "--min-free-mem", "20X"], 2, "--min-free-mem: bad size '20X'"),
@@ -241,7 +249,7 @@ def test_reserve_count_tries_the_next_cards_after_a_lost_race(
             )
             subprocess.run(["/usr/bin/python3", "-c", code, str(REPO), directory],
                            user=65534, group=65534, extra_groups=[], cwd="/", check=True)
-            pick = command.Pick(2, None, None, "root", [])
+            pick = command.Pick(Want(2), "root", [])
             _reply, chosen = await command.reserve_best(session, snapshot, pick,
                                                         time.time() + 600, "")
             return chosen

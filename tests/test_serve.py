@@ -184,3 +184,54 @@ def test_mig_instances_carry_dcgm_exporters_instance_labels() -> None:
     # No label set twice in one family: the exposition stays valid.
     series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")]
     assert len(series) == len(set(series))
+
+
+def test_dcgm_default_counters_driver_label_queue_and_idle_per_user() -> None:
+    from gputop.model import QueueJob
+
+    gpu = dataclasses.replace(
+        snapshot().gpus[0], temp_memory=47, energy_mj=123_456_789_012, pcie_replays=3,
+        nvlink_data_kib=5000, prof_tensor_active=61.5, prof_dram_active=33.0,
+        prof_pcie_tx_bytes=12 * MIB, prof_pcie_rx_bytes=None)
+    snap = dataclasses.replace(
+        snapshot(), driver_version="590.48.01", gpus=(gpu, snapshot().gpus[1]),
+        queue=(QueueJob(id="a1", user="dan", submitted=400.0, gpus=2),
+               QueueJob(id="b2", user="dan", submitted=700.0, gpu_ids=(0,), priority="high"),
+               QueueJob(id="c3", user="eve", submitted=100.0)),
+        reservations=(Reservation(gpu=0, user="eve", until=5000.0, since=900.0, job="c3"),))
+    flags = {(0, 101): ProcessFlags(idle=True)}
+    text = expo.render(expo.families(snap, [], flags, {}, None))
+    values = {name: lines(text, name)[0].rsplit(" ", 1)[1] for name in (
+        "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_PCIE_TX_BYTES")}
+    assert values == {"DCGM_FI_DEV_MEMORY_TEMP": "47",
+                      "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "123456789012",
+                      "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "3",
+                      "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "5000",
+                      "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "0.615",
+                      "DCGM_FI_PROF_DRAM_ACTIVE": "0.33",
+                      "DCGM_FI_PROF_PCIE_TX_BYTES": str(12 * MIB)}
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter" in text
+    assert "DCGM_FI_PROF_PCIE_RX_BYTES" not in text  # unknown: absent, never 0
+    # dcgm-exporter's driver label on every per-GPU series, as it has it.
+    [used] = lines(text, "DCGM_FI_DEV_FB_USED")
+    assert used.endswith('Hostname="node7",DCGM_FI_DRIVER_VERSION="590.48.01"} 10240')
+    # The queue: c3 runs (its reservation names it), a1 and b2 wait; the oldest waiting
+    # job came at 400, the snapshot is at 1000.
+    jobs = {line.split("{", 1)[1].split("}")[0]: line.rsplit(" ", 1)[1]
+            for line in lines(text, "gputop_queue_jobs")}
+    assert jobs == {'Hostname="node7",user="dan",priority="high",state="waiting"': "1",
+                    'Hostname="node7",user="dan",priority="normal",state="waiting"': "1",
+                    'Hostname="node7",user="eve",priority="normal",state="running"': "1"}
+    assert lines(text, "gputop_queue_gpus_requested") == [
+        'gputop_queue_gpus_requested{Hostname="node7",user="dan"} 3']
+    assert lines(text, "gputop_queue_oldest_wait_seconds")[0].endswith(" 600")
+    # Idle-held memory per user: bob's pid 101 (2 MiB) is the idle one.
+    assert lines(text, "gputop_user_idle_held_bytes") == [
+        f'gputop_user_idle_held_bytes{{Hostname="node7",user="bob"}} {2 * MIB}',
+        'gputop_user_idle_held_bytes{Hostname="node7",user="unknown"} 0']
+    # Nobody waiting: no "oldest wait" at all.
+    calm = expo.render(expo.families(snapshot(), [], {}, {}, None))
+    assert "gputop_queue_oldest_wait_seconds" not in calm

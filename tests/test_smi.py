@@ -220,7 +220,8 @@ def test_old_driver_switches_to_xml() -> None:
     # no ps lines: not in our namespace
     assert snap.processes and all(not p.visible for p in snap.processes)
     broken = fallback_snapshot("old", f"garbage\n{smi.MARK} 9\n{smi.MARK} 0\n", 5.0, xml=True)
-    assert broken["state"] == model.HOST_NO_GPU and "garbage" in broken["error"]
+    # not XML at all: output of the wrong shape is an error quoting its first line
+    assert broken["state"] == model.HOST_ERROR and "'garbage'" in broken["error"]
 
 
 # -- indexes, memory health and thresholds in the fallbacks ---------------------------

@@ -70,6 +70,7 @@ class Job:
             "gpu_ids": r.get("gpu_ids"), "min_free_mem": r.get("min_free_mem"),
             "max_util": r.get("max_util"), "for_s": r.get("for_s"),
             "note": r.get("note", ""), "command": r.get("command", ""),
+            "share": r.get("share") is True, "whole": r.get("whole") is True,
         }
 
 
@@ -268,6 +269,9 @@ def record_problem(record: Any, owner_uid: int) -> str | None:
     if record.get("for_s") is not None and not _number_in(
             record["for_s"], 1, reservations.MAX_RESERVATION_S):
         return "bad 'for_s'"
+    for flag in ("share", "whole"):
+        if record.get(flag) not in (None, True, False):
+            return f"bad {flag!r}"
     command = record.get("command", "")
     if not isinstance(command, str) or len(command) > MAX_COMMAND_CHARS:
         return f"'command' must be text of at most {MAX_COMMAND_CHARS} characters"

@@ -26,12 +26,13 @@ The design (docs/reservations.md explains it at length):
 from __future__ import annotations
 
 import contextlib
+import heapq
 import math
 import os
 import re
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,10 +69,12 @@ MAX_MIG_SLOTS = 7  # MIG devices per card (A100/H100/B200)
 CLOCK_SLACK_S = 3600.0
 MAX_USER_CHARS = 64
 MAX_HOST_CHARS = 255
-# A display scan reads at most this many reservation files: 50,000 planted files must not
-# cost every dashboard half a core.  Changes (under the lock) read them all.
-MAX_SCAN_FILES = 1024
-MAX_PROBLEMS = 20  # listed one by one; the rest are counted in one line
+# A scan reads only the files named for this host's cards (``_Wanted``); of those, a user
+# with more than this many under one card's name counts for nothing on it (a claim and
+# its extension, and an old pair not yet cleaned up, are 4).
+MAX_FILES_PER_OWNER = 8
+MAX_PROBLEMS = 20  # problems of single files listed one by one; the rest are counted
+MAX_NAMED = 3  # skipped names listed one by one; more are counted in one line
 
 # The UUIDs of this host's cards: index -> UUID, or in index order.
 GpuUuids = Sequence[str | None] | dict[int, str | None]
@@ -152,7 +155,7 @@ class _Entry:
 @dataclass
 class _Scan:
     entries: list[_Entry]
-    problems: list[str]
+    problems: list[str]  # one line per file that was read and skipped
     # (path, owner uid, card): leftovers of killed writers, or writers busy right now
     tmp_files: list[tuple[str, int, int | None]]
     # Every generation in use per key, skipped files included: a new file must not
@@ -160,22 +163,38 @@ class _Scan:
     generations: dict[str, set[int]] = field(default_factory=dict)
     # Extension files without a valid claim: (path, owner uid), removed by their owner.
     orphans: list[tuple[str, int]] = field(default_factory=list)
+    # What was skipped unread, counted: never cut, whatever else went wrong.
+    summary: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------
 # public API
 
 
-def list_active(directory: str, now: float | None = None) -> list[dict[str, Any]]:
-    """Active reservations, one per GPU, sorted by GPU index. Missing directory: []."""
+def list_active(
+    directory: str,
+    now: float | None = None,
+    gpu_uuids: GpuUuids | None = None,
+    mig_devices: MigDevices | None = None,
+) -> list[dict[str, Any]]:
+    """Active reservations, one per GPU, sorted by GPU index. Missing directory: [].
+
+    ``gpu_uuids`` (and ``mig_devices``): this host's cards; only their claims are read.
+    Without them every reservation-shaped file is read."""
     now = time.time() if now is None else now
-    return scan(directory, now)["reservations"]
+    return scan(directory, now, gpu_uuids, mig_devices)["reservations"]
 
 
-def scan(directory: str, now: float | None = None) -> dict[str, Any]:
-    """Active reservations plus one line per file that was skipped and why."""
+def scan(
+    directory: str,
+    now: float | None = None,
+    gpu_uuids: GpuUuids | None = None,
+    mig_devices: MigDevices | None = None,
+) -> dict[str, Any]:
+    """Active reservations plus one line per file that was skipped and why: first the
+    files skipped unread (counted, never cut), then those read and refused."""
     now = time.time() if now is None else now
-    found = _scan(directory, MAX_SCAN_FILES)
+    found = _scan(directory, _wanted(gpu_uuids, mig_devices), cached=True)
     holders = _holders(found.entries, now)
     problems = list(found.problems)
     for entries in _active_by_slot(found.entries, now).values():
@@ -191,7 +210,7 @@ def scan(directory: str, now: float | None = None) -> dict[str, Any]:
     return {
         "ok": True,
         "reservations": [entry.public() for entry in holders],
-        "problems": problems,
+        "problems": [*found.summary, *problems],
     }
 
 
@@ -222,8 +241,10 @@ def reserve(
         if not targets:
             raise ReservationError("no GPU given")
         ensure_directory(directory)
+        wanted = _wanted_for(targets, mig_devices)
         with locked(directory, (t.index for t in targets)):
-            return _reserve_locked(directory, targets, until, note, now, must_hold, job)
+            return _reserve_locked(directory, targets, until, note, now, must_hold, job,
+                                   wanted)
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "reservations": []}
     except OSError as exc:
@@ -262,10 +283,11 @@ def release(
         if targets is not None:
             cards = [t.index for t in targets]
         else:
-            me = os.geteuid()
-            cards = [e.data["gpu"] for e in _scan(directory).entries if e.owner_uid == me]
+            # Mine wherever they are: only my files are read.
+            cards = [e.data["gpu"] for e in _scan(directory, owner=os.geteuid()).entries]
         with locked(directory, cards):
-            return _release_locked(directory, targets, now, set(cards))
+            return _release_locked(directory, targets, now, set(cards),
+                                   _wanted_for(targets or [], mig_devices))
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "released": []}
     except OSError as exc:
@@ -290,7 +312,7 @@ def handle_request(
     """The reservation ops of the action protocol (docs/architecture.md), never raising."""
     op = request.get("op")
     if op == "reservations":
-        return scan(directory, now)
+        return scan(directory, now, gpu_uuids, mig_devices)
     if op == "reserve":
         gpus = request.get("gpus")
         until = request.get("until")
@@ -435,56 +457,143 @@ def _describe(known: dict[int, str | None]) -> str:
 _CACHE: ScanCache[_Scan] = ScanCache()
 
 
-def _scan(directory: str, limit: int | None = None) -> _Scan:
-    """Read the store.  `limit` caps the files read (display scans, cached by the
-    directory's stamp); None reads them all (changes, under the lock)."""
+@dataclass(frozen=True)
+class _Wanted:
+    """Which reservation files a scan reads: the names of this host's own cards.
+
+    What decides "reserved" must not depend on how many other files exist or how they
+    sort, so a card's claims are found by their names (derived from its UUID and index),
+    never by a capped walk of the directory.  ``keys`` None: the cards are not known
+    (a card without a UUID, a client that never read the GPUs), so every key is read."""
+
+    keys: frozenset[str] | None = None
+    any_mig: bool = False  # the MIG devices are not known: every MIG-... key is read
+
+    def tag(self) -> str:
+        """What the cache keys this reading by, beside the directory."""
+        if self.keys is None:
+            return "*"
+        return ("M|" if self.any_mig else "|") + "|".join(sorted(self.keys))
+
+
+_EVERYTHING = _Wanted()
+
+
+def _wanted(gpu_uuids: GpuUuids | None, mig_devices: MigDevices | None = None) -> _Wanted:
+    """The names of the claims of this host's cards and MIG devices."""
+    known = _uuid_map(gpu_uuids)
+    if not known:
+        return _EVERYTHING
+    keys: set[str] = set()
+    for index, uuid in known.items():
+        if not uuid or not _UUID.fullmatch(uuid):
+            # Its claims may be under any GPU-... name that says this index (``_slot``).
+            return _EVERYTHING
+        keys.update((uuid, f"index-{index}"))
+    for uuid in mig_devices or {}:
+        if _UUID.fullmatch(uuid):
+            keys.add(uuid)
+    return _Wanted(frozenset(keys), any_mig=mig_devices is None)
+
+
+def _wanted_for(targets: list[_Target], mig_devices: MigDevices | None) -> _Wanted:
+    """The names a change of ``targets`` must read (``_slot`` and ``_related``): each
+    card's UUID and index keys and its MIG devices' keys; a MIG device's own key and its
+    card's.  A change pays for the files named for its cards, not for all of them."""
+    keys: set[str] = set()
+    any_mig = False
+    for target in targets:
+        card_uuid = target.uuid if target.mig is None else target.parent_uuid
+        if card_uuid is None:
+            return _EVERYTHING  # its claims may be under any name that says its index
+        keys.update((card_uuid, f"index-{target.index}"))
+        if target.mig is not None:
+            keys.add(target.key)
+        elif mig_devices is None:
+            any_mig = True
+        else:
+            keys.update(uuid for uuid, (card, _slot) in mig_devices.items()
+                        if card == target.index and _UUID.fullmatch(uuid))
+    return _Wanted(frozenset(keys), any_mig)
+
+
+def _scan(directory: str, wanted: _Wanted = _EVERYTHING, cached: bool = False,
+          tmp_cards: Iterable[int] = (), owner: int | None = None) -> _Scan:
+    """Read the claims ``wanted`` names.  ``cached``: a display scan, kept while the
+    directory is unchanged; changes (under the locks) read afresh.  ``tmp_cards``: the
+    cards whose writers' temp files are wanted (for cleaning, under those cards' locks).
+    ``owner``: only that user's files."""
     result = _Scan([], [], [])
     with open_directory(directory, result.problems) as fd:
         if fd is None:
             return result
         info = os.fstat(fd)
-        cached = _CACHE.get(directory, info) if limit is not None else None
-        if cached is not None:
-            return cached
+        tag = f"{directory}\0{wanted.tag()}"
+        hit = _CACHE.get(tag, info) if cached else None
+        if hit is not None:
+            return hit
         problem = directory_problem(directory, info)
         if problem and info.st_uid != os.geteuid():
             result.problems.append(f"{problem.split('; remove it')[0]} (read anyway)")
-        _read_names(fd, directory, os.listdir(fd), limit, result)
-        if limit is not None:
-            _CACHE.put(directory, info, result)
+        _read_names(fd, directory, os.listdir(fd), wanted, set(tmp_cards), owner, result)
+        if cached:
+            _CACHE.put(tag, info, result)
         return result
 
 
-def _read_names(fd: int, directory: str, names: list[str], limit: int | None, out: _Scan) -> None:
-    extensions: dict[tuple[str, int], tuple[str, dict[str, Any], os.stat_result]] = {}
-    foreign = 0
-    read = 0
-    for name in sorted(names):
-        path = os.path.join(directory, name)
-        if is_lock_file(name) or name.startswith(JOB_PREFIX):
+def _read_names(fd: int, directory: str, names: list[str], wanted: _Wanted,
+                tmp_cards: set[int], owner: int | None, out: _Scan) -> None:
+    """Sort the names without reading them, then read only the wanted claims, each
+    owner's at most MAX_FILES_PER_OWNER per key: what others planted costs a listing,
+    and a user's own junk costs only that user's claim of that card."""
+    foreign: list[str] = []  # no reservation file's name
+    elsewhere: list[str] = []  # a claim's name, of a card this host does not have
+    candidates: list[tuple[str, str, int, bool]] = []
+    keys, any_mig = wanted.keys, wanted.any_mig
+    for name in names:
+        if name[0] == ".":
+            if name.startswith(TMP_PREFIX):
+                card = _TMP_FILE.match(name)
+                if card and int(card.group(1)) in tmp_cards:
+                    with contextlib.suppress(OSError):
+                        out.tmp_files.append((os.path.join(directory, name),
+                                              os.lstat(name, dir_fd=fd).st_uid,
+                                              int(card.group(1))))
+            elif not is_lock_file(name):
+                foreign.append(name)
             continue
-        if name.startswith(TMP_PREFIX):
-            card = _TMP_FILE.match(name)
-            with contextlib.suppress(OSError):
-                out.tmp_files.append((path, os.lstat(name, dir_fd=fd).st_uid,
-                                      int(card.group(1)) if card else None))
+        if name.startswith(JOB_PREFIX):
+            continue
+        # No key holds a dot: the part before the first one is the key, found without a
+        # regex, so 50,000 names of other cards cost a listing and a set lookup each.
+        key = name.partition(".")[0]
+        if keys is not None and key not in keys and not (any_mig and key.startswith("MIG-")):
+            if name.endswith(".json") and key.startswith(("GPU-", "MIG-", "index-")):
+                elsewhere.append(name)
+            else:
+                foreign.append(name)
             continue
         match = _FILE_NAME.fullmatch(name)
         if not match:
-            foreign += 1
-            if foreign <= MAX_PROBLEMS:
-                out.problems.append(f"{path}: not a reservation file; skipped")
+            foreign.append(name)
             continue
-        key, generation = match.group(1), int(match.group(2))
+        generation = int(match.group(2))
+        # Every generation with a file is taken, readable or not: a new claim must not
+        # collide with a file we cannot remove.
         out.generations.setdefault(key, set()).add(generation)
-        if limit is not None and read >= limit:
-            continue
-        read += 1
+        candidates.append((name, key, generation, bool(match.group(3))))
+    _count(out, directory, foreign, "not a reservation file",
+           "files that are not reservation files")
+    _count(out, directory, elsewhere, "names no GPU of this host",
+           "reservation files that name no GPU of this host")
+    extensions: dict[tuple[str, int], tuple[str, dict[str, Any], os.stat_result]] = {}
+    for name, key, generation, extension in _by_owner(fd, directory, candidates, owner, out):
+        path = os.path.join(directory, name)
         loaded = read_json(fd, name, path, MAX_FILE_BYTES, out.problems)
         if loaded is None:
             continue
         data, info = loaded
-        if match.group(3):
+        if extension:
             extensions[(key, generation)] = (path, data, info)
             continue
         why = _content_problem(data, key, info)
@@ -496,12 +605,59 @@ def _read_names(fd: int, directory: str, names: list[str], limit: int | None, ou
                    info.st_ctime_ns)
         )
     _attach(out, extensions)
-    if foreign > MAX_PROBLEMS:
-        out.problems.append(f"{directory}: {foreign - MAX_PROBLEMS} more foreign files; skipped")
-    files = sum(len(g) for g in out.generations.values())
-    if limit is not None and files > read:
-        out.problems.append(f"{directory}: {files - read} reservation files beyond the first"
-                            f" {limit} not read")
+
+
+def _by_owner(
+    fd: int, directory: str, candidates: list[tuple[str, str, int, bool]],
+    owner: int | None, out: _Scan,
+) -> list[tuple[str, str, int, bool]]:
+    """The candidates worth reading, in name order: not those of a user who has more
+    than MAX_FILES_PER_OWNER files under one key (nobody needs more than a claim and its
+    extension, and an old pair not yet cleaned); the owner is the kernel's word."""
+    per_key: dict[str, int] = {}
+    for candidate in candidates:
+        per_key[candidate[1]] = per_key.get(candidate[1], 0) + 1
+    if owner is None and max(per_key.values(), default=0) <= MAX_FILES_PER_OWNER:
+        return sorted(candidates)  # no owner can have too many: no need to ask whose
+    groups: dict[tuple[str, int], list[tuple[str, str, int, bool]]] = {}
+    for candidate in candidates:
+        if owner is None and per_key[candidate[1]] <= MAX_FILES_PER_OWNER:
+            groups.setdefault((candidate[1], -1), []).append(candidate)
+            continue
+        try:
+            uid = os.lstat(candidate[0], dir_fd=fd).st_uid
+        except FileNotFoundError:
+            continue  # removed while we listed
+        except OSError as exc:
+            out.problems.append(f"{os.path.join(directory, candidate[0])}: "
+                                f"{os_reason(exc)}; skipped")
+            continue
+        if owner is None or uid == owner:
+            groups.setdefault((candidate[1], uid), []).append(candidate)
+    keep: list[tuple[str, str, int, bool]] = []
+    for (key, uid), files in sorted(groups.items()):
+        if len(files) > MAX_FILES_PER_OWNER:
+            out.summary.append(
+                f"{directory}: {user_name(uid)} owns {len(files)} files named for {key}"
+                f" ({min(f[0] for f in files)}, ...); none of them counts (at most"
+                f" {MAX_FILES_PER_OWNER} per user and card)")
+            continue
+        keep.extend(files)
+    keep.sort()
+    return keep
+
+
+def _count(out: _Scan, directory: str, names: list[str], one: str, many: str) -> None:
+    """Skipped names: each named when they are few, else one line with their number and
+    the first few (never cut: ``scan`` keeps these lines whole)."""
+    if not names:
+        return
+    if len(names) <= MAX_NAMED:
+        out.summary.extend(f"{os.path.join(directory, n)}: {one}; skipped"
+                           for n in sorted(names))
+        return
+    first = ", ".join(heapq.nsmallest(MAX_NAMED, names))
+    out.summary.append(f"{directory}: {len(names)} {many} ({first}, ...); skipped")
 
 
 def _attach(
@@ -669,9 +825,11 @@ def _tmp_tag(card: int) -> str:
 def _reserve_locked(
     directory: str, targets: list[_Target], until: float, note: str, now: float,
     must_hold: bool = False, job: dict[str, Any] | None = None,
+    wanted: _Wanted = _EVERYTHING,
 ) -> dict[str, Any]:
-    found = _scan(directory)
-    _clean(found, now, {t.index for t in targets})
+    cards = {t.index for t in targets}
+    found = _scan(directory, wanted, tmp_cards=cards)
+    _clean(found, now, cards)
     me = os.geteuid()
     plans: list[tuple[_Target, _Entry | None, int]] = []
     for target in targets:
@@ -691,8 +849,7 @@ def _reserve_locked(
         # My claim is extended where it is, under whichever key it was made: a claim
         # moved to another key would be linked anew and lose its place to any claim
         # planted meanwhile.
-        top = max(found.generations.get(target.key, ()), default=0)
-        plans.append((target, holder, top + 1))
+        plans.append((target, holder, _free_generation(found.generations.get(target.key))))
 
     import socket  # only when writing: reading the store is on `gputop --once`'s path
 
@@ -731,7 +888,7 @@ def _reserve_locked(
         fsync_dir(directory)
         # A writer that bypasses the lock may have linked a claim between our scan and
         # our link: the kernel's times decide, so look again before saying yes.
-        after = _scan(directory)
+        after = _scan(directory, wanted)
         for target, _final in created:
             first = next((e for e in _slot(after.entries, target) if e.active(now)), None)
             if first is not None and first.owner_uid != me:
@@ -748,6 +905,16 @@ def _reserve_locked(
         "reservations": results,
         "message": f"{verb} GPU {indexes} until {_clock(until)}",
     }
+
+
+def _free_generation(used: set[int] | None) -> int:
+    """The lowest generation with no file of this key (claim or extension): the kernel's
+    times order claims, so a gap costs nothing, and a planted 999999999999 cannot push a
+    new claim to a name no reader accepts."""
+    generation = 1
+    while used and generation in used:
+        generation += 1
+    return generation
 
 
 def _extend(directory: str, mine: _Entry, record: dict[str, Any]) -> None:
@@ -777,12 +944,16 @@ def _remove(entry: _Entry) -> None:
 
 
 def _release_locked(
-    directory: str, targets: list[_Target] | None, now: float, cards: set[int]
+    directory: str, targets: list[_Target] | None, now: float, cards: set[int],
+    wanted: _Wanted = _EVERYTHING,
 ) -> dict[str, Any]:
     """Release under the locks of `cards`: the targets', or the cards I held when the
     locks were taken (a reservation of mine made since waits for the next release)."""
-    found = _scan(directory)
     me = os.geteuid()
+    if targets is None:
+        found = _scan(directory, tmp_cards=cards, owner=me)
+    else:
+        found = _scan(directory, wanted, tmp_cards=cards)
     _clean(found, now, cards)
     released: list[dict[str, Any]] = []
     refused: list[str] = []

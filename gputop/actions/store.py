@@ -33,6 +33,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 DEFAULT_DIRECTORY = "/var/tmp/gputop-reservations"
+# Names the store for every gputop that reads or writes it on this host: local commands,
+# the dashboard, `gputop run`, and the remote probe over SSH.
+DIRECTORY_ENV = "GPUTOP_RESERVATIONS_DIR"
 DIR_MODE = 0o1777
 FILE_MODE = 0o644
 OWNER_ENV = "GPUTOP_RESERVATIONS_OWNER"  # a service user trusted like root to own the store
@@ -71,6 +74,21 @@ def os_reason(exc: OSError) -> str:
 
 # ---------------------------------------------------------------------------------------
 # the directory: whom to trust, creating it
+
+
+def store_directory(
+    configured: str | None = None, default: str = DEFAULT_DIRECTORY, configured_from: str = "config"
+) -> tuple[str, str]:
+    """The store directory and where that choice came from, one rule everywhere:
+    ``$GPUTOP_RESERVATIONS_DIR`` (made absolute), else the config's ``reservations: dir:``
+    (``configured``; the remote probe has no config), else ``default`` (the shared store,
+    or a simulation's private one)."""
+    named = os.environ.get(DIRECTORY_ENV, "").strip()
+    if named:
+        return os.path.abspath(os.path.expanduser(named)), f"${DIRECTORY_ENV}"
+    if configured:
+        return configured, configured_from
+    return default, "default"
 
 
 def trusted_owners() -> set[int]:

@@ -23,6 +23,7 @@ every public method.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -123,6 +124,16 @@ class _Runs:
                 return
 
 
+class _SeriesMemo:
+    """One series as last read: its samples, the newest record's sequence number, and
+    the earliest time it covers."""
+
+    __slots__ = ("items", "low", "seq")
+
+    def __init__(self, items: deque[tuple[float, Any]], seq: int, low: float) -> None:
+        self.items, self.seq, self.low = items, seq, low
+
+
 class _HostTimes:
     """Sequence number -> time of each ok snapshot of one host, within the window."""
 
@@ -183,6 +194,9 @@ class History:
         self._first_seen: dict[ProcessKey, float] = {}
         # per host, TRIM_EVERY sets of process keys: each add tidies one of them
         self._buckets: dict[str, list[set[ProcessKey]]] = {}
+        # The series read last, by (host, gpu or None, field): extended by the new samples
+        # on the next read (see _memo_series).
+        self._memo: dict[tuple[str, int | None, str], _SeriesMemo] = {}
         # A longer record than this window (the usage ledger, docs/ledger.md): (host, pid,
         # start_time) -> when the process's current run at 0 % SM began, or None.
         self.recorded_idle: Callable[[str, int, float | None], float | None] | None = None
@@ -280,7 +294,7 @@ class History:
     def host_series(self, host: str, field: str) -> list[tuple[float, Any]]:
         """(time, value) of a HostSnapshot field (e.g. cpu_percent); None values left out."""
         with self._lock:
-            return self._series(host, self._hosts.get(host, ()), field)
+            return self._memo_series((host, None, field), self._hosts.get(host, ()), None)
 
     def gpu_series(
         self, host: str, gpu: int, field: str, since: float | None = None
@@ -293,7 +307,47 @@ class History:
         long gputop has run.
         """
         with self._lock:
-            return self._series(host, self._gpus.get((host, gpu), ()), field, since)
+            return self._memo_series((host, gpu, field), self._gpus.get((host, gpu), ()),
+                                     since)
+
+    def _memo_series(
+        self, key: tuple[str, int | None, str], ring: Sequence[tuple[int, Any]],
+        since: float | None,
+    ) -> list[tuple[float, Any]]:
+        """``_series``, read from the newest end only as far as the last read of the same
+        series went: the dashboard asks for the same windows every refresh, and walking
+        them whole grew its tick with the refresh rate (720 samples a series at 0.25 s).
+        A read reaching further back than the last one walks the ring; call with the lock
+        held."""
+        host, _, field = key
+        times = self._times.get(host)
+        if times is None or not ring or not times.times:
+            return []
+        # The oldest sample the walk could return: the ring and the host's times are
+        # trimmed on their own schedules.
+        oldest = ring[0][0]
+        first = times.time_of(oldest) if oldest >= times.base else times.times[0]
+        low = max(since if since is not None else -math.inf, first)
+        memo = self._memo.get(key)
+        newest = ring[-1][0]
+        if memo is None or low < memo.low:
+            memo = self._memo[key] = _SeriesMemo(
+                deque(self._series(host, ring, field, low)), newest, low)
+            return list(memo.items)
+        fresh = []
+        for seq, record in reversed(ring):
+            if seq <= memo.seq:
+                break
+            value = getattr(record, field)
+            if value is not None:
+                fresh.append((times.time_of(seq), value))
+        fresh.reverse()
+        items = memo.items
+        items.extend(fresh)
+        while items and items[0][0] < low:
+            items.popleft()
+        memo.seq, memo.low = newest, low
+        return list(items)
 
     def _series(
         self,

@@ -1,18 +1,26 @@
 """Choosing free cards; the reservation warnings are in health/reservations.py. Pure: no I/O.
 
-"Free" means, without filters: no compute process listed on the card (a display server
-alone does not count). With --min-free-mem or --max-util the user says what is acceptable
-to share, and only those limits apply.
-A card is never picked when it is lost or in error, has a critical warning, or is
-reserved by someone else (my own reservations are fine: that is what I reserved for);
-who holds a card or a MIG device is analysis/holders.py's answer.
-Unknown is never free: a card whose process list or memory could not be read may be
-running a 20 GiB job, so it is skipped with the reason.
+One rule for `gputop pick`, `reserve --count` and `run` (``choose``; docs/reservations.md):
+
+- "Free" means, without filters: no compute process listed on the card (a display server
+  alone does not count). With --min-free-mem or --max-util I may share a card with my
+  own processes within those limits.
+- Filters only narrow: a card where another user's process runs is never chosen unless
+  the request says ``share`` (--share), with or without filters.
+- A card is never picked when it is lost or in error, has a critical warning, or is
+  reserved by someone else (my own reservations are fine: that is what I reserved for);
+  who holds a card or a MIG device is analysis/holders.py's answer.
+- Unknown is never free: a card whose process list or memory could not be read may be
+  running a 20 GiB job, so it is skipped with the reason.
+- MIG: a CUDA process sees one MIG device and nothing beside it, so an answer is whole
+  cards or one MIG device, never a mix; a count above one is whole cards.  Fit first: a
+  request one MIG device meets takes a MIG device, not a whole card a bigger job could
+  use (``whole`` asks for a card).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from gputop import model
@@ -58,22 +66,26 @@ def rank(
     max_util: float | None = None,
     warnings: Iterable[model.HealthWarning] = (),
     exclude: Iterable[int] = (),
+    share: bool = False,
+    own_reservations: bool = True,
 ) -> Ranking:
     """All acceptable cards of one host, best first: most free memory, then lowest
-    utilization, then lowest index (stable, so scripts get the same answer twice)."""
+    utilization, then lowest index (stable, so scripts get the same answer twice).
+
+    ``me``: whose reservations and processes are mine; ``share``: cards where another
+    user's process runs may be chosen; ``own_reservations`` False: a card I reserved by
+    hand is not free either (a `gputop run` job must not take it)."""
     reserved = active_reservations(snapshot, now)
     critical = {
         w.gpu: w.message for w in warnings if w.severity == model.CRITICAL and w.gpu is not None
     }
     excluded = set(exclude)
-    busy: dict[int, int] = {}
-    for proc in snapshot.processes:
-        if proc.type != "G":  # a display server alone does not make a card busy
-            busy[proc.gpu] = busy.get(proc.gpu, 0) + 1
+    busy = _busy(snapshot, me, lambda proc: proc.gpu)
+    limits = _Limits(me, min_free_mem, max_util, share, own_reservations)
     chosen: list[Gpu] = []
     rejected: dict[int, str] = {}
     for gpu in snapshot.gpus:
-        why = _rejection(gpu, reserved, critical, busy, excluded, me, min_free_mem, max_util)
+        why = _rejection(gpu, reserved, critical, busy.get(gpu.index), excluded, limits)
         if why:
             rejected[gpu.index] = why
         else:
@@ -91,29 +103,74 @@ def pick(
     max_util: float | None = None,
     warnings: Iterable[model.HealthWarning] = (),
     exclude: Iterable[int] = (),
+    share: bool = False,
 ) -> list[Gpu]:
     """The best `count` cards, or fewer when fewer qualify (callers check the length)."""
-    ranking = rank(snapshot, now, me, min_free_mem, max_util, warnings, exclude)
+    ranking = rank(snapshot, now, me, min_free_mem, max_util, warnings, exclude, share)
     return list(ranking.chosen[:count])
+
+
+OTHERS = "in use by another user"  # the start of that rejection, for callers that explain it
+
+
+@dataclass(frozen=True)
+class _Limits:
+    me: str | None
+    min_free_mem: int | None
+    max_util: float | None
+    share: bool
+    own_reservations: bool = True
+
+
+@dataclass
+class _Load:
+    """Compute processes on one card or MIG device: mine, and the other users'."""
+
+    mine: int = 0
+    others: set[str] = field(default_factory=set)
+
+
+def _busy(snapshot: HostSnapshot, me: str | None,
+          where: Callable[[model.GpuProcess], Hashable | None]) -> dict[Hashable, _Load]:
+    loads: dict[Hashable, _Load] = {}
+    for proc in snapshot.processes:
+        if proc.type == "G":  # a display server alone does not make a card busy
+            continue
+        key = where(proc)
+        if key is None:
+            continue
+        load = loads.setdefault(key, _Load())
+        if me is not None and proc.user == me:
+            load.mine += 1
+        else:
+            # A process whose user is unknown may be anyone's: not mine.
+            load.others.add(proc.user or "an unknown user")
+    return loads
+
+
+def _held_by_other(reservation: Reservation | None, limits: _Limits) -> str | None:
+    if reservation is None:
+        return None
+    if reservation.user != limits.me or not limits.own_reservations:
+        return f"reserved by {reservation.user}"
+    return None
 
 
 def _rejection(
     gpu: Gpu,
     reserved: dict[int, Reservation],
     critical: dict[int, str],
-    busy: dict[int, int],
+    load: _Load | None,
     excluded: set[int],
-    me: str | None,
-    min_free_mem: int | None,
-    max_util: float | None,
+    limits: _Limits,
 ) -> str | None:
     if gpu.index in excluded:
         return "excluded"
     if gpu.state != model.GPU_OK:
         return gpu.state if not gpu.error else f"{gpu.state}: {gpu.error}"
-    reservation = reserved.get(gpu.index)
-    if reservation is not None and reservation.user != me:
-        return f"reserved by {reservation.user}"
+    held = _held_by_other(reserved.get(gpu.index), limits)
+    if held:
+        return held
     if gpu.index in critical:
         return critical[gpu.index]
     blind = unknown(gpu)
@@ -121,11 +178,19 @@ def _rejection(
         return blind
     if gpu.mig_devices:
         return MIG_UNIT  # after the reasons that hold for each of its MIG devices too
-    if min_free_mem is None and max_util is None:
-        if busy.get(gpu.index):
-            return f"{busy[gpu.index]} process(es) running"
+    return _load_rejection(load, limits, gpu.mem_free, gpu.util_gpu, "utilization unknown")
+
+
+def _load_rejection(load: _Load | None, limits: _Limits, free: int | None, util: float | None,
+                    no_util: str) -> str | None:
+    """The rule on processes and limits, the same for a card and a MIG device."""
+    if load is not None and load.others and not limits.share:
+        return f"{OTHERS} ({', '.join(sorted(load.others))})"
+    if limits.min_free_mem is None and limits.max_util is None:
+        if load is not None and load.mine and not limits.share:
+            return f"{load.mine} process(es) running"
         return None
-    return _limits(gpu.mem_free, gpu.util_gpu, min_free_mem, max_util, "utilization unknown")
+    return _limits(free, util, limits.min_free_mem, limits.max_util, no_util)
 
 
 def _limits(free: int | None, util: float | None, min_free_mem: int | None,
@@ -182,12 +247,6 @@ class DeviceRanking:
     chosen: tuple[Choice, ...]
     rejected: dict[str, str] = field(default_factory=dict)
 
-    def shortfall(self, count: int) -> str:
-        have = len(self.chosen)
-        reasons = "; ".join(f"GPU {k}: {why}" for k, why in sorted(self.rejected.items()))
-        head = f"only {have} of {count} requested GPUs qualify"
-        return f"{head} ({reasons})" if reasons else head
-
 
 def rank_devices(
     snapshot: HostSnapshot,
@@ -197,22 +256,22 @@ def rank_devices(
     max_util: float | None = None,
     warnings: Iterable[model.HealthWarning] = (),
     exclude: Iterable[int | str] = (),
+    share: bool = False,
+    own_reservations: bool = True,
 ) -> DeviceRanking:
     """Like ``rank``, with each card in MIG mode replaced by its MIG devices: a MIG
     device is free of processes, has the free memory, or is idle enough (GPM activity;
     unknown without GPM) on its own; its card's reservation by someone else, a critical
     warning or a lost card rule it out too."""
     cards = rank(snapshot, now, me, min_free_mem, max_util, warnings,
-                 [e for e in exclude if isinstance(e, int)])
+                 [e for e in exclude if isinstance(e, int)], share, own_reservations)
     excluded = {e for e in exclude if isinstance(e, str)}
     chosen = [Choice(gpu) for gpu in cards.chosen]
     rejected = {str(i): why for i, why in cards.rejected.items()}
     held = mig_reservations(snapshot, now)
-    busy: dict[tuple[int, int], int] = {}
-    for proc in snapshot.processes:
-        if proc.mig_device is not None and proc.type != "G":
-            key = (proc.gpu, proc.mig_device)
-            busy[key] = busy.get(key, 0) + 1
+    busy = _busy(snapshot, me, lambda proc: None if proc.mig_device is None
+                 else (proc.gpu, proc.mig_device))
+    limits = _Limits(me, min_free_mem, max_util, share, own_reservations)
     for gpu in snapshot.gpus:
         if not gpu.mig_devices or gpu.state != model.GPU_OK:
             continue
@@ -220,7 +279,7 @@ def rank_devices(
         for dev in gpu.mig_devices:
             reservation = held.get(dev.uuid or "")
             why = card_why or _mig_rejection(dev, reservation, busy.get((gpu.index, dev.index)),
-                                             excluded, me, min_free_mem, max_util)
+                                             excluded, limits)
             if why:
                 rejected[dev.label] = why
             else:
@@ -239,19 +298,95 @@ def _card_rejection(why: str | None) -> str | None:
 def _mig_rejection(
     dev: MigDevice,
     reservation: Reservation | None,
-    busy: int | None,
+    load: _Load | None,
     excluded: set[str],
-    me: str | None,
-    min_free_mem: int | None,
-    max_util: float | None,
+    limits: _Limits,
 ) -> str | None:
     if dev.uuid is None:
         return "no UUID (cannot be named in CUDA_VISIBLE_DEVICES)"
     if dev.uuid in excluded:
         return "excluded"
-    if reservation is not None and reservation.user != me:
-        return f"reserved by {reservation.user}"
-    if min_free_mem is None and max_util is None:
-        return f"{busy} process(es) running" if busy else None
-    return _limits(dev.mem_free, dev.sm_active, min_free_mem, max_util,
-                   "utilization unknown (no GPM on this card)")
+    held = _held_by_other(reservation, limits)
+    if held:
+        return held
+    return _load_rejection(load, limits, dev.mem_free, dev.sm_active,
+                           "utilization unknown (no GPM on this card)")
+
+
+# -- the answer: what pick, reserve --count and run hand out ---------------------------
+
+
+@dataclass(frozen=True)
+class Want:
+    """What a request asks of a host's cards (pick, reserve --count, a `gputop run` job)."""
+
+    count: int = 1
+    min_free_mem: int | None = None  # bytes each unit needs free
+    max_util: float | None = None  # % busy at most
+    share: bool = False  # cards another user's process runs on may be chosen
+    whole: bool = False  # whole cards only, never a MIG device
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The units to hand out, all for one process: ``want.count`` whole cards, or one MIG
+    device; empty when the request cannot be met now, with ``why`` (one line)."""
+
+    units: tuple[Choice, ...]
+    why: str = ""
+    ranking: DeviceRanking | None = None
+
+    @property
+    def devices(self) -> list[str]:
+        """The CUDA_VISIBLE_DEVICES entries."""
+        return [unit.device for unit in self.units]
+
+
+def choose(
+    snapshot: HostSnapshot,
+    want: Want,
+    now: float,
+    me: str | None = None,
+    warnings: Iterable[model.HealthWarning] = (),
+    exclude: Iterable[int | str] = (),
+    own_reservations: bool = True,
+) -> Answer:
+    """The best units for ``want`` on one host (the module's rules): one MIG device when
+    one is asked for and one qualifies (fit first, unless ``want.whole``), else the best
+    ``want.count`` whole cards, else nothing and why."""
+    ranking = rank_devices(snapshot, now, me, want.min_free_mem, want.max_util, warnings,
+                           exclude, want.share, own_reservations)
+    cards = [c for c in ranking.chosen if c.mig is None]
+    migs = [c for c in ranking.chosen if c.mig is not None]
+    if want.count == 1 and migs and not want.whole:
+        return Answer((migs[0],), ranking=ranking)
+    if len(cards) >= want.count:
+        return Answer(tuple(cards[: want.count]), ranking=ranking)
+    return Answer((), _shortfall(ranking, want, snapshot, len(cards), len(migs)), ranking)
+
+
+def _shortfall(ranking: DeviceRanking, want: Want, snapshot: HostSnapshot, cards: int,
+               migs: int) -> str:
+    """One line: how many whole cards qualify, why the others do not, and what to ask."""
+    rejected = dict(ranking.rejected)
+    if want.count > 1 or want.whole:
+        # The answer can only be whole cards: say why each card is not one.
+        rejected = {k: why for k, why in rejected.items() if ":" not in k}
+        rejected.update({str(g.index): "in MIG mode (its MIG devices are the units)"
+                         for g in snapshot.gpus if g.mig_devices and str(g.index) not in rejected})
+    reasons = "; ".join(f"GPU {k}: {why}" for k, why in sorted(rejected.items()))
+    noun = "GPU" if want.count == 1 else "GPUs"
+    head = f"only {cards} of {want.count} requested {noun} qualify"
+    if want.count == 1 and want.whole:
+        head = f"no whole GPU qualifies (--whole{_count(migs)})"
+    line = f"{head} ({reasons})" if reasons else head
+    if want.count > 1 and migs and not want.whole:
+        line += (f"; {migs} MIG device(s) qualify, but one process sees only one MIG device:"
+                 " ask for one (--count 1) per process")
+    if not want.share and any(why.startswith(OTHERS) for why in rejected.values()):
+        line += "; --share to use cards where other users' processes run"
+    return line
+
+
+def _count(migs: int) -> str:
+    return f"; {migs} MIG device(s) would qualify" if migs else ""

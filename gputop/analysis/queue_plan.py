@@ -9,8 +9,9 @@ needs no server. The rules:
 - A job that does not fit now does not block a later job that fits (backfill), unless
   it has waited longer than the policy's starvation limit: then nobody behind it starts
   until it has run.
-- A card fits a job when pick's rules accept it (healthy, unreserved, free memory and
-  utilisation as asked) and no other user's compute process is on it.
+- A card fits a job when pick's rules accept it (``picking.choose``: healthy, unreserved,
+  free memory and utilisation as asked, no other user's compute process on it unless the
+  job says --share; a one-GPU job takes a MIG device before a whole card, unless --whole).
 - The host's policy (``gputop.policy``) caps GPUs per user, the duration, who may ask for
   high priority, and when big jobs may start.
 """
@@ -78,7 +79,7 @@ class Policy:
 class Plan:
     """Which waiting jobs start now and on which cards; why the others wait."""
 
-    starts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    starts: dict[str, tuple[int | str, ...]] = field(default_factory=dict)  # str: a MIG UUID
     waiting: dict[str, str] = field(default_factory=dict)
     position: dict[str, int] = field(default_factory=dict)  # 1 = next in line
     running: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -130,7 +131,7 @@ def plan(
     held: dict[str, int] = {}
     for reservation in picking.active_reservations(snapshot, now).values():
         held[reservation.user] = held.get(reservation.user, 0) + 1
-    taken: set[int] = set()
+    taken: set[int | str] = set()
     holding_back: QueueJob | None = None
     waiting = ordered((job for job in snapshot.queue if job.id not in running), policy)
     local_now = dt.datetime.fromtimestamp(now, tz)
@@ -196,33 +197,38 @@ def fit(
     snapshot: HostSnapshot,
     job: QueueJob,
     now: float,
-    taken: Iterable[int] = (),
+    taken: Iterable[int | str] = (),
     warnings: Sequence[model.HealthWarning] = (),
-) -> tuple[tuple[int, ...], str]:
-    """The cards ``job`` would get now (empty when it does not fit), and why not."""
-    others = {p.gpu for p in snapshot.processes if p.type != "G" and p.user != job.user}
-    # me=None: a card reserved by anyone, the submitter included, is not free for a job.
-    ranking = picking.rank(snapshot, now, None, job.min_free_mem, job.max_util, warnings,
-                           exclude=set(taken) | others)
+) -> tuple[tuple[int | str, ...], str]:
+    """The cards (or the one MIG device, by UUID) ``job`` would get now, empty when it
+    does not fit, and why not: pick's rule (``picking.choose``), with a card reserved by
+    anyone, the submitter included, not free for a job."""
+    excluded = set(taken)
     reserved = picking.active_reservations(snapshot, now)
-    rejected = {i: _why_not(i, why, others, reserved) for i, why in ranking.rejected.items()}
     if job.gpu_ids:
+        ranking = picking.rank(snapshot, now, job.user, job.min_free_mem, job.max_util,
+                               warnings, {i for i in excluded if isinstance(i, int)},
+                               job.share, own_reservations=False)
+        rejected = {i: _why_not(why, reserved.get(i)) for i, why in ranking.rejected.items()}
         missing = [i for i in job.gpu_ids if i not in ranking.indexes]
         if not missing:
             return tuple(job.gpu_ids), ""
         return (), _reasons({i: rejected.get(i, "no such GPU") for i in missing})
-    count = requested(job)
-    if len(ranking.chosen) >= count:
-        return tuple(sorted(ranking.indexes[:count])), ""
-    return (), f"{len(ranking.chosen)} of {count} free; " + _reasons(rejected)
+    want = picking.Want(requested(job), job.min_free_mem, job.max_util, job.share, job.whole)
+    answer = picking.choose(snapshot, want, now, job.user, warnings, excluded,
+                            own_reservations=False)
+    if answer.units:
+        return tuple(u.target for u in sorted(answer.units, key=lambda u: u.gpu.index)), ""
+    units = answer.ranking or picking.DeviceRanking(())
+    found = {k: _why_not(why, reserved.get(int(k)) if k.isdigit() else None)
+             for k, why in units.rejected.items()}
+    cards = sum(1 for c in units.chosen if c.mig is None)
+    return (), f"{cards} of {want.count} free; " + _reasons(found)
 
 
-def _why_not(
-    index: int, why: str, others: set[int], reserved: dict[int, model.Reservation]
-) -> str:
+def _why_not(why: str, holder: model.Reservation | None) -> str:
     if why == "excluded":
-        return "in use by another user" if index in others else "goes to a job ahead"
-    holder = reserved.get(index)
+        return "goes to a job ahead"
     if holder is not None and why.startswith("reserved by"):
         whose = f"{holder.user}'s job {holder.job}" if holder.job else holder.user
         until = dt.datetime.fromtimestamp(holder.until).strftime("%H:%M")
@@ -244,7 +250,7 @@ def _policy_wait(
     return None
 
 
-def _reasons(rejected: dict[int, str], most: int = 4) -> str:
+def _reasons(rejected: dict[int, str] | dict[str, str], most: int = 4) -> str:
     parts = [f"GPU {i} {why}" for i, why in sorted(rejected.items())[:most]]
     if len(rejected) > most:
         parts.append(f"{len(rejected) - most} more")

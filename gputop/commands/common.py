@@ -95,14 +95,18 @@ def plan(options: SourceOptions, one_host: bool = False, host: str | None = None
 
 
 def collect(
-    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False
+    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False,
+    topology: bool = True, prometheus_view: str | None = None,
 ) -> Round:
     """One round of snapshots of the sources the options (or ``plan``) name; ``lean``:
-    without what a plain table never shows (topology, XID watch, device scan)."""
+    without what a plain table never shows (topology, XID watch, device scan);
+    ``topology`` False: without NVLink remote ends and topology; ``prometheus_view``:
+    what a Prometheus source asks for (sources/promql.py)."""
     from gputop.sources.opener import collect_once
 
     with source_errors():
-        return collect_once(options, config, plan, lean=lean)
+        return collect_once(options, config, plan, lean=lean, topology=topology,
+                            prometheus_view=prometheus_view)
 
 
 @contextlib.asynccontextmanager

@@ -7,12 +7,15 @@ import argparse
 import sys
 from importlib import resources
 
-from gputop.config import default_path
+from gputop.config import ConfigError, default_path, load_config
 from gputop.exitcodes import EXIT_OK
 from gputop.hosts import DEFAULT_PATH, ENV_VAR, find_hosts_file
 
 CONFIG_EXAMPLE = "config.example.yaml"
 HOSTS_EXAMPLE = "hosts.example.yaml"
+ALERT_RULES = "alert-rules.yaml"
+ALERT_RULES_OPT_IN = "alert-rules-opt-in.yaml"
+GRAFANA_DASHBOARD = "grafana-dashboard.json"
 
 
 def example(name: str) -> str:
@@ -20,14 +23,37 @@ def example(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.example or args.hosts_example:
-        sys.stdout.write(example(CONFIG_EXAMPLE if args.example else HOSTS_EXAMPLE))
-        return EXIT_OK
+    for wanted, name in ((args.example, CONFIG_EXAMPLE), (args.hosts_example, HOSTS_EXAMPLE),
+                         (args.alert_rules, ALERT_RULES),
+                         (args.alert_rules_opt_in, ALERT_RULES_OPT_IN),
+                         (args.grafana_dashboard, GRAFANA_DASHBOARD)):
+        if wanted:
+            sys.stdout.write(example(name))
+            return EXIT_OK
     config = default_path()
     hosts, where = find_hosts_file(None)
     print(f"config file: {config} ({'found' if config.is_file() else 'absent: defaults'};"
           " --config FILE for another)")
     print(f"hosts file:  {hosts} (from {where})" if hosts else
           f"hosts file:  none (--hosts FILE, ${ENV_VAR} or {DEFAULT_PATH}): this machine only")
+    print(_store_line())
     print("examples:    gputop config --example, gputop config --hosts-example")
+    print("Prometheus:  gputop config --alert-rules, --alert-rules-opt-in, "
+          "--grafana-dashboard")
     return EXIT_OK
+
+
+def _store_line() -> str:
+    """Where this machine's reservations and `gputop run` line live, and why there:
+    $GPUTOP_RESERVATIONS_DIR, else the config file's `reservations: dir:`, else the
+    default (the same rule the commands and the remote probe use)."""
+    from gputop.options import SourceOptions
+    from gputop.sources.opener import reservations_dir_from
+
+    try:
+        config = load_config()
+    except ConfigError as err:
+        return f"store:       unknown: {err}"
+    directory, where = reservations_dir_from(SourceOptions(), config)
+    return (f"store:       {directory} (from {where}; over SSH each host's own: its"
+            " $GPUTOP_RESERVATIONS_DIR, else the default)")

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gputop.analysis import queue_plan
 from gputop.analysis.holders import holders
 from gputop.analysis.orphans import ProcessFlags
 from gputop.model import GPU_OK, Gpu, HealthWarning, HostSnapshot
@@ -73,8 +74,19 @@ _DCGM: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
      "Number of remapped rows for correctable errors"),
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
+     "Total number of NVLink bandwidth counters for all lanes (KiB of data, NVML)."),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge",
      "Ratio of time the graphics engine is active (NVML utilization / 100 here)."),
+    # DCGM's profiling fields, from NVML's GPM where the card has it (Hopper and newer)
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
+     "Ratio of cycles the tensor (HMMA) pipe is active (GPM, any tensor pipe)."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+     "Ratio of cycles the device memory interface is active sending or receiving data."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
+     "The rate of data transmitted over the PCIe bus, in bytes per second."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
+     "The rate of data received over the PCIe bus, in bytes per second."),
 )
 DCGM_NAMES = tuple(name for name, _kind, _help in _DCGM)
 
@@ -82,6 +94,9 @@ DCGM_NAMES = tuple(name for name, _kind, _help in _DCGM)
 def _dcgm_values(gpu: Gpu, last_xid: int | None) -> dict[str, float | int | bool | None]:
     def mib(value: int | None) -> int | None:
         return None if value is None else value // MIB
+
+    def ratio(percent: float | None) -> float | None:  # DCGM's PROF fields are 0..1
+        return None if percent is None else percent / 100
 
     free = None
     if gpu.mem_total is not None and gpu.mem_used is not None:
@@ -97,17 +112,22 @@ def _dcgm_values(gpu: Gpu, last_xid: int | None) -> dict[str, float | int | bool
         "DCGM_FI_DEV_FB_FREE": mib(free),
         "DCGM_FI_DEV_FB_RESERVED": mib(gpu.mem_reserved),
         "DCGM_FI_DEV_GPU_TEMP": gpu.temp,
-        "DCGM_FI_DEV_MEMORY_TEMP": None,  # the snapshot has no memory temperature
+        "DCGM_FI_DEV_MEMORY_TEMP": gpu.temp_memory,
         "DCGM_FI_DEV_POWER_USAGE": gpu.power_draw,
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": None,  # not collected
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": gpu.energy_mj,
         "DCGM_FI_DEV_SM_CLOCK": gpu.clock_sm,
         "DCGM_FI_DEV_MEM_CLOCK": gpu.clock_mem,
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": None,  # not collected
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": gpu.pcie_replays,
         "DCGM_FI_DEV_XID_ERRORS": last_xid,
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": gpu.remapped_uncorrectable,
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": gpu.remapped_correctable,
         "DCGM_FI_DEV_ROW_REMAP_FAILURE": gpu.remap_failure,
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": gpu.nvlink_data_kib,
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE": None if gpu.util_gpu is None else gpu.util_gpu / 100,
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ratio(gpu.prof_tensor_active),
+        "DCGM_FI_PROF_DRAM_ACTIVE": ratio(gpu.prof_dram_active),
+        "DCGM_FI_PROF_PCIE_TX_BYTES": gpu.prof_pcie_tx_bytes,
+        "DCGM_FI_PROF_PCIE_RX_BYTES": gpu.prof_pcie_rx_bytes,
     }
 
 
@@ -150,6 +170,8 @@ def gpu_labels(snap: HostSnapshot, gpu: Gpu, settings: ExportSettings) -> dict[s
     }
     if settings.lowercase_hostname:
         labels["hostname"] = host
+    if snap.driver_version:  # dcgm-exporter's DCGM_FI_DRIVER_VERSION "label" field
+        labels["DCGM_FI_DRIVER_VERSION"] = snap.driver_version
     return labels
 
 
@@ -180,9 +202,39 @@ def families(
         host["hostname"] = host["Hostname"]
     out = list(dcgm.values())
     out += _own_gpu_families(snap, by_index, flags, host)
-    out += _process_families(snap, by_index, host, settings)
+    out += _process_families(snap, by_index, host, settings, flags)
+    out += _queue_families(snap, host)
     out += _health_families(snap, warnings, by_index, host, collect_seconds)
     return out
+
+
+def _queue_families(snap: HostSnapshot, host: dict[str, str]) -> list[Family]:
+    """The host's `gputop run` line (docs/queue.md): jobs per user, priority and state,
+    the cards they ask for, and how long the first in line has waited."""
+    jobs = Family("gputop_queue_jobs", "gauge",
+                  "`gputop run` jobs by user, priority and state (waiting, running).")
+    gpus = Family("gputop_queue_gpus_requested", "gauge",
+                  "GPUs the waiting `gputop run` jobs ask for, by user.")
+    oldest = Family("gputop_queue_oldest_wait_seconds", "gauge",
+                    "How long the longest-waiting `gputop run` job has waited.")
+    running = queue_plan.running_jobs(snap, snap.time)
+    counts: dict[tuple[str, str, str], int] = {}
+    asked: dict[str, int] = {}
+    first: float | None = None
+    for job in snap.queue:
+        state = "running" if job.id in running else "waiting"
+        key = (job.user, job.priority, state)
+        counts[key] = counts.get(key, 0) + 1
+        if state == "waiting":
+            asked[job.user] = asked.get(job.user, 0) + queue_plan.requested(job)
+            first = job.submitted if first is None else min(first, job.submitted)
+    for (user, priority, state), count in sorted(counts.items()):
+        jobs.add({**host, "user": user, "priority": priority, "state": state}, count)
+    for user, count in sorted(asked.items()):
+        gpus.add({**host, "user": user}, count)
+    # Only while somebody waits: an empty line has no "oldest", and 0 would read as one.
+    oldest.add(host, None if first is None else max(snap.time - first, 0.0))
+    return [jobs, gpus, oldest]
 
 
 def _gpu_of(by_index: Mapping[int, dict[str, str]], index: int | None) -> dict[str, str]:
@@ -235,12 +287,14 @@ def _own_gpu_families(
 
 def _process_families(
     snap: HostSnapshot, by_index: Mapping[int, dict[str, str]], host: dict[str, str],
-    settings: ExportSettings,
+    settings: ExportSettings, flags: Mapping[tuple[int, int], ProcessFlags],
 ) -> list[Family]:
     mem = Family("gputop_process_gpu_memory_bytes", "gauge", "GPU memory a process holds (bytes).")
     sm = Family("gputop_process_sm_util", "gauge", "A process's SM utilization (in %).")
     user_mem = Family("gputop_user_gpu_memory_bytes", "gauge", "GPU memory per user (bytes).")
     user_procs = Family("gputop_user_processes", "gauge", "GPU processes per user.")
+    user_idle = Family("gputop_user_idle_held_bytes", "gauge",
+                       "GPU memory a user's processes flagged idle hold (bytes).")
     dropped = Family("gputop_process_series_dropped", "gauge",
                      "Processes left out of the per-process series by the cap.")
     # Only holders of memory get series, biggest first, up to the cap: the cardinality a
@@ -251,9 +305,12 @@ def _process_families(
     users: dict[str, list[int]] = {}
     for proc in snap.processes:
         user = proc.user or (f"uid {proc.uid}" if proc.uid is not None else "unknown")
-        entry = users.setdefault(user, [0, 0])
+        entry = users.setdefault(user, [0, 0, 0])
         entry[0] += proc.gpu_mem or 0
         entry[1] += 1
+        flag = flags.get(proc.key)
+        if flag is not None and flag.idle:  # the same rule as gputop_gpu_idle_held_bytes
+            entry[2] += proc.gpu_mem or 0
     for proc in holders[:cap]:
         labels = {**host, **_gpu_of(by_index, proc.gpu), "pid": str(proc.pid),
                   "user": proc.user or "", "command": (proc.command or "")[:COMMAND_LABEL_MAX],
@@ -261,11 +318,12 @@ def _process_families(
                   "workload": proc.workload.label if proc.workload is not None else ""}
         mem.add(labels, proc.gpu_mem)
         sm.add(labels, proc.sm_util)
-    for user, (total, count) in sorted(users.items()):
+    for user, (total, count, idle) in sorted(users.items()):
         user_mem.add({**host, "user": user}, total)
         user_procs.add({**host, "user": user}, count)
+        user_idle.add({**host, "user": user}, idle)
     dropped.add(host, max(len(holders) - cap, 0))
-    return [mem, sm, user_mem, user_procs, dropped]
+    return [mem, sm, user_mem, user_procs, user_idle, dropped]
 
 
 def _health_families(
@@ -309,15 +367,57 @@ def render(fams: Iterable[Family], openmetrics: bool = False) -> str:
     for fam in fams:
         if not fam.samples:
             continue  # absent, never 0: a family without values is not declared either
-        # OpenMetrics requires a counter's samples to end in _total; DCGM's names do not,
-        # so there they are declared `unknown` and keep their names.
-        kind = "unknown" if openmetrics and fam.kind == "counter" else fam.kind
+        # OpenMetrics names a counter's samples <family>_total; the text format keeps
+        # DCGM's names as they are (which is why Prometheus gets that format: negotiate).
+        sample = fam.name
+        if openmetrics and fam.kind == "counter" and not fam.name.endswith("_total"):
+            sample = fam.name + "_total"
         lines.append(f"# HELP {fam.name} {fam.help}")
-        lines.append(f"# TYPE {fam.name} {kind}")
+        lines.append(f"# TYPE {fam.name} {fam.kind}")
         for labels, value in fam.samples:
             if labels:
                 inner = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
-                lines.append(f"{fam.name}{{{inner}}} {_number(value)}")
+                lines.append(f"{sample}{{{inner}}} {_number(value)}")
             else:
-                lines.append(f"{fam.name} {_number(value)}")
+                lines.append(f"{sample} {_number(value)}")
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def _accepted(accept: str) -> list[tuple[str, dict[str, str], float]]:
+    """An Accept header's (media type, parameters, q), malformed parts left out."""
+    out = []
+    for part in accept.split(",")[:32]:  # a scraper sends a handful; the rest is noise
+        kind, *params = (p.strip() for p in part.split(";"))
+        values: dict[str, str] = {}
+        for param in params:
+            key, sep, value = param.partition("=")
+            if sep:
+                values[key.strip().lower()] = value.strip().strip('"')
+        try:
+            q = float(values.pop("q", "1"))
+        except ValueError:
+            continue
+        if kind and math.isfinite(q):
+            out.append((kind.lower(), values, q))
+    return out
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Whether to answer OpenMetrics rather than the text format 0.0.4.
+
+    The text format is preferred whenever the scraper takes it (Prometheus always does,
+    at a lower q): only there do DCGM's counters keep both their names and their type,
+    as dcgm-exporter serves them.  OpenMetrics would rename them ``..._total`` in the
+    scraper's database and break every dashboard that queries them.  A client that takes
+    OpenMetrics only gets it, counters typed and named as OpenMetrics requires."""
+    if not accept:
+        return False
+    text = openmetrics = False
+    for kind, params, q in _accepted(accept):
+        if q <= 0:
+            continue
+        if kind in ("text/plain", "text/*", "*/*") and params.get("version", "0.0.4") == "0.0.4":
+            text = True
+        elif kind == "application/openmetrics-text":
+            openmetrics = True
+    return openmetrics and not text

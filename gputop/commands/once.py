@@ -44,16 +44,17 @@ MIB = 1024**2
 # -- entry points ----------------------------------------------------------------------------
 
 
-def run(options: SourceOptions, as_json: bool) -> int:
-    return common.run("", lambda: _report(options, as_json))
+def run(options: SourceOptions, as_json: bool, topology: bool = False) -> int:
+    return common.run("", lambda: _report(options, as_json, topology))
 
 
-def _report(options: SourceOptions, as_json: bool) -> int:
+def _report(options: SourceOptions, as_json: bool, topology: bool = False) -> int:
     from gputop.analysis.pipeline import warnings_once
 
     config = common.config(options)
     settings = common.settings(config)
-    collected = common.collect(options, config, lean=not as_json)
+    # `--json --topology` alone reads NVLink remote ends and the topology (docs/performance.md)
+    collected = common.collect(options, config, lean=not as_json, topology=topology)
     snapshots = collected.snapshots
     now = time.time()
     warnings = {
@@ -190,12 +191,17 @@ def _host_block(
     for gpu in snap.gpus:
         lines.append(_gpu_line(gpu, width, paint))
         lines.extend(_fit(line, width) for line in mig_lines(gpu))
+        if gpu.workloads:  # the jobs an exporter names for the card (no process list)
+            lines.append(_fit(f"     jobs: {visible(gpu.jobs_label)}", width))
     for res in sorted(snap.reservations, key=lambda r: r.gpu):
         until = clock("%a %H:%M", res.until)
         note = f"  {visible(res.note)}" if res.note else ""
         text = f"  GPU {res.gpu} reserved by {visible(res.user)} until {until}{note}"
         lines.append(_fit(text, width))
     lines.append("")
+    if model.NO_PROCESS_LIST in snap.missing and not snap.processes:
+        lines.append(f"  {model.NO_PROCESS_LIST_TEXT}")
+        return lines
     # The JOB column only where some process has a workload: most hosts have none.
     jobs = any(p.workload is not None for p in snap.processes)
     head = (
@@ -236,8 +242,8 @@ def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> 
     mem = _mem_pair(gpu.mem_used, gpu.mem_total)
     temp = f"{gpu.temp}C" if gpu.temp is not None else "n/a"
     power = f"{_int(gpu.power_draw)}/{_int(gpu.power_limit)}W"
-    if gpu.power_draw is None and gpu.power_limit is None:
-        power = "n/a"
+    if gpu.power_limit is None:  # no known limit: the draw alone, never "100/n/aW"
+        power = f"{_int(gpu.power_draw)}W" if gpu.power_draw is not None else "n/a"
     fan = _pct(gpu.fan)
     text = f"{gpu.index:>3}  {name:<24} {util:>5} {mem:>17} {temp:>5} {power:>11} {fan:>4}"
     hot = gpu.temp is not None and gpu.temp_slowdown is not None and gpu.temp >= gpu.temp_slowdown

@@ -14,8 +14,10 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
+from gputop.analysis.durations import format_duration
 from gputop.analysis.pipeline import Settings, warnings_once
 from gputop.commands import common
 from gputop.exitcodes import EXIT_OK
@@ -24,6 +26,9 @@ from gputop.ledger.writer import LedgerFull, Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.sources.feed import Feed
+
+if TYPE_CHECKING:
+    from gputop.commands.idle import IdleEnforcer
 
 MIB = 1024 * 1024
 DAY = 86400.0
@@ -52,14 +57,39 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
         raise common.usage_error(str(err)) from None
     idle_mem = int(settings.thresholds.idle_memory_mib * MIB)
     loop = RecordLoop(Recorder(conn, args.interval, idle_mem), settings, path, args.raw_days)
+    loop.enforcer = _idle_enforcer(idle_mem, conn, feeds, args.dry_run, args.interval)
     print(f"gputop record: recording {', '.join(h for f in feeds for h in f.hosts)} "
           f"every {args.interval:g} s into {path}", file=sys.stderr, flush=True)
     try:
-        asyncio.run(_stream(feeds, args.interval, loop.emit))
+        asyncio.run(_stream(feeds, args.interval, loop.emit, loop.drain))
     finally:
         conn.close()
         lock.release()
     return EXIT_OK
+
+
+def _idle_enforcer(idle_mem: int, conn: Any, feeds: list[Feed], dry_run: bool,
+                   interval: float) -> IdleEnforcer | None:
+    """The policy's idle section (opt-in, issue 28.7), or None."""
+    from gputop.commands.idle import IdleEnforcer
+    from gputop.policy import PolicyError, load_accounting
+
+    try:
+        accounting, warning = load_accounting()
+    except PolicyError as err:
+        raise common.usage_error(str(err)) from None
+    if warning:
+        common.say("record", warning)
+    if accounting.idle is None:
+        if dry_run:
+            common.say("record", "--dry-run: the policy has no idle section; nothing to show")
+        return None
+    p = accounting.idle
+    common.say("record", f"idle policy{' (dry run)' if dry_run else ''}: warn after "
+               f"{format_duration(p.warn_after_s)}, {p.action} after"
+               f" {format_duration(p.release_after_s)}")
+    return IdleEnforcer(p, idle_mem, conn, {h: f for f in feeds for h in f.hosts}, dry_run,
+                        interval)
 
 
 class RecordLoop:
@@ -70,6 +100,11 @@ class RecordLoop:
         self.raw_s = raw_days * DAY
         self.paused = False
         self.expired_hour: int | None = None
+        self.enforcer: IdleEnforcer | None = None
+
+    async def drain(self) -> None:
+        if self.enforcer is not None:
+            await self.enforcer.drain()
 
     def emit(self, snap: HostSnapshot) -> None:
         warnings = warnings_once(snap, self.settings, None, snap.time) if snap.ok else []
@@ -90,10 +125,12 @@ class RecordLoop:
         if self.paused:
             self.paused = False
             common.say("record", f"{self.path}: space is back; recording resumed")
+        if self.enforcer is not None:
+            self.enforcer.observe(snap)
 
 
-async def _stream(feeds: list[Feed], interval: float,
-                  emit: Callable[[HostSnapshot], None]) -> None:
+async def _stream(feeds: list[Feed], interval: float, emit: Callable[[HostSnapshot], None],
+                  drain: Callable[[], Awaitable[None]] | None = None) -> None:
     """Every feed's stream until SIGTERM or SIGINT; then the feeds are closed."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -102,6 +139,8 @@ async def _stream(feeds: list[Feed], interval: float,
     tasks = [asyncio.create_task(feed.run(interval, emit)) for feed in feeds]
     waiter = asyncio.create_task(stop.wait())
     await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+    if drain is not None:
+        await drain()  # a kill under way ends, and is logged, before the ledger closes
     for feed in feeds:
         await feed.close()
     for task in [*tasks, waiter]:

@@ -9,6 +9,7 @@ import os
 import sys
 import time
 
+from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import parse_duration
 from gputop.commands import common
 from gputop.exitcodes import EXIT_OK
@@ -31,9 +32,12 @@ def period(since: str | None, start: str | None, end: str | None,
         if end is not None:
             raise common.usage_error("--to needs --from")
         try:
-            return now - parse_duration(since or DEFAULT_SINCE), now
+            seconds = parse_duration(since or DEFAULT_SINCE)
         except ValueError as err:
-            raise common.usage_error(f"--since {since!r}: {err}") from None
+            raise common.usage_error(f"--since {_shown(since or '')}: {err}") from None
+        if seconds > MAX_SPAN_S:
+            raise common.usage_error(f"--since {_shown(since or '')}: at most 100 years")
+        return max(now - seconds, 0.0), now
     t_from = _date("--from", start)
     t_to = _date("--to", end) if end is not None else now
     if t_to <= t_from:
@@ -41,12 +45,41 @@ def period(since: str | None, start: str | None, end: str | None,
     return t_from, t_to
 
 
+MAX_SPAN_S = 100 * 365.25 * 86400
+_LAST_T = dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+
+
+def _shown(text: str) -> str:
+    """A flag's value quoted in a message: escaped, and cut (it may be a megabyte)."""
+    return repr(text[:40] + ("..." if len(text) > 40 else ""))
+
+
 def _date(flag: str, text: str) -> float:
     try:
-        return dt.datetime.fromisoformat(text.strip()).timestamp()
+        t = dt.datetime.fromisoformat(text.strip()).timestamp()
     except (ValueError, OverflowError, OSError):
         raise common.usage_error(
-            f"{flag} {text!r}: not a date (e.g. 2026-11-30 or 2026-11-30T18:00)") from None
+            f"{flag} {_shown(text)}: not a date (e.g. 2026-11-30 or 2026-11-30T18:00)"
+        ) from None
+    if not 0 <= t < _LAST_T:
+        raise common.usage_error(f"{flag} {_shown(text)}: a date from 1970 to 9998, please")
+    return t
+
+
+def _cost() -> tuple[CostRates | None, dict[str, set[str]]]:
+    """The policy's cost rates (issue 28.6) and the Unix groups to add cost up by."""
+    from gputop.commands.quota import memberships
+    from gputop.policy import PolicyError, load_accounting
+
+    try:
+        accounting, warning = load_accounting()
+    except PolicyError as err:
+        raise common.usage_error(str(err)) from None
+    if warning:
+        common.say("report", warning)
+    if accounting.cost is None:
+        return None, {}
+    return accounting.cost, memberships()
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -57,6 +90,8 @@ def _report(args: argparse.Namespace) -> int:
         raise common.usage_error("--top must be 0 or more")
     t_from, t_to = period(args.since, args.start, args.end, time.time())
     path = args.db or store.default_path()
+    if args.jobs:
+        return _jobs(path, t_from, t_to, args)
     try:
         conn = store.open_reader(path)
         try:
@@ -68,16 +103,37 @@ def _report(args: argparse.Namespace) -> int:
         if not message.startswith(path):
             message = (f"{path}: {message} ({report.when(t_from)} to {report.when(t_to)})")
         raise common.usage_error(message) from None
-    doc = report.build(usage, args.by, args.top)
-    text = report_formats.render(doc, args.format)
-    if args.out:
+    cost, members = _cost()
+    doc = report.build(usage, args.by, args.top, cost, members)
+    _write(report_formats.render(doc, args.format), args.out)
+    return EXIT_OK
+
+
+def _jobs(path: str, t_from: float, t_to: float, args: argparse.Namespace) -> int:
+    """`gputop report --jobs`: per job, its GPUs' use and the advice (issue 28.10)."""
+    from gputop.commands import report_jobs
+    from gputop.ledger import jobs, store
+
+    try:
+        conn = store.open_reader(path)
         try:
-            tmp = f"{args.out}.tmp{os.getpid()}"
+            found = jobs.load_jobs(conn, t_from, t_to, time.time())
+        finally:
+            conn.close()
+    except store.LedgerError as err:
+        raise common.usage_error(str(err)) from None
+    _write(report_jobs.render(report_jobs.build(found, t_from, t_to), args.format), args.out)
+    return EXIT_OK
+
+
+def _write(text: str, out: str | None) -> None:
+    if out:
+        try:
+            tmp = f"{out}.tmp{os.getpid()}"
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
-            os.replace(tmp, args.out)
+            os.replace(tmp, out)
         except OSError as err:
-            raise common.usage_error(f"{args.out}: {err.strerror or err}") from None
+            raise common.usage_error(f"{out}: {err.strerror or err}") from None
     else:
         sys.stdout.write(text)
-    return EXIT_OK

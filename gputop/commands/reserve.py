@@ -53,19 +53,17 @@ def run(command: str, options: SourceOptions, args: argparse.Namespace) -> int:
 
 
 def _pick(options: SourceOptions, args: argparse.Namespace) -> int:
-    count = _count(args.count)
-    min_free, max_util = card_filters(args)
+    want = wanted(args, _count(args.count))
     config = common.config(options)
     settings = common.settings(config)
     collected = common.collect(options, config, common.plan(options, True, args.host))
     snapshot = _usable(collected.snapshots)
     me = collected.me(snapshot.host)
     now = time.time()
-    ranking = picking.rank_devices(snapshot, now, me, min_free, max_util,
-                                   _health(snapshot, settings, me, now))
-    chosen = ranking.chosen[:count]
-    if len(chosen) < count:
-        raise action_failed(f"{snapshot.host}: {ranking.shortfall(count)}")
+    answer = picking.choose(snapshot, want, now, me, _health(snapshot, settings, me, now))
+    chosen = answer.units
+    if not chosen:
+        raise action_failed(f"{snapshot.host}: {answer.why}")
     if args.json:
         rows = [
             {
@@ -83,7 +81,7 @@ def _pick(options: SourceOptions, args: argparse.Namespace) -> int:
         ]
         print(json.dumps(rows, indent=2))
     else:
-        _print_devices([c.device for c in chosen], args.export)
+        _print_devices(answer.devices, args.export)
     return EXIT_OK
 
 
@@ -103,10 +101,13 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
     gpus = _gpu_list(args.gpus) if args.gpus else None
     if gpus is not None and args.count is not None:
         raise usage_error("give --gpus or --count, not both")
-    if gpus is not None and (args.min_free_mem or args.max_util is not None):
-        raise usage_error("--min-free-mem and --max-util choose cards: use them with --count")
-    count = _count(args.count) if gpus is None else 0
-    min_free, max_util = card_filters(args)
+    if gpus is not None and (args.min_free_mem or args.max_util is not None or args.share
+                             or args.whole):
+        raise usage_error("--min-free-mem, --max-util, --share and --whole choose cards:"
+                          " use them with --count")
+    if gpus is not None:
+        _one_process(gpus)
+    want = wanted(args, _count(args.count) if gpus is None else 1)
     config = common.config(options)
     settings = common.settings(config)
     plan = common.plan(options, True, args.host)
@@ -125,7 +126,7 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
                 return host, reply, [_device(r) for r in reply.get("reservations", [])]
             me = session.identity(host).reservation_owner
             warnings = _health(snapshot, settings, me, time.time())
-            pick = Pick(count, min_free, max_util, me, warnings)
+            pick = Pick(want, me, warnings)
             reply, chosen = await reserve_best(session, snapshot, pick, until, note)
             return host, reply, chosen
 
@@ -139,9 +140,7 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
 class Pick:
     """What `reserve --count` asks for, and what it knows to rank the cards."""
 
-    count: int
-    min_free: int | None
-    max_util: float | None
+    want: picking.Want
     me: str | None
     warnings: list[Any]
 
@@ -155,13 +154,13 @@ async def reserve_best(
     lost: set[int | str] = set()
     last = ""
     for _attempt in range(PICK_ATTEMPTS):
-        ranking = picking.rank_devices(snapshot, time.time(), pick.me, pick.min_free,
-                                       pick.max_util, pick.warnings, exclude=lost)
-        units = ranking.chosen[:pick.count]
+        answer = picking.choose(snapshot, pick.want, time.time(), pick.me, pick.warnings,
+                                exclude=lost)
+        units = answer.units
         chosen = [c.target for c in units]
-        if len(chosen) < pick.count:
+        if not units:
             detail = f"; last try: {last}" if last else ""
-            raise action_failed(f"{host}: {ranking.shortfall(pick.count)}{detail}")
+            raise action_failed(f"{host}: {answer.why}{detail}")
         reply = await session.request(
             host, {"op": "reserve", "gpus": chosen, "until": until, "note": note})
         if reply.get("ok"):
@@ -284,6 +283,21 @@ def _count(value: int | None) -> int:
     if count < 1:
         raise usage_error(f"--count must be 1 or more, got {count}")
     return count
+
+
+def wanted(args: argparse.Namespace, count: int) -> picking.Want:
+    """What the command line asks of the cards (pick, reserve --count)."""
+    min_free, max_util = card_filters(args)
+    return picking.Want(count, min_free, max_util, bool(args.share), bool(args.whole))
+
+
+def _one_process(gpus: list[int | str]) -> None:
+    """--gpus names what one process will use: cards, or one MIG device, never both."""
+    migs = [g for g in gpus if isinstance(g, str) and not g.startswith("GPU-")]
+    if migs and len(gpus) > 1:
+        raise usage_error(f"--gpus {','.join(str(g) for g in gpus)}: a CUDA process sees one"
+                          " MIG device and nothing beside it; reserve each MIG device with"
+                          " its own command")
 
 
 def card_filters(args: argparse.Namespace) -> tuple[int | None, float | None]:

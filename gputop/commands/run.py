@@ -34,7 +34,7 @@ from gputop.commands import common
 from gputop.commands.common import CommandError, action_failed, usage_error
 from gputop.commands.reserve import card_filters
 from gputop.exitcodes import EXIT_CANNOT_RUN, EXIT_TIME_LIMIT, EXIT_WAIT_EXPIRED
-from gputop.model import HostSnapshot
+from gputop.model import HostSnapshot, mig_map
 from gputop.options import SourceOptions
 from gputop.policy import PolicyError, load_policy
 from gputop.text import visible
@@ -62,6 +62,8 @@ class Request:
     priority: str
     note: str
     command: tuple[str, ...]
+    share: bool = False  # may run beside another user's process
+    whole: bool = False  # whole cards, never a MIG device
 
     @property
     def count(self) -> int:
@@ -88,6 +90,9 @@ def _run(options: SourceOptions, args: argparse.Namespace) -> int:
     why = queue_plan.refusal(user, request.count, request.priority, request.for_s, policy)
     if why:
         raise action_failed(f"refused: {why}")
+    from gputop.commands.quota import held_request  # GPU-hour quotas (issue 28.5)
+
+    request = held_request(user, request)
     from gputop.sources.feed import LocalFeed
     from gputop.sources.opener import SourcePlan, open_feeds, reservations_dir
 
@@ -132,8 +137,9 @@ def parse_request(args: argparse.Namespace) -> Request:
     except ReservationError as exc:
         raise usage_error(f"--note: {exc}") from None
     gpus = None if gpu_ids is not None else args.gpus if args.gpus is not None else 1
-    return Request(gpus, gpu_ids, min_free, max_util,
-                   for_s, wait_s, args.priority, note, tuple(command))
+    return Request(gpus, gpu_ids, min_free, max_util, for_s, wait_s, args.priority, note,
+                   tuple(command), bool(getattr(args, "share", False)),
+                   bool(getattr(args, "whole", False)))
 
 
 class Runner:
@@ -144,8 +150,9 @@ class Runner:
         self.feed, self.directory, self.request = feed, directory, request
         self.policy, self.settings, self.user = policy, settings, user
         self.status = Status(sys.stderr)
-        self.cards: tuple[int, ...] = ()
+        self.cards: tuple[int | str, ...] = ()  # card indexes, or one MIG device's UUID
         self.gpu_uuids: dict[int, str | None] = {}
+        self.mig_devices: dict[str, tuple[int, int]] = {}
         self.started = 0.0
         self.kill_at: float | None = None  # SIGKILL for CMD after a SIGTERM we sent
         self.child: subprocess.Popen[bytes] | None = None
@@ -172,7 +179,7 @@ class Runner:
             self.status.done()
             if self.cards:
                 reservations.release(self.directory, list(self.cards),
-                                     gpu_uuids=self.gpu_uuids)
+                                     gpu_uuids=self.gpu_uuids, mig_devices=self.mig_devices)
             queue.withdraw(job)
             for sig, handler in old.items():
                 signal.signal(sig, handler)
@@ -185,6 +192,7 @@ class Runner:
             "gpus": r.gpus, "gpu_ids": list(r.gpu_ids) if r.gpu_ids else None,
             "min_free_mem": r.min_free_mem, "max_util": r.max_util, "for_s": r.for_s,
             "priority": r.priority, "note": r.note, "user": self.user,
+            "share": r.share, "whole": r.whole,
             "command": visible(" ".join(r.command))[:queue.MAX_COMMAND_CHARS],
         }
         try:
@@ -229,15 +237,17 @@ class Runner:
                 return now
         return mark
 
-    def _reserve(self, job: queue.Job, snapshot: HostSnapshot, cards: tuple[int, ...]) -> bool:
+    def _reserve(self, job: queue.Job, snapshot: HostSnapshot,
+                 cards: tuple[int | str, ...]) -> bool:
         self.gpu_uuids = {gpu.index: gpu.uuid for gpu in snapshot.gpus}
+        self.mig_devices = mig_map(snapshot.gpus)
         self.started = time.time()
         if not self._take(job, cards):
             return False  # lost to someone faster (a manual reservation): plan again
         self.cards = cards
         return True
 
-    def _take(self, job: queue.Job, cards: tuple[int, ...]) -> bool:
+    def _take(self, job: queue.Job, cards: tuple[int | str, ...]) -> bool:
         """Reserve (or renew) ``cards`` for the job, for LEASE_S or up to its --for."""
         end = time.time() + LEASE_S
         if self.request.for_s is not None:
@@ -245,7 +255,7 @@ class Runner:
         text = f"gputop run {job.id}: {self.request.note or job.record['command']}"
         reply = reservations.reserve(
             self.directory, list(cards), end, text[:reservations.MAX_NOTE_CHARS],
-            gpu_uuids=self.gpu_uuids,
+            gpu_uuids=self.gpu_uuids, mig_devices=self.mig_devices,
             job={"id": job.id, "pid": os.getpid(), "pid_start": job.record["pid_start"]},
         )
         if not reply.get("ok") and self.cards:
@@ -257,7 +267,8 @@ class Runner:
     def _run_cmd(self, job: queue.Job, snapshot: HostSnapshot) -> int:
         self.status.done()
         devices = ",".join(str(i) for i in self.cards)
-        uuids = ",".join(self.gpu_uuids.get(i) or "" for i in self.cards)
+        uuids = ",".join((i if isinstance(i, str) else self.gpu_uuids.get(i)) or ""
+                         for i in self.cards)
         common.say("run", f"job {job.id}: running on GPU {devices} of {snapshot.host}")
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=devices, CUDA_DEVICE_ORDER="PCI_BUS_ID",
                    GPUTOP_JOB_ID=job.id, GPUTOP_GPU_UUIDS=uuids)

@@ -12,10 +12,10 @@ import math
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from gputop.ledger.store import LedgerError, open_reader
+from gputop.ledger.store import HOLDERS_FROM_PROCS, LedgerError, has_table, open_reader
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,22 @@ class GpuUsage:
 
 
 @dataclass(frozen=True)
+class HolderUsage:
+    """What one holder did on one card in the period, counted once however many processes
+    it ran there: kind 'user' or 'workload' (name '' when unknown), or 'card' (anyone)."""
+
+    host: str
+    gpu: int
+    gpu_name: str | None
+    kind: str
+    name: str
+    held_s: float
+    busy_s: float
+    idle_s: float
+    sm_s: float
+
+
+@dataclass(frozen=True)
 class Event:
     host: str
     gpu: int | None
@@ -70,6 +86,7 @@ class Usage:
     gpus: list[GpuUsage]
     hourly: list[tuple[str, int, int, float, float]]  # host, gpu, hour, seconds, util x s
     events: list[Event]
+    holders: list[HolderUsage] = field(default_factory=list)
 
 
 # An hour belongs to the period when it overlaps it.
@@ -90,6 +107,30 @@ GROUP BY p.proc_id, p.gpu_id
 
 _GPUS = f"""SELECT gpu_id, SUM(dur), SUM(busy_s), SUM(held_idle_s), SUM(util_s), SUM(energy_j),
   MAX(mem_max) FROM gpu_hourly WHERE {_IN} GROUP BY gpu_id"""
+
+_HOLDERS = """SELECT gpu_id, kind, name, SUM(dur), SUM(busy_s), SUM(idle_s), SUM(sm_s)
+FROM {source} WHERE hour * 3600 < :b AND hour * 3600 + 3600 > :a GROUP BY gpu_id, kind, name"""
+
+
+def holders_source(conn: sqlite3.Connection) -> str:
+    """holder_hourly, or for a schema-1 ledger read as it is, its backfill (store.py)."""
+    if has_table(conn, "holder_hourly"):
+        return "holder_hourly"
+    return f"({HOLDERS_FROM_PROCS})"
+
+
+def quota_hours(conn: sqlite3.Connection, t_from: float, t_to: float) -> dict[str, float]:
+    """GPU-hours per user that count against quotas in the hours starting in
+    [t_from, t_to): cards they ran on or held reserved, each card once per moment."""
+    try:
+        rows = conn.execute(
+            f"SELECT name, SUM(dur) FROM {holders_source(conn)} WHERE kind = 'quota'"
+            " AND hour * 3600 >= :a AND hour * 3600 < :b GROUP BY name",
+            {"a": t_from, "b": t_to}).fetchall()
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"cannot read the ledger: {err}") from None
+    return {str(name): float(seconds) / 3600.0 for name, seconds in rows}
+
 
 _HOURLY = f"SELECT gpu_id, hour, dur, util_s FROM gpu_hourly WHERE {_IN} ORDER BY gpu_id, hour"
 
@@ -112,6 +153,8 @@ def load(conn: sqlite3.Connection, t_from: float, t_to: float) -> Usage:
             "SELECT procs.id, hosts.name, pid, start, user, workload, command"
             " FROM procs JOIN hosts ON hosts.id = procs.host_id") if row[0] in wanted}
         hourly = conn.execute(_HOURLY, params).fetchall()
+        holders = conn.execute(_HOLDERS.format(source=holders_source(conn)),
+                               params).fetchall()
         events = conn.execute(
             "SELECT host_id, gpu_id, t, kind, code, severity, message FROM events"
             " WHERE t >= :a AND t < :b ORDER BY t", params).fetchall()
@@ -124,6 +167,8 @@ def load(conn: sqlite3.Connection, t_from: float, t_to: float) -> Usage:
         hourly=[(gpus[g][0], gpus[g][1], hour, dur, util_s) for g, hour, dur, util_s in hourly],
         events=[Event(hosts.get(h, "?"), None if g is None else gpus[g][1], *rest)
                 for h, g, *rest in events],
+        holders=[HolderUsage(gpus[g][0], gpus[g][1], gpus[g][2], *rest)
+                 for g, *rest in holders if g in gpus],
     )
 
 
@@ -145,7 +190,24 @@ WHERE p.host_id = (SELECT id FROM hosts WHERE name = :host)
                        WHERE b.proc_id = p.id AND (b.sm IS NULL OR b.sm > 0)), 0)
 GROUP BY p.id
 """
-RECENT_S = 600.0  # a process the ledger has not seen this long is not "still" anything
+RECENT_S = 600.0
+DRY_RUN = "dry run"  # the outcome of a step `gputop record --dry-run` only showed
+
+
+def actions_taken(conn: sqlite3.Connection, host: str) -> dict[tuple[int, int], dict[str, float]]:
+    """(pid, start second) -> idle-policy step -> when it was last taken on ``host``
+    (dry runs left out): what a restarted recorder has done already."""
+    try:
+        rows = conn.execute(
+            "SELECT pid, start, step, MAX(t) FROM actions WHERE host_id ="
+            " (SELECT id FROM hosts WHERE name = ?) AND outcome != ? GROUP BY pid, start, step",
+            (host, DRY_RUN)).fetchall()
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"cannot read the ledger: {err}") from None
+    out: dict[tuple[int, int], dict[str, float]] = {}
+    for pid, start, step, t in rows:
+        out.setdefault((pid, start), {})[step] = t
+    return out  # a process the ledger has not seen this long is not "still" anything
 
 
 def idle_runs(conn: sqlite3.Connection, host: str, now: float) -> dict[tuple[int, int], float]:
@@ -157,18 +219,31 @@ def idle_runs(conn: sqlite3.Connection, host: str, now: float) -> dict[tuple[int
     return {(pid, start): since for pid, start, since in rows}
 
 
+_T = TypeVar("_T")
+
+
+def _with_reader(path: str, read: Callable[[sqlite3.Connection], _T]) -> _T:
+    """One read on a connection of its own: opened afresh each time (once a minute at
+    most), so a reader that had to open the file as it stands (store.open_reader) never
+    keeps reading a stale copy once a recorder writes again."""
+    conn = open_reader(path)
+    try:
+        return read(conn)
+    finally:
+        conn.close()
+
+
 class RecordedIdle:
     """``History.recorded_idle`` from a ledger file, for the dashboard's idle verdicts.
 
     Read-only, one query per host at most every ``refresh`` seconds; a ledger that cannot
     be read is no record (the dashboard falls back to what it observed itself).  Called
-    from one thread (the analysis thread), which opens the connection on first use.
+    from one thread (the analysis thread); each refresh reads on a connection of its own.
     """
 
     def __init__(self, path: str, clock: Callable[[], float] = time.time,
                  refresh: float = 60.0) -> None:
         self.path, self.clock, self.refresh = path, clock, refresh
-        self._conn: sqlite3.Connection | None = None
         self._cache: dict[str, tuple[float, dict[tuple[int, int], float]]] = {}
 
     def __call__(self, host: str, pid: int, start_time: float | None) -> float | None:
@@ -182,9 +257,7 @@ class RecordedIdle:
         if cached is not None and now - cached[0] < self.refresh:
             return cached[1]
         try:
-            if self._conn is None:
-                self._conn = open_reader(self.path)
-            runs = idle_runs(self._conn, host, now)
+            runs = _with_reader(self.path, lambda conn: idle_runs(conn, host, now))
         except LedgerError:
             runs = {}
         self._cache[host] = (now, runs)
@@ -254,7 +327,6 @@ class LedgerSeries:
                  refresh: float = 60.0) -> None:
         self.path, self.clock, self.refresh = path, clock, refresh
         self.problem: str | None = None
-        self._conn: sqlite3.Connection | None = None
         self._cache: dict[tuple[str, float], tuple[float, dict[int, Series]]] = {}
 
     def __call__(self, host: str, seconds: float) -> dict[int, Series]:
@@ -263,9 +335,7 @@ class LedgerSeries:
         if cached is not None and now - cached[0] < self.refresh:
             return cached[1]
         try:
-            if self._conn is None:
-                self._conn = open_reader(self.path)
-            found = gpu_series(self._conn, host, seconds, now)
+            found = _with_reader(self.path, lambda conn: gpu_series(conn, host, seconds, now))
         except LedgerError as err:
             self.problem, found = str(err), {}
         self._cache[(host, seconds)] = (now, found)

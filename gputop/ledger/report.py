@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import format_duration
-from gputop.ledger.query import ProcUsage, Usage
+from gputop.ledger.query import HolderUsage, ProcUsage, Usage
 
 REPORT_SCHEMA = 1
 GROUPINGS = ("user", "workload", "gpu", "host")
@@ -36,7 +37,10 @@ _KEYS: dict[str, Callable[[ProcUsage], str]] = {
 }
 
 
-def build(usage: Usage, by: str = "user", top: int = 10) -> dict[str, Any]:
+def build(usage: Usage, by: str = "user", top: int = 10, cost: CostRates | None = None,
+          members: Mapping[str, Collection[str]] | None = None) -> dict[str, Any]:
+    """The document; with ``cost`` (the policy's rates) it carries what the period cost per
+    group, user, Unix group (``members``: group -> users) and GPU model."""
     groups = _groups(usage, by)
     gpus = _gpus(usage)
     hosts = _hosts(gpus)
@@ -63,24 +67,96 @@ def build(usage: Usage, by: str = "user", top: int = 10) -> dict[str, Any]:
             for e in usage.events
         ],
     }
+    if cost is not None:
+        _add_cost(doc, usage, by, cost, members or {})
     doc["summary"] = summary(doc)
     return doc
 
 
+def _add_cost(doc: dict[str, Any], usage: Usage, by: str, cost: CostRates,
+              members: Mapping[str, Collection[str]]) -> None:
+    """Cost is card-hours held x the card's rate: a user pays for the cards they held (each
+    once), a GPU model for the hours its cards were held by anyone."""
+    per: dict[str, dict[str, list[float]]] = {k: defaultdict(lambda: [0.0, 0.0])
+                                               for k in ("group", "user", "model", "gpu")}
+    kind, holder_key = _HOLDER_KIND[by], _HOLDER_KEYS[by]
+    cards: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for h in usage.holders:
+        hours, rate = h.held_s / HOUR, cost.rate(h.gpu_name)
+        if h.kind == kind:
+            _acc(per["group"][holder_key(h)], hours, rate)
+        if h.kind == "user":
+            _acc(per["user"][h.name or "(unknown)"], hours, rate)
+        if h.kind == "card":
+            model = cost.model(h.gpu_name)
+            _acc(per["model"][model], hours, rate)
+            _acc(per["gpu"][f"{h.host}:{h.gpu}"], hours, rate)
+            cards[model].add((h.host, h.gpu))
+    for g in doc["groups"]:
+        g["cost"] = round(per["group"][g["name"]][1], 2)
+    for g in doc["gpus"]:
+        g["cost"] = round(per["gpu"][f"{g['host']}:{g['gpu']}"][1], 2)
+    by_host: dict[str, float] = defaultdict(float)
+    for g in doc["gpus"]:
+        by_host[g["host"]] += g["cost"]
+    for h in doc["hosts"]:
+        h["cost"] = round(by_host[h["host"]], 2)
+    users = per["user"]
+    unix_groups = {group: [sum(users[u][i] for u in set(names) if u in users) for i in (0, 1)]
+                   for group, names in members.items()}
+    doc["cost"] = {"currency": cost.currency, "default_per_gpu_hour": cost.default,
+                   "per_gpu_hour": dict(cost.per_gpu_hour),
+                   "total": round(sum(v[1] for v in per["model"].values()), 2)}
+    doc["totals"]["cost"] = doc["cost"]["total"]
+    doc["cost_by_user"] = _cost_rows(users)
+    doc["cost_by_unix_group"] = [r for r in _cost_rows(unix_groups) if r["gpu_hours_held"] > 0]
+    doc["cost_by_model"] = [
+        {"model": model, "gpus": len(cards[model]), "gpu_hours_held": _hours(hours * HOUR),
+         "per_gpu_hour": cost.per_gpu_hour.get(model, cost.default), "cost": round(amount_, 2)}
+        for model, (hours, amount_) in sorted(per["model"].items(), key=lambda kv: -kv[1][1])]
+
+
+def _acc(acc: list[float], hours: float, rate: float) -> None:
+    acc[0] += hours
+    acc[1] += hours * rate
+
+
+def _cost_rows(sums: Mapping[str, list[float]]) -> list[dict[str, Any]]:
+    return [{"name": name, "gpu_hours_held": _hours(hours * HOUR), "cost": round(spent, 2)}
+            for name, (hours, spent) in sorted(sums.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+
+
+# Which holder rows (query.HolderUsage) a grouping counts, and their group's name.
+_HOLDER_KIND = {"user": "user", "workload": "workload", "gpu": "card", "host": "card"}
+_HOLDER_KEYS: dict[str, Callable[[HolderUsage], str]] = {
+    "user": lambda h: h.name or "(unknown)",
+    "workload": lambda h: h.name or "(none)",
+    "gpu": lambda h: f"{h.host}:{h.gpu}",
+    "host": lambda h: h.host,
+}
+
+
 def _groups(usage: Usage, by: str) -> list[dict[str, Any]]:
+    """Per group: card-hours held (a card counted once per moment, however many of the
+    group's processes were on it), and beside them the per-process sums."""
     key = _KEYS[by]
     sums: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"held_s": 0.0, "busy_s": 0.0, "idle_s": 0.0, "sm_s": 0.0, "mem_max": 0,
-                 "energy_j": 0.0, "procs": set()})
+                 "energy_j": 0.0, "procs": set(), "proc_held_s": 0.0})
     for p in usage.procs:
         s = sums[key(p)]
-        s["held_s"] += p.held_s
-        s["busy_s"] += p.busy_s
-        s["idle_s"] += p.idle_s
-        s["sm_s"] += p.sm_s
+        s["proc_held_s"] += p.held_s
         s["mem_max"] = max(s["mem_max"], p.mem_max or 0)
         s["energy_j"] += p.energy_j
         s["procs"].add((p.host, p.pid, p.start))
+    kind, holder_key = _HOLDER_KIND[by], _HOLDER_KEYS[by]
+    for h in usage.holders:
+        if h.kind == kind:
+            s = sums[holder_key(h)]
+            s["held_s"] += h.held_s
+            s["busy_s"] += h.busy_s
+            s["idle_s"] += h.idle_s
+            s["sm_s"] += h.sm_s
     ranked = sorted(sums.items(), key=lambda kv: (-kv[1]["held_s"], kv[0]))
     return [
         {
@@ -92,7 +168,8 @@ def _groups(usage: Usage, by: str) -> list[dict[str, Any]]:
             "mean_sm_pct_held": round(s["sm_s"] / s["held_s"], 1) if s["held_s"] else 0.0,
             "peak_mem_bytes": s["mem_max"],
             "processes": len(s["procs"]),
-            "energy_kwh": round(s["energy_j"] / KWH, 3),
+            "process_gpu_hours_held": _hours(s["proc_held_s"]),
+            "energy_kwh": round(s["energy_j"] / KWH, 4),
         }
         for n, (name, s) in enumerate(ranked, 1)
     ]
@@ -127,7 +204,7 @@ def _gpus(usage: Usage) -> list[dict[str, Any]]:
             "gpu_hours_free": _hours(free),
             "mean_util_pct": round(g.util_s / g.recorded_s, 1) if g.recorded_s else 0.0,
             "peak_mem_bytes": g.mem_max,
-            "energy_kwh": round(g.energy_j / KWH, 3),
+            "energy_kwh": round(g.energy_j / KWH, 4),
             "warnings": counts[(g.host, g.gpu, "warning")],
             "xids": counts[(g.host, g.gpu, "xid")],
         })
@@ -147,7 +224,7 @@ def _hosts(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "host": host, "gpus": len(cards), "gpu_hours_recorded": round(recorded, 3),
             "busy_pct": _pct(busy, recorded), "held_idle_pct": _pct(idle, recorded),
             "free_pct": _pct(max(recorded - busy - idle, 0.0), recorded),
-            "energy_kwh": round(sum(g["energy_kwh"] for g in cards), 3),
+            "energy_kwh": round(sum(g["energy_kwh"] for g in cards), 4),
             "warnings": sum(g["warnings"] for g in cards),
             "xids": sum(g["xids"] for g in cards),
         })
@@ -161,14 +238,29 @@ def _totals(usage: Usage, gpus: list[dict[str, Any]]) -> dict[str, Any]:
         "gpu_hours_recorded": _hours(sum(g.recorded_s for g in usage.gpus)),
         "gpu_hours_busy": _hours(sum(g.busy_s for g in usage.gpus)),
         "gpu_hours_held_idle": _hours(sum(g.held_idle_s for g in usage.gpus)),
+        "gpu_hours_held": _hours(sum(h.held_s for h in usage.holders if h.kind == "card")),
         "process_gpu_hours_held": _hours(sum(p.held_s for p in usage.procs)),
         "process_gpu_hours_held_idle": _hours(sum(p.idle_s for p in usage.procs)),
-        "energy_kwh": round(sum(g.energy_j for g in usage.gpus) / KWH, 3),
+        "energy_kwh": round(sum(g.energy_j for g in usage.gpus) / KWH, 4),
         "processes": len({(p.host, p.pid, p.start) for p in usage.procs}),
         "users": len({p.user for p in usage.procs if p.user}),
         "warnings": sum(1 for e in usage.events if e.kind == "warning"),
         "xids": sum(1 for e in usage.events if e.kind == "xid"),
     }
+
+
+def amount(value: float) -> str:
+    """Hours and kWh with the digits their size needs: a tenth of a kWh split over five
+    users is 0.02 each, not five times 0.0; a non-zero amount never shows as 0."""
+    if value == 0:
+        return "0"
+    if abs(value) < 0.01:
+        return "<0.01"
+    return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def money(value: float, currency: str) -> str:
+    return f"{value:.2f} {currency}".rstrip()
 
 
 def when(t: float) -> str:
@@ -181,11 +273,11 @@ def summary(doc: dict[str, Any]) -> str:
     recorded = t["gpu_hours_recorded"]
     text = (
         f"From {when(doc['from'])} to {when(doc['to'])}, {t['gpus']} GPU(s) on "
-        f"{t['hosts']} host(s) were recorded for {recorded:.1f} GPU-hours: "
+        f"{t['hosts']} host(s) were recorded for {amount(recorded)} GPU-hours: "
         f"{_pct(t['gpu_hours_busy'], recorded)} % busy, "
         f"{_pct(t['gpu_hours_held_idle'], recorded)} % held by processes doing nothing. "
         f"{t['users']} user(s) ran {t['processes']} GPU process(es) using "
-        f"{t['energy_kwh']:.1f} kWh."
+        f"{amount(t['energy_kwh'])} kWh."
     )
     if doc["idle_holds"]:
         w = doc["idle_holds"][0]
@@ -195,4 +287,6 @@ def summary(doc: dict[str, Any]) -> str:
         )
     if t["xids"] or t["warnings"]:
         text += f" {t['xids']} XID event(s) and {t['warnings']} new warning(s)."
+    if "cost" in doc:
+        text += f" Cost: {money(doc['cost']['total'], doc['cost']['currency'])}."
     return text

@@ -9,7 +9,8 @@ retention (``expire_raw``) is a plain delete.  Each snapshot is one transaction.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,16 @@ class Recorder:
         # The hourly rollups grow with every interval, so that a report reads them alone.
         self.conn.executemany(_GPU_HOURLY, gpu_hours)
         self.conn.executemany(_PROC_HOURLY, proc_hours)
+        self.conn.executemany(_HOLDER_HOURLY, holder_rows(
+            [(gpu_ids[p.gpu], p) for p in snap.processes if p.gpu in gpu_ids], hour, dur,
+            self.idle_mem,
+            [(gpu_ids[r.gpu], r.user) for r in snap.reservations
+             if r.gpu in gpu_ids and r.active(t) and r.since <= t]))
+        self.conn.executemany(_WORKLOADS, [
+            (host.host_id, label, w.kind, w.id[:200], _cut(w.user, 256), _cut(w.name, 256),
+             w.end_time, t, t)
+            for label, w in {_workload(p): p.workload for p in snap.processes
+                             if p.workload is not None}.items() if label is not None])
         self._events(host, snap, warnings, gpu_ids)
         host.prev_t = t
 
@@ -208,6 +219,38 @@ class Recorder:
         host.warnings = now
 
 
+def _cut(text: str | None, size: int) -> str | None:
+    return None if text is None else str(text)[:size]
+
+
+def holder_rows(procs: list[tuple[int, GpuProcess]], hour: int, dur: float,
+                idle_mem: int, reserved: Sequence[tuple[int, str]] = ()) -> list[tuple[Any, ...]]:
+    """One interval's ``holder_hourly`` rows: per card, what each user, each workload and
+    anyone at all (kind 'card') did there, counted once however many processes it ran.
+    Busy: one of its processes above 0 % SM; idle: none busy, every SM % known (0), and
+    one holding the idle threshold; SM %: its processes' sum, at most 100.
+    Kind 'quota': what counts against a user's GPU-hour quota, a card they ran on or held
+    reserved (a reservation and a process on it count once)."""
+    found: dict[tuple[int, str, str], list[GpuProcess]] = defaultdict(list)
+    for gpu_id, proc in procs:
+        found[(gpu_id, "user", proc.user or "")].append(proc)
+        found[(gpu_id, "workload", _workload(proc) or "")].append(proc)
+        found[(gpu_id, "card", "")].append(proc)
+        if proc.user:
+            found[(gpu_id, "quota", proc.user)].append(proc)
+    for gpu_id, user in reserved:
+        found.setdefault((gpu_id, "quota", user), [])  # held, with or without processes
+    rows = []
+    for (gpu_id, kind, name), held in found.items():
+        busy = any((p.sm_util or 0) > 0 for p in held)
+        idle = (not busy and all(p.sm_util is not None for p in held)
+                and any((p.gpu_mem or 0) >= idle_mem for p in held))
+        sm = min(sum(p.sm_util or 0 for p in held), 100)
+        rows.append((gpu_id, hour, kind, name[:256], dur, dur if busy else 0.0,
+                     dur if idle else 0.0, sm * dur))
+    return rows
+
+
 def _workload(proc: GpuProcess) -> str | None:
     """The process's workload label (Slurm job, container, pod) where the model has one."""
     workload = getattr(proc, "workload", None)
@@ -223,12 +266,36 @@ _GPU_HOURLY = (
     " util_s = util_s + excluded.util_s, energy_j = energy_j + excluded.energy_j,"
     " mem_max = MAX(COALESCE(mem_max, excluded.mem_max), COALESCE(excluded.mem_max, mem_max)),"
     " temp_max = MAX(COALESCE(temp_max, excluded.temp_max), COALESCE(excluded.temp_max, temp_max))")
+_HOLDER_HOURLY = (
+    "INSERT INTO holder_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (gpu_id, hour, kind, name) DO UPDATE SET dur = dur + excluded.dur,"
+    " busy_s = busy_s + excluded.busy_s, idle_s = idle_s + excluded.idle_s,"
+    " sm_s = sm_s + excluded.sm_s")
+_WORKLOADS = (
+    "INSERT INTO workloads VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (host_id, label) DO UPDATE SET last = excluded.last,"
+    " user = COALESCE(excluded.user, user), name = COALESCE(excluded.name, name),"
+    " end_time = COALESCE(excluded.end_time, end_time)")
 _PROC_HOURLY = (
     "INSERT INTO proc_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (proc_id, gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
     " busy_s = busy_s + excluded.busy_s, idle_s = idle_s + excluded.idle_s,"
     " sm_s = sm_s + excluded.sm_s, mem_s = mem_s + excluded.mem_s,"
     " mem_max = MAX(COALESCE(mem_max, excluded.mem_max), COALESCE(excluded.mem_max, mem_max))")
+
+
+def log_action(conn: sqlite3.Connection, host: str, t: float, pid: int, start: int,
+               gpu: int | None, user: str | None, step: str, outcome: str,
+               evidence: dict[str, Any]) -> None:
+    """One step of the idle policy (issue 28.7) with the evidence it acted on."""
+    import json
+
+    with transaction(conn):
+        conn.execute("INSERT OR IGNORE INTO hosts (name) VALUES (?)", (host,))
+        conn.execute(
+            "INSERT INTO actions VALUES ((SELECT id FROM hosts WHERE name = ?), ?, ?, ?, ?, ?,"
+            " ?, ?, ?)", (host, t, pid, start, gpu, _cut(user, 256), step, outcome[:500],
+                          json.dumps(evidence, sort_keys=True)[:4000]))
 
 
 def expire_raw(conn: sqlite3.Connection, before: float) -> int:

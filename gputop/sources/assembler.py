@@ -11,6 +11,7 @@ Stdlib-only: shipped to remote hosts inside the SSH probe.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -100,7 +101,7 @@ class HostAssembler:
         if not self.lean:
             snap["device_holders"], snap["device_scan_note"] = self._device_holders(
                 snap["gpus"], snap["processes"], now)
-        snap["reservations"] = self._reservations(now)
+        snap["reservations"] = self._reservations(now, snap["gpus"])
         snap["queue"] = self._queue()
         return snap
 
@@ -163,19 +164,26 @@ class HostAssembler:
 
     # -- the store -----------------------------------------------------------------------------
 
-    def _reservations(self, now: float) -> list[dict[str, Any]]:
+    def _reservations(self, now: float, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not self.reservations_dir:
             return []
         from gputop.actions import reservations  # stdlib-only; shipped in the probe bundle
 
+        # Only this host's cards' claims are read: junk under other names costs nothing.
+        uuids = {g["index"]: g.get("uuid") for g in gpus}
+        migs: dict[str, tuple[int, int]] | None = {
+            m["uuid"]: (g["index"], m.get("index")) for g in gpus
+            for m in g.get("mig_devices") or () if m.get("uuid")}
+        if any(g.get("mig_note") for g in gpus):
+            migs = None  # some MIG devices unlisted: their claims are read under any name
         try:
-            return reservations.list_active(self.reservations_dir, now)
+            return reservations.list_active(self.reservations_dir, now, uuids, migs)
         except (OSError, ValueError):
             # A broken reservation store must not cost the user the GPU view.
             return []
 
     def _queue(self) -> list[dict[str, Any]]:
-        if not self.reservations_dir:
+        if not self.reservations_dir or not _has_job_files(self.reservations_dir):
             return []
         from gputop.actions import queue  # stdlib-only; shipped in the probe bundle
 
@@ -183,6 +191,19 @@ class HostAssembler:
             return list(queue.list_jobs(self.reservations_dir)["jobs"])
         except (OSError, ValueError):
             return []
+
+
+def _has_job_files(directory: str) -> bool:
+    """Whether the store holds a `gputop run` job file: most hosts have none, and then a
+    one-shot need not load the queue code (an unreadable store: let the queue say so)."""
+    from gputop.actions.store import JOB_PREFIX
+
+    try:
+        return any(name.startswith(JOB_PREFIX) for name in os.listdir(directory))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def memory_unaccounted(gpus: list[dict[str, Any]], processes: list[dict[str, Any]]) -> bool:

@@ -66,13 +66,14 @@ def action_env(
 
 def open_local(
     host: str = "localhost", reservations_dir: str | None = None, lean: bool = False,
-    name_wait_s: float = 0.0,
+    name_wait_s: float = 0.0, topology: bool = True,
 ) -> HostSource:
-    """This machine: NVML over /proc.  NoDriverError when there is no GPU to read."""
+    """This machine: NVML over /proc.  NoDriverError when there is no GPU to read.
+    ``lean``, ``topology``: as NvmlBackend's."""
     from gputop.sources.nvml import open_nvml
     from gputop.sources.procfs import ProcFs
 
-    backend = open_nvml(lean=lean)
+    backend = open_nvml(lean=lean, topology=topology)
     procs = ProcFs()
     return HostSource(HostAssembler(backend, procs, host=host,
                                     reservations_dir=reservations_dir, lean=lean,
@@ -81,7 +82,7 @@ def open_local(
 
 def open_simulation(
     scenario: Scenario | str, host: str | None = None, reservations_dir: str | None = None,
-    clock: Callable[[], float] = time.time, lean: bool = False,
+    clock: Callable[[], float] = time.time, lean: bool = False, topology: bool = True,
 ) -> HostSource:
     """A simulated host (a scenario, or its name or file): the NVML backend reads the
     simulator's library; actions change only the simulation.  Raises sim.ScenarioError."""
@@ -94,7 +95,7 @@ def open_simulation(
     name = host or str(scenario.host.get("hostname") or scenario.name)
     return HostSource(nvml_collector(nvml, procs, host=name, demo=True,
                                      reservations_dir=reservations_dir, clock=clock,
-                                     lean=lean), procs, sim=nvml)
+                                     lean=lean, topology=topology), procs, sim=nvml)
 
 
 def nvml_collector(
@@ -106,23 +107,27 @@ def nvml_collector(
     clock: Callable[[], float] = time.time,
     lean: bool = False,
     name_wait_s: float = 0.0,
+    topology: bool = True,
 ) -> HostAssembler:
     """The NVML backend over ``nvml`` (pynvml or an NVML-shaped library; ``demo``: the
     simulator's) with ``procs``.  Raises NoDriverError when nvmlInit fails."""
     from gputop.sources.nvml import NvmlBackend
 
-    return HostAssembler(NvmlBackend(nvml, simulated=demo, lean=lean), procs, host=host,
+    return HostAssembler(NvmlBackend(nvml, simulated=demo, lean=lean, topology=topology),
+                         procs, host=host,
                          simulated=demo, reservations_dir=reservations_dir, clock=clock,
                          lean=lean, name_wait_s=name_wait_s)
 
 
 def fallback_snapshot(
-    host: str, output: str, now: float, reason: str | None = None, xml: bool = False
+    host: str, output: str, now: float, reason: str | None = None, xml: bool = False,
+    mode: Any = None, extras: Any = None,
 ) -> dict[str, Any]:
-    """One poll of a host without python3 (``smi.FALLBACK_COMMAND``'s output, or
-    ``smi.XML_FALLBACK_COMMAND``'s with ``xml``) -> a HostSnapshot dict."""
+    """One poll of a host without python3 (the output of ``mode``'s commands, an
+    ``smi.Mode``; ``xml`` is short for ``Mode(xml=True)``) with the host's last
+    ``smi.Extras`` (-L, topo -m, nvlink -s) -> a HostSnapshot dict."""
     from gputop.sources import smi
 
-    backend, listing = smi.read_fallback(output, now, reason or smi.NO_PYTHON, xml=xml)
+    mode = mode or smi.Mode(xml=xml)
+    backend, listing = smi.read_fallback(output, now, reason or smi.NO_PYTHON, mode, extras)
     return HostAssembler(backend, listing, host=host, clock=lambda: now, lean=True).collect()
-

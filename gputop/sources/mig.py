@@ -14,13 +14,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gputop.sources import gpm
+
 # NVML return codes (nvml.h), also when the module in use lacks the constants.
 _ERR_INVALID_ARGUMENT = 2
 _ERR_NO_PERMISSION = 4
 _ERR_NOT_FOUND = 6
 _ERR_GPU_IS_LOST = 15
-_GPM_METRIC_SM_UTIL = 2  # NVML_GPM_METRIC_SM_UTIL: percentage of SMs that were busy
-_GPM_METRICS_GET_VERSION = 1
+_GPM_METRIC_SM_UTIL = gpm.SM_UTIL  # NVML_GPM_METRIC_SM_UTIL: percentage of SMs busy
 # No slot count from the driver: the most any card has (7 on A100/H100/B200).
 _DEFAULT_MAX_DEVICES = 7
 
@@ -191,22 +192,9 @@ class MigReader:
             self._free(previous)
 
     def _sm_util(self, first: Any, second: Any) -> int | None:
-        struct = getattr(self.nvml, "c_nvmlGpmMetricsGet_t", None)
-        if struct is None:
-            return None
-        request = struct()
-        request.version = getattr(self.nvml, "NVML_GPM_METRICS_GET_VERSION",
-                                  _GPM_METRICS_GET_VERSION)
-        request.numMetrics = 1
-        request.sample1 = first
-        request.sample2 = second
-        request.metrics[0].metricId = getattr(self.nvml, "NVML_GPM_METRIC_SM_UTIL",
-                                              _GPM_METRIC_SM_UTIL)
-        got = self._get("nvmlGpmMetricsGet", request)
-        if got is None or got.metrics[0].nvmlReturn != 0:
-            return None
-        value = float(got.metrics[0].value)
-        return round(min(max(value, 0.0), 100.0)) if value == value else None
+        metric = getattr(self.nvml, "NVML_GPM_METRIC_SM_UTIL", _GPM_METRIC_SM_UTIL)
+        [value] = gpm.metrics(self.nvml, self._get, first, second, [metric])
+        return None if value is None else round(min(value, 100.0))
 
     def _free(self, sample: Any) -> None:
         self._get("nvmlGpmSampleFree", sample)

@@ -60,7 +60,7 @@ def problem(exc: BaseException, target: str, service: str = SSH) -> str:
     return f"cannot connect to {target}: {text or type(exc).__name__}"
 
 
-def url_problem(err: OSError, url: str, service: str) -> str:
+def url_problem(err: Exception, url: str, service: str) -> str:
     """:func:`problem` for urllib's error (a URLError wraps the socket's in ``reason``)."""
     reason = getattr(err, "reason", err)
     netloc = url.split("://", 1)[-1].split("/", 1)[0].rpartition("@")[2]

@@ -23,7 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gputop.sources.backend import NoDriverError, Reading
+from gputop.sources.gpm import CardGpm
 from gputop.sources.mig import MigReader
+from gputop.sources.nvmlcodes import decode_clock_events, init_failure
 
 __all__ = ["NoDriverError", "NvmlBackend", "decode_clock_events", "open_nvml"]
 
@@ -65,19 +67,6 @@ _EVENT_XID = 0x8
 _VALUE_NOT_AVAILABLE = (1 << 64) - 1
 _PID_MAX_LIMIT = 1 << 22  # PID_MAX_LIMIT on 64-bit Linux
 
-# Clock event (throttle) reason bits, nvml.h nvmlClocksEventReason*.
-CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (0x001, "gpu_idle"),
-    (0x002, "applications_clocks_setting"),
-    (0x004, "sw_power_cap"),
-    (0x008, "hw_slowdown"),
-    (0x010, "sync_boost"),
-    (0x020, "sw_thermal_slowdown"),
-    (0x040, "hw_thermal_slowdown"),
-    (0x080, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
-
 # nvmlDeviceGetTopologyCommonAncestor levels -> `nvidia-smi topo -m` words.
 _TOPOLOGY_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
@@ -86,6 +75,10 @@ _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Excl
 # nvmlDeviceGetFieldValues ids (nvml.h): NVLink link count, and one link's state (scopeId).
 _FI_NVLINK_LINK_COUNT = 91
 _FI_NVLINK_GET_STATE = 165
+_FI_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP, C
+_FI_TOTAL_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ
+_FI_PCIE_REPLAYS = 94  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
+_FI_NVLINK_DATA = (138, 139)  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _RX: KiB, per link
 # At most this many XID events are drained per collect, so a storm cannot stall a refresh.
 _MAX_EVENTS_PER_COLLECT = 64
 # A sick driver can fail every query: this many failed fields per GPU are named.
@@ -118,12 +111,6 @@ class _GpuLost(Exception):
         super().__init__(message)
         self.state = state
         self.message = message
-
-
-def decode_clock_events(mask: int | None) -> tuple[str, ...] | None:
-    if mask is None:
-        return None
-    return tuple(name for bit, name in CLOCK_EVENT_REASONS if mask & bit)
 
 
 def cuda_version_string(version: int | None) -> str | None:
@@ -195,15 +182,20 @@ class NvmlBackend:
     """A ``GpuBackend`` over NVML: ``read(now)`` returns the GPUs and their processes.
 
     ``nvml`` is pynvml or a ``sim.SimNvml`` (then ``simulated``: source "sim", no sysfs
-    look-ups, simulated pids above any real one).  ``lean`` (a one-shot table): no
-    topology or NVLink remotes, which cost most of its NVML calls and show nowhere in it;
-    XID events are read all the same (--once shows the criticals `check` shows).
-    Raises NoDriverError when nvmlInit fails.
+    look-ups, simulated pids above any real one).  ``lean`` (a one-shot table): only the
+    fields the table and the one-shot health rules read (``_LEAN_SKIPS`` names what is
+    left out), ECC, link count and NVLink states in one field-value call, and no topology
+    or NVLink remotes; XID events are read all the same (--once shows the criticals
+    `check` shows).  ``topology`` False (``--json`` without ``--topology``): no NVLink
+    remote ends and no topology, the rest as usual.  Raises NoDriverError when nvmlInit
+    fails.
     """
 
-    def __init__(self, nvml: Any, simulated: bool = False, lean: bool = False) -> None:
+    def __init__(self, nvml: Any, simulated: bool = False, lean: bool = False,
+                 topology: bool = True) -> None:
         self.nvml = nvml
         self.lean = lean
+        self.topology = topology and not lean
         self.simulated = simulated
         self._error_class: type[BaseException] = getattr(nvml, "NVMLError", Exception)
         self._mismatch_class: type[BaseException] = getattr(
@@ -231,6 +223,7 @@ class NvmlBackend:
         self._host_cpu_count: int | None = None
         self._field_errors: list[str] | None = None  # of the GPU being read, see _call
         # MIG devices list processes as cards do (the first value of _running).
+        self._card_gpm = CardGpm(nvml, self._get)
         self._mig = MigReader(nvml, self._get, lambda *args: self._running(*args)[0],
                               lambda m: _GpuLost("lost", LOST_TEXT))
 
@@ -290,7 +283,9 @@ class NvmlBackend:
                 cuda = self._get("nvmlSystemGetCudaDriverVersion")
             self._versions = {
                 "driver_version": _text(self._get("nvmlSystemGetDriverVersion")),
-                "nvml_version": _text(self._get("nvmlSystemGetNVMLVersion")),
+                # A one-shot table shows the driver and CUDA versions only.
+                "nvml_version": None if self.lean else _text(
+                    self._get("nvmlSystemGetNVMLVersion")),
                 "cuda_version": cuda_version_string(cuda),
             }
         return self._versions
@@ -315,6 +310,9 @@ class NvmlBackend:
         cached = self._static.get(index)
         if cached is not None:
             return cached
+        if self.lean:
+            self._static[index] = self._lean_static(handle)
+            return self._static[index]
         pci = self._get("nvmlDeviceGetPciInfo", handle)
         bus_id = _text(getattr(pci, "busId", None)) if pci is not None else None
         constraints = self._get("nvmlDeviceGetPowerManagementLimitConstraints", handle)
@@ -343,8 +341,24 @@ class NvmlBackend:
             "numa_node": self._numa_node(handle, bus_id),
         }
         static["_fans"] = self._get("nvmlDeviceGetNumFans", handle)
-        self._nvlink_remote[index] = self._nvlink_remotes(handle, remotes=not self.lean)
+        self._nvlink_remote[index] = self._nvlink_remotes(handle, remotes=self.topology)
         self._static[index] = static
+        return static
+
+    def _lean_static(self, handle: Any) -> dict[str, Any]:
+        """What a one-shot table and its health rules read of the fields that never
+        change: the name and UUID (reservations match on it), the thermal limits and the
+        PCIe maxima; the rest None.  The link count comes with the first field values."""
+        static: dict[str, Any] = dict.fromkeys(_STATIC_KEYS)
+        static.update(
+            uuid=_text(self._get("nvmlDeviceGetUUID", handle)),
+            name=_text(self._get("nvmlDeviceGetName", handle)),
+            temp_slowdown=self._threshold(handle, "SLOWDOWN", _THRESHOLD_SLOWDOWN),
+            temp_shutdown=self._threshold(handle, "SHUTDOWN", _THRESHOLD_SHUTDOWN),
+            pcie_gen_max=self._get("nvmlDeviceGetMaxPcieLinkGeneration", handle),
+            pcie_width_max=self._get("nvmlDeviceGetMaxPcieLinkWidth", handle),
+        )
+        static["_fans"] = None  # one fan speed call, as for a card that cannot count them
         return static
 
     def _threshold(self, handle: Any, which: str, default: int) -> int | None:
@@ -563,8 +577,14 @@ class NvmlBackend:
         return "sim" if self.simulated else "nvml"
 
     def count(self) -> int:
-        """How many GPUs NVML sees (0 when it cannot count them)."""
-        return int(self._get("nvmlDeviceGetCount") or 0)
+        """How many GPUs NVML sees (0 when it cannot count them); kept for ``read``, so
+        that opening and the first read ask once."""
+        if self._count is None:
+            counted = self._get("nvmlDeviceGetCount")
+            if counted is None:
+                return 0
+            self._count = int(counted)
+        return self._count
 
     def read(self, now: float, cpu_count: int | None = None) -> Reading:
         snap: Reading = dict(self._versions_once())
@@ -583,7 +603,7 @@ class NvmlBackend:
             processes.extend(procs)
         snap["gpus"] = gpus
         snap["processes"] = processes
-        if not self.lean:
+        if self.topology:
             readable = {g["index"] for g in gpus if g["index"] in self._static}
             snap["topology"] = self._topology_once(sorted(self._handles.keys() & readable))
         # XIDs also in a lean one-shot (--once): it shows the criticals `check` shows.
@@ -603,6 +623,8 @@ class NvmlBackend:
             procs, gpu["processes_error"] = self._processes(index, handle, gpu.get("mem_total"))
             gpu["field_errors"] = self._field_errors[:_MAX_FIELD_ERRORS]
             procs += self._mig.read(index, handle, gpu, procs)
+            if not self.lean:  # a rate between two refreshes: a one-shot has one
+                gpu.update(self._card_gpm.read(index, handle, gpu.get("mig_mode")))
         except _GpuLost as lost:
             return self._broken_gpu(index, lost.state, lost.message), []
         except Exception as err:
@@ -622,6 +644,9 @@ class NvmlBackend:
         return gpu
 
     def _dynamic_fields(self, gpu: dict[str, Any], handle: Any, static: dict[str, Any]) -> None:
+        if self.lean:
+            self._lean_dynamic(gpu, handle, static)
+            return
         get = self._get
         util = get("nvmlDeviceGetUtilizationRates", handle)
         gpu["util_gpu"] = getattr(util, "gpu", None)
@@ -664,6 +689,66 @@ class NvmlBackend:
             "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)
         )
         gpu["nvlinks"] = self._nvlinks(gpu["index"], handle)
+        self._counters(gpu, handle)
+
+    def _counters(self, gpu: dict[str, Any], handle: Any) -> None:
+        """Memory temperature, total energy, PCIe replays and NVLink data (dcgm-exporter's
+        default counters): one field-value call, with each link's data both ways; the
+        single calls where the driver has no field values."""
+        links = len(self._nvlink_remote.get(gpu["index"], ()))
+        fields = [(_FI_MEMORY_TEMP, 0), (_FI_TOTAL_ENERGY, 0), (_FI_PCIE_REPLAYS, 0)]
+        fields += [(f, link) for link in range(links) for f in _FI_NVLINK_DATA]
+        batch = self._field_values(handle, fields)
+        if batch is None:
+            gpu["temp_memory"] = gpu["nvlink_data_kib"] = None
+            gpu["energy_mj"] = self._get("nvmlDeviceGetTotalEnergyConsumption", handle)
+            gpu["pcie_replays"] = self._get("nvmlDeviceGetPcieReplayCounter", handle)
+            return
+        temp, energy, replays, *data = batch
+        gpu["temp_memory"] = int(temp) if temp is not None else None
+        gpu["energy_mj"] = int(energy) if energy is not None else None
+        gpu["pcie_replays"] = int(replays) if replays is not None else None
+        # One link that cannot say makes the total unknown, not smaller.
+        known = bool(data) and all(v is not None for v in data)
+        gpu["nvlink_data_kib"] = sum(int(v) for v in data) if known else None
+
+    def _lean_dynamic(self, gpu: dict[str, Any], handle: Any, static: dict[str, Any]) -> None:
+        """The changing fields of a one-shot table and its rules; the ones left out
+        (``_LEAN_SKIPS``) are None.  NVLink count and states and the ECC counters are one
+        field-value call: states of links beyond the count come back failed and unused."""
+        get = self._get
+        gpu.update(dict.fromkeys(_LEAN_SKIPS))
+        util = get("nvmlDeviceGetUtilizationRates", handle)
+        gpu["util_gpu"] = getattr(util, "gpu", None)
+        gpu["util_mem"] = getattr(util, "memory", None)
+        self._memory(gpu, handle)
+        gpu["temp"] = get(
+            "nvmlDeviceGetTemperature", handle, self._const("NVML_TEMPERATURE_GPU", 0)
+        )
+        gpu["power_draw"] = _watts(get("nvmlDeviceGetPowerUsage", handle))
+        gpu["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
+        fans = self._fans(handle, static.get("_fans"))
+        gpu["fans"] = fans
+        gpu["fan"] = fans[0] if fans else None
+        persistence = get("nvmlDeviceGetPersistenceMode", handle)
+        gpu["persistence_mode"] = bool(persistence) if persistence is not None else None
+        links = _NVLINK_MAX_LINKS
+        batch = self._field_values(handle, [
+            (_FI_NVLINK_LINK_COUNT, 0), *((field_id, 0) for _, field_id in _ECC_FIELDS),
+            *((_FI_NVLINK_GET_STATE, n) for n in range(links))])
+        index = gpu["index"]
+        if batch is not None and batch[0] is not None:
+            count = max(0, min(int(batch[0]), links))
+            self._nvlink_remote[index] = [(None, None)] * count
+            states: list[Any] | None = batch[1 + len(_ECC_FIELDS):][:count]
+        else:
+            self._nvlink_remote[index] = self._nvlink_remotes(handle, remotes=False)
+            states = None
+        self._ecc(gpu, handle, batch[1:1 + len(_ECC_FIELDS)] if batch is not None else None)
+        self._clock_events(gpu, handle)
+        gpu["pcie_gen"] = get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth", handle)
+        gpu["nvlinks"] = self._nvlinks(index, handle, states)
 
     def _memory(self, gpu: dict[str, Any], handle: Any) -> None:
         info = None
@@ -686,15 +771,19 @@ class NvmlBackend:
         speed = self._get("nvmlDeviceGetFanSpeed", handle)
         return (speed,) if speed is not None else ()
 
-    def _ecc(self, gpu: dict[str, Any], handle: Any) -> None:
+    def _ecc(self, gpu: dict[str, Any], handle: Any, batch: list[Any] | None = None) -> None:
+        """ECC, retired pages and row remapping; ``batch``: their field values, read with
+        others by a lean collect (which leaves out the ECC mode)."""
         get = self._get
-        mode = get("nvmlDeviceGetEccMode", handle)
-        gpu["ecc_mode"] = bool(mode[0]) if mode else None
-        gpu["ecc_mode_pending"] = bool(mode[1]) if mode else None
+        if not self.lean:
+            mode = get("nvmlDeviceGetEccMode", handle)
+            gpu["ecc_mode"] = bool(mode[0]) if mode else None
+            gpu["ecc_mode_pending"] = bool(mode[1]) if mode else None
         corrected = self._const("NVML_MEMORY_ERROR_TYPE_CORRECTED", _ECC_CORRECTED)
         # One field-value call stands in for the eight below (ECC, retired pages, row
         # remapping); per-field failures are None, as the single calls would give.
-        batch = self._field_values(handle, [(field_id, 0) for _, field_id in _ECC_FIELDS])
+        if batch is None:
+            batch = self._field_values(handle, [(field_id, 0) for _, field_id in _ECC_FIELDS])
         if batch is not None and any(v is not None for v in batch):
             for (key, _), value in zip(_ECC_FIELDS, batch, strict=True):
                 gpu[key] = (bool(value) if key in _BOOL_FIELD_KEYS else int(value)) if (
@@ -740,11 +829,14 @@ class NvmlBackend:
         gpu["clock_event_mask"] = int(mask) if mask is not None else None
         gpu["clock_event_reasons"] = decode_clock_events(gpu["clock_event_mask"])
 
-    def _nvlinks(self, index: int, handle: Any) -> list[dict]:
+    def _nvlinks(self, index: int, handle: Any, states: list[Any] | None = None) -> list[dict]:
+        """Each link's state (``states``: already read with other field values)."""
         links = []
         known = self._nvlink_remote.get(index, ())
         # One call for every link's state instead of one per link (18 on an H100).
-        states = self._field_values(handle, [(_FI_NVLINK_GET_STATE, n) for n in range(len(known))])
+        if states is None or len(states) != len(known):
+            states = self._field_values(
+                handle, [(_FI_NVLINK_GET_STATE, n) for n in range(len(known))])
         for link, (remote, _) in enumerate(known):
             if states is not None:
                 state = states[link]
@@ -876,6 +968,17 @@ class NvmlBackend:
 
 
 _IDENTITY_KEYS = ("uuid", "name", "pci_bus_id", "serial")
+# Every key _static_fields fills (a lean read fills a few and leaves the rest None).
+_STATIC_KEYS = ("uuid", "name", "pci_bus_id", "serial", "temp_slowdown", "temp_shutdown",
+                "temp_max_operating", "power_default_limit", "power_min_limit",
+                "power_max_limit", "clock_sm_max", "clock_mem_max", "pcie_gen_max",
+                "pcie_width_max", "cpu_affinity", "numa_node")
+# What a lean collect (`gputop --once`) does not read: neither its table nor the health
+# rules it runs look at them (tests/test_nvml_calls.py compares the output with a full
+# read's).
+_LEAN_SKIPS = ("util_enc", "util_dec", "bar1_used", "bar1_total", "clock_sm", "clock_mem",
+               "clock_gr", "pstate", "compute_mode", "ecc_mode", "ecc_mode_pending",
+               "pcie_tx_kbs", "pcie_rx_kbs")
 
 
 # Field ids (nvml.h) of what _ecc reads one call at a time, and the keys they fill.
@@ -913,23 +1016,21 @@ def _init_failure_message(err: BaseException) -> str:
         return DRIVER_NOT_LOADED_MESSAGE
     if code in (_ERR_LIBRARY_NOT_FOUND, None):
         return NO_DRIVER_MESSAGE
-    if code == _ERR_NO_PERMISSION:
-        return "gputop: NVML refused access to the NVIDIA driver (insufficient permissions)."
-    if code == _ERR_LIB_RM_VERSION_MISMATCH:
-        return (
-            "gputop: the NVIDIA driver and its NVML library have different versions "
-            "(a driver update without a reboot?); reboot or reload the driver."
-        )
+    # The meaning and the remedy are the ones the nvidia-smi fallback shows for the same
+    # failure (sources/nvmlcodes.py).
+    known = init_failure(code if isinstance(code, int) else None)
+    if known is not None:
+        return f"gputop: NVML could not start ({known.text}): {known.describe()}."
     return f"gputop: NVML could not start: {err}."
 
 
-def open_nvml(lean: bool = False) -> NvmlBackend:
+def open_nvml(lean: bool = False, topology: bool = True) -> NvmlBackend:
     """The NVML backend of this machine; NoDriverError when there is no GPU to read."""
     try:
         import pynvml
     except ImportError:
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
-    backend = NvmlBackend(pynvml, lean=lean)
+    backend = NvmlBackend(pynvml, lean=lean, topology=topology)
     # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
     if backend.count() == 0:
         raise NoDriverError(NO_GPUS_MESSAGE)

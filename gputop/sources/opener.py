@@ -45,6 +45,7 @@ __all__ = [
     "open_feeds",
     "plan_sources",
     "reservations_dir",
+    "reservations_dir_from",
 ]
 
 # In a one-shot --demo the simulation is read twice, this far apart in simulated time, so
@@ -140,13 +141,23 @@ def demo_reservations_dir(scenario: str) -> str:
 
 def reservations_dir(options: SourceOptions, config: Config) -> str:
     """The reservation store of the local or demo source."""
+    return reservations_dir_from(options, config)[0]
+
+
+def reservations_dir_from(options: SourceOptions, config: Config) -> tuple[str, str]:
+    """(the store of the local or demo source, where that came from): store.py's rule.
+    A simulation never takes the config's directory, which names a real store."""
+    from gputop.actions.store import store_directory
+
     if options.demo:
-        return demo_reservations_dir(options.demo)
-    return config.reservations.dir
+        return store_directory(None, demo_reservations_dir(options.demo))
+    res = config.reservations
+    return store_directory(res.dir if res.dir_from else None, res.dir,
+                           res.dir_from or "config")
 
 
 def _cluster_feeds(options: SourceOptions, config: Config, one_shot: bool, lean: bool,
-                   history: bool, only: str | None) -> list[Feed]:
+                   topology: bool, history: bool, only: str | None) -> list[Feed]:
     """--demo cluster: one simulated feed per machine, each with its own store, and the
     hosts that are down."""
     from gputop.sources.feed import LocalFeed
@@ -155,7 +166,8 @@ def _cluster_feeds(options: SourceOptions, config: Config, one_shot: bool, lean:
     feeds: list[Feed] = []
     for scenario, hostname, seed, labels in CLUSTER_HOSTS:
         if only is None or only == hostname:
-            feeds.append(_demo_feed(scenario, options, config, one_shot, lean, history,
+            feeds.append(_demo_feed(scenario, options, config, one_shot, lean,
+                                    topology=topology, history=history,
                                     machine=(hostname, seed, labels)))
     for host, state, error, labels in CLUSTER_DOWN if only is None else ():
         down = _Down(host, state, error, labels)
@@ -180,25 +192,30 @@ class _Down:
 def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
     plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
-    history: bool = True,
+    topology: bool = True, prometheus_view: str | None = None, history: bool = True,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
     False (commands that only touch the reservation store: this machine is then a "no
     GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
     command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
-    ``lean``: local collectors skip topology and the device scan (never the XIDs).
-    ``history``: the demo seeds the past it would have had (the dashboard's charts and
-    idle rules); a plain redraw (`--watch`) shows only the present."""
+    ``lean``: local collectors skip topology and the device scan (never the XIDs), and
+    read only what a one-shot table shows; ``topology`` False: they skip the topology and
+    NVLink remote ends.  ``prometheus_view``: what a Prometheus feed asks for
+    (sources/promql.py); by default the summary for lean one-shots and the dashboard, the
+    full view otherwise.  ``history``: the demo seeds the past it would have had (the
+    dashboard's charts and idle rules); a plain redraw (`--watch`) shows only the present."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
     if _is_cluster(plan.demo):
-        feeds.extend(_cluster_feeds(options, config, one_shot, lean, history, plan.demo_host))
+        feeds.extend(_cluster_feeds(options, config, one_shot, lean, topology, history,
+                                    plan.demo_host))
     elif plan.demo:
-        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean, history))
+        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean,
+                                topology=topology, history=history))
     elif plan.local:
         feeds.append(_local_feed(options, config, need_driver, lean,
-                                 ONE_SHOT_NAME_WAIT_S if one_shot else 0.0))
+                                 ONE_SHOT_NAME_WAIT_S if one_shot else 0.0, topology))
     ssh_hosts = tuple(spec for spec in plan.ssh_hosts if spec.url is None)
     if ssh_hosts:
         from gputop.sources.ssh import SshFeed
@@ -214,17 +231,22 @@ def open_feeds(
 
         feeds.append(ServeFeed(url_hosts, options.timeout))
     if plan.prometheus:
-        feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot))
+        from gputop.sources import promql
+
+        view = prometheus_view or (promql.SUMMARY if lean or not one_shot else promql.FULL)
+        feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot, view))
     return feeds
 
 
-def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot: bool) -> Feed:
+def _prometheus_feed(url: str, options: SourceOptions, config: Config, one_shot: bool,
+                     view: str) -> Feed:
     from gputop.sources.prometheus import PrometheusFeed
 
     # The dashboard's sparklines start from Prometheus' history; a one-shot needs none.
     history_s = 0.0 if one_shot else config.history_minutes * 60.0
     try:
-        return PrometheusFeed(url, config.prometheus, options.timeout, history_s=history_s)
+        return PrometheusFeed(url, config.prometheus, options.timeout, history_s=history_s,
+                              view=view)
     except (ValueError, OSError) as err:  # a bad URL, an unreadable CA file
         raise SourceError(f"gputop: {err}") from None
 
@@ -235,7 +257,7 @@ def _action_env(options: SourceOptions, config: Config, source: HostSource) -> A
 
 def _local_feed(
     options: SourceOptions, config: Config, need_driver: bool = True, lean: bool = False,
-    name_wait_s: float = 0.0,
+    name_wait_s: float = 0.0, topology: bool = True,
 ) -> LocalFeed:
     from gputop.sources.feed import LocalFeed
     from gputop.sources.hostsource import action_env, open_local
@@ -243,7 +265,7 @@ def _local_feed(
     store = reservations_dir(options, config)
     try:
         source = open_local(host=LOCAL_HOST, reservations_dir=store, lean=lean,
-                            name_wait_s=name_wait_s)
+                            name_wait_s=name_wait_s, topology=topology)
     except NoDriverError as err:
         if need_driver:
             raise
@@ -308,19 +330,31 @@ DEMO_SEED_DENSE_S = 2.0
 
 def _demo_seed(scenario: Callable[[], Scenario], host: str, seconds: float, now: float,
                dense_seconds: float = 0.0) -> Callable[[], list[dict]]:
+    """The snapshots of the ``seconds`` before ``now``, the live simulation's start, and
+    on to the moment the seed is done; over the last ``dense_seconds`` one every
+    DEMO_SEED_DENSE_S, before that one a minute.  Each is marked SOURCE_SIMULATED_PAST.
+
+    The past is read from a simulation started at the same moment as the live one, its
+    clock then turned back: its processes have the live ones' start times, so a recorder
+    sees one process, not a seeded one and a live one (issue 28.8).  A process that had
+    not started yet at a past moment is left out of that moment."""
+
     def seed() -> list[dict[str, Any]]:
         from gputop.sources.hostsource import open_simulation
 
         # Its own simulation: the simulator's values are pure functions of time, so the
         # past reads as the live one would have; actions never touch this one.
-        clock = _FrozenClock(now - seconds)
+        clock = _FrozenClock(now)
         collector = open_simulation(scenario(), host=host, clock=clock).collector
+        clock.now = now - seconds
         out = []
         dense_from = now - dense_seconds
         # Up to the present as it is when the seed is done, not as it was when it began
         # (a second on a loaded machine): the first live sample follows without a gap.
         while clock.now < max(now, time.time()) - DEMO_SEED_DENSE_S / 2:
             data = collector.collect()
+            data["processes"] = [p for p in data.get("processes", ())
+                                 if (p.get("start_time") or 0.0) <= clock.now]
             data["source"] = SOURCE_SIMULATED_PAST  # made up: never "observed"
             out.append(data)
             step = DEMO_SEED_DENSE_S if clock.now >= dense_from else DEMO_SEED_STEP_S
@@ -332,7 +366,8 @@ def _demo_seed(scenario: Callable[[], Scenario], host: str, seconds: float, now:
 
 def _demo_feed(
     name: str, options: SourceOptions, config: Config, one_shot: bool, lean: bool = False,
-    history: bool = True, machine: tuple[str, int | None, tuple[str, ...]] | None = None,
+    topology: bool = True, history: bool = True,
+    machine: tuple[str, int | None, tuple[str, ...]] | None = None,
 ) -> LocalFeed:
     """The simulated host of scenario ``name``; ``machine``: (host name, seed, labels) of
     one machine of --demo cluster, with a store of its own."""
@@ -357,7 +392,7 @@ def _demo_feed(
     store = (reservations_dir(options, config) if machine is None
              else demo_reservations_dir(f"{CLUSTER}-{host}"))
     source = open_simulation(scenario, host=host, reservations_dir=store, clock=clock,
-                             lean=lean)
+                             lean=lean, topology=topology)
     collector: Collects = source.collector
     if machine is not None and machine[2]:
         collector = _Labelled(collector, machine[2])
@@ -370,7 +405,8 @@ def _demo_feed(
     if history and not one_shot:
         # The whole window the idle rules look back over, less the sample live data adds.
         window = analysis_settings(config).history()
-        seed = _demo_seed(load, host, window.process_seconds - DEMO_SEED_STEP_S, time.time(),
+        seed = _demo_seed(load, host, window.process_seconds - DEMO_SEED_STEP_S,
+                          source.sim.t0 if source.sim is not None else time.time(),
                           dense_seconds=min(window.seconds, 600.0))
     return LocalFeed(collector, host=host, identity=identity, dispatch_env=env, seed=seed)
 
@@ -392,7 +428,8 @@ class Round:
 
 
 def collect_once(
-    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False
+    options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False,
+    topology: bool = True, prometheus_view: str | None = None,
 ) -> Round:
     """One round of snapshots for the one-shot commands.
 
@@ -400,21 +437,21 @@ def collect_once(
     (asyncio costs `gputop --once` tens of ms); SSH hosts in parallel on one loop.
     """
     from gputop.sources.feed import LocalFeed
-    from gputop.sources.prometheus import PrometheusFeed
 
-    feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean)
+    feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean,
+                       topology=topology, prometheus_view=prometheus_view)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
     snapshots = [feed.poll() for feed in local]
     identities = {feed.host: feed.identity(feed.host) for feed in local}
-    from gputop.sources.serveapi import ServeFeed
-
-    for http in feeds:
-        if isinstance(http, (PrometheusFeed, ServeFeed)):  # blocking HTTP, no event loop
-            found = http.poll()
-            snapshots.extend(found)
-            identities.update({snap.host: http.identity(snap.host) for snap in found})
+    # Prometheus and `gputop serve`'s API: blocking HTTP, no event loop (and their
+    # modules are not imported to ask).
+    blocking: list[Any] = [feed for feed in feeds if getattr(feed, "blocking_poll", False)]
+    for http in blocking:
+        found = http.poll()
+        snapshots.extend(found)
+        identities.update({snap.host: http.identity(snap.host) for snap in found})
     remote = [feed for feed in feeds
-              if not isinstance(feed, (LocalFeed, PrometheusFeed, ServeFeed))]
+              if not isinstance(feed, LocalFeed) and feed not in blocking]
     if remote:
         import asyncio
 

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from gputop.sources.assembler import HostAssembler
 
 SIM_ENV = "GPUTOP_PROBE_SIM"
-RESERVATIONS_ENV = "GPUTOP_RESERVATIONS_DIR"
 
 
 class _Out:
@@ -90,20 +89,18 @@ class Texts(Protocol):
 
 
 def _reservations_dir(sim_name: str | None) -> str:
-    configured = os.environ.get(RESERVATIONS_ENV)
-    if configured:
-        return configured
+    # The same rule as local commands (store.store_directory): the variable, else the
+    # default; the probe has no config file.
+    from gputop.actions.store import DEFAULT_DIRECTORY, store_directory
+
     if sim_name:
         import tempfile  # only simulated hosts need it: not paid on every host's start-up
 
         # A simulated host must never write the host's real reservation store.
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in sim_name)
-        return os.path.join(
-            tempfile.gettempdir(), f"gputop-probe-sim-{os.getuid()}", safe, "reservations"
-        )
-    from gputop.actions.dispatch import DEFAULT_RESERVATIONS_DIR
-
-    return DEFAULT_RESERVATIONS_DIR
+        return store_directory(None, os.path.join(
+            tempfile.gettempdir(), f"gputop-probe-sim-{os.getuid()}", safe, "reservations"))[0]
+    return store_directory(None, DEFAULT_DIRECTORY)[0]
 
 
 def _load_scenario(name: str, scenarios: Texts) -> Any:

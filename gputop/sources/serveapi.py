@@ -73,6 +73,7 @@ class ServeFeed(ReadOnlyFeed):
     """Hosts with ``url:`` in the hosts file, each polled on its own thread."""
 
     why = WHY_READ_ONLY
+    blocking_poll = True  # one-shots call poll() in their own thread (sources/opener.py)
 
     def __init__(self, specs: Sequence[HostSpec], timeout: float) -> None:
         super().__init__()

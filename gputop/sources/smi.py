@@ -1,13 +1,19 @@
 """Parsers for nvidia-smi output, for hosts where the probe cannot run (no python3).
 
-The client runs one fixed command per poll (``FALLBACK_COMMAND``: two CSV queries and a
-``ps`` listing, separated by marker lines) and turns its output into a HostSnapshot dict
-with state "fallback" and a ``missing`` list naming what this mode cannot know.
+The client runs one fixed command per poll (``Mode.command()``: CSV queries and a ``ps``
+listing, separated by marker lines; on Windows each ``nvidia-smi`` command on its own,
+``Mode.commands()``) and turns its output into a HostSnapshot dict with state "fallback"
+and a ``missing`` list naming what this mode cannot know.  What changes rarely (``-L``,
+``topo -m``, ``nvlink -s``: ``EXTRA_COMMANDS``) is read once per connection and then
+every ``EXTRA_EVERY_S``, and joined to each poll.
 
 CSV is parsed by its header, not by position: the header names the fields (units in
-brackets are dropped), so output with more or fewer columns than asked for, or with or
-without units, reads the same.  ``parse_xml`` reads ``nvidia-smi -q -x`` for tools that
-have only that.  Missing values (``[N/A]``, ``[Not Supported]``, ...) become None.
+brackets are dropped), so output with more columns than asked for, another column order,
+or with or without units, reads the same; output without the columns asked for is an
+error quoting its first line, never a GPU.  ``parse_xml`` reads ``nvidia-smi -q -x`` for
+drivers too old for a CSV field.  Missing values (``[N/A]``, ``[Not Supported]``, ...)
+become None.  NVML's initialisation errors, a GPU lost from the bus and the clock event
+mask mean what they mean on an NVML host (sources/nvmlcodes.py has both tables).
 
 Standard library only.
 """
@@ -18,56 +24,120 @@ import csv
 import io
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gputop import model
+from gputop.analysis import topology as topo
+from gputop.sources.nvmlcodes import (
+    ERR_DRIVER_NOT_LOADED,
+    ERR_LIBRARY_NOT_FOUND,
+    ERR_NOT_FOUND,
+    clock_event_mask,
+    decode_clock_events,
+    init_failure,
+)
 
 MIB = 1024 * 1024
 
-# Fields known to every driver since ~450; asking for a field the driver does not know
-# fails the whole query, so newer ones (clocks_event_reasons...) are left out.
-GPU_FIELDS = (
+# Fields known to every driver since R450.  Asking for a field the driver does not know
+# fails the whole query ("... is not a valid field to query"): the clock event mask has
+# two names (clocks_throttle_reasons.* before R535, both since), so a driver that refuses
+# the new one is asked with the old one, and a driver that refuses anything else gets
+# `-q -x` instead (Mode.after_refusal).
+_GPU_FIELDS_BASE = (
     "index,uuid,name,pci.bus_id,serial,driver_version,utilization.gpu,utilization.memory,"
-    "memory.total,memory.used,temperature.gpu,power.draw,power.limit,fan.speed,"
-    "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,persistence_mode,compute_mode,"
-    "ecc.mode.current,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,"
+    "memory.total,memory.used,temperature.gpu,power.draw,power.limit,power.default_limit,"
+    "fan.speed,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,persistence_mode,"
+    "compute_mode,ecc.mode.current,ecc.errors.corrected.volatile.total,"
+    "ecc.errors.uncorrected.volatile.total,"
     "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,"
     # Memory health, so that a pending row remap is as critical here as on an NVML host.
-    # Drivers older than these fields (R450) fail the query and get `-q -x` instead.
     "ecc.errors.corrected.aggregate.total,ecc.errors.uncorrected.aggregate.total,"
     "retired_pages.single_bit_ecc.count,retired_pages.double_bit.count,retired_pages.pending,"
     "remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,"
-    "remapped_rows.failure"
+    "remapped_rows.failure,mig.mode.current"
 )
+EVENT_FIELD = "clocks_event_reasons.active"
+THROTTLE_FIELD = "clocks_throttle_reasons.active"
+GPU_FIELDS = f"{_GPU_FIELDS_BASE},{EVENT_FIELD}"
 APP_FIELDS = "pid,gpu_uuid,process_name,used_memory"
 PS_FORMAT = "pid=,ppid=,uid=,user:32=,stat=,etimes=,pcpu=,rss=,args="
 MARK = "@@gputop-smi"
+# A column every reply to our query has, and no other text does (a `-q` banner, a help
+# page, an error): without it the reply is not the one asked for.  Only one, because the
+# CSV is read by name: replies with more, fewer or reordered columns still read.
+_GPU_COLUMNS = ("index",)
+_APP_COLUMNS = ("pid",)
 
-# One fixed string: nothing from any host name, user or label ever goes into it.  Run by
-# sh whatever the login shell is (csh and fish spell `2>&1` and `$?` differently).
-_FALLBACK_SCRIPT = (
-    f"nvidia-smi --query-gpu={GPU_FIELDS} --format=csv 2>&1; echo \"{MARK} $?\"; "
-    f"nvidia-smi --query-compute-apps={APP_FIELDS} --format=csv 2>&1; echo \"{MARK} $?\"; "
-    f"ps -eo {PS_FORMAT} 2>&1; echo \"{MARK} $?\""
-)
-assert "'" not in _FALLBACK_SCRIPT
-FALLBACK_COMMAND = f"exec sh -c '{_FALLBACK_SCRIPT}'"
-# For drivers too old for a field of GPU_FIELDS ("... is not a valid field to query").
-XML_FALLBACK_COMMAND = (
-    f"exec sh -c 'nvidia-smi -q -x 2>&1; echo \"{MARK} $?\"; "
-    f"ps -eo {PS_FORMAT} 2>&1; echo \"{MARK} $?\"'"
-)
+# Read once per connection and again after this long: the GPU list with its MIG devices,
+# the topology and the NVLink states (a link that went down shows within a minute).
+EXTRA_EVERY_S = 60.0
+EXTRA_SECTIONS = ("list", "topo", "nvlink")
+EXTRA_COMMANDS = ("nvidia-smi -L", "nvidia-smi topo -m", "nvidia-smi nvlink -s")
 
-# What a snapshot from nvidia-smi + ps cannot contain (shown in the UI and --json).
+
+def _sh(commands: tuple[str, ...]) -> str:
+    """One fixed string for sh: each command, its output and stderr, then a marker line
+    with its exit status.  Run by sh whatever the login shell is (csh and fish spell
+    `2>&1` and `$?` differently).  Nothing from any host name, user or label goes in."""
+    script = "; ".join(f'{c} 2>&1; echo "{MARK} $?"' for c in commands)
+    assert "'" not in script
+    return f"exec sh -c '{script}'"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Which commands one poll runs, and so which sections its output has."""
+
+    xml: bool = False  # a driver too old for a CSV field: `nvidia-smi -q -x`
+    throttle_name: bool = False  # the driver knows the mask only as clocks_throttle_reasons
+    table: bool = False  # also the default table: MIG devices, GI/CI and type of processes
+    windows: bool = False  # cmd.exe or PowerShell: no sh, no ps; one command at a time
+
+    def sections(self) -> tuple[str, ...]:
+        names: tuple[str, ...] = ("xml",) if self.xml else ("gpus", "apps")
+        if not self.xml and (self.table or self.windows):
+            names += ("table",)
+        return names if self.windows else (*names, "ps")
+
+    def commands(self) -> tuple[str, ...]:
+        field = THROTTLE_FIELD if self.throttle_name else EVENT_FIELD
+        by_section = {
+            "xml": "nvidia-smi -q -x",
+            "gpus": f"nvidia-smi --query-gpu={_GPU_FIELDS_BASE},{field} --format=csv",
+            "apps": f"nvidia-smi --query-compute-apps={APP_FIELDS} --format=csv",
+            "table": "nvidia-smi",
+            "ps": f"ps -eo {PS_FORMAT}",
+        }
+        return tuple(by_section[name] for name in self.sections())
+
+    def command(self) -> str:
+        """The one command line for sh (not for Windows: see ``commands``)."""
+        return _sh(self.commands())
+
+    def after(self, data: dict[str, Any]) -> Mode | None:
+        """The mode to try next when this one's reply says the driver refused a field."""
+        error = data.get("error") or ""
+        if self.xml or data.get("state") != model.HOST_NO_GPU or "valid field" not in error:
+            return None
+        if not self.throttle_name and EVENT_FIELD in error:
+            return replace(self, throttle_name=True)
+        return replace(self, xml=True)
+
+
+FALLBACK_COMMAND = Mode().command()
+XML_FALLBACK_COMMAND = Mode(xml=True).command()
+EXTRA_COMMAND = _sh(EXTRA_COMMANDS)
+
+# What a snapshot from nvidia-smi + ps can never contain (shown in the UI and --json);
+# topology and NVLinks join it when the extra commands could not read them.
 MISSING = (
     "processes.sm_util",
     "processes.start_ticks",
-    "topology",
-    "nvlinks",
     "xid_events",
     "reservations",
     "device_holders",
-    "clock_event_reasons",
     "actions",
 )
 
@@ -76,7 +146,14 @@ _NA = re.compile(r"^\[?(n/?a|not supported|unknown error|insufficient permission
 
 
 class SmiError(Exception):
-    """nvidia-smi output that says there is no usable driver or GPU."""
+    """nvidia-smi output that is not what was asked for, or says the driver cannot work.
+
+    ``state`` is the host state it means (no GPU/driver, or error for output of the wrong
+    shape)."""
+
+    def __init__(self, message: str, state: str = model.HOST_NO_GPU) -> None:
+        super().__init__(message)
+        self.state = state
 
 
 def value(text: str | None) -> str | None:
@@ -132,14 +209,126 @@ def pstate(text: str | None) -> int | None:
     return None
 
 
-def parse_csv(text: str) -> list[dict[str, str | None]]:
-    """CSV with a header row -> rows keyed by field name (units dropped)."""
+def first_line(text: str, limit: int = 160) -> str:
+    """The first non-blank line of some output, cut to ``limit`` characters, for an
+    error message ("no output" when there is none)."""
+    for line in text.splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return "no output"
+
+
+# -- what nvidia-smi says when it cannot work -----------------------------------------
+
+_INIT = re.compile(r"Failed to initialize NVML:\s*([^\r\n]*)", re.I)
+# The same failures in nvidia-smi's own words, before NVML could say anything.
+_OWN_WORDS = (
+    ("couldn't communicate with the nvidia driver", ERR_DRIVER_NOT_LOADED),
+    ("couldn't find libnvidia-ml.so", ERR_LIBRARY_NOT_FOUND),
+    ("no devices were found", ERR_NOT_FOUND),
+)
+_NOT_FOUND = (
+    "command not found",  # bash
+    ": not found",  # dash
+    "is not recognized as an internal or external command",  # cmd.exe
+    "is not recognized as the name of a cmdlet",  # PowerShell 5
+    "is not recognized as a name of a cmdlet",  # PowerShell 7
+)
+
+
+def driver_problem(text: str, status: int | None) -> str | None:
+    """Why nvidia-smi could not read any GPU, from its output and exit status: an NVML
+    initialisation failure with its meaning and what to do, a missing nvidia-smi, or
+    None when the output is something else."""
+    found = _INIT.search(text)
+    if found:
+        words = found.group(1).strip()
+        known = init_failure(status, words)
+        detail = known.describe() if known else "check dmesg and the driver installation"
+        return f"Failed to initialize NVML: {words}{_exit(status)}: {detail}"
+    low = text.lower()
+    for words, code in _OWN_WORDS:
+        if words in low:
+            known = init_failure(code)
+            assert known is not None
+            return f"{first_line(text)}{_exit(status)}: {known.describe()}"
+    head = first_line(text).lower()
+    if status == 127 or any(words in head for words in _NOT_FOUND):
+        return "nvidia-smi not found"
+    return None
+
+
+def _exit(status: int | None) -> str:
+    return "" if status is None else f" (exit {status})"
+
+
+# -- a GPU that nvidia-smi could not open ---------------------------------------------
+
+# "Unable to determine the device handle for GPU 0000:84:00.0: GPU is lost" (R4xx-R5xx
+# also print it without the space: "for GPU0000:84:00.0: Unknown Error").
+_HANDLE = re.compile(
+    r"^\s*Unable to determine the device handle for GPU\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*:\s*(.*?)\s*$"
+)
+_LOST_WORDS = ("gpu is lost", "gpu requires reset", "fallen off the bus")
+
+
+def split_handle_errors(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """Output without its "Unable to determine the device handle" lines, and one broken
+    GPU dict per such line (its bus id, state lost or error, nvidia-smi's reason)."""
+    kept: list[str] = []
+    broken: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for line in text.splitlines():
+        found = _HANDLE.match(line)
+        if not found:
+            kept.append(line)
+            continue
+        bus, why = found.group(1).upper(), found.group(2).rstrip(".")
+        if bus in seen:
+            continue
+        seen.add(bus)
+        lost = any(words in why.lower() for words in _LOST_WORDS)
+        broken.append({
+            "pci_bus_id": bus,
+            "state": model.GPU_LOST if lost else model.GPU_ERROR,
+            "error": f"nvidia-smi: {why} ({bus})" if why else f"nvidia-smi: no handle ({bus})",
+        })
+    return "\n".join(kept), broken
+
+
+def _place_broken(gpus: list[dict[str, Any]], broken: list[dict[str, Any]]) -> None:
+    """Give each broken GPU the lowest index no readable GPU has: nvidia-smi numbers the
+    cards it lists without the lost one, so the gaps are where lost cards sat."""
+    used = {g["index"] for g in gpus}
+    free = (n for n in range(len(gpus) + len(broken) + len(used)) if n not in used)
+    for gpu in broken:
+        gpus.append({**gpu, "index": next(free)})
+    gpus.sort(key=lambda g: g["index"])
+
+
+# -- CSV ------------------------------------------------------------------------------
+
+
+def parse_csv(
+    text: str, required: tuple[str, ...] = (), what: str = "nvidia-smi"
+) -> list[dict[str, str | None]]:
+    """CSV with a header row -> rows keyed by field name (units dropped).
+
+    SmiError (state error) when the header lacks a ``required`` column: the reply is not
+    the CSV that was asked for (``nvidia-smi -q`` text, a banner, a help page), and
+    reading it anyway would turn each of its lines into a GPU."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return []
     reader = csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True)
     rows = list(reader)
     header = [re.sub(r"\s*\[[^\]]*\]\s*$", "", h).strip() for h in rows[0]]
+    absent = [name for name in required if name not in header]
+    if absent:
+        raise SmiError(f"{what}: not the CSV asked for (no {', '.join(absent)} column); "
+                       f"first line: {first_line(text)!r}", model.HOST_ERROR)
     out = []
     for row in rows[1:]:
         if len(row) != len(header):
@@ -155,17 +344,23 @@ def _first(row: dict[str, str | None], *names: str) -> str | None:
     return None
 
 
-def gpus_from_csv(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``--query-gpu`` CSV -> (Gpu dicts, host facts such as driver_version)."""
-    _check_driver(text)
+def gpus_from_csv(text: str, status: int | None = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``--query-gpu`` CSV -> (Gpu dicts, host facts such as driver_version).
+
+    A card nvidia-smi could not open is listed too, lost or unreadable (never dropped);
+    SmiError when the driver cannot work at all or the reply is not this CSV."""
+    problem = driver_problem(text, status)
+    if problem:
+        raise SmiError(problem)
+    text, broken = split_handle_errors(text)
     gpus: list[dict[str, Any]] = []
     host: dict[str, Any] = {}
-    for position, row in enumerate(parse_csv(text)):
+    for position, row in enumerate(parse_csv(text, _GPU_COLUMNS, "nvidia-smi --query-gpu")):
         if host.get("driver_version") is None and row.get("driver_version"):
             host["driver_version"] = row["driver_version"]
         index = integer(row.get("index"))
         fan = integer(row.get("fan.speed"))
-        mask = integer(_first(row, "clocks_event_reasons.active", "clocks_throttle_reasons.active"))
+        mask = integer(_first(row, EVENT_FIELD, THROTTLE_FIELD))
         gpus.append(
             {
                 "index": position if index is None else index,
@@ -213,22 +408,33 @@ def gpus_from_csv(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 "remapped_uncorrectable": integer(row.get("remapped_rows.uncorrectable")),
                 "remap_pending": flag(row.get("remapped_rows.pending")),
                 "remap_failure": flag(row.get("remapped_rows.failure")),
+                # The NVML path's decoder, so the same mask gives the same warnings.
                 "clock_event_mask": mask,
+                "clock_event_reasons": decode_clock_events(mask),
                 "pcie_gen": integer(row.get("pcie.link.gen.current")),
                 "pcie_gen_max": integer(row.get("pcie.link.gen.max")),
                 "pcie_width": integer(row.get("pcie.link.width.current")),
                 "pcie_width_max": integer(row.get("pcie.link.width.max")),
                 "mig_mode": flag(row.get("mig.mode.current")),
+                "mig_mode_pending": flag(row.get("mig.mode.pending")),
             }
         )
+    if not gpus and not broken and status not in (0, None):
+        raise SmiError(f"nvidia-smi failed{_exit(status)}: {first_line(text)}")
+    _place_broken(gpus, broken)
     return gpus, host
 
 
-def apps_from_csv(text: str, uuid_to_index: dict[str, int]) -> list[dict[str, Any]]:
+def apps_from_csv(
+    text: str, uuid_to_index: dict[str, int], status: int | None = 0
+) -> list[dict[str, Any]]:
     """``--query-compute-apps`` CSV -> GpuProcess dicts (pid, gpu, memory, name)."""
-    _check_driver(text)
+    problem = driver_problem(text, status)
+    if problem:
+        raise SmiError(problem)
+    text, _broken = split_handle_errors(text)  # the GPU query has named them already
     procs = []
-    for row in parse_csv(text):
+    for row in parse_csv(text, _APP_COLUMNS, "nvidia-smi --query-compute-apps"):
         pid = integer(row.get("pid"))
         gpu = uuid_to_index.get(row.get("gpu_uuid") or "")
         if pid is None or gpu is None:
@@ -271,18 +477,8 @@ def parse_ps(text: str, now: float) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _check_driver(text: str) -> None:
-    low = text.lower()
-    if "couldn't communicate with the nvidia driver" in low or "no devices were found" in low:
-        raise SmiError(text.strip().splitlines()[0])
-    lines = low.strip().splitlines()
-    first = lines[0] if lines else ""
-    if "command not found" in first or first.endswith(": not found"):
-        raise SmiError("nvidia-smi not found")
-
-
 def split_fallback_output(text: str) -> list[tuple[str, int | None]]:
-    """FALLBACK_COMMAND output -> [(section text, exit status)] in command order."""
+    """A fallback command's output -> [(section text, exit status)] in command order."""
     sections: list[tuple[str, int | None]] = []
     current: list[str] = []
     for line in text.splitlines():
@@ -295,77 +491,350 @@ def split_fallback_output(text: str) -> list[tuple[str, int | None]]:
     return sections
 
 
+def join_outputs(results: list[tuple[str, int | None]]) -> str:
+    """Commands run one at a time (Windows) -> the text one sh command would print."""
+    return "".join(f"{text.rstrip(chr(10))}\n{MARK} {'' if rc is None else rc}\n"
+                   for text, rc in results)
+
+
+
+# -- nvidia-smi -L, the default table, topo -m, nvlink -s -----------------------------
+
+_LIST_GPU = re.compile(r"^GPU (\d+): (.*?) \(UUID: (GPU-[^)\s]+)\)\s*$")
+_LIST_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)\s]+)\)\s*$")
+
+
+def parse_list(text: str) -> dict[int, dict[str, Any]]:
+    """``nvidia-smi -L`` -> {GPU index: {"name", "uuid", "mig": {device index: {"profile",
+    "uuid"}}}}; a MIG device line belongs to the GPU line above it."""
+    out: dict[int, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
+    for line in text.splitlines():
+        gpu = _LIST_GPU.match(line)
+        if gpu:
+            current = {"name": gpu.group(2), "uuid": gpu.group(3), "mig": {}}
+            out[int(gpu.group(1))] = current
+            continue
+        mig = _LIST_MIG.match(line)
+        if mig and current is not None and len(current["mig"]) < 8:
+            current["mig"][int(mig.group(2))] = {"profile": mig.group(1), "uuid": mig.group(3)}
+    return out
+
+
+# "|  0    2   0   0  |           11091MiB / 40448MiB    | 60      0 |  3   0    3 ..."
+# and under it "|                  |               0MiB / 24739MiB    |" (BAR1).
+_TABLE_MIG = re.compile(
+    r"^\|\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|")
+_TABLE_BAR1 = re.compile(r"^\|\s*\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|")
+# "|    0    2    0            21180      C   /root/tools/memhog              2296MiB |"
+# (GI and CI are N/A without MIG; drivers before R450 have neither column).
+_TABLE_PROC = re.compile(
+    r"^\|\s*(\d+)\s+(?:(\d+|N/A)\s+(\d+|N/A)\s+)?(\d+)\s+(C\+G|C|G)\s+(.*?)\s+(\d+MiB|N/A)\s*\|$")
+
+
+def parse_table(text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``nvidia-smi``'s default table -> (MIG device rows, process rows).
+
+    MIG rows: gpu, gi, ci, index (the "MIG Dev" column), memory and BAR1 in bytes.
+    Process rows: gpu, gi, ci (None without MIG), pid, type (C, G or C+G, which no CSV
+    query gives), the (shortened) name and memory."""
+    devices: list[dict[str, Any]] = []
+    procs: list[dict[str, Any]] = []
+    section = None
+    for line in text.splitlines():
+        if "MIG devices:" in line:
+            section = "mig"
+            continue
+        if "Processes:" in line:
+            section = "procs"
+            continue
+        if section == "mig":
+            row = _TABLE_MIG.match(line)
+            if row:
+                n = [int(x) for x in row.groups()]
+                devices.append({"gpu": n[0], "gi": n[1], "ci": n[2], "index": n[3],
+                                "mem_used": n[4] * MIB, "mem_total": n[5] * MIB})
+                continue
+            bar1 = _TABLE_BAR1.match(line)
+            if bar1 and devices and "bar1_total" not in devices[-1]:
+                devices[-1]["bar1_used"] = int(bar1.group(1)) * MIB
+                devices[-1]["bar1_total"] = int(bar1.group(2)) * MIB
+        elif section == "procs":
+            proc = _TABLE_PROC.match(line)
+            if proc:
+                card, gi, ci, pid, kind, name, memory = proc.groups()
+                procs.append({"gpu": int(card), "gi": integer(gi), "ci": integer(ci),
+                              "pid": int(pid), "type": kind, "command": value(name),
+                              "gpu_mem": mib(memory)})
+    return devices, procs
+
+
+def parse_nvlink_status(text: str) -> dict[int, list[dict[str, Any]]]:
+    """``nvidia-smi nvlink -s`` -> {GPU index: [{"link", "active"}]}.
+
+    "Link 3: 25 GB/s" is up, "Link 3: <inactive>" is down; a GPU whose links cannot be
+    queried (MIG mode, or "all links are inActive" on a card without NVLink) has none."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    current: list[dict[str, Any]] | None = None
+    for line in text.splitlines():
+        gpu = re.match(r"^GPU (\d+):", line)
+        if gpu:
+            current = out.setdefault(int(gpu.group(1)), [])
+            continue
+        link = re.match(r"^\s+Link (\d+):\s*(.*?)\s*$", line)
+        if link and current is not None and len(current) < 32:
+            state = link.group(2).lower()
+            current.append({"link": int(link.group(1)),
+                            "active": not ("inactive" in state or "down" in state)})
+    return out
+
+
+def topology_from_topo_m(text: str) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+    """``nvidia-smi topo -m`` (read by analysis/topology.py's parser) -> (the snapshot's
+    topology links, {GPU index: cpu_affinity and numa_node}); nothing when unreadable."""
+    try:
+        matrix = topo.parse_topo_m(text)
+    except ValueError:
+        return [], {}
+    gpus = matrix["gpus"]
+    links = []
+    for a, row in enumerate(matrix["matrix"]):
+        for b, kind in enumerate(row):
+            if b <= a or b >= len(gpus) or not kind or kind in (topo.SELF, topo.UNKNOWN):
+                continue
+            links.append({"gpu_a": gpus[a], "gpu_b": gpus[b], "kind": kind,
+                          "nvlinks": matrix["nvlinks"][a][b]})
+    places = {}
+    for n, index in enumerate(gpus):
+        cpus = matrix["cpu_affinity"][n]
+        places[index] = {"cpu_affinity": None if cpus == topo.UNKNOWN else cpus,
+                         "numa_node": integer(matrix["numa_affinity"][n])}
+    return links, places
+
+
+
+# -- which shell answered -------------------------------------------------------------
+
+# What the remote shell prints when the probe's `exec python3 ...` reaches a Windows
+# shell instead of sh (OpenSSH for Windows starts cmd.exe, or PowerShell when an admin
+# made it the DefaultShell).  Both exit with status 1.
+_WINDOWS_SHELLS = (
+    ("'exec' is not recognized as an internal or external command", "cmd.exe"),
+    ("the term 'exec' is not recognized as the name of a cmdlet", "PowerShell"),
+    ("the term 'exec' is not recognized as a name of a cmdlet", "PowerShell"),
+)
+
+
+def windows_shell(status: int | None, output: str) -> str | None:
+    """The Windows shell that refused the bootstrap ("cmd.exe", "PowerShell"), from its
+    exit status and what it printed (stdout and stderr), or None for any other shell."""
+    if status == 127:
+        return None  # sh's "not found": a Unix host without python3
+    low = " ".join(output.lower().split())
+    for words, shell in _WINDOWS_SHELLS:
+        if words in low:
+            return shell
+    return None
+
+
+
 NO_PYTHON = "no python3 on this host"
+WINDOWS = "a Windows host (no sh, no ps)"
+
+
+@dataclass
+class Extras:
+    """What EXTRA_COMMANDS read: the MIG devices' UUIDs and profiles, the topology and
+    the NVLink states (each empty when its command failed)."""
+
+    listing: dict[int, dict[str, Any]]
+    links: list[dict[str, Any]]
+    places: dict[int, dict[str, Any]]
+    nvlinks: dict[int, list[dict[str, Any]]]
+    topology_read: bool
+
+    @classmethod
+    def parse(cls, output: str | None) -> Extras | None:
+        if output is None:
+            return None
+        sections = dict(zip(EXTRA_SECTIONS, split_fallback_output(output), strict=False))
+        text = {name: sections.get(name, ("", None))[0] for name in EXTRA_SECTIONS}
+        links, places = topology_from_topo_m(text["topo"])
+        return cls(parse_list(text["list"]), links, places,
+                   parse_nvlink_status(text["nvlink"]), bool(places))
+
+    def wants_table(self) -> bool:
+        """A card lists MIG devices: polls read the default table for their memory and
+        the GI/CI of each process."""
+        return any(gpu["mig"] for gpu in self.listing.values())
 
 
 class SmiBackend:
-    """A ``GpuBackend`` (sources/backend.py) over one poll's nvidia-smi output: the CSV
-    queries of FALLBACK_COMMAND, or ``-q -x`` (``xml``) of XML_FALLBACK_COMMAND."""
+    """A ``GpuBackend`` (sources/backend.py) over one poll's nvidia-smi output, in the
+    sections of ``mode``, with the last ``Extras`` read from the host."""
 
     source = "smi"
 
-    def __init__(self, sections: list[tuple[str, int | None]], reason: str, xml: bool) -> None:
+    def __init__(self, sections: dict[str, tuple[str, int | None]], reason: str, mode: Mode,
+                 extras: Extras | None = None) -> None:
         self._sections = sections
         self._reason = reason
-        self._xml = xml
+        self._mode = mode
+        self._extras = extras
 
     def read(self, now: float, cpu_count: int | None = None) -> dict[str, Any]:
-        if self._xml:
-            return self._read_xml()
-        (gpu_text, gpu_rc), (apps_text, _apps_rc) = self._sections[:2]
-        if gpu_rc == 127 or (gpu_rc is None and not gpu_text):
-            return _no_gpu(f"nvidia-smi not found and {self._reason}")
         try:
-            gpus, facts = gpus_from_csv(gpu_text)
+            if self._mode.xml:
+                gpus, facts, procs = self._read_xml()
+            else:
+                gpus, facts, procs = self._read_csv()
         except SmiError as exc:
-            return _no_gpu(f"nvidia-smi: {exc}")
-        if gpu_rc not in (0, None) and not gpus:
-            first = gpu_text.strip().splitlines()[0] if gpu_text.strip() else f"exit {gpu_rc}"
-            return _no_gpu(f"nvidia-smi failed: {first}")
-        uuids = {g["uuid"]: g["index"] for g in gpus if g.get("uuid")}
-        try:
-            procs = apps_from_csv(apps_text, uuids)
-        except SmiError:
-            procs = []
-        return self._reading(gpus, facts, procs)
-
-    def _read_xml(self) -> dict[str, Any]:
-        xml_text, xml_rc = self._sections[0]
-        if xml_rc == 127:
-            return _no_gpu(f"nvidia-smi not found and {self._reason}")
-        try:
-            gpus, facts, procs = parse_xml(xml_text)
-        except ET.ParseError:
-            lines = xml_text.strip().splitlines()
-            return _no_gpu(f"nvidia-smi -q -x: {lines[0] if lines else 'no output'}")
-        return self._reading(gpus, facts, procs)
-
-    def _reading(
-        self, gpus: list[dict[str, Any]], facts: dict[str, Any], procs: list[dict[str, Any]]
-    ) -> dict[str, Any]:
+            if str(exc) == "nvidia-smi not found":
+                return _failed(model.HOST_NO_GPU, f"nvidia-smi not found and {self._reason}")
+            return _failed(exc.state, f"nvidia-smi: {exc}" if exc.state == model.HOST_NO_GPU
+                           else str(exc))
+        table = self._sections.get("table")
+        if table is not None:
+            _join_table(gpus, procs, *parse_table(table[0]))
+        missing = list(MISSING)
+        if self._mode.windows:
+            missing.append("processes.user")
+        extras = self._extras
+        topology: list[dict[str, Any]] = []
+        if extras is not None:
+            _join_extras(gpus, procs, extras)
+            topology = extras.links
+        if extras is None or not extras.topology_read:
+            missing.append("topology")
+        if extras is None:
+            missing.append("nvlinks")
         return {
             "state": model.HOST_FALLBACK,
-            "error": f"{self._reason}: nvidia-smi and ps only (fewer fields, no actions)",
+            "error": f"{self._reason}: nvidia-smi{'' if self._mode.windows else ' and ps'} "
+                     "only (fewer fields, no actions)",
             "driver_version": facts.get("driver_version"),
             "cuda_version": facts.get("cuda_version"),
             "gpus": gpus,
             "processes": procs,
-            "missing": list(MISSING),
+            "topology": topology,
+            "missing": missing,
         }
+
+    def _section(self, name: str) -> tuple[str, int | None]:
+        return self._sections.get(name, ("", None))
+
+    def _read_csv(self) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+        gpu_text, gpu_rc = self._section("gpus")
+        if gpu_rc is None and not gpu_text.strip():
+            raise SmiError("nvidia-smi not found")
+        if "is not a valid field to query" in gpu_text:
+            raise SmiError(first_line(gpu_text))  # Mode.after picks the next command
+        gpus, facts = gpus_from_csv(gpu_text, gpu_rc)
+        uuids = {g["uuid"]: g["index"] for g in gpus if g.get("uuid")}
+        apps_text, apps_rc = self._section("apps")
+        try:
+            procs = apps_from_csv(apps_text, uuids, apps_rc)
+        except SmiError as exc:
+            if exc.state == model.HOST_ERROR:
+                raise  # not the process list asked for: say so rather than show none
+            procs = []
+        return gpus, facts, procs
+
+    def _read_xml(self) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+        xml_text, xml_rc = self._section("xml")
+        problem = driver_problem(xml_text, xml_rc)
+        if problem or (xml_rc is None and not xml_text.strip()):
+            raise SmiError(problem or "nvidia-smi not found")
+        xml_text, broken = split_handle_errors(xml_text)
+        try:
+            gpus, facts, procs = parse_xml(xml_text)
+        except ET.ParseError:
+            if "<nvidia_smi_log" in xml_text and "</nvidia_smi_log>" not in xml_text:
+                raise SmiError(f"nvidia-smi -q -x: the XML output is truncated "
+                               f"({len(xml_text)} characters, no closing tag)",
+                               model.HOST_ERROR) from None
+            raise SmiError(f"nvidia-smi -q -x: not XML; first line: {first_line(xml_text)!r}",
+                           model.HOST_ERROR) from None
+        _place_broken(gpus, broken)
+        return gpus, facts, procs
+
+
+def _join_table(gpus: list[dict[str, Any]], procs: list[dict[str, Any]],
+                devices: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """The default table's MIG devices and process types into a poll's GPUs and
+    processes; graphics-only processes (no CSV query lists them) are added."""
+    by_index = {g["index"]: g for g in gpus}
+    for device in devices:
+        gpu = by_index.get(device["gpu"])
+        if gpu is None or not gpu.get("mig_mode"):
+            continue
+        slots = gpu.setdefault("mig_devices", [])
+        if len(slots) < 8:
+            slots.append(dict(device))
+    where = {(d["gpu"], d["gi"], d["ci"]): d for g in gpus for d in g.get("mig_devices") or ()}
+    by_key = {(p["gpu"], p["pid"]): p for p in procs}
+    for row in rows:
+        if row["gpu"] not in by_index:
+            continue
+        proc: dict[str, Any] | None = by_key.get((row["gpu"], row["pid"]))
+        if proc is None:
+            proc = {"pid": row["pid"], "gpu": row["gpu"], "gpu_mem": row["gpu_mem"],
+                    "command": row["command"]}
+            procs.append(proc)
+            by_key[(row["gpu"], row["pid"])] = proc
+        proc["type"] = row["type"]
+        runs_on = where.get((row["gpu"], row["gi"], row["ci"]))
+        if runs_on is not None:
+            proc.update(mig_device=runs_on["index"], gpu_instance_id=runs_on["gi"],
+                        compute_instance_id=runs_on["ci"])
+
+
+def _join_extras(gpus: list[dict[str, Any]], procs: list[dict[str, Any]],
+                 extras: Extras) -> None:
+    for gpu in gpus:
+        index = gpu["index"]
+        listed = extras.listing.get(index)
+        if listed and listed["mig"] and gpu.get("state", model.GPU_OK) == model.GPU_OK:
+            devices = {d["index"]: d for d in gpu.setdefault("mig_devices", [])}
+            for slot, mig in sorted(listed["mig"].items()):
+                device = devices.get(slot)
+                if device is None:
+                    if len(gpu["mig_devices"]) >= 8:
+                        continue
+                    device = devices[slot] = {"gpu": index, "index": slot}
+                    gpu["mig_devices"].append(device)
+                device.update(uuid=mig["uuid"], profile=mig["profile"],
+                              name=f"{gpu.get('name') or listed['name']} MIG {mig['profile']}")
+            gpu["mig_devices"].sort(key=lambda d: d["index"])
+            if gpu.get("mig_mode") is None:
+                gpu["mig_mode"] = True
+        place = extras.places.get(index)
+        if place:
+            gpu.update((k, v) for k, v in place.items() if v is not None)
+        if index in extras.nvlinks:
+            gpu["nvlinks"] = extras.nvlinks[index]
+    uuids = {(d["gpu"], d["index"]): d.get("uuid")
+             for g in gpus for d in g.get("mig_devices") or ()}
+    for proc in procs:
+        if proc.get("mig_device") is not None:
+            proc["mig_uuid"] = uuids.get((proc["gpu"], proc["mig_device"]))
 
 
 class PsListing:
-    """A ``ProcessReader`` (sources/backend.py) over one ``ps -eo PS_FORMAT`` listing."""
+    """A ``ProcessReader`` (sources/backend.py) over one ``ps -eo PS_FORMAT`` listing;
+    ``None`` (a Windows host): every process is visible, nothing more is known."""
 
     workloads = None  # ps shows no cgroups
 
-    def __init__(self, text: str, now: float) -> None:
-        self._table = parse_ps(text, now)
+    def __init__(self, text: str | None, now: float) -> None:
+        self._table = parse_ps(text, now) if text is not None else None
 
     def host_info(self) -> dict[str, Any]:
         return {}
 
     def process_info(self, pids: list[int]) -> dict[int, dict[str, Any]]:
+        if self._table is None:
+            return {pid: {} for pid in pids}
         out: dict[int, dict[str, Any]] = {}
         for pid in pids:
             info = self.process(pid)
@@ -379,7 +848,7 @@ class PsListing:
         return out
 
     def process(self, pid: int) -> dict[str, Any] | None:
-        info = self._table.get(pid)
+        info = None if self._table is None else self._table.get(pid)
         if info is None:
             return None
         # No args (a kernel thread, a zombie): nvidia-smi's process name stays.
@@ -393,16 +862,18 @@ class PsListing:
 
 
 def read_fallback(
-    output: str, now: float, reason: str = NO_PYTHON, xml: bool = False
+    output: str, now: float, reason: str = NO_PYTHON, mode: Mode | None = None,
+    extras: Extras | None = None,
 ) -> tuple[SmiBackend, PsListing]:
-    """FALLBACK_COMMAND's output (XML_FALLBACK_COMMAND's with ``xml``) -> the GPU backend
-    and the process reader of that poll; the host assembler joins them."""
-    sections = split_fallback_output(output)
-    wanted = 2 if xml else 3
-    while len(sections) < wanted:
-        sections.append(("", None))
-    ps_text = sections[wanted - 1][0]
-    return SmiBackend(sections, reason, xml), PsListing(ps_text, now)
+    """One poll's output (of ``mode``'s commands) -> the GPU backend and the process
+    reader of that poll; the host assembler joins them."""
+    mode = mode or Mode()
+    names = mode.sections()
+    parts = split_fallback_output(output)
+    sections = {name: parts[n] if n < len(parts) else ("", None)
+                for n, name in enumerate(names)}
+    ps_text = None if mode.windows else sections["ps"][0]
+    return SmiBackend(sections, reason, mode, extras), PsListing(ps_text, now)
 
 
 def wants_xml(data: dict[str, Any]) -> bool:
@@ -410,8 +881,8 @@ def wants_xml(data: dict[str, Any]) -> bool:
     return data.get("state") == model.HOST_NO_GPU and "valid field" in (data.get("error") or "")
 
 
-def _no_gpu(error: str) -> dict[str, Any]:
-    return {"state": model.HOST_NO_GPU, "error": error, "missing": list(MISSING)}
+def _failed(state: str, error: str) -> dict[str, Any]:
+    return {"state": state, "error": error, "missing": list(MISSING)}
 
 
 # -- nvidia-smi -q -x ---------------------------------------------------------------
@@ -443,13 +914,14 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
             reasons = gpu.find("clocks_throttle_reasons")
-        active = None
+        mask = None
         if reasons is not None:
-            active = tuple(
+            # Tags -> NVML's mask -> the NVML path's decoder: one vocabulary of flags.
+            mask = clock_event_mask([
                 re.sub(r"^clocks_(event|throttle)_reason_", "", child.tag)
                 for child in reasons
                 if flag(child.text) is True
-            )
+            ])
         gpus.append(
             {
                 "index": index,
@@ -490,7 +962,8 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
                 "compute_mode": _text(gpu, "compute_mode"),
                 "ecc_mode": flag(_text(gpu, "ecc_mode/current_ecc")),
                 "ecc_mode_pending": flag(_text(gpu, "ecc_mode/pending_ecc")),
-                "clock_event_reasons": active,
+                "clock_event_mask": mask,
+                "clock_event_reasons": decode_clock_events(mask),
                 "pcie_gen": integer(_text(gpu, "pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
                 "pcie_gen_max": integer(_text(gpu, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
                 "pcie_width": integer(

@@ -38,7 +38,7 @@ import asyncssh
 from gputop import model
 from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot, error_snapshot
-from gputop.sources import bundle, networds, smi
+from gputop.sources import bundle, networds, smi, untrusted
 from gputop.sources.feed import READONLY_WHY, Capabilities, ProcessDetails
 from gputop.sources.hostsource import fallback_snapshot
 from gputop.sources.identity import Identity, named_identity
@@ -62,6 +62,82 @@ class HostKeyError(Exception):
 
 class _ProbeGone(Exception):
     """The probe's stream ended; the connection may still be fine."""
+
+
+# A fallback command's output beyond this is not read: an 8-GPU `nvidia-smi -q -x` is
+# ~0.5 MB, a `ps` of 100,000 processes ~15 MB.
+MAX_FALLBACK_OUTPUT = 32 << 20
+_STRAY_KEEP = 4096  # bytes of non-JSON probe output kept to explain a failed start
+
+
+# A snapshot line longer than this is not read: 8 cards and a few hundred processes are
+# ~50 KB, 4,096 processes (what untrusted.py keeps) ~1.5 MB; parsing a 10 MB line costs
+# ~0.3 s of the client's CPU (bench/bench_probe_lines.py), skipping it almost nothing.
+MAX_LINE = 4 << 20
+
+
+class _Lines:
+    """Lines of a stream, each at most ``limit`` bytes: a longer one is skipped up to its
+    end (``skipped`` counts them), so a host cannot make the client hold 100 MB."""
+
+    def __init__(self, stream: Any, limit: int, on_skip: Callable[[], None]) -> None:
+        self.stream = stream
+        self.limit = limit
+        self.on_skip = on_skip  # called as soon as a line is known to be too long
+        self.buffer = bytearray()
+        self.skipping = False
+        self.skipped = 0
+        self.eof = False
+
+    async def next(self) -> bytes | None:
+        """The next line (with its newline), or None at the end of the stream."""
+        while True:
+            end = self.buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self.buffer[: end + 1])
+                del self.buffer[: end + 1]
+                if self.skipping:
+                    self.skipping = False
+                    continue
+                return line
+            if self.skipping:
+                self.buffer.clear()
+            elif len(self.buffer) > self.limit:
+                self.buffer.clear()
+                self.skipping = True
+                self.skipped += 1
+                self.on_skip()
+            if self.eof:
+                if self.buffer and not self.skipping:
+                    line = bytes(self.buffer)
+                    self.buffer.clear()
+                    return line
+                return None
+            chunk = await self.stream.read(1 << 16)
+            if not chunk:
+                self.eof = True
+            self.buffer += chunk
+
+
+def _what(stray: bytes | bytearray, skipped: int) -> str:
+    """What a probe sent instead of snapshots, for its host's error."""
+    parts = []
+    if stray:
+        first = stray.decode("utf-8", "replace").strip().splitlines()[:1] or [""]
+        parts.append(f"other output ({first[0][:80]!r} ...)")
+    if skipped:
+        parts.append(f"{skipped} line(s) over {MAX_LINE >> 20} MiB")
+    return " and ".join(parts) or "nothing"
+
+
+@dataclasses.dataclass
+class _Output:
+    """What one fallback command printed, or why it could not be read."""
+
+    text: str
+    status: int | None = None
+    state: str = model.HOST_ERROR
+    error: str | None = None
 
 
 def known_hosts_files(spec: HostSpec) -> list[str]:
@@ -120,6 +196,9 @@ class _Host:
     process: asyncssh.SSHClientProcess[bytes] | None = None
     fallback: bool = False
     old_python: bool = False
+    windows: str | None = None  # the Windows shell that refused the probe: nvidia-smi only
+    stray: bytearray = dataclasses.field(default_factory=bytearray)  # non-JSON output, capped
+    parsed_at: float | None = None  # monotonic time the last snapshot line was parsed
     pending: dict[int, asyncio.Future[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     connect_attempts: int = 0
@@ -402,34 +481,75 @@ class SshFeed:
             "readonly": self.readonly,
             "warmup": self.warmup,
         }
+        host.stray.clear()
+        host.parsed_at = None
         try:
             process.stdin.write(bundle.stdin_preamble(config))
             # Generous: python start-up on a loaded host, NVML init on 8 cards, a slow disk.
             first_timeout = self.first_line_timeout or max(30.0, 3 * self._interval + 5)
-            first = True
-            while True:
-                timeout = first_timeout if first else None
-                line = await asyncio.wait_for(process.stdout.readline(), timeout)
-                if not line:
-                    break
-                first = False
-                host.last_line = time.monotonic()
-                self._line(host, line)
+            lines = _Lines(process.stdout, MAX_LINE, lambda: self._state(
+                host, model.HOST_ERROR,
+                f"the probe sent a line of more than {MAX_LINE >> 20} MiB: not read"))
+            # The first snapshot's deadline cancels this task's read rather than wrapping
+            # each read in wait_for: a wait_for whose read completes just as the feed is
+            # closed swallows that cancellation (Python < 3.12), and a host flooding lines
+            # makes the race likely enough to leave the task running forever.
+            expired = False
+            me = asyncio.current_task()
+
+            def expire() -> None:
+                nonlocal expired
+                expired = True
+                if me is not None:
+                    me.cancel()
+
+            timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+                first_timeout, expire)
+            try:
+                while True:
+                    line = await lines.next()
+                    if line is None:
+                        break
+                    if self._line(host, line):
+                        host.last_line = time.monotonic()
+                        if timer is not None:
+                            timer.cancel()
+                            timer = None
+            except asyncio.CancelledError:
+                if not expired or self._closed.is_set():
+                    raise
+                uncancel = getattr(me, "uncancel", None)  # Python 3.11+
+                if uncancel is not None:
+                    uncancel()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if expired:
+                process.close()  # its channel and the remote command end with it
+                if not host.stray and not lines.skipped:
+                    raise asyncio.TimeoutError  # silence: "the probe sent nothing in time"
+                raise _ProbeGone(f"no snapshot from the probe within {first_timeout:g} s; "
+                                 f"it sent {_what(host.stray, lines.skipped)}")
         finally:
             host.process = None
             for future in host.pending.values():
                 if not future.done():
                     future.set_result({"ok": False, "message": f"{spec.name}: probe stopped"})
         status = await self._exit_status(process)
-        if status == bundle.NO_PYTHON_STATUS or (
-            status == bundle.OLD_PYTHON_STATUS and host.old_python
-        ):
-            host.fallback = True
-            await self._fallback(host)
-            return
         stderr = b""
         with contextlib.suppress(Exception):
-            stderr = await asyncio.wait_for(process.stderr.read(2000), 1.0)
+            stderr = await asyncio.wait_for(process.stderr.read(4000), 1.0)
+        said = (bytes(host.stray) + b"\n" + stderr).decode("utf-8", "replace")
+        shell = smi.windows_shell(status, said)
+        if shell is not None or status == bundle.NO_PYTHON_STATUS or (
+            status == bundle.OLD_PYTHON_STATUS and host.old_python
+        ):
+            # cmd.exe or PowerShell cannot run the bootstrap's `exec`: the host is read
+            # through nvidia-smi directly, whatever python it has.
+            host.fallback = True
+            host.windows = shell
+            await self._fallback(host)
+            return
         tail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
         why = f"exit status {status}" if status is not None else (
             f"signal {process.exit_signal[0]}" if process.exit_signal else "channel closed"
@@ -441,54 +561,149 @@ class SshFeed:
             await asyncio.wait_for(process.wait_closed(), 5.0)
         return process.exit_status
 
-    def _line(self, host: _Host, line: bytes) -> None:
+    def _line(self, host: _Host, line: bytes) -> bool:
+        """Handle one line of the probe's stdout; True when it was a snapshot or a reply
+        (what keeps the host from going stale).  The probe runs whatever python3 the host
+        has: every line is untrusted (sources/untrusted.py)."""
+        reply = line.startswith(b'{"id"')
+        if not reply and line.startswith(b"{") and b'"fatal"' not in line[:40]:
+            now = time.monotonic()
+            if host.parsed_at is not None and now - host.parsed_at < self._interval / 2:
+                return True  # more snapshots than asked for: not parsed, not piled up
+            host.parsed_at = now
         try:
-            data = json.loads(line)
-        except ValueError:
-            return  # stray output (a login banner, a warning): not ours
+            data = json.loads(line, parse_constant=untrusted.json_constant)
+        except (ValueError, RecursionError) as exc:
+            if line.lstrip().startswith(b"{"):
+                self._state(host, model.HOST_ERROR,
+                            f"malformed JSON from the probe: {str(exc)[:120]}")
+                return False
+            # Stray output (a login banner, a warning): not ours, but kept (the first few
+            # KB) in case the probe never starts: a Windows shell says why on stdout too.
+            if len(host.stray) < _STRAY_KEEP:
+                host.stray += line[: _STRAY_KEEP - len(host.stray)]
+                if len(host.stray) >= _STRAY_KEEP and host.parsed_at is None:
+                    # More than any login banner, and no snapshot yet: say so now (a
+                    # one-shot command would otherwise only see "no answer").
+                    self._state(host, model.HOST_ERROR, "the probe's output is not "
+                                f"gputop's: it sent {_what(host.stray, 0)}")
+            return False
         if not isinstance(data, dict):
-            return
+            self._state(host, model.HOST_ERROR, "a line from the probe that is not an object")
+            return False
         if "reply" in data and "id" in data:
-            future = host.pending.get(data["id"])
+            future = host.pending.get(data["id"]) if isinstance(data["id"], int) else None
             if future is not None and not future.done():
-                reply = data["reply"] if isinstance(data["reply"], dict) else {"ok": False}
-                future.set_result(reply)
-            return
+                reply_data = data["reply"] if isinstance(data["reply"], dict) else {"ok": False}
+                future.set_result(reply_data)
+            return True
         if "fatal" in data:
             if data.get("code") == "old-python":
                 host.old_python = True  # the nvidia-smi fallback follows: not an error
             else:
-                self._state(host, model.HOST_ERROR, str(data["fatal"]))
-            return
+                self._state(host, model.HOST_ERROR, str(data["fatal"])[:500])
+            return True
+        data, notes = untrusted.clean_snapshot(data)
         data["host"] = host.spec.name  # the name the user knows, whatever the probe says
         data["labels"] = list(host.spec.labels)
+        data.setdefault("time", self.clock())
+        if notes:
+            said = data.get("error")
+            data["error"] = "; ".join(([said] if said else []) + [
+                "probe data not as expected: " + ", ".join(notes)])
         try:
             snapshot = HostSnapshot.from_dict(data)
         except (TypeError, ValueError) as exc:
             self._state(host, model.HOST_ERROR, f"bad snapshot from the probe: {exc}")
-            return
+            return False
         self._publish(host, snapshot)
+        return True
 
     async def _fallback(self, host: _Host) -> None:
-        """No python3 on the host: one nvidia-smi + ps command per poll."""
+        """No usable python3 (or a Windows shell): nvidia-smi (and ps) once per poll."""
         assert host.conn is not None
-        xml = False
-        reason = "python3 on this host is older than 3.10" if host.old_python else smi.NO_PYTHON
+        if host.windows:
+            reason = f"a Windows host ({host.windows})"
+        elif host.old_python:
+            reason = "python3 on this host is older than 3.10"
+        else:
+            reason = smi.NO_PYTHON
+        mode = smi.Mode(windows=host.windows is not None)
+        extras: smi.Extras | None = None
+        extras_at: float | None = None
         while not self._closed.is_set():
             started = time.monotonic()
-            command = smi.XML_FALLBACK_COMMAND if xml else smi.FALLBACK_COMMAND
-            result = await host.conn.run(
-                command, check=False, timeout=max(10.0, 3 * self._interval)
-            )
-            output = result.stdout if isinstance(result.stdout, str) else ""
-            data = fallback_snapshot(host.spec.name, output, self.clock(), reason, xml=xml)
-            if not xml and smi.wants_xml(data):
-                xml = True  # an older driver: its CSV lacks a field we ask for
-                continue
-            data["labels"] = list(host.spec.labels)
-            host.last_line = time.monotonic()
-            self._publish(host, HostSnapshot.from_dict(data))
+            if extras_at is None or started - extras_at >= smi.EXTRA_EVERY_S:
+                # The GPU list with its MIG devices, topology, NVLinks: rarely changing.
+                extras_at = started
+                got = await self._smi_output(host, smi.EXTRA_COMMANDS, smi.EXTRA_COMMAND)
+                if got.error is None:
+                    extras = smi.Extras.parse(got.text)
+            mode = dataclasses.replace(mode, table=bool(extras and extras.wants_table()))
+            got = await self._smi_output(host, mode.commands(), None if mode.windows
+                                         else mode.command())
+            if got.error is not None:
+                self._state(host, got.state, got.error)
+            else:
+                data = fallback_snapshot(host.spec.name, got.text, self.clock(), reason,
+                                         mode=mode, extras=extras)
+                after = mode.after(data)
+                if after is not None:
+                    mode = after  # an older driver: it lacks a field we ask for
+                    continue
+                data["labels"] = list(host.spec.labels)
+                host.last_line = time.monotonic()
+                self._publish(host, HostSnapshot.from_dict(data))
             await self._sleep(max(0.0, self._interval - (time.monotonic() - started)))
+
+    async def _smi_output(
+        self, host: _Host, commands: tuple[str, ...], sh_command: str | None
+    ) -> _Output:
+        """One poll's output: ``sh_command`` in one go, or (Windows: no sh) each command
+        on its own, joined as sh would print them.  Bounded in time and size."""
+        timeout = max(10.0, 3 * self._interval)
+        if sh_command is not None:
+            return await self._run_capped(host, sh_command, timeout)
+        parts = []
+        for command in commands:
+            got = await self._run_capped(host, command, timeout)
+            if got.error is not None:
+                return got
+            parts.append((got.text, got.status))
+        return _Output(smi.join_outputs(parts))
+
+    async def _run_capped(self, host: _Host, command: str, timeout: float) -> _Output:
+        """Run a fixed command; its stdout and stderr, at most MAX_FALLBACK_OUTPUT bytes
+        within ``timeout`` (a host that prints forever or never ends is an error state,
+        not a client that grows or hangs)."""
+        assert host.conn is not None
+        process = await host.conn.create_process(command, encoding=None,
+                                                 stderr=asyncssh.STDOUT)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise asyncio.TimeoutError
+                chunk = await asyncio.wait_for(process.stdout.read(1 << 16), left)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_FALLBACK_OUTPUT:
+                    return _Output("", None, model.HOST_ERROR,
+                                   f"more than {MAX_FALLBACK_OUTPUT >> 20} MiB of output from "
+                                   f"`{command.split()[0]} ...`: not read")
+                chunks.append(chunk)
+            await asyncio.wait_for(process.wait_closed(), max(0.5, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            return _Output("", None, model.HOST_TIMEOUT,
+                           f"nvidia-smi gave no complete answer within {timeout:.0f} s")
+        finally:
+            process.close()
+        return _Output(b"".join(chunks).decode("utf-8", "replace"), process.exit_status)
 
     async def _watchdog(self) -> None:
         """Mark hosts stale when their stream has been silent for STALE_AFTER intervals."""
@@ -543,7 +758,8 @@ class SshFeed:
         if self.readonly:
             return Capabilities(why_not=READONLY_WHY)
         if entry.fallback:
-            return Capabilities(why_not="fallback mode (no python3 on the host)")
+            where = "a Windows host" if entry.windows else "no python3 on the host"
+            return Capabilities(why_not=f"fallback mode ({where})")
         return Capabilities(kill=True, reserve=True)
 
     def identity(self, host: str) -> Identity:

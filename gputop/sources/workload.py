@@ -17,12 +17,9 @@ says so once (``notes()``) and ids are shown instead.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -263,6 +260,8 @@ class SlurmNames:
         return done.stdout[:MAX_SQUEUE_BYTES].decode("utf-8", "replace")
 
     def _refresh(self, job_ids: list[str]) -> None:
+        import shutil  # pulls in bz2 and lzma: only where Slurm is asked
+
         squeue = shutil.which("squeue")
         if squeue is None:
             self._note("squeue not found: Slurm jobs are shown by id")
@@ -285,20 +284,25 @@ class SlurmNames:
         self._jobs = found
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+def _unix_connection(path: str, timeout: float) -> Any:
+    """An HTTP connection over a Unix socket.  Built when a container is looked up, so
+    that a one-shot on a host without containers never loads http.client, ssl and email
+    (tens of ms)."""
+    import http.client
+    import socket
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+    class UnixHTTPConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(path)
+            except OSError:
+                sock.close()
+                raise
+            self.sock = sock
+
+    return UnixHTTPConnection("localhost", timeout=timeout)
 
 
 def container_name(
@@ -308,7 +312,9 @@ def container_name(
 
     Raises OSError or ValueError when the daemon cannot be asked or answers nonsense.
     """
-    conn = _UnixHTTPConnection(socket_path, timeout)
+    import http.client
+
+    conn = _unix_connection(socket_path, timeout)
     try:
         conn.request("GET", f"/containers/{container_id}/json")
         response = conn.getresponse()

@@ -55,12 +55,16 @@ from gputop.ui.state import UiState
 
 
 class SnapshotAnalysed(Message):
-    def __init__(self, result: Analysed) -> None:
+    """One or more analysed snapshots, in arrival order: a feed of 1,000 hosts (Prometheus)
+    hands in a refresh at once, and one message per host kept the app a refresh behind."""
+
+    def __init__(self, *results: Analysed) -> None:
         super().__init__()
-        self.result = result
+        self.results = results
 
 
 GC_GEN0_AFTER_START = 20_000
+ANALYSIS_BATCH = 2000  # snapshots in one SnapshotAnalysed message, at most
 
 
 def freeze_startup_objects() -> None:
@@ -210,20 +214,31 @@ class GputopApp(App[int]):
         failures = 0
         while not worker.is_cancelled:
             try:
-                snap = self._queue.get(timeout=0.5)
+                batch = [self._queue.get(timeout=0.5)]
             except queue.Empty:
                 continue
-            if snap is None:
+            # What else is waiting goes in the same message (at most a refresh's worth).
+            while len(batch) < ANALYSIS_BATCH and batch[-1] is not None:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            results = []
+            for snap in batch:
+                if snap is None:
+                    break
+                try:
+                    results.append(self.analyser(snap))
+                except Exception as err:  # the snapshot is dropped, not the thread
+                    failures += 1
+                    self.call_from_thread(self._fault, "analysis", err)
+                    time.sleep(restart_delay(failures, self.restart_base_s))
+                    continue
+                failures = 0
+            if results:
+                self.post_message(SnapshotAnalysed(*results))
+            if batch[-1] is None:
                 return
-            try:
-                result = self.analyser(snap)
-            except Exception as err:  # the snapshot is dropped, not the thread
-                failures += 1
-                self.call_from_thread(self._fault, "analysis", err)
-                time.sleep(restart_delay(failures, self.restart_base_s))
-                continue
-            failures = 0
-            self.post_message(SnapshotAnalysed(result))
 
     def _fault(self, worker: str, err: BaseException) -> None:
         if self.faults.record(worker, err):
@@ -236,9 +251,10 @@ class GputopApp(App[int]):
         self._apply_result(self.analyser(snapshot))
 
     def on_snapshot_analysed(self, message: SnapshotAnalysed) -> None:
-        self._apply_result(message.result)
+        for result in message.results:
+            self._apply_result(result, publish=result is message.results[-1])
 
-    def _apply_result(self, result: Analysed) -> None:
+    def _apply_result(self, result: Analysed, publish: bool = True) -> None:
         state = self.state
         snap = result.snapshot
         state.snapshots[snap.host] = snap
@@ -247,7 +263,8 @@ class GputopApp(App[int]):
         state.warnings = result.warnings
         state.flags[snap.host] = result.flags
         state.version += 1
-        self.state_changed.publish(state)
+        if publish:  # once per message: the screens redraw from the state as it is then
+            self.state_changed.publish(state)
 
     # -- tags and the GPU filter, as the dashboard asks for them ---------------------------
 
@@ -272,7 +289,17 @@ class GputopApp(App[int]):
         """Switch the dashboard to ``host``."""
         self.state.host = host
         self.state.selected_gpu = None
+        self.focus_feeds(host)
         self.view_changed.publish(self.state)
+
+    def focus_feeds(self, host: str | None) -> None:
+        """Tell the feeds which host is opened (None: the overview): a feed that reads
+        a view of many hosts (Prometheus) then reads that one in full, the rest in brief."""
+        for feed in self.feeds:
+            focus = getattr(feed, "focus", None)  # optional: most feeds read hosts whole
+            if focus is not None:
+                focus(host if host is not None and self.state.feeds.get(host) is feed
+                      else None)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         # The one handler for worker errors: a broken feed is shown, the rest keep going.

@@ -30,7 +30,8 @@ from gputop.ui import fmt
 from gputop.ui.table_model import FLAG_SHORT
 
 GIB = 1024**3
-NAME_WIDTH = 13
+NAME_WIDTH = 13  # the host-name column at least; wider up to the longest name shown...
+MAX_NAME_WIDTH = 40  # ...as far as this and the screen allow (name_width)
 STATE_WIDTH = 11
 CELL_WIDTH = 8  # "100 93!R" is 8 cells; one space between GPU cells
 NARROW_CELL_WIDTH = 5  # "100!R": util only, when the full cells do not fit the terminal
@@ -134,9 +135,32 @@ def totals(
     return result
 
 
-def host_width(max_gpus: int, narrow: bool = False) -> int:
+def host_width(max_gpus: int, narrow: bool = False, name_width: int = NAME_WIDTH) -> int:
     cell = NARROW_CELL_WIDTH if narrow else CELL_WIDTH
-    return NAME_WIDTH + 1 + STATE_WIDTH + 1 + max(1, max_gpus) * (cell + 1)
+    return name_width + 1 + STATE_WIDTH + 1 + max(1, max_gpus) * (cell + 1)
+
+
+def name_width(names: Iterable[str], room: int) -> int:
+    """The host-name column for these names: as wide as the longest (three hosts named
+    "127.0.0.1:19401".."19403" must not all read "127.0.0.1:19…"), within ``room``."""
+    longest = max((cell_len(fmt.visible(name)) for name in names), default=0)
+    return max(NAME_WIDTH, min(longest, MAX_NAME_WIDTH, room))
+
+
+def _name_cells(untrusted: str, width: int) -> str:
+    """A host name in exactly ``width`` cells; one too long loses its middle, not its
+    end, where names that share a prefix differ."""
+    text = fmt.visible(untrusted)
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    head = set_cell_size(text, max(width // 3, 1)).rstrip()
+    room = width - cell_len(head) - 1
+    tail: list[str] = []
+    for char in reversed(text):
+        if cell_len("".join(tail)) + cell_len(char) > room:
+            break
+        tail.append(char)
+    return set_cell_size(head + "…" + "".join(reversed(tail)), width)
 
 
 def _fit(text: str, width: int) -> str:
@@ -191,12 +215,12 @@ def _mig_body(gpu: Gpu, narrow: bool) -> str:
 
 def host_line(
     snap: HostSnapshot, now: float, warned: set[tuple[str, int]], width: int,
-    narrow: bool = False,
+    narrow: bool = False, name_cells: int = NAME_WIDTH,
 ) -> Text:
-    """One host: name, state, GPU cells, ``width`` cells wide; a host without cards
-    names its state's reason in full (at least ``width`` cells)."""
+    """One host: name (``name_cells`` wide), state, GPU cells, ``width`` cells wide; a
+    host without cards names its state's reason in full (at least ``width`` cells)."""
     line = Text(no_wrap=True, overflow="crop")
-    line.append(_cells(snap.host, NAME_WIDTH), "bold")
+    line.append(_name_cells(snap.host, name_cells), "bold")
     line.append(" ")
     state = STATE_LABELS.get(snap.state, snap.state)
     age = re.search(r"(\d+) s", snap.error or "")

@@ -5,6 +5,8 @@ No Textual here, only strings and rich Text, so the helpers are cheap to test.
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Sequence
 
 from rich.text import Text
@@ -81,30 +83,149 @@ def bar(fraction: float | None, width: int) -> tuple[str, str]:
 _SPARK = "▁▂▃▄▅▆▇█"
 
 
+def _spark_char(value: float | None) -> str:
+    if value is None:
+        return " "
+    v = min(max(value, 0.0), 100.0)
+    return _SPARK[min(int(v / 100.0 * len(_SPARK)), len(_SPARK) - 1)]
+
+
 def sparkline(
     series: Sequence[tuple[float, float]], width: int, now: float, span: float
 ) -> str:
     """Fixed 0-100 sparkline of the last ``span`` seconds, one cell per span/width.
 
     Each cell shows the highest value of its time slot (a short spike stays visible);
-    a slot with no sample is a blank, so gaps in observation show as gaps.
+    a slot with no sample is a blank, so gaps in observation show as gaps.  Slots are
+    fixed in time (slot k holds [k*step, (k+1)*step)), the last one holding ``now``: as
+    time goes on the line shifts by whole cells, and ``SparkTrack`` can keep it up to date
+    from the new samples alone.
     """
     if width <= 0:
         return ""
-    cells: list[float | None] = [None] * width
-    start = now - span
     step = span / width
+    last = math.floor(now / step)
+    first = last - width + 1
+    cells: list[float | None] = [None] * width
     for t, value in series:
-        if t < start or t > now:
+        if t > now:
             continue
-        i = min(int((t - start) / step), width - 1)
-        old = cells[i]
-        cells[i] = value if old is None or value > old else old
-    out = []
-    for cell in cells:
-        if cell is None:
-            out.append(" ")
-        else:
-            v = min(max(cell, 0.0), 100.0)
-            out.append(_SPARK[min(int(v / 100.0 * len(_SPARK)), len(_SPARK) - 1)])
-    return "".join(out)
+        k = math.floor(t / step)
+        if k < first:
+            continue
+        old = cells[k - first]
+        cells[k - first] = value if old is None or value > old else old
+    return "".join(_spark_char(cell) for cell in cells)
+
+
+def _fresh(series: Sequence[tuple[float, float]], last: tuple[float, float] | None) -> int | None:
+    """How many samples at the end of ``series`` are newer than ``last``, the newest one
+    fed before; None when ``series`` does not hold ``last`` where it should (it is not
+    the series that was fed: start again)."""
+    if last is None:
+        return len(series)
+    fresh = 0
+    for sample in reversed(series):
+        if sample[0] <= last[0]:
+            return fresh if sample == last else None
+        fresh += 1
+    return fresh  # every sample is newer than the last one fed (a pause, a gap)
+
+
+class SparkTrack:
+    """``sparkline`` of a series that grows only at its newest end, kept up to date.
+
+    ``feed`` takes the whole series each tick but reads only the samples newer than the
+    last one it saw (walking back from the end), so a tick costs the new samples and the
+    cells drawn, not the window: at 0.25 s refresh a 3-minute window is 720 samples, and
+    recomputing four lines of them per panel per tick grew the tick as the window filled.
+    ``keep``: the most cells ever drawn; older slots are dropped.
+    """
+
+    def __init__(self, step: float, keep: int) -> None:
+        self.step = step
+        self.keep = max(keep, 1)
+        self._slots: dict[int, float] = {}
+        self._last: tuple[float, float] | None = None  # the newest sample fed
+        self._newest = 0
+
+    def feed(self, series: Sequence[tuple[float, float]]) -> None:
+        fresh = _fresh(series, self._last)
+        if fresh is None:  # not the series fed before (another host, a reset): afresh
+            self._slots, self._newest, self._last = {}, 0, None
+            fresh = len(series)
+        if not fresh:
+            return
+        slots, step = self._slots, self.step
+        for t, value in series[len(series) - fresh:]:
+            k = math.floor(t / step)
+            old = slots.get(k)
+            if old is None or value > old:
+                slots[k] = value
+            if k > self._newest:
+                self._newest = k
+        self._last = series[-1]
+        if len(slots) > 2 * self.keep:  # amortised: a dict rebuilt every `keep` slots
+            oldest = self._newest - self.keep
+            self._slots = {k: v for k, v in slots.items() if k > oldest}
+
+    def line(self, width: int, now: float) -> str:
+        """The last ``width`` cells up to ``now``, as ``sparkline`` over width*step
+        seconds draws them from a series that ends at or before ``now``."""
+        if width <= 0:
+            return ""
+        last = math.floor(now / self.step)
+        get = self._slots.get
+        return "".join(_spark_char(get(k)) for k in range(last - width + 1, last + 1))
+
+
+class WindowStats:
+    """Lowest, mean and highest value of the last ``span`` seconds of a series that grows
+    only at its newest end; ``feed`` reads the new samples only (as ``SparkTrack``)."""
+
+    def __init__(self, span: float) -> None:
+        self.span = span
+        self._reset()
+
+    def _reset(self) -> None:
+        self._window: deque[tuple[float, float]] = deque()
+        self._low: deque[tuple[float, float]] = deque()  # increasing values
+        self._high: deque[tuple[float, float]] = deque()  # decreasing values
+        self._sum: float = 0
+        self._dropped = 0  # samples left since the sum was last added up afresh
+        self._last: tuple[float, float] | None = None  # the newest sample fed
+
+    def feed(self, series: Sequence[tuple[float, float]], now: float) -> None:
+        fresh = _fresh(series, self._last)
+        if fresh is None:  # not the series fed before: afresh
+            self._reset()
+            fresh = len(series)
+        for t, value in series[len(series) - fresh:]:
+            if t > now:
+                break
+            self._window.append((t, value))
+            self._sum += value
+            while self._low and self._low[-1][1] >= value:
+                self._low.pop()
+            self._low.append((t, value))
+            while self._high and self._high[-1][1] <= value:
+                self._high.pop()
+            self._high.append((t, value))
+            self._last = (t, value)
+        start = now - self.span
+        window = self._window
+        while window and window[0][0] < start:
+            self._sum -= window.popleft()[1]
+            self._dropped += 1
+        if self._dropped > len(window):  # amortised: no rounding residue builds up
+            self._sum, self._dropped = sum(v for _, v in window), 0
+        while self._low and self._low[0][0] < start:
+            self._low.popleft()
+        while self._high and self._high[0][0] < start:
+            self._high.popleft()
+
+    def stats(self) -> tuple[float, float, float] | None:
+        """(lowest, mean, highest), or None for an empty window."""
+        if not self._window:
+            return None
+        return self._low[0][1], self._sum / len(self._window), self._high[0][1]

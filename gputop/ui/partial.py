@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from rich.style import Style
 from textual.geometry import Region
 from textual.strip import Strip
+from textual.widget import Widget
 
 Cell = tuple[str, "Style | None"]
 
@@ -50,3 +51,41 @@ def changed_regions(old: Sequence[Strip], new: Sequence[Strip]) -> list[Region] 
         last = next(i for i in range(len(a) - 1, first - 1, -1) if a[i] != b[i])
         regions.append(Region(first, y, last - first + 1, 1))
     return regions
+
+
+class StyleOnce(Widget):
+    """A widget whose ``base_style`` (its ``rich_style``) is resolved once per style
+    update, not once per drawn line: ``rich_style`` walks every ancestor's styles and
+    blends their colours, and the process table asked for it twice per row per tick.
+    Textual calls ``notify_style_update`` whenever CSS is applied to the widget (a theme,
+    a class, hover), which is also when it clears its own component style cache.
+    Mix in before the Textual base class: ``class Table(StyleOnce, ScrollView)``."""
+
+    _base_style: Style | None = None
+    _row_styles: dict[tuple[str, ...], Style] | None = None
+
+    @property
+    def base_style(self) -> Style:
+        style = self._base_style
+        if style is None:
+            style = self._base_style = self.rich_style
+        return style
+
+    def combined_style(self, names: tuple[str, ...], partial_except: str | None) -> Style:
+        """``base_style`` plus the component classes ``names`` (each only what it sets,
+        except ``partial_except``: in full), cached per set of names."""
+        cache = self._row_styles
+        if cache is None:
+            cache = self._row_styles = {}
+        style = cache.get(names)
+        if style is None:
+            style = self.base_style
+            for name in names:
+                style += self.get_component_rich_style(name, partial=name != partial_except)
+            cache[names] = style
+        return style
+
+    def notify_style_update(self) -> None:
+        self._base_style = None
+        self._row_styles = None
+        super().notify_style_update()

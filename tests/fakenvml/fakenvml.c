@@ -1137,6 +1137,26 @@ EXPORT int nvmlDeviceGetPcieThroughput(nvmlDevice_t device, int counter, unsigne
     return SUCCESS;
 }
 
+EXPORT int nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned *replays)
+{
+    BEGIN("pcie", device, DEVICE);
+    OUT(replays);
+    if (!at(device, "pcie.replays"))
+        return NOT_SUPPORTED;
+    *replays = (unsigned)num(device, "pcie.replays", 0);
+    return SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *mj)
+{
+    BEGIN("energy", device, DEVICE);
+    OUT(mj);
+    if (!at(device, "energy_mj"))
+        return NOT_SUPPORTED;
+    *mj = (unsigned long long)num(device, "energy_mj", 0);
+    return SUCCESS;
+}
+
 /* nvlink: {"links": n, "inactive": [...], "remote_pci_bus_ids": [...], "remote_type"};
  * absent: no NVLink (NOT_SUPPORTED); a link past the last: INVALID_ARGUMENT. */
 static int nvlink(const struct handle *h, unsigned link)
@@ -1280,6 +1300,35 @@ static int field(const struct handle *h, struct field_value *v)
         if (rc == SUCCESS)
             rc = at(h, "nvlink") ? SUCCESS : NOT_SUPPORTED;
         ui = (unsigned)num(h, "nvlink.links", 0);
+        break;
+    case 82: /* NVML_FI_DEV_MEMORY_TEMP */
+        v->value_type = VALUE_UINT;
+        rc = configured(h, NULL, "temperature");
+        if (rc == SUCCESS)
+            rc = at(h, "temperature_memory") ? SUCCESS : NOT_SUPPORTED;
+        ui = (unsigned)num(h, "temperature_memory", 0);
+        break;
+    case 83: /* NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION */
+        rc = configured(h, NULL, "energy");
+        if (rc == SUCCESS)
+            rc = at(h, "energy_mj") ? SUCCESS : NOT_SUPPORTED;
+        ull = (unsigned long long)num(h, "energy_mj", 0);
+        break;
+    case 94: /* NVML_FI_DEV_PCIE_REPLAY_COUNTER */
+        v->value_type = VALUE_UINT;
+        rc = configured(h, NULL, "pcie");
+        if (rc == SUCCESS)
+            rc = at(h, "pcie.replays") ? SUCCESS : NOT_SUPPORTED;
+        ui = (unsigned)num(h, "pcie.replays", 0);
+        break;
+    case 138: case 139: /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _RX (KiB), link = scopeId */
+        rc = configured(h, NULL, "nvlink");
+        if (rc == SUCCESS)
+            rc = nvlink(h, v->scope_id);
+        if (rc == SUCCESS)
+            rc = at(h, id == 138 ? "nvlink.data_tx_kib" : "nvlink.data_rx_kib") ? SUCCESS
+                                                                              : NOT_SUPPORTED;
+        ull = (unsigned long long)num(h, id == 138 ? "nvlink.data_tx_kib" : "nvlink.data_rx_kib", 0);
         break;
     case 142: case 143: case 144: case 145: /* NVML_FI_DEV_REMAPPED_COR, _UNC, _PENDING, _FAILURE */
         v->value_type = VALUE_UINT;
@@ -1473,7 +1522,15 @@ EXPORT int nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned *id)
 
 /* -- GPM: SM activity per GPU instance (Hopper and newer; "gpm": true on the card) ------- */
 
-struct gpm_sample { unsigned magic; double sm_active; };
+/* A sample keeps what the card's scenario said at that moment; `have` marks the metrics
+ * the card gives (a bit per index of gpm_ids). */
+struct gpm_sample { unsigned magic; double sm_active; double values[4]; unsigned have; };
+
+/* The whole-card metrics: NVML_GPM_METRIC_ANY_TENSOR_UTIL, _DRAM_BW_UTIL (percent),
+ * _PCIE_TX_PER_SEC, _PCIE_RX_PER_SEC (MiB/s), and the scenario keys that give them. */
+static const unsigned gpm_ids[4] = {5, 10, 20, 21};
+static const char *const gpm_keys[4] = {"gpm_tensor_active", "gpm_dram_active",
+                                        "gpm_pcie_tx_mibs", "gpm_pcie_rx_mibs"};
 
 #define GPM_MAGIC 0x67706d73u
 #define GPM_SM_UTIL 2 /* NVML_GPM_METRIC_SM_UTIL */
@@ -1501,6 +1558,26 @@ EXPORT int nvmlGpmSampleFree(struct gpm_sample *sample)
     return take_back(sample, GPM_MAGIC);
 }
 
+/* A sample of the whole card (not in MIG mode): SM activity is util_gpu; the others are
+ * the gpm_* keys, each NOT_SUPPORTED as a metric where the card has no such key. */
+EXPORT int nvmlGpmSampleGet(nvmlDevice_t device, struct gpm_sample *sample)
+{
+    BEGIN("gpm", device, DEVICE);
+    if (!ours(sample, GPM_MAGIC))
+        return INVALID_ARGUMENT;
+    if (num(device, "gpm", 0) == 0)
+        return NOT_SUPPORTED;
+    sample->sm_active = real(at(device, "util_gpu"), 0);
+    sample->have = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *v = at(device, "%s", gpm_keys[i]);
+        sample->values[i] = real(v, 0);
+        if (v)
+            sample->have |= 1u << i;
+    }
+    return SUCCESS;
+}
+
 /* A sample of the GPU instance gi: it records the instance's sm_active (percent). */
 EXPORT int nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned gi, struct gpm_sample *sample)
 {
@@ -1513,6 +1590,7 @@ EXPORT int nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned gi, struct gpm_samp
         const struct handle *mig = &migs[device->gpu][s];
         if (mig_exists(device->gpu, s) && instance_id(mig, "gi", s + 1) == gi) {
             sample->sm_active = real(at(mig, "sm_active"), 0);
+            sample->have = 0;
             return SUCCESS;
         }
     }
@@ -1520,7 +1598,8 @@ EXPORT int nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned gi, struct gpm_samp
 }
 
 /* Metrics are rates between two samples; the scenario's activity is constant, so the rate
- * is what the later sample saw.  Only SM_UTIL: others get a per-metric NOT_SUPPORTED. */
+ * is what the later sample saw.  SM_UTIL, and on whole-card samples the gpm_* metrics the
+ * card has; others get a per-metric NOT_SUPPORTED. */
 EXPORT int nvmlGpmMetricsGet(struct gpm_metrics_get *request)
 {
     BEGIN("gpm", NULL, SYSTEM);
@@ -1533,11 +1612,17 @@ EXPORT int nvmlGpmMetricsGet(struct gpm_metrics_get *request)
     for (unsigned i = 0; i < request->count; i++) {
         struct gpm_metric *m = &request->metrics[i];
         int known = m->id == GPM_SM_UTIL;
+        double value = known ? second->sm_active : 0;
+        for (int k = 0; k < 4; k++)
+            if (m->id == gpm_ids[k] && (first->have & second->have & (1u << k))) {
+                known = 1;
+                value = second->values[k];
+            }
         m->ret = known ? SUCCESS : NOT_SUPPORTED;
-        m->value = known ? second->sm_active : 0;
-        m->short_name = known ? "sm_util" : NULL;
-        m->long_name = known ? "SM utilization" : NULL;
-        m->unit = known ? "%" : NULL;
+        m->value = value;
+        m->short_name = known ? "metric" : NULL;
+        m->long_name = known ? "GPM metric" : NULL;
+        m->unit = NULL;
     }
     return SUCCESS;
 }

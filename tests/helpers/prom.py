@@ -49,12 +49,15 @@ class Reply:
     content_type: str = "text/plain; version=0.0.4"
     delay: float = 0.0
     encoding: str = ""  # Content-Encoding, e.g. gzip
+    location: str = ""  # a redirect's target
 
 
 class FixedServer:
-    """Answers every request with ``reply(path)``; records the requests it saw."""
+    """Answers every request with ``reply(path)`` (or ``by_body(path, body)`` when
+    given: a fake Prometheus answering each query); records the requests it saw."""
 
-    def __init__(self, reply: Callable[[str], Reply]) -> None:
+    def __init__(self, reply: Callable[[str], Reply],
+                 by_body: Callable[[str, bytes], Reply] | None = None) -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         outer = self
 
@@ -63,11 +66,13 @@ class FixedServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 outer.requests.append((self.path, dict(self.headers), body))
-                answer = reply(self.path)
+                answer = by_body(self.path, body) if by_body else reply(self.path)
                 if answer.delay:
                     time.sleep(answer.delay)
                 self.send_response(answer.status)
                 self.send_header("Content-Type", answer.content_type)
+                if answer.location:
+                    self.send_header("Location", answer.location)
                 if answer.encoding:
                     self.send_header("Content-Encoding", answer.encoding)
                 self.send_header("Content-Length", str(len(answer.body)))
@@ -91,10 +96,11 @@ class FixedServer:
         self.server.server_close()
 
 
-def start_serve(scenario: str, port: int, config: Path) -> subprocess.Popen[bytes]:
+def start_serve(scenario: str, port: int, config: Path,
+                *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "gputop.cli", "serve", "--demo", scenario, "--listen",
-         f"127.0.0.1:{port}", "--interval", "1", "--config", str(config)],
+         f"127.0.0.1:{port}", "--interval", "1", "--config", str(config), *extra],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -118,11 +124,20 @@ def instant(url: str, expr: str) -> list[dict[str, Any]]:
     return list(doc["data"]["result"])
 
 
-def start_prometheus(tmp: Path, jobs: dict[str, list[str]]) -> tuple[subprocess.Popen[bytes], str]:
-    lines = ["global:", "  scrape_interval: 1s", "  scrape_timeout: 1s", "scrape_configs:"]
+def start_prometheus(tmp: Path, jobs: dict[str, list[str]], extra: str = "",
+                     rule_files: tuple[Path, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+    """``extra``: more scrape configs, YAML list items indented as the others (TLS,
+    basic auth); ``rule_files``: rules Prometheus evaluates (every second here)."""
+    lines = ["global:", "  scrape_interval: 1s", "  scrape_timeout: 1s",
+             "  evaluation_interval: 1s"]
+    if rule_files:
+        lines += ["rule_files:", *[f"  - {path}" for path in rule_files]]
+    lines.append("scrape_configs:")
     for job, targets in jobs.items():
         lines += [f"  - job_name: {job}", "    static_configs:",
                   f"      - targets: [{', '.join(targets)}]"]
+    if extra:
+        lines.append(extra.rstrip("\n"))
     config = tmp / "prometheus.yml"
     config.write_text("\n".join(lines) + "\n")
     port = free_port()

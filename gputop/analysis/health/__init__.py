@@ -80,4 +80,13 @@ def warnings(
     out.extend(reservations.warnings(snapshot, now, me))
     out.extend(workloads.warnings(snapshot, now))
     out.extend(mig.warnings(snapshot, now))
+    out.extend(_reported(snapshot, out))
     return sort_warnings(out)
+
+
+def _reported(snapshot: HostSnapshot, found: list[HealthWarning]) -> list[HealthWarning]:
+    """What the host's own gputop raised and the rules here could not see in the fields
+    it exports (its history, processes, NVLinks): the host's verdict, passed on under its
+    code, never a second copy of its rule.  A warning raised here too is shown once."""
+    have = {(w.gpu, w.code) for w in found}
+    return [w for w in snapshot.reported_warnings if (w.gpu, w.code) not in have]

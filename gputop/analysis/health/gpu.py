@@ -162,6 +162,7 @@ def card_rules(gpu: Gpu, th: Thresholds, add: Adder, any_nvlink_up: bool) -> Non
             gpu=i,
             hint="check temperatures and power supplies; `nvidia-smi -q -d PERFORMANCE`",
         )
+    power_capped_rule(gpu, th, add)
     if (
         not hot_critical
         and gpu.temp is not None
@@ -223,6 +224,35 @@ def card_rules(gpu: Gpu, th: Thresholds, add: Adder, any_nvlink_up: bool) -> Non
             gpu=i,
             hint="check that the fan spins and is connected; check the fan curve",
         )
+
+
+# The SW power cap holding a busy card well below what it is made to draw: a power limit
+# set low (nvidia-smi -pl, a BMC policy) costs speed.  At its default limit a card under
+# full load is capped by design, which is why the cap alone is no warning.
+_POWER_CAPPED_SHARE = 0.8
+
+
+def power_capped_rule(gpu: Gpu, th: Thresholds, add: Adder) -> None:
+    reference = gpu.power_default_limit or gpu.power_max_limit
+    if (
+        "sw_power_cap" not in (gpu.clock_event_reasons or ())
+        or gpu.util_gpu is None
+        or gpu.util_gpu < th.busy_util
+        or gpu.power_draw is None
+        or not reference
+        or gpu.power_draw >= _POWER_CAPPED_SHARE * reference
+    ):
+        return
+    limit = f", limit {gpu.power_limit:.0f} W" if gpu.power_limit else ""
+    add(
+        INFO,
+        "power-capped",
+        f"clocks held by the software power cap at {gpu.power_draw:.0f} W{limit} "
+        f"(the card is made for {reference:.0f} W) while busy ({gpu.util_gpu}% util)",
+        gpu=gpu.index,
+        hint="`nvidia-smi -q -d POWER`; if the limit was lowered on purpose this is expected, "
+        "else raise it with `nvidia-smi -pl`",
+    )
 
 
 def persistence_rule(gpus: Iterable[Gpu], add: Adder) -> None:

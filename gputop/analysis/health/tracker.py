@@ -41,6 +41,11 @@ class WarningTracker:
         self.log: list[ClearedWarning] = []
         self._active: dict[tuple[Any, ...], HealthWarning] = {}
         self._gone: dict[tuple[Any, ...], float] = {}  # key -> first update without it
+        # Each host's keys, and the sorted list current() gives, kept until it changes: an
+        # update of one host touches that host's warnings only (a 1,000-host refresh was
+        # 1,000 passes over, and sorts of, every host's warnings).
+        self._of_host: dict[str | None, set[tuple[Any, ...]]] = {}
+        self._sorted: list[HealthWarning] | None = None
 
     @classmethod
     def from_thresholds(cls, th: Thresholds) -> WarningTracker:
@@ -54,17 +59,20 @@ class WarningTracker:
             old = self._active.get(key)
             if old is not None and old.since is not None:
                 since = old.since if w.since is None else min(old.since, w.since)
-                w = dataclasses.replace(w, since=since)
-            self._active[key] = w
+                if w.since != since:
+                    w = dataclasses.replace(w, since=since)
+            if old != w:
+                self._active[key] = w
+                self._of_host.setdefault(w.host, set()).add(key)
+                self._sorted = None
             self._gone.pop(key, None)
         # A host we cannot see says nothing about its GPUs: keep their warnings (with
         # their first-seen time) until it answers again, instead of logging them as cleared.
-        blind = any(w.code == HOST_STATE for w in self._active.values()
-                    if w.host == host and w.key in present)
-        for key, w in self._active.items():
-            if w.host != host or key in present or key in self._gone:
+        blind = any(key[3] == HOST_STATE for key in present)  # key: (host, gpu, pid, code)
+        for key in self._of_host.get(host, ()):
+            if key in present or key in self._gone:
                 continue
-            if blind and w.code != HOST_STATE:
+            if blind and key[3] != HOST_STATE:
                 continue
             self._gone[key] = now
         return self.expire(now)
@@ -77,6 +85,8 @@ class WarningTracker:
             if now - gone >= hold:
                 del self._active[key]
                 del self._gone[key]
+                self._of_host.get(w.host, set()).discard(key)
+                self._sorted = None
                 self.log.append(ClearedWarning(w, cleared=gone))
         if len(self.log) > self.log_limit:
             del self.log[: len(self.log) - self.log_limit]
@@ -89,10 +99,11 @@ class WarningTracker:
         return w.key in self._gone and not w.code.startswith("xid-")
 
     def current(self, host: str | None = None) -> list[HealthWarning]:
-        items: Iterable[HealthWarning] = self._active.values()
         if host is not None:
-            items = [w for w in items if w.host == host]
-        return sort_warnings(items)
+            return sort_warnings(self._active[k] for k in self._of_host.get(host, ()))
+        if self._sorted is None:
+            self._sorted = sort_warnings(self._active.values())
+        return list(self._sorted)
 
     def for_gpu(self, host: str, gpu: int) -> list[HealthWarning]:
         return [w for w in self.current(host) if w.gpu == gpu]

@@ -395,6 +395,10 @@ class SimDeviceHandle:
 
 NVML_GPM_METRIC_SM_UTIL = 2
 NVML_GPM_METRIC_SM_OCCUPANCY = 3
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20
+NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21
 NVML_GPM_METRICS_GET_VERSION = 1
 NVML_GPM_SUPPORT_VERSION = 1
 NVML_GPM_METRIC_MAX = 477
@@ -414,9 +418,10 @@ class SimMigHandle:
 
 
 class SimGpmSample:
-    """nvmlGpmSampleAlloc's opaque sample; filled by nvmlGpmMigSampleGet."""
+    """nvmlGpmSampleAlloc's opaque sample; filled by nvmlGpmMigSampleGet (one GPU
+    instance) or nvmlGpmSampleGet (the whole card)."""
 
-    __slots__ = ("freed", "gi", "index", "sm_active", "time")
+    __slots__ = ("card", "freed", "gi", "index", "sm_active", "time")
 
     def __init__(self) -> None:
         self.index: int | None = None
@@ -424,6 +429,8 @@ class SimGpmSample:
         self.time = 0.0
         self.sm_active = 0.0
         self.freed = False
+        # nvmlGpmSampleGet's whole-card values: metric id -> value at that moment
+        self.card: dict[int, float] | None = None
 
 
 class c_nvmlGpmSupport_t(_Struct):

@@ -41,7 +41,11 @@ from gputop.sources.sim.api import (
     NVML_ERROR_UNINITIALIZED,
     NVML_FEATURE_DISABLED,
     NVML_FEATURE_ENABLED,
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    NVML_GPM_METRIC_DRAM_BW_UTIL,
     NVML_GPM_METRIC_MAX,
+    NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+    NVML_GPM_METRIC_PCIE_TX_PER_SEC,
     NVML_GPM_METRIC_SM_UTIL,
     NVML_GPM_METRICS_GET_VERSION,
     NVML_GPM_SUPPORT_VERSION,
@@ -646,6 +650,17 @@ class SimNvml:
         self._gpu(handle, "PowerUsage")
         return self._state(handle.index).power_mw
 
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        """mJ since the driver loaded: a day before the simulation started, then at the
+        card's halfway power between idle and load (a pure function of the clock, so
+        monotonic; its rate is that mean, not the wandering draw)."""
+        g = self._gpu(handle, "TotalEnergyConsumption")
+        watts = (g["power_idle_w"] + g["power_load_w"]) / 2
+        return round((max(self.clock() - self.t0, 0.0) + 86400.0) * watts * 1000)
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
+        return int(self._gpu(handle, "PcieReplayCounter")["pcie_replays"])
+
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         return round(self._gpu(handle, "EnforcedPowerLimit")["power_limit_w"] * 1000)
 
@@ -1083,19 +1098,43 @@ class SimNvml:
         gpmSample.time, gpmSample.sm_active = self.clock(), float(min(busy, 100))
         return gpmSample
 
+    def nvmlGpmSampleGet(self, device: Any, gpmSample: Any) -> Any:
+        """A whole-card sample (not in MIG mode): SM activity is the card's utilization,
+        tensor activity a share of it, DRAM activity the memory utilization, PCIe the
+        card's throughput (MiB/s, as NVML's *_PER_SEC metrics)."""
+        g = self._gpu(device, "GpmSampleGet")
+        if not isinstance(gpmSample, SimGpmSample) or gpmSample.freed:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if not g["gpm"] or g["mig"]:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        s = self._state(device.index)
+        gpmSample.index, gpmSample.gi = device.index, None
+        gpmSample.time, gpmSample.sm_active = self.clock(), float(s.util)
+        gpmSample.card = {
+            NVML_GPM_METRIC_ANY_TENSOR_UTIL: s.util * 0.6,
+            NVML_GPM_METRIC_DRAM_BW_UTIL: float(s.util_mem),
+            NVML_GPM_METRIC_PCIE_TX_PER_SEC: s.pcie_tx / 1024,
+            NVML_GPM_METRIC_PCIE_RX_PER_SEC: s.pcie_rx / 1024,
+        }
+        return gpmSample
+
     def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
         self._check_init()
         first, second = metricsGet.sample1, metricsGet.sample2
         if metricsGet.version != NVML_GPM_METRICS_GET_VERSION:
             raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         for sample in (first, second):
-            if not isinstance(sample, SimGpmSample) or sample.freed or sample.gi is None:
+            if not isinstance(sample, SimGpmSample) or sample.freed or (
+                    sample.gi is None and sample.card is None):
                 raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         for i in range(min(metricsGet.numMetrics, NVML_GPM_METRIC_MAX)):
             metric = metricsGet.metrics[i]
             if metric.metricId == NVML_GPM_METRIC_SM_UTIL:
                 metric.nvmlReturn = NVML_SUCCESS
                 metric.value = (first.sm_active + second.sm_active) / 2
+            elif first.card and second.card and metric.metricId in second.card:
+                metric.nvmlReturn = NVML_SUCCESS
+                metric.value = (first.card[metric.metricId] + second.card[metric.metricId]) / 2
             else:
                 metric.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
         return metricsGet

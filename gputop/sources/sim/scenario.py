@@ -163,7 +163,8 @@ _GPU_KEYS: dict[str, tuple[str, Any]] = {
     "mig_devices": ("list", []),
     "mig_max_devices": ("int", 7),
     "mig_no_permission": ("bool", False),  # a container without NVIDIA_MIG_MONITOR_DEVICES
-    "gpm": ("bool", False),  # per-instance SM activity (Hopper and newer drivers)
+    "gpm": ("bool", False),  # GPM: per-instance SM activity, whole-card tensor/DRAM/PCIe
+    "pcie_replays": ("int", 0),  # PCIe replay counter (link retries)
 }
 
 _MIG_KEYS: dict[str, tuple[str, Any]] = {

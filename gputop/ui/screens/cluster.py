@@ -31,11 +31,12 @@ from gputop.ui.cluster_cells import (
     host_matches,
     host_width,
     multi_host_jobs_text,
+    name_width,
     totals,
 )
 from gputop.ui.keys import bindings
 from gputop.ui.widgets.filter_input import FilterInput
-from gputop.ui.widgets.text_lines import TextLines
+from gputop.ui.widgets.text_lines import LazyRows, TextLines
 
 if TYPE_CHECKING:
     from textual import getters
@@ -102,9 +103,14 @@ class ClusterScreen(Screen[None]):
         self.order = [s.host for s in shown]
         most = max((len(s.gpus) for s in shown), default=1)
         # Every card must show: when the full cells do not fit, drop the memory figure.
-        narrow = host_width(most) > (self.size.width or app.size.width)
-        width = host_width(most, narrow)
-        rows = [host_line(s, now, warned, width, narrow) for s in shown]
+        screen = self.size.width or app.size.width
+        narrow = host_width(most) > screen
+        names = name_width(self.order, screen - host_width(most, narrow, 0))
+        width = host_width(most, narrow, names)
+        # Built as they are drawn: a 1,000-host overview shows a screenful of them.
+        rows = LazyRows(len(shown), lambda n: host_line(shown[n], now, warned, width, narrow,
+                                                        names))
+        self.query_one(TextLines).label_width = names
         summary = totals(shown, app.state.flags, now, warned).text(narrow)
         if self.needle:
             summary.append(f"   filter: {self.needle}", "italic")
@@ -164,6 +170,7 @@ class ClusterScreen(Screen[None]):
 def open_cluster(app: GputopApp) -> None:
     if isinstance(app.screen, ClusterScreen):
         return
+    app.focus_feeds(None)  # the overview: no host read in full
     app.push_screen(ClusterScreen())
 
 

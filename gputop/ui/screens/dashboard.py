@@ -28,7 +28,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from gputop.analysis.holders import holders
-from gputop.model import HostSnapshot
+from gputop.model import NO_PROCESS_LIST, NO_PROCESS_LIST_TEXT, HostSnapshot
 from gputop.ui import table_model, tree
 from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey, UiState
@@ -207,6 +207,8 @@ class DashboardScreen(Screen[None]):
         table.set_columns(columns)
         self.query_one(TableHeader).set_columns(columns)
         table.tagged = state.tagged
+        table.empty_text = (NO_PROCESS_LIST_TEXT if NO_PROCESS_LIST in snap.missing
+                            and not snap.processes else "")
         table.set_rows(rows, now)
         # Written here, not posted: a dialog opened in the same turn reads it.
         state.selected = table.selected
@@ -279,6 +281,8 @@ class DashboardScreen(Screen[None]):
                 now=now,
                 span=span,
                 kept=kept,
+                appending=recorded is None,
+                host=snap.host,
             ))
 
     def _update_warnings_panel(self, host: str, now: float) -> None:

@@ -16,7 +16,6 @@ from rich.text import Text
 from textual import events
 from textual.message import Message
 from textual.strip import Strip
-from textual.widget import Widget
 
 from gputop.analysis import mig_display
 from gputop.config import DEFAULT_COLORS, DEFAULT_THRESHOLDS
@@ -29,7 +28,7 @@ from gputop.model import (
     Reservation,
 )
 from gputop.ui import fmt
-from gputop.ui.partial import changed_regions
+from gputop.ui.partial import StyleOnce, changed_regions
 
 # Clock events that are not a slowdown anyone should look at.
 BENIGN_CLOCK_EVENTS = frozenset(
@@ -54,6 +53,10 @@ class PanelData:
     kept: float = 0.0  # seconds of history kept; a compact row may show up to this much
     # reservations of single MIG devices, by MIG UUID
     mig_reservations: dict[str, tuple[Reservation, ...]] = field(default_factory=dict)
+    # The series only grow at their newest end from tick to tick (the live history): the
+    # panel then reads only their new samples.  False (a ledger range): drawn afresh.
+    appending: bool = True
+    host: str = ""  # whose card: panels are reused when the dashboard shows another host
 
 
 def short_name(name: str | None) -> str:
@@ -66,7 +69,7 @@ def short_name(name: str | None) -> str:
     return name
 
 
-class GpuPanel(Widget):
+class GpuPanel(StyleOnce):
     """Full (3 lines) or compact (1 line), chosen by the app through the `-compact` class."""
 
     DEFAULT_CSS = """
@@ -97,22 +100,31 @@ class GpuPanel(Widget):
         self._strips: list[Strip] = []
         self._strips_key: Any = None
         self._stats: tuple[str, str] = ("", "")
+        # Kept from tick to tick, fed the new samples only (fmt.SparkTrack): by (series,
+        # seconds per cell), and by (series, span).
+        self._tracks: dict[tuple[str, float], fmt.SparkTrack] = {}
+        self._windows: dict[tuple[str, float], fmt.WindowStats] = {}
+        self._tracked: tuple[str, str | None] | None = None  # (host, UUID) they follow
 
     def update_data(self, data: PanelData) -> None:
         self.data = data
+        card = (data.host, data.gpu.uuid)
+        if card != self._tracked:  # another host's card in this panel: start afresh
+            self._tracks.clear()
+            self._windows.clear()
+            self._tracked = card
         compact = self.has_class("-compact")
-        # Each figure is computed once per tick and kept for render(): a history line
-        # costs a walk over its window, and the panel draws only when one changed.
-        self._stats = (
-            history_stats(data.util_series, data.now, data.span),
-            history_stats(data.mem_series, data.now, data.span),
-        )
+        # Each figure is computed once per tick and kept for render(); the panel draws
+        # only when one changed.
+        self._stats = (self._window_stats("util", data), self._window_stats("mem", data))
+        step = data.span / 60
         signature = (
             data.gpu,
-            fmt.sparkline(data.util_series, 60, data.now, data.span),
+            self._spark("util", data, 60, step),
             # A compact row's line reaches further back than the span above.
-            compact_sparkline(data, self.size.width) if compact else None,
-            fmt.sparkline(data.mem_series, 60, data.now, data.span),
+            self._spark("util", data, *compact_cells(data, self.size.width))
+            if compact else None,
+            self._spark("mem", data, 60, step),
             self._stats,
             tuple(w.key for w in data.warnings),
             data.reservations,
@@ -125,6 +137,35 @@ class GpuPanel(Widget):
             self._fit_height(data, compact)
             self._repaint_changes()
 
+    def _series(self, name: str, data: PanelData) -> list[tuple[float, float]]:
+        return data.util_series if name == "util" else data.mem_series
+
+    def _spark(self, name: str, data: PanelData, cells: int, step: float) -> str:
+        """``cells`` cells of ``step`` seconds of a series up to now, as fmt.sparkline
+        draws them, from the new samples only while the series is ``appending``."""
+        series = self._series(name, data)
+        if not data.appending or cells <= 0:
+            return fmt.sparkline(series, cells, data.now, cells * step)
+        track = self._tracks.get((name, step))
+        if track is None or track.keep < cells:
+            if len(self._tracks) >= 8:  # widths and spans come and go; keep the few in use
+                self._tracks.clear()
+            track = self._tracks[(name, step)] = fmt.SparkTrack(step, cells)
+        track.feed(series)
+        return track.line(cells, data.now)
+
+    def _window_stats(self, name: str, data: PanelData) -> str:
+        series = self._series(name, data)
+        if not data.appending:
+            return history_stats(series, data.now, data.span)
+        window = self._windows.get((name, data.span))
+        if window is None:
+            if len(self._windows) >= 4:
+                self._windows.clear()
+            window = self._windows[(name, data.span)] = fmt.WindowStats(data.span)
+        window.feed(series, data.now)
+        return format_stats(window.stats())
+
     def _repaint_changes(self) -> None:
         """Dirty only the cells that differ from what is on screen (gputop/ui/partial.py)."""
         key = self._key()
@@ -132,7 +173,7 @@ class GpuPanel(Widget):
         if old is None or not self.is_mounted or key[1:] != self._strips_key[1:]:
             self.refresh()
             return
-        new = text_strips(self.render(), max(self.size.width, 1), self.rich_style)
+        new = text_strips(self.render(), max(self.size.width, 1), self.base_style)
         regions = changed_regions(old, new)
         self._strips, self._strips_key = new, key
         if regions is None:
@@ -141,11 +182,12 @@ class GpuPanel(Widget):
             self.refresh(*regions)
 
     def _key(self) -> Any:
-        return (self._signature, self.size, self.has_class("-compact"), self.rich_style)
+        return (self._signature, self.size, self.has_class("-compact"), self.base_style)
 
     def _fit_height(self, data: PanelData, compact: bool) -> None:
         """A MIG card's full panel grows by one line per MIG device."""
-        extra = len(data.gpu.mig_devices) + (1 if data.gpu.mig_note else 0)
+        extra = (len(data.gpu.mig_devices) + (1 if data.gpu.mig_note else 0)
+                 + (1 if data.gpu.workloads else 0))
         height = 1 if compact else 3 + extra
         if self.styles.height is None or self.styles.height.value != height:
             self.styles.height = height
@@ -158,7 +200,7 @@ class GpuPanel(Widget):
     def render_line(self, y: int) -> Strip:
         # Line API with cached strips: Textual's conversion of a Text full of styled spans
         # cost more than everything else in a tick.
-        base = self.rich_style
+        base = self.base_style
         key = self._key()
         if key != self._strips_key:
             self._strips = text_strips(self.render(), max(self.size.width, 1), base)
@@ -298,6 +340,10 @@ class GpuPanel(Widget):
         if data.gpu.mig_note:
             out.append("\n")
             out.append(f"  {fmt.visible(data.gpu.mig_note)}", style=self._style("warn"))
+        if data.gpu.workloads:  # the jobs its exporter names (dcgm-exporter's pod, hpc_job)
+            out.append("\n")
+            out.append("  jobs ", style="bold")
+            out.append(fmt.visible(data.gpu.jobs_label))
 
     def _history(self, out: Text, label: str, series: list[tuple[float, float]],
                  data: PanelData, width: int, style: str, stat: str) -> None:
@@ -305,7 +351,7 @@ class GpuPanel(Widget):
         spark_w = max(width - len(label) - len(window) - 2 - len(stat), 4)
         out.append(label, style="bold")
         out.append(f" {window} ", style="dim")
-        out.append(fmt.sparkline(series, spark_w, data.now, data.span), style=style)
+        out.append(self._spark(label, data, spark_w, data.span / spark_w), style=style)
         out.append(stat, style="dim")
 
     def _compact(self, data: PanelData, width: int) -> Text:
@@ -336,7 +382,7 @@ class GpuPanel(Widget):
         spark_w = max(width - out.cell_len - 1 - badges.cell_len, 0)
         if spark_w >= 4:
             out.append(" ")
-            line = compact_sparkline(data, spark_w)
+            line = self._spark("util", data, *compact_cells(data, spark_w)).rjust(spark_w)
             # Slots before the first sample are a dim track, not blank: at startup the
             # line is there, only still empty, rather than a gap in the row.
             seen = len(line) - len(line.lstrip(" "))
@@ -371,8 +417,8 @@ def history_reach(span: float, kept: float, compact: bool, width: int) -> float:
     return min(kept, max(span, width * span / 60))
 
 
-def compact_sparkline(data: PanelData, width: int) -> str:
-    """The compact row's history: all the row's free cells at the full panel's resolution.
+def compact_cells(data: PanelData, width: int) -> tuple[int, float]:
+    """How many cells of how many seconds a compact row of ``width`` free cells draws.
 
     A cell is span/60 seconds, as on the full panel's 60-cell signature, so a wider
     terminal shows further back (up to the history kept) instead of the same minutes
@@ -382,6 +428,13 @@ def compact_sparkline(data: PanelData, width: int) -> str:
     cells = width
     if data.kept > 0:
         cells = min(width, max(int(data.kept / step), 1))
+    return cells, step
+
+
+def compact_sparkline(data: PanelData, width: int) -> str:
+    """The compact row's history: all the row's free cells at the full panel's resolution
+    (``compact_cells``), right-aligned."""
+    cells, step = compact_cells(data, width)
     return fmt.sparkline(data.util_series, cells, data.now, cells * step).rjust(width)
 
 
@@ -404,8 +457,15 @@ def history_stats(series: list[tuple[float, float]], now: float, span: float) ->
     """
     values = [v for t, v in series if now - span <= t <= now]
     if not values:
+        return format_stats(None)
+    return format_stats((min(values), sum(values) / len(values), max(values)))
+
+
+def format_stats(stats: tuple[float, float, float] | None) -> str:
+    """(lowest, mean, highest) as the history row shows them; None: no samples."""
+    if stats is None:
         return " min   - avg   - max   - "
-    low, mean, high = min(values), sum(values) / len(values), max(values)
+    low, mean, high = stats
     return f" min{low:>4.0f} avg{mean:>4.0f} max{high:>4.0f}%"
 
 

@@ -25,7 +25,7 @@ from textual.widget import Widget
 from gputop.config import COLUMNS as DEFAULT_COLUMNS
 from gputop.text import without_program_dir
 from gputop.ui.keys import bindings
-from gputop.ui.partial import changed_regions
+from gputop.ui.partial import StyleOnce, changed_regions
 from gputop.ui.state import RowKey
 from gputop.ui.table_model import Column, Row, cell, layout
 
@@ -110,7 +110,7 @@ class TableHeader(Widget):
             self.post_message(self.SortRequested(column))
 
 
-class ProcessTable(ScrollView, can_focus=True):
+class ProcessTable(StyleOnce, ScrollView, can_focus=True):
     """GPU processes, one per line; the cursor follows its RowKey across refreshes."""
 
     # No `k` for up: k is the kill key, as in htop.
@@ -161,6 +161,9 @@ class ProcessTable(ScrollView, can_focus=True):
         self.tagged: set[RowKey] = set()
         self.me: str | None = None
         self.now = 0.0
+        # Shown in place of the rows when there are none and the source has no process
+        # list at all ("processes: not exported by this source"), not "no processes".
+        self.empty_text = ""
         self._index: dict[RowKey, int] = {}
         self._columns_at: tuple[int, list[tuple[Column, int]]] | None = None
         # The visible lines as last drawn, and what they were drawn for (scroll, size,
@@ -193,7 +196,7 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def _view_key(self) -> Any:
         return (int(self.scroll_offset.y), self.scrollable_content_region.width,
-                self.scrollable_content_region.height, self.rich_style)
+                self.scrollable_content_region.height, self.base_style, self.empty_text)
 
     def _repaint_changes(self) -> None:
         old = self._shown
@@ -278,8 +281,12 @@ class ProcessTable(ScrollView, can_focus=True):
     def _line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         index = int(self.scroll_offset.y) + y
-        base = self.rich_style
+        base = self.base_style
         if index >= len(self.rows):
+            if index == 0 and self.empty_text:
+                text = " " + self.empty_text
+                return Strip([Segment(text, base + Style(dim=True))]).adjust_cell_length(
+                    width, base)
             return Strip.blank(width, base)
         row = self.rows[index]
         cols = self._layout(max(width - 1, 1))
@@ -308,13 +315,11 @@ class ProcessTable(ScrollView, can_focus=True):
         return classes
 
     def row_style(self, row: Row, at_cursor: bool) -> Style:
-        style = self.rich_style
-        for name in self.row_state_classes(row, at_cursor):
-            # The cursor's full style: its background blended and "auto" text colour
-            # resolved.  The others only what they set, so "mine" (bold) keeps the flag
-            # colour instead of bringing back the default text colour.
-            style += self.get_component_rich_style(name, partial=name != CURSOR)
-        return style
+        # The cursor's full style: its background blended and "auto" text colour
+        # resolved.  The others only what they set, so "mine" (bold) keeps the flag
+        # colour instead of bringing back the default text colour.  Once per set of
+        # classes and style update (StyleOnce), not once per row and tick.
+        return self.combined_style(tuple(self.row_state_classes(row, at_cursor)), CURSOR)
 
     def _layout(self, width: int) -> list[tuple[Column, int]]:
         # Once per width, not once per drawn line.

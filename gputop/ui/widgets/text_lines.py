@@ -9,7 +9,8 @@ of them than the widget is high.  Enter posts ``TextLines.Chosen`` with the row'
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, overload
 
 from rich.segment import Segment
 from rich.style import Style
@@ -24,6 +25,42 @@ from gputop.ui.keys import bindings
 
 COLUMN_GAP = 1
 ROW_BACKGROUND = Style(bgcolor="grey27")  # the cursor's row; cells keep their colours
+
+
+class LazyRows(Sequence[Text]):
+    """Rows built when first drawn (then kept): a 1,000-host overview shows 50 of them,
+    and building every line each refresh was most of the dashboard's time."""
+
+    def __init__(self, count: int, build: Callable[[int], Text]) -> None:
+        self.length = count
+        self.build = build
+        self.built: dict[int, Text] = {}
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> Text: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Text]: ...
+
+    def __getitem__(self, index: int | slice) -> Text | Sequence[Text]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.length))]
+        if index < 0:
+            index += self.length
+        if not 0 <= index < self.length:
+            raise IndexError(index)
+        found = self.built.get(index)
+        if found is None:
+            found = self.built[index] = self.build(index)
+        return found
+
+    def __eq__(self, other: object) -> bool:
+        return other is self  # new data: drawn anew (comparing would build every row)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class TextLines(ScrollView, can_focus=True):
@@ -52,12 +89,13 @@ class TextLines(ScrollView, can_focus=True):
 
     def __init__(self, label_width: int, column_width: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.rows: list[Text] = []
+        self.rows: Sequence[Text] = []
         self.cursor = 0
         self.label_width = label_width
         self.column_width = column_width  # 0: one column as wide as the widget
 
-    def set_rows(self, rows: list[Text], column_width: int | None = None) -> None:
+    def set_rows(self, rows: Sequence[Text], column_width: int | None = None) -> None:
+        """``rows``: a list, or a LazyRows that builds only the lines drawn."""
         if column_width is not None:
             self.column_width = column_width
         if rows == self.rows:

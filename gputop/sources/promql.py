@@ -1,0 +1,244 @@
+"""What gputop asks a Prometheus server, per view (pure: text in, text out).
+
+The engine does the work: each query names one field of the snapshot model, converts the
+exporters' units in PromQL (MiB to bytes, ratios to percent), keeps only the labels the
+pivot needs (``max by``/``group by``) and, for the health fields, only the series that are
+not healthy (``> 0``): at 1,000 hosts x 8 GPUs a refresh reads a few MiB, not 57.
+A view asks only for what it shows; the queries run in parallel (prometheus.py), and
+prompivot.py turns their answers into HostSnapshots.
+
+Exporters understood: dcgm-exporter (``DCGM_FI_*``, labels gpu, UUID, modelName,
+Hostname or hostname, GPU_I_ID for a MIG instance, pod/namespace/container and hpc_job
+when it maps jobs), nvidia_gpu_exporter (``nvidia_smi_*``, lowercase ``uuid``) and
+``gputop serve`` (DCGM's names plus ``gputop_*``; names from commands/exposition.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024**2
+
+# What a value query keeps: enough to place a value on its host, card and MIG instance.
+KEY = "Hostname, hostname, instance, gpu, uuid, GPU_I_ID"
+HOST_KEY = "Hostname, hostname, instance"
+# The identity of a card, and the jobs dcgm-exporter names on its series.
+IDENTITY = (f"{KEY}, UUID, modelName, pci_bus_id, GPU_I_PROFILE, DCGM_FI_DRIVER_VERSION, "
+            "pod, namespace, container, hpc_job")
+
+# The series that carry a card's identity labels, one per exporter.
+IDENTITY_NAMES = '__name__=~"gputop_gpu_ok|nvidia_smi_gpu_info"'
+
+# A dead target is a GPU host only if it had GPU series within this window.
+DEAD_LOOKBACK = "30d"
+# A rate of a violation counter over this window above 0: the card is being slowed now.
+VIOLATION_WINDOW = "2m"
+
+SUMMARY = "summary"  # --once, check and the dashboard's overview
+FULL = "full"  # --json and one opened host
+VIEWS = (SUMMARY, FULL)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One snapshot field and where each exporter has it: (metric, scale) pairs."""
+
+    name: str
+    sources: tuple[tuple[str, float], ...]
+    views: tuple[str, ...] = VIEWS
+    unhealthy_only: bool = False  # only series above 0 come back: the rest is healthy
+    # "rate": a counter of time spent slowed; "mask": clock-event bits; "lost": only 0;
+    # "<METRIC" / ">METRIC": in the summary, only where below / above that metric
+    op: str = ""
+    by: str = KEY  # the labels kept
+
+
+DCGM_SPARE = "DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED"
+
+# The snapshot fields read per card (and per MIG instance where GPU_I_ID is set).
+FIELDS: tuple[Field, ...] = (
+    Field("util_gpu", (("DCGM_FI_DEV_GPU_UTIL", 1), ("nvidia_smi_utilization_gpu_ratio", 100))),
+    # The card's identity labels ride on its memory: no query of their own at 8,000 cards.
+    Field("mem_used", (("DCGM_FI_DEV_FB_USED", MIB), ("nvidia_smi_memory_used_bytes", 1)),
+          by=IDENTITY),
+    Field("mem_total", (("gputop_gpu_memory_total_bytes", 1),
+                        ("nvidia_smi_memory_total_bytes", 1))),
+    # DCGM has no total: used + free + reserved.  The summary asks for free + reserved
+    # summed by the server (one query, no vector matching), the pivot adds used.
+    Field("_mem_spare", ((DCGM_SPARE, MIB),), views=(SUMMARY,)),
+    Field("_mem_free", (("DCGM_FI_DEV_FB_FREE", MIB),), views=(FULL,)),
+    Field("mem_reserved", (("DCGM_FI_DEV_FB_RESERVED", MIB),
+                           ("nvidia_smi_memory_reserved_bytes", 1)), views=(FULL,)),
+    Field("temp", (("DCGM_FI_DEV_GPU_TEMP", 1), ("nvidia_smi_temperature_gpu", 1))),
+    Field("power_draw", (("DCGM_FI_DEV_POWER_USAGE", 1), ("nvidia_smi_power_draw_watts", 1))),
+    Field("power_limit", (("DCGM_FI_DEV_POWER_MGMT_LIMIT", 1),
+                          ("nvidia_smi_enforced_power_limit_watts", 1))),
+    Field("fan", (("DCGM_FI_DEV_FAN_SPEED", 1), ("nvidia_smi_fan_speed_ratio", 100))),
+    # The activity of a MIG instance (a card's own is its utilization).
+    Field("_sm_active", (("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 100),), op="mig"),
+    # gputop serve's verdict on a card: only the lost ones (value 0) matter.
+    Field("_lost", (("gputop_gpu_ok", 1),), op="lost"),
+    # -- health: what the rules of analysis/health read, only where it is not healthy
+    Field("_xid", (("DCGM_FI_DEV_XID_ERRORS", 1),), unhealthy_only=True),
+    Field("ecc_volatile_uncorrected", (("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1),),
+          unhealthy_only=True),
+    Field("ecc_volatile_corrected", (("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 1),),
+          unhealthy_only=True, views=(FULL,)),
+    Field("ecc_aggregate_uncorrected", (("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 1),),
+          unhealthy_only=True, views=(FULL,)),
+    Field("ecc_aggregate_corrected", (("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 1),),
+          unhealthy_only=True, views=(FULL,)),
+    Field("retired_pages_sbe", (("DCGM_FI_DEV_RETIRED_SBE", 1),), unhealthy_only=True,
+          views=(FULL,)),
+    Field("retired_pages_dbe", (("DCGM_FI_DEV_RETIRED_DBE", 1),), unhealthy_only=True,
+          views=(FULL,)),
+    Field("retired_pages_pending", (("DCGM_FI_DEV_RETIRED_PENDING", 1),), unhealthy_only=True),
+    Field("remapped_correctable", (("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 1),),
+          unhealthy_only=True, views=(FULL,)),
+    Field("remapped_uncorrectable", (("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 1),),
+          unhealthy_only=True, views=(FULL,)),
+    Field("remap_failure", (("DCGM_FI_DEV_ROW_REMAP_FAILURE", 1),), unhealthy_only=True),
+    Field("remap_pending", (("DCGM_FI_DEV_ROW_REMAP_PENDING", 1),), unhealthy_only=True),
+    # The NVML clock-event mask (renamed in DCGM 3.3); only masks with a bit above
+    # sw_power_cap (0x4) can raise a warning, so smaller ones stay on the server.
+    Field("clock_event_mask", (("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 1),
+                               ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 1)), op="mask"),
+    Field("_thermal_violation", (("DCGM_FI_DEV_THERMAL_VIOLATION", 1),), op="rate"),
+    Field("_power_violation", (("DCGM_FI_DEV_POWER_VIOLATION", 1),), op="rate",
+          views=(FULL,)),
+    # -- what only the full view shows
+    Field("util_mem", (("DCGM_FI_DEV_MEM_COPY_UTIL", 1),
+                       ("nvidia_smi_utilization_memory_ratio", 100)), views=(FULL,)),
+    Field("util_enc", (("DCGM_FI_DEV_ENC_UTIL", 1),), views=(FULL,)),
+    Field("util_dec", (("DCGM_FI_DEV_DEC_UTIL", 1),), views=(FULL,)),
+    Field("clock_sm", (("DCGM_FI_DEV_SM_CLOCK", 1),
+                       ("nvidia_smi_clocks_current_sm_clock_hz", 1e-6)), views=(FULL,)),
+    Field("clock_mem", (("DCGM_FI_DEV_MEM_CLOCK", 1),
+                        ("nvidia_smi_clocks_current_memory_clock_hz", 1e-6)), views=(FULL,)),
+    Field("pstate", (("nvidia_smi_pstate", 1),), views=(FULL,)),
+    # The PCIe link: in the summary only the cards whose link is below what it can do.
+    Field("pcie_gen", (("DCGM_FI_DEV_PCIE_LINK_GEN", 1),), op="<DCGM_FI_DEV_PCIE_MAX_LINK_GEN"),
+    Field("pcie_gen_max", (("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", 1),),
+          op=">DCGM_FI_DEV_PCIE_LINK_GEN"),
+    Field("pcie_width", (("DCGM_FI_DEV_PCIE_LINK_WIDTH", 1),),
+          op="<DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"),
+    Field("pcie_width_max", (("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", 1),),
+          op=">DCGM_FI_DEV_PCIE_LINK_WIDTH"),
+)
+FIELD_NAMES = frozenset(f.name for f in FIELDS)
+IDENTITY_FIELDS = frozenset(f.name for f in FIELDS if f.by == IDENTITY)
+
+# The metric whose presence makes a host a GPU host, one per exporter.
+GPU_METRICS = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_UTIL|gputop_up|nvidia_smi_gpu_info"
+
+
+def _sel(metric: str, selector: str, extra: str = "") -> str:
+    inner = ", ".join(part for part in (selector, extra) if part)
+    return f"{metric}{{{inner}}}" if inner else metric
+
+
+def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
+    """The PromQL of one field; the summary view leaves healthy values on the server,
+    the full one has them all (0 is a fact --json shows)."""
+    parts = []
+    for metric, scale in spec.sources:
+        extra = 'GPU_I_ID!=""' if spec.op == "mig" else ""
+        if "|" in metric:  # several series that add up to the field
+            series = _sel("", selector, ", ".join(p for p in (f'__name__=~"{metric}"', extra)
+                                                   if p))
+            part = f"sum by ({KEY}) ({series})"
+        else:
+            series = _sel(metric, selector, extra)
+            if spec.op == "rate":
+                series = f"rate({series}[{VIOLATION_WINDOW}])"
+            part = f"max by ({spec.by}) ({series})"
+        if scale != 1:
+            part = f"{part} * {scale:.12g}"
+        parts.append(f"({part})")
+    expr = " or ".join(parts)
+    if view == SUMMARY and (spec.unhealthy_only or spec.op == "rate"):
+        expr = f"({expr}) > 0"
+    elif view == SUMMARY and spec.op == "mask":
+        expr = f"({expr}) > 7"
+    elif view == SUMMARY and spec.op[:1] in "<>" and spec.op:
+        other = f"max by ({KEY}) ({_sel(spec.op[1:], selector)})"
+        expr = f"({expr}) {spec.op[0]} ({other})"
+    elif spec.op == "lost":
+        expr = f"({expr}) == 0"
+    return expr
+
+
+def queries(view: str, selector: str, host: str | None = None) -> dict[str, str]:
+    """name -> PromQL for one refresh of ``view``; ``host``: that host's series only
+    (the full view of one opened host)."""
+    if host is not None:
+        quoted = host.replace("\\", "\\\\").replace('"', '\\"')
+        # The host's name may be on Hostname, hostname or (no name label) instance.
+        selectors = [f'{selector + ", " if selector else ""}{label}="{quoted}"'
+                     for label in ("Hostname", "hostname", "instance")]
+    else:
+        selectors = [selector]
+    out: dict[str, str] = {}
+    for spec in FIELDS:
+        if view in spec.views:
+            out[spec.name] = " or ".join(f"({field_query(spec, s, view)})" for s in selectors)
+    per_selector = [_host_queries(s) for s in selectors]
+    for name in per_selector[0]:
+        out[name] = " or ".join(f"({q[name]})" for q in per_selector)
+    return out
+
+
+def _host_queries(selector: str) -> dict[str, str]:
+    def m(metric: str) -> str:
+        return _sel(metric, selector)
+
+    up = m("up")
+    return {
+        # The identity of the cards DCGM's memory does not carry (nvidia_gpu_exporter's,
+        # gputop serve's lost ones); one selector, no `or` of two big vectors.
+        "_identity": (f"group by ({IDENTITY}, index, name, driver_version) "
+                      f"({_sel('', selector, IDENTITY_NAMES)})"),
+        "_host_info": (f"group by ({HOST_KEY}, driver_version, cuda_version) "
+                       f"({m('gputop_host_info')})"),
+        "_gputop_up": f"max by ({HOST_KEY}) ({m('gputop_up')})",
+        "_age": f"max by ({HOST_KEY}) ({m('gputop_snapshot_age_seconds')})",
+        "_warning": f"max by ({HOST_KEY}, severity, code, gpu) ({m('gputop_warning')} == 1)",
+        "_proc_mem": (f"max by ({HOST_KEY}, gpu, pid, user, command, workload) "
+                      f"({m('gputop_process_gpu_memory_bytes')})"),
+        "_proc_sm": f"max by ({HOST_KEY}, gpu, pid) ({m('gputop_process_sm_util')})",
+        "_reserved": (f"max by ({HOST_KEY}, gpu, owner, UUID, GPU_I_ID) "
+                      f"({m('gputop_gpu_reserved_until_timestamp_seconds')})"),
+        # Every target (a dead one is a host only if it had GPU series) and when each
+        # was last scraped; one host's view asks for its own targets only.
+        "_up": f'label_replace(timestamp({up}), "_scraped", "1", "", "") or {up}',
+    }
+
+
+def dead_query(instances: list[str], selector: str) -> str:
+    """Which of these dead targets had GPU series lately, and under which host name."""
+    pattern = "|".join(_regex_quote(i) for i in instances)
+    extra = f'instance=~"{pattern}"'
+    inner = ", ".join(p for p in (selector, extra) if p)
+    return (f"group by ({HOST_KEY}) (last_over_time("
+            f'{{__name__=~"{GPU_METRICS}", {inner}}}[{DEAD_LOOKBACK}]))')
+
+
+def _regex_quote(text: str) -> str:
+    out = []
+    for c in text:
+        if c in "\\.^$*+?()[]{}|":
+            out.append("\\\\" + c)  # a regex escape, itself escaped for the string
+        elif c == '"':
+            out.append('\\"')
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+# What the sparklines draw, per field, for the dashboard's backfill (query_range).
+HISTORY_FIELDS = ("util_gpu", "mem_used", "_mem_free", "mem_reserved", "mem_total")
+
+
+def history_queries(selector: str) -> dict[str, str]:
+    by_name = {f.name: f for f in FIELDS}
+    return {name: field_query(by_name[name], selector, FULL) for name in HISTORY_FIELDS}

@@ -1,0 +1,118 @@
+"""The shipped Prometheus alerting rules (gputop/examples/alert-rules*.yaml): valid for
+promtool, unit-tested with `promtool test rules` (tests/prometheus/*.test.yaml), every
+alert exercised on gputop serve's series and on dcgm-exporter's, printed by
+`gputop config`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.prom import (
+    ROOT,
+    free_port,
+    need_prometheus,
+    start_prometheus,
+    start_serve,
+    wait_http,
+)
+
+RULES = ROOT / "gputop" / "examples"
+TESTS = ROOT / "tests" / "prometheus"
+PAIRS = (("alert-rules.yaml", "alert-rules.test.yaml"),
+         ("alert-rules-opt-in.yaml", "alert-rules-opt-in.test.yaml"))
+GPUTOP_ONLY = {"GputopCollectorStuck"}  # reads gputop's own collection series
+
+
+@pytest.mark.parametrize(("rules", "tests"), PAIRS)
+def test_promtool_checks_and_unit_tests_pass(rules: str, tests: str) -> None:
+    need_prometheus()
+    done = subprocess.run(["promtool", "check", "rules", str(RULES / rules)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run(["promtool", "test", "rules", tests], cwd=TESTS,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("rules", "tests"), PAIRS)
+def test_every_alert_fires_on_both_exporters_series(rules: str, tests: str) -> None:
+    alerts = {rule["alert"] for group in yaml.safe_load((RULES / rules).read_text())["groups"]
+              for rule in group["rules"]}
+    fired: dict[str, set[str]] = {name: set() for name in alerts}
+    quiet: set[str] = set()
+    for case in yaml.safe_load((TESTS / tests).read_text())["tests"]:
+        for check in case.get("alert_rule_test", []):
+            name = check["alertname"]
+            assert name in alerts, f"{tests}: {name} is not a shipped alert"
+            if not check.get("exp_alerts"):
+                quiet.add(name)
+            for alert in check.get("exp_alerts") or []:
+                fired[name].add(alert["exp_labels"].get("job", ""))
+                assert alert["exp_labels"].get("severity") in ("critical", "warning", "info")
+                assert set(alert["exp_annotations"]) == {"summary", "description"}
+    for name, jobs in fired.items():
+        assert "gputop" in jobs, f"{name}: never tested on gputop serve's series"
+        if name not in GPUTOP_ONLY:
+            # GpuFallenOffBus's vanished-card alert keeps only the grouped labels.
+            assert "dcgm" in jobs or (name == "GpuFallenOffBus" and "" in jobs), (
+                f"{name}: never tested on dcgm-exporter's series")
+    # Each test file also checks that its alerts stay quiet somewhere (pending, healthy).
+    assert quiet, f"{tests}: no check that an alert stays quiet"
+
+
+@pytest.mark.parametrize(("flag", "name"), [("--alert-rules", "alert-rules.yaml"),
+                                            ("--alert-rules-opt-in", "alert-rules-opt-in.yaml")])
+def test_gputop_config_prints_the_shipped_rules(flag: str, name: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", "config", flag], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == (RULES / name).read_text()
+
+
+def test_rules_fire_in_a_real_prometheus_scraping_gputop_serve(tmp_path: Path) -> None:
+    """The shipped file loaded by a real Prometheus scraping `gputop serve --demo faulty`
+    and `--demo lab`: the faulty host's uncorrectable ECC and pending remap raise
+    GpuMemoryErrors on its GPU 2, from the series serve really exports; the lab host
+    raises none of it."""
+    need_prometheus()
+    config = tmp_path / "config.yaml"
+    config.write_text("{}\n")
+    procs = []
+    try:
+        targets = []
+        for scenario in ("faulty", "lab"):
+            port = free_port()
+            procs.append(start_serve(scenario, port, config))
+            targets.append(f"127.0.0.1:{port}")
+        for target in targets:
+            wait_http(f"http://{target}/api/v1/snapshot")
+        prom, url = start_prometheus(tmp_path, {"gputop": targets},
+                                     rule_files=(RULES / "alert-rules.yaml",))
+        procs.append(prom)
+        end = time.monotonic() + 90
+        while True:
+            with urllib.request.urlopen(f"{url}/api/v1/alerts", timeout=10) as response:
+                alerts = json.load(response)["data"]["alerts"]
+            memory = [a for a in alerts if a["labels"]["alertname"] == "GpuMemoryErrors"
+                      and a["state"] == "firing"]
+            if len(memory) >= 2:
+                break
+            assert time.monotonic() < end, f"GpuMemoryErrors never fired: {alerts}"
+            time.sleep(0.5)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(20)
+    assert {(a["labels"]["Hostname"], a["labels"]["gpu"], a["labels"]["code"])
+            for a in memory} == {("a100-node-12", "2", "ecc-uncorrected"),
+                                 ("a100-node-12", "2", "remap-pending")}
+    assert all(a["labels"]["severity"] == "critical" for a in memory)
+    assert not [a for a in alerts if a["labels"].get("Hostname") == "lab-gpu-03"
+                and a["labels"]["alertname"] in ("GpuMemoryErrors", "GpuFallenOffBus")]

@@ -1,0 +1,166 @@
+"""What `gputop --once` and `--json` cost: the modules they load and the NVML calls they
+make, on gputop's fake driver (tests/fakenvml) through the real pynvml (issue 27).
+
+Counts, never clocks: the timings are bench/bench_vs_nvitop.py's.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import fakenvml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A one-shot polls this machine in its own thread and prints: none of the event loop, the
+# HTTP clients, the dashboard, the ledger or the job queue.
+FORBIDDEN = ("asyncio", "http", "ssl", "email", "textual", "rich", "gputop.ui",
+             "gputop.sources.prometheus", "gputop.sources.serveapi", "gputop.sources.ssh",
+             "gputop.sources.oneshot", "gputop.ledger", "gputop.actions.queue",
+             "gputop.commands.queue", "gputop.analysis.queue_plan")
+
+# Runs gputop's main in this interpreter and writes the modules it loaded on the way out.
+RUN_AND_LIST = """
+import atexit, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = ["gputop", *sys.argv[2:]]
+from gputop.cli import main
+sys.exit(main())
+"""
+
+
+def _env(tmp_path: Path, scenario: dict) -> dict[str, str]:
+    env = fakenvml.environment(fakenvml.write_scenario(tmp_path / "scenario", scenario))
+    env["PYTHONPATH"] = str(ROOT)
+    env.pop("GPUTOP_HOSTS", None)
+    env["HOME"] = str(tmp_path)  # no user's hosts or config file
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    return env
+
+
+def _loaded_modules(tmp_path: Path, env: dict[str, str], *args: str) -> list[str]:
+    listing = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", RUN_AND_LIST, str(listing), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), "printed nothing"
+    modules: list[str] = json.loads(listing.read_text())
+    return modules
+
+
+@pytest.mark.parametrize("mode", ["--once", "--json"])
+def test_one_shot_loads_only_what_it_uses(tmp_path: Path, mode: str) -> None:
+    with fakenvml.processes(fakenvml.template("dgx8")) as scenario:
+        modules = _loaded_modules(tmp_path, _env(tmp_path, scenario), mode)
+    assert "gputop.sources.nvml" in modules and "pynvml" in modules  # it did read NVML
+    bad = [m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
+    ours = [m for m in modules if m.startswith("gputop")]
+    assert not bad, f"{mode} loaded {bad}; gputop modules: {ours}"
+
+
+# NVML calls of one process, by function name; FAKENVML_TRACE writes one line per call.
+def _calls(tmp_path: Path, env: dict[str, str], *args: str) -> collections.Counter[str]:
+    trace = tmp_path / "trace"
+    trace.unlink(missing_ok=True)
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", *args],
+                          env=dict(env, FAKENVML_TRACE=str(trace)), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return collections.Counter(line.split()[0] for line in trace.read_text().splitlines()
+                               if line.startswith("nvml"))
+
+
+REMOTE_ENDS = ("nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetNvLinkRemoteDeviceType")
+
+
+def test_nvml_calls_of_once_json_and_json_topology(tmp_path: Path) -> None:
+    template = fakenvml.template("dgx8")
+    gpus = len(template["devices"])
+    with fakenvml.processes(template) as scenario:
+        env = _env(tmp_path, scenario)
+        once = _calls(tmp_path, env, "--once")
+        plain = _calls(tmp_path, env, "--json")
+        linked = _calls(tmp_path, env, "--json", "--topology")
+    # nvitop 1.7.2 `-1` makes 205 calls on this scenario (bench/bench_vs_nvitop.py): at
+    # most 25 a card plus 5 for the driver; gputop's table lists MPS clients too.
+    assert sum(once.values()) <= 25 * gpus + 5, once
+    # Fields that never change are asked once a card, and the system's versions once.
+    for name in ("nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetHandleByIndex_v2"):
+        assert once[name] == plain[name] == gpus, name
+    assert once["nvmlDeviceGetCount_v2"] == 1
+    # Remote NVLink ends only where the interconnect is printed.
+    for name in REMOTE_ENDS:
+        assert once[name] == plain[name] == 0 and linked[name] > 0, name
+    assert sum(plain.values()) < sum(linked.values())
+
+
+STATIC = ("nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetSerial",
+          "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetTemperatureThreshold",
+          "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetMaxPcieLinkGeneration",
+          "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetPowerManagementLimitConstraints",
+          "nvmlDeviceGetPowerManagementDefaultLimit", "nvmlDeviceGetCpuAffinity",
+          "nvmlDeviceGetMemoryAffinity", "nvmlDeviceGetNumFans", *REMOTE_ENDS,
+          "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion")
+
+# Two collects of one dashboard backend; the calls of the second, from the trace file.
+TWO_READS = """
+import json, os, sys
+import pynvml
+from gputop.sources.hostsource import nvml_collector
+from gputop.sources.procfs import ProcFs
+trace = os.environ["FAKENVML_TRACE"]
+collector = nvml_collector(pynvml, ProcFs())
+collector.collect()
+first = len(open(trace).read().splitlines())
+collector.collect()
+print(json.dumps([line.split()[0] for line in open(trace).read().splitlines()[first:]]))
+"""
+
+
+def test_the_dashboard_reads_static_fields_once(tmp_path: Path) -> None:
+    with fakenvml.processes(fakenvml.template("dgx8")) as scenario:
+        env = dict(_env(tmp_path, scenario), FAKENVML_TRACE=str(tmp_path / "trace"))
+        done = subprocess.run([sys.executable, "-c", TWO_READS], env=env, capture_output=True,
+                              text=True, timeout=120, check=True)
+    second = collections.Counter(json.loads(done.stdout))
+    assert second["nvmlDeviceGetMemoryInfo_v2"] == len(scenario["devices"])  # it read again
+    assert not {name: second[name] for name in STATIC if second[name]}
+
+
+# The one-shot table and its warnings from a lean read and from a full one, at one time.
+LEAN_EQUALS_FULL = """
+import dataclasses, json, sys
+import pynvml
+from gputop.analysis.pipeline import warnings_once
+from gputop.commands.common import settings
+from gputop.commands.once import render_text
+from gputop.config import Config
+from gputop.model import HostSnapshot
+from gputop.sources.hostsource import nvml_collector
+from gputop.sources.procfs import ProcFs
+now = 1_764_680_000.0
+out = {}
+for lean in (True, False):
+    raw = nvml_collector(pynvml, ProcFs(), lean=lean).collect()
+    snap = dataclasses.replace(HostSnapshot.from_dict(raw), time=now)
+    warned = {snap.host: warnings_once(snap, settings(Config()), None, now)}
+    out["lean" if lean else "full"] = render_text([snap], warned, width=None)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("template", ["dgx8", "faulty", "mig"])
+def test_lean_once_prints_what_a_full_read_prints(tmp_path: Path, template: str) -> None:
+    with fakenvml.processes(fakenvml.template(template)) as scenario:
+        done = subprocess.run([sys.executable, "-c", LEAN_EQUALS_FULL],
+                              env=_env(tmp_path, scenario), capture_output=True, text=True,
+                              timeout=120, check=True)
+    got = json.loads(done.stdout)
+    assert "GPU" in got["full"] and len(got["full"].splitlines()) > 5
+    assert got["lean"] == got["full"]

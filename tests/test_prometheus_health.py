@@ -1,0 +1,222 @@
+"""Every alarm an exporter gives reaches `gputop check --prometheus`, as on the host.
+
+A real Prometheus (Debian's) on loopback scrapes: a `gputop serve --demo faulty`, a file
+in dcgm-exporter's format with a card at XID 79 with ECC and a pending remap, a MIG card
+of four GPU instances, pod and hpc_job labels and a thermal-violation counter that grows
+between scrapes; a `gputop serve`-shaped file whose collector is stuck
+(gputop_snapshot_age_seconds 500); a `gputop serve` that is killed once scraped; and a
+`node` target nobody answers.  gputop then reads everything back through Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from helpers.prom import (
+    ROOT,
+    FixedServer,
+    Reply,
+    free_port,
+    instant,
+    need_prometheus,
+    start_prometheus,
+    start_serve,
+    wait_http,
+)
+
+FIXTURES = ROOT / "tests" / "fixtures" / "prometheus"
+MIB = 1024**2
+HOST = "dcgm-faulty-1"
+
+STUCK_SERVE = """\
+# TYPE gputop_up gauge
+gputop_up{Hostname="stuck-serve-1"} 1
+# TYPE gputop_snapshot_age_seconds gauge
+gputop_snapshot_age_seconds{Hostname="stuck-serve-1"} 500
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-5",Hostname="stuck-serve-1"} 12
+"""
+
+
+@dataclass
+class Cluster:
+    url: str
+    node: str  # the dead target of a job that is not a GPU exporter
+    killed: str  # the instance of the gputop serve killed after its first scrapes
+
+
+def _faults_text() -> bytes:
+    # The thermal-violation counter grows a second of slowdown per wall second.
+    text = (FIXTURES / "dcgm-exporter-faults.txt").read_text()
+    return text.replace("{THERMAL_US}", str(int(time.time() * 1e6))).encode()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    need_prometheus()
+    tmp = tmp_path_factory.mktemp("promhealth")
+    config = tmp / "config.yaml"
+    config.write_text("serve: {lowercase_hostname: true}\n")
+    dcgm = FixedServer(lambda path: Reply(body=_faults_text()))
+    stuck = FixedServer(lambda path: Reply(body=STUCK_SERVE.encode()))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        faulty_port, doomed_port = free_port(), free_port()
+        procs.append(start_serve("faulty", faulty_port, config))
+        doomed = start_serve("lab", doomed_port, config)
+        procs.append(doomed)
+        for port in (faulty_port, doomed_port):
+            wait_http(f"http://127.0.0.1:{port}/api/v1/snapshot")
+        node = f"127.0.0.1:{free_port()}"
+        killed = f"127.0.0.1:{doomed_port}"
+        prom, url = start_prometheus(tmp, {
+            "gputop": [f"127.0.0.1:{faulty_port}", killed],
+            "dcgm": [dcgm.url.removeprefix("http://"), stuck.url.removeprefix("http://")],
+            "node": [node],
+        })
+        procs.append(prom)
+        end = time.monotonic() + 60
+        while (len(instant(url, "up == 1")) < 4 or not instant(url, "gputop_warning")
+               or not instant(url, "rate(DCGM_FI_DEV_THERMAL_VIOLATION[2m]) > 0")):
+            assert time.monotonic() < end, "Prometheus never scraped every target"
+            time.sleep(0.3)
+        doomed.terminate()
+        doomed.wait(10)
+        while not instant(url, f'up{{instance="{killed}"}} == 0'):
+            assert time.monotonic() < end, "the killed serve never went down"
+            time.sleep(0.3)
+        yield Cluster(url, node, killed)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+        dcgm.close()
+        stuck.close()
+
+
+def gputop(*args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def check_json(*args: str) -> tuple[int, dict[str, Any]]:
+    done = gputop(*args, "check", "--json")
+    return done.returncode, dict(json.loads(done.stdout))
+
+
+def codes(doc: dict[str, Any], host: str) -> set[tuple[str, int | None]]:
+    return {(w["code"], w["gpu"]) for w in doc["warnings"] if w["host"] == host}
+
+
+def test_dcgm_exporter_faults_raise_the_hosts_own_rules(cluster: Cluster) -> None:
+    status, doc = check_json("--prometheus", cluster.url)
+    assert status == 2 and doc["status"] == "critical"
+    found = codes(doc, HOST)
+    assert {("xid-79", 0), ("ecc-uncorrected", 0), ("remap-pending", 0),
+            ("thermal-slowdown", 0)} <= found
+    # Card 2: a remap failure, and clocks slowed by heat only its violation counter tells.
+    assert {("remap-failure", 2), ("thermal-slowdown", 2)} <= found
+    severities = {w["code"]: w["severity"] for w in doc["warnings"] if w["host"] == HOST}
+    assert severities["xid-79"] == severities["ecc-uncorrected"] == "critical"
+
+
+def test_gputop_serve_warnings_come_through_with_the_same_codes(cluster: Cluster) -> None:
+    local_status, local = check_json("--demo", "faulty")
+    [host] = {w["host"] for w in local["warnings"]}
+    status, through = check_json("--prometheus", cluster.url)
+    assert codes(local, host) and codes(local, host) <= codes(through, host)
+    assert local_status == 2 and status == 2
+
+
+def test_mig_instances_are_mig_devices_and_the_card_has_their_memory(cluster: Cluster) -> None:
+    done = gputop("--prometheus", cluster.url, "--json")
+    hosts = {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
+    card = next(g for g in hosts[HOST]["gpus"] if g["index"] == 1)
+    assert card["mig_mode"] is True and len(card["mig_devices"]) == 4
+    assert [d["gi"] for d in card["mig_devices"]] == [3, 4, 5, 6]
+    assert {d["profile"] for d in card["mig_devices"]} == {"1g.6gb"}
+    assert card["mig_devices"][3]["mem_used"] == 614 * MIB
+    assert card["mig_devices"][0]["mem_total"] == (461 + 5483) * MIB
+    assert card["mem_used"] == (461 * 3 + 614) * MIB
+    assert card["mem_total"] == 4 * (461 + 5483) * MIB
+    assert [d["sm_active"] for d in card["mig_devices"]] == [50, 0, 25, 88]
+    assert [w["kind"] + ":" + w["id"] for w in card["workloads"]] == ["slurm:4242"]
+    first = hosts[HOST]["gpus"][0]
+    assert first["workloads"][0]["pod"] == "train-7f9c"
+    assert first["workloads"][0]["namespace"] == "ml"
+
+
+def test_once_says_what_the_source_does_not_export(cluster: Cluster) -> None:
+    done = gputop("--prometheus", cluster.url, "--once")
+    blocks = done.stdout.split("\n\n")
+    at = next(n for n, b in enumerate(blocks) if b.startswith(HOST))
+    block = "\n\n".join(blocks[at:at + 2])  # the cards, then the processes
+    assert "processes: not exported by this source" in block
+    assert "no processes" not in block
+    assert "jobs: k8s:ml/train-7f9c" in block and "jobs: slurm:4242" in block
+    assert "312W" in block and "n/aW" not in done.stdout
+
+
+def test_targets_dead_names_and_stale_serves(cluster: Cluster) -> None:
+    done = gputop("--prometheus", cluster.url, "--json")
+    hosts = {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
+    # A dead target that never had GPU series is not a GPU host.
+    assert cluster.node not in hosts
+    # The killed serve keeps the name it had while alive.
+    assert cluster.killed not in hosts
+    assert hosts["lab-gpu-03"]["state"] == "unreachable"
+    assert "up == 0" in hosts["lab-gpu-03"]["error"]
+    # A serve whose collector is stuck is scraped fine, but its snapshot is old.
+    stuck = hosts["stuck-serve-1"]
+    assert stuck["state"] == "stale" and "500 s old" in stuck["error"]
+    _status, doc = check_json("--prometheus", cluster.url)
+    assert not any(cluster.node in (w["message"] or "") for w in doc["warnings"])
+    assert ("host-state", None) in codes(doc, "stuck-serve-1")
+
+
+def test_the_summary_asks_for_unhealthy_series_only(cluster: Cluster) -> None:
+    from gputop.sources import promql
+
+    exprs = promql.queries(promql.SUMMARY, "")
+    # Healthy cards stay on the server: only the faulty ones come back.
+    xids = instant(cluster.url, exprs["_xid"])
+    assert (HOST, "0", "79") in {(s["metric"].get("Hostname"), s["metric"].get("gpu"),
+                                  s["value"][1]) for s in xids}
+    assert all(float(s["value"][1]) > 0 for s in xids)
+    assert all(set(s["metric"]) <= {"Hostname", "hostname", "instance", "gpu", "uuid",
+                                    "GPU_I_ID"} for s in xids)
+    [mib] = [s for s in instant(cluster.url, exprs["mem_used"])
+             if s["metric"].get("Hostname") == HOST and s["metric"].get("gpu") == "0"]
+    assert float(mib["value"][1]) == 70000 * MIB  # the unit is converted by Prometheus
+
+
+
+def test_an_opened_host_is_read_in_full_the_rest_in_brief(cluster: Cluster) -> None:
+    from gputop.config import PrometheusConfig
+    from gputop.sources import promql
+    from gputop.sources.prometheus import PrometheusFeed
+
+    _status, local = check_json("--demo", "faulty")
+    [host] = {w["host"] for w in local["warnings"]}
+    feed = PrometheusFeed(cluster.url, PrometheusConfig(), 30.0, view=promql.SUMMARY)
+
+    def clocks() -> dict[str, bool]:
+        return {s.host: any(g.clock_sm is not None for g in s.gpus) for s in feed.poll()
+                if s.gpus}
+
+    assert clocks()[host] is False  # the overview does not show clocks: not asked
+    feed.focus(host)
+    opened = clocks()
+    assert opened[host] is True and opened[HOST] is False
+    feed.focus(None)
+    assert clocks()[host] is False

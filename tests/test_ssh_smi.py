@@ -1,0 +1,74 @@
+"""Issue 29 over a real sshd: hosts read through nvidia-smi (no python3, a MIG node, a
+Windows host) reach the snapshot as the parsers promise (tests/test_smi_truth.py).
+
+The "Windows" host is an sshd on loopback whose login shell answers as cmd.exe does
+under OpenSSH for Windows (tests/sshd.py, ``_FAKE_CMD``: the probe's `exec` is "not
+recognized", a command line starting with nvidia-smi runs it); its nvidia-smi replays a
+real Windows capture.  No real cmd.exe or PowerShell can run here, so the decision itself
+is also tested on their recorded messages (test_smi_truth.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sshd import HostConf, SshdCluster, collect_round
+
+from gputop import model
+
+
+@pytest.fixture(scope="module")
+def smi_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
+    confs = [
+        HostConf("smi-h100", scenario=None, python=None),
+        HostConf("smi-mig", scenario=None, python=None, smi_capture="capture-h100-mig-590.txt"),
+        HostConf("smi-win", scenario=None, python=None, shell="cmd",
+                 smi_capture="capture-windows-rtx-2080-super-591.txt"),
+        HostConf("smi-endless", scenario=None, python=None),
+    ]
+    cluster = SshdCluster(tmp_path_factory.mktemp("smi"), confs, per_daemon=len(confs))
+    # an nvidia-smi that never stops talking (issue 25.9, on the fallback path)
+    endless = cluster.host("smi-endless").bin_dir / "nvidia-smi"
+    endless.write_text("#!/bin/sh\nexec /usr/bin/yes 'GPU 0: no end'\n")
+    with cluster:
+        yield cluster
+
+
+async def test_windows_host_is_read_through_nvidia_smi(smi_hosts: SshdCluster) -> None:
+    spec = smi_hosts.specs(["smi-win"])[0]
+    (snap,) = await collect_round([spec], timeout=30)
+    assert snap.state == model.HOST_FALLBACK, snap.error
+    assert "Windows host (cmd.exe)" in (snap.error or "")
+    assert snap.gpus[0].name == "NVIDIA GeForce RTX 2080 SUPER"
+    types = {p.pid: p.type for p in snap.processes}
+    assert len(types) == 12 and types[2056] == "C+G" and types[25704] == "C"
+    assert all(p.visible for p in snap.processes)
+    assert "processes.user" in snap.missing
+    # the capture's `topo -m` failed on Windows: no topology, said so
+    assert "topology" in snap.missing and snap.topology == ()
+    assert "not found" not in (snap.error or "")
+
+
+async def test_linux_fallback_reads_topology_once(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-h100"]), timeout=30)
+    assert snap.state == model.HOST_FALLBACK, snap.error
+    (gpu,) = snap.gpus
+    assert (gpu.cpu_affinity, gpu.numa_node) == ("0-19", 0)  # from the capture's topo -m
+    assert "topology" not in snap.missing and "nvlinks" not in snap.missing
+    assert gpu.clock_event_reasons == ()  # asked for and read (0x0 under load)
+
+
+async def test_mig_node_lists_its_mig_devices(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-mig"]), timeout=30)
+    assert snap.state == model.HOST_FALLBACK, snap.error
+    (gpu,) = snap.gpus
+    assert [d.profile for d in gpu.mig_devices] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    assert all(d.uuid and d.uuid.startswith("MIG-") for d in gpu.mig_devices)
+    assert {p.gpu_label for p in snap.processes} == {"0:0"}
+
+
+async def test_fallback_output_is_bounded(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-endless"]), timeout=30)
+    assert snap.state == model.HOST_ERROR, snap
+    assert "more than 32 MiB of output" in (snap.error or "")
