@@ -29,15 +29,29 @@ FILTER_HELP = {"--min-free-mem": "free memory each GPU needs, e.g. 20G, 512M (de
                "--whole": "whole GPUs only (default: one MIG device when it is enough)"}
 
 
+class _Once(argparse.Action):
+    """An option that may be given once: `--demo a --demo b` would show only b."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        before = getattr(namespace, self.dest, None)
+        if before is not None:
+            parser.error(f"{option_string} given twice ({before}, {values}): give one; "
+                         f"'--demo cluster' shows several machines")
+        setattr(namespace, self.dest, values)
+
+
 def _add_source_args(p: argparse.ArgumentParser) -> None:
     """Where snapshots come from; shared by the dashboard and every subcommand."""
     p.add_argument(
         "--demo",
         nargs="?",
         const="dgx-h100",
+        action=_Once,
         metavar="SCENARIO",
         help="use the simulator, not the real driver (default: off); SCENARIO is a name "
-        "or YAML file, dgx-h100 if omitted ('--demo list' names them)",
+        "or YAML file, dgx-h100 if omitted ('--demo list' names them; 'cluster' is "
+        "several machines)",
     )
     p.add_argument("--hosts", metavar="FILE", help="hosts file (YAML) to watch over SSH "
                    "(default: $GPUTOP_HOSTS, else ~/.config/gputop/hosts.yaml if it exists)")
@@ -84,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="render the main screens headless against demo scenarios into DIR as SVG",
     )
+    parser.add_argument("--watch", type=float, metavar="S",
+                        help="with --once: redraw the table every S seconds until Ctrl+C, "
+                        "plain text as `gpustat -i` (default: once)")
     parser.add_argument("--topology", action="store_true",
                         help="with --json: also the GPU interconnect (NVLink remote ends, "
                         "`gputop topo`'s links), which costs the driver calls per link")
@@ -391,6 +408,14 @@ def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
         from gputop.ui.screenshots import run_screenshots
 
         return run_screenshots(args.screenshot)
+    if args.watch is not None:
+        if args.json or args.screenshot:
+            print("gputop: --watch redraws the --once table; it does not go with --json "
+                  "or --screenshot", file=sys.stderr)
+            return EXIT_USAGE
+        from gputop.commands import watch
+
+        return watch.run(options, args.watch)
     if args.once or args.json:
         from gputop.commands import once
 

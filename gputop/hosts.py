@@ -92,6 +92,20 @@ def split_target(text: str, what: str = "host") -> tuple[str | None, str, int | 
     return user, host, port
 
 
+def target_parts(text: str) -> dict[str, Any]:
+    """The HostSpec fields that ``[user@]host[:port]`` sets beside its name: the one
+    syntax of a hosts-file entry (``- alice@127.0.0.9:2222``) and of ``-H``."""
+    user, host, port = split_target(text)
+    parts: dict[str, Any] = {}
+    if host != text:
+        parts["hostname"] = host
+    if user is not None:
+        parts["user"] = user
+    if port is not None:
+        parts["port"] = port
+    return parts
+
+
 @dataclass(frozen=True)
 class HostSpec:
     name: str  # what the user calls it; also the ssh alias when hostname is None
@@ -180,7 +194,8 @@ def parse_text(text: str, path: str = "<hosts>") -> list[HostSpec]:
                 f"{path}:{line}: key 'name': duplicate host '{name}' (first on line {seen[name]})"
             )
         seen[name] = line
-        merged = {**defaults, **options}
+        # The name's own user and port beat the defaults; the entry's keys beat both.
+        merged = {**defaults, **target_parts(name), **options}
         labels = tuple(defaults.get("labels", ())) + tuple(
             x for x in options.get("labels", ()) if x not in defaults.get("labels", ())
         )
@@ -365,9 +380,9 @@ def _name(node: _Node, path: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise HostsFileError(f"{path}:{node.line}: key 'name': expected text, got {_kind(value)}")
     try:
-        # Without `hostname:` the name is what ssh connects to; with it, still the %n of
-        # a ProxyCommand.
-        ssh_word(value)
+        # Without `hostname:` the name is what ssh connects to ([user@]host[:port], as
+        # -H takes it); with it, still the %n of a ProxyCommand.
+        target_parts(value)
     except ValueError as exc:
         raise HostsFileError(f"{path}:{node.line}: key 'name': {exc}") from None
     return value
@@ -403,15 +418,15 @@ def parse_host_list(text: str) -> list[HostSpec]:
         if not item:
             continue
         try:
-            user, host, port = split_target(item)
+            parts = target_parts(item)
         except ValueError as exc:
-            raise HostsFileError(f"-H:1: key 'name': {exc}") from None
+            raise HostsFileError(f"-H: {exc}") from None
         if item in seen:
-            raise HostsFileError(f"-H:1: key 'name': duplicate host {item!r}")
+            raise HostsFileError(f"-H: duplicate host {item!r}")
         seen.add(item)
-        specs.append(HostSpec(name=item, hostname=host, user=user, port=port))
+        specs.append(HostSpec(name=item, **parts))
     if not specs:
-        raise HostsFileError("-H:1: key 'name': no hosts given")
+        raise HostsFileError("-H: no hosts given; name them as [user@]host[:port],...")
     return specs
 
 

@@ -21,6 +21,9 @@ SCHEMA_VERSION = 1
 # Host states, shown in the UI and in --json.
 HOST_CONNECTING = "connecting"
 HOST_OK = "ok"
+# The ``source`` of a snapshot the demo made up for the time before it started (its
+# seeded history): shown in charts, never called observed, never a warning of the session.
+SOURCE_SIMULATED_PAST = "simulated past"
 HOST_STALE = "stale"
 HOST_AUTH_FAILED = "auth failed"
 HOST_KEY_UNKNOWN = "host key unknown"

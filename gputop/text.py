@@ -45,6 +45,16 @@ def clock(fmt: str, epoch: float) -> str:
         return "?"
 
 
+def without_program_dir(command: str) -> str:
+    """``/home/alice/venvs/llm/bin/python -u train.py`` -> ``python -u train.py``: for a
+    command cut to a narrow cell, where the interpreter's directory would take the room
+    of the script and its arguments (eight ranks of one job all read "/home/alice/ven")."""
+    program, space, rest = command.partition(" ")
+    if not program.startswith(("/", "~", "./")) or "/" not in program.rstrip("/"):
+        return command
+    return program.rstrip("/").rsplit("/", 1)[1] + space + rest
+
+
 def capped(text: str, limit: int) -> str:
     """At most `limit` characters, then how much was left out: a 200 KB command line must
     not fill a screen."""

@@ -41,6 +41,10 @@ def _not_valid(exc: Exception, name: str, error_cls: type[Exception]) -> Excepti
     return error_cls(f"{name}:{line}: not valid YAML: {problem}")
 
 
+def _too_big(name: str) -> str:
+    return f"{name}: larger than {MAX_FILE_BYTES // 1024} KiB; is it the right file?"
+
+
 def read_file(path: str | os.PathLike[str], name: str, error_cls: type[Exception]) -> str:
     """The text of a file a user named, refused unless it is a regular file of at most
     MAX_FILE_BYTES: a FIFO or a device must not hang us, a huge file not keep us busy."""
@@ -48,22 +52,22 @@ def read_file(path: str | os.PathLike[str], name: str, error_cls: type[Exception
         # O_NONBLOCK: opening a FIFO for reading would wait for a writer forever.
         fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise error_cls(f"{name}:0: the file does not exist") from None
+        raise error_cls(f"{name}: no such file; check the path") from None
     except OSError as exc:
-        raise error_cls(f"{name}:0: cannot read: {exc.strerror or exc}") from None
+        raise error_cls(f"{name}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise error_cls(f"{name}:0: not a regular file")
+            raise error_cls(f"{name}: not a regular file; name a YAML file")
         if info.st_size > MAX_FILE_BYTES:
-            raise error_cls(f"{name}:0: larger than {MAX_FILE_BYTES // 1024} KiB")
+            raise error_cls(_too_big(name))
         raw = os.read(fd, MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise error_cls(f"{name}:0: cannot read: {exc.strerror or exc}") from None
+        raise error_cls(f"{name}: cannot read it: {(exc.strerror or str(exc)).lower()}") from None
     finally:
         os.close(fd)
     if len(raw) > MAX_FILE_BYTES:  # grew since fstat
-        raise error_cls(f"{name}:0: larger than {MAX_FILE_BYTES // 1024} KiB")
+        raise error_cls(_too_big(name))
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

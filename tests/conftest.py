@@ -4,6 +4,8 @@ processes a test starts; and the rule that CI skips nothing."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Generator, Iterator
 
 import pytest
@@ -11,6 +13,33 @@ from helpers.procs import Reaper
 from sshd import sshd_factory, sshd_hosts
 
 __all__ = ["reaper", "sshd_factory", "sshd_hosts"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every temporary file of the run, ours, gputop's (the demo's reservation store) and
+    pytest's own, goes under one folder that the run removes at its end: `make test`
+    leaves nothing in /tmp.  World-writable and sticky like /tmp itself, because the
+    tests' other users make their own folders in it; TMPDIR reaches the subprocesses."""
+    root = tempfile.mkdtemp(prefix="gputop-tests-")
+    os.chmod(root, 0o1777)
+    config.stash[_TMP_ROOT] = (root, os.environ.get("TMPDIR"), tempfile.tempdir)
+    os.environ["TMPDIR"] = root
+    tempfile.tempdir = root
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root, before, tempdir = config.stash.get(_TMP_ROOT, (None, None, None))
+    if root is None:
+        return
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = tempdir
+    shutil.rmtree(root, ignore_errors=True)
+
+
+_TMP_ROOT = pytest.StashKey[tuple[str, str | None, str | None]]()
 
 
 @pytest.fixture

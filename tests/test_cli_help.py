@@ -127,3 +127,25 @@ def test_readme_exit_code_table_is_complete() -> None:
     table = set(re.findall(r"^\| (\d+) \|", README, re.M))
     codes = {str(v) for k, v in vars(exitcodes).items() if k.startswith("EXIT_")}
     assert table == codes
+
+
+def test_readme_says_how_to_run_the_demo_after_make_demo(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """After `make demo` a newcomer wants the other scenarios: the README's commands run,
+    and the scenarios it names are the ones `--demo list` prints."""
+    lines = re.findall(r"^\.venv-demo/bin/gputop (--demo [^#\n]*?)\s*# (.*)$", README, re.M)
+    assert len(lines) >= 3 and "pipx install ." in README
+    from gputop.sources.sim import list_scenarios
+    from gputop.sources.simcluster import CLUSTER
+
+    for command, comment in lines:
+        args = shlex.split(command)
+        if args[-1] == "list":
+            assert cli.main(args) == 0
+            named = re.findall(r"[\w-]+", comment.split(":", 1)[1])
+            assert named == [name for name, _ in list_scenarios()] + [CLUSTER]
+        elif args[-1] == "check":
+            assert cli.main(args) == 2  # the faulty node has criticals
+        else:
+            assert args[1] in [*dict(list_scenarios()), CLUSTER]
+        capsys.readouterr()

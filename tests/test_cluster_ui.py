@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers.ui import START, cluster_app, feed_all
 from rich.style import Style
 
@@ -96,6 +97,21 @@ def _eight_gpu_host(name: str, reserved: int | None = None) -> HostSnapshot:
     held = () if reserved is None else (
         Reservation(gpu=reserved, user="dave", until=START + 3600, since=START),)
     return HostSnapshot(host=name, time=START, gpus=gpus, reservations=held)
+
+
+async def test_all_processes_draws_under_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NO_COLOR (Textual's monochrome filter) once crashed on the list's unstyled cells."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = cluster_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        feed_all(app)
+        await pilot.press("p")
+        await pilot.pause()
+        assert isinstance(app.screen, ClusterProcessesScreen)
+        assert "lab-0" in app.export_screenshot()
+        await pilot.press("escape")
+        await pilot.pause()
+    assert app.return_code in (None, 0)
 
 
 async def test_cluster_at_80_columns_shows_every_card() -> None:

@@ -77,7 +77,8 @@ def test_all_none_card_has_no_warnings() -> None:
 
 
 def test_gpu_lost_is_critical_and_suppresses_other_rules() -> None:
-    lost = Gpu(index=3, state=GPU_LOST, error="GPU is lost", temp=99, temp_shutdown=95)
+    lost = Gpu(index=3, state=GPU_LOST, error="fallen off the bus; needs a reset or reboot",
+              temp=99, temp_shutdown=95)
     found = health.warnings(snap(healthy(0), lost), None, Thresholds(), NOW)
     assert [(w.code, w.severity, w.gpu) for w in found] == [("gpu-lost", CRITICAL, 3)]
     assert "fallen off the bus" in found[0].message
@@ -432,6 +433,25 @@ def test_input_bound_process() -> None:
                 if w.code == "input-bound"]
 
 
+def test_a_graphics_process_is_not_input_bound() -> None:
+    """Xorg at 0 % SM with 82 % CPU draws a desktop; it does not wait for input data."""
+    for kind in ("G", "C+G"):
+        xorg = {"type": kind, "command": "/usr/lib/xorg/Xorg vt1", "sm_util": 0,
+                "cpu_percent": 82.0, "gpu_mem": 40 * 1024**2}
+        history = History(seconds=3600)
+        last = feed(history, minutes=10, **xorg)
+        current = snap(healthy(util_gpu=0), processes=(proc(**xorg),), time=last)
+        assert not [w for w in health.warnings(current, history, Thresholds(), last)
+                    if w.code == "input-bound"], kind
+    # the same readings from a compute process are input-bound
+    compute = {**xorg, "type": "C", "command": "python train.py"}
+    history = History(seconds=3600)
+    last = feed(history, minutes=10, **compute)
+    current = snap(healthy(util_gpu=0), processes=(proc(**compute),), time=last)
+    assert [w.code for w in health.warnings(current, history, Thresholds(), last)
+            if w.code == "input-bound"] == ["input-bound"]
+
+
 def test_orphan_with_a_calm_cpu_is_not_input_bound() -> None:
     # Orphaned, holding memory and idle for 10 minutes (not yet `idle_minutes`): a running
     # nohup job is normal, so no warning; a calm CPU keeps it from being input-bound too.
@@ -562,6 +582,8 @@ def test_tracker_holds_xids_longer_and_keeps_hosts_apart() -> None:
     assert {w.code for w in tracker.expire(NOW + 100)} == {"xid-79", "temp-near-slowdown"}
     assert [w.host for w in tracker.current("node2")] == ["node2"]
     assert [w.code for w in tracker.for_gpu("node1", 0)] == ["xid-79"]
+    # An event does not "clear": the panel must not call cleared what `w` lists as active.
+    assert not tracker.clearing(tracker.for_gpu("node1", 0)[0])
     assert [w.code for w in tracker.expire(NOW + 601)] == ["temp-near-slowdown"]
     assert [c.warning.code for c in tracker.log] == ["xid-79"]
 

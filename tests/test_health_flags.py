@@ -26,7 +26,13 @@ T0 = 1_764_680_000.0
 def lab_after(minutes: int) -> tuple[HostSnapshot, History]:
     """The lab scenario observed once a minute for ``minutes``: idle and orphan holders."""
     now = [T0]
-    nvml = sim.SimNvml(sim.load_scenario("lab"), clock=lambda: now[0])
+    scenario = sim.load_scenario("lab")
+    # The lab's busy-CPU, idle-SM process is its display server, which is no job starving
+    # for data (type G); as a compute job the same readings are input-bound.
+    for proc in scenario.processes:
+        if proc["cmdline"][0].endswith("Xorg"):
+            proc.update(type="C", cmdline=["python", "loader_bound.py"])
+    nvml = sim.SimNvml(scenario, clock=lambda: now[0])
     collector = nvml_collector(nvml, sim.SimProcs(nvml), host="lab", demo=True,
                           clock=lambda: now[0])
     history = History(seconds=3600, process_seconds=3600)
@@ -112,7 +118,13 @@ def test_analyser_honours_the_health_idle_limit_when_it_differs() -> None:
 
 def test_analyser_flags_and_warnings_agree() -> None:
     now = [T0]
-    nvml = sim.SimNvml(sim.load_scenario("lab"), clock=lambda: now[0])
+    scenario = sim.load_scenario("lab")
+    # The lab's busy-CPU, idle-SM process is its display server, which is no job starving
+    # for data (type G); as a compute job the same readings are input-bound.
+    for proc in scenario.processes:
+        if proc["cmdline"][0].endswith("Xorg"):
+            proc.update(type="C", cmdline=["python", "loader_bound.py"])
+    nvml = sim.SimNvml(scenario, clock=lambda: now[0])
     collector = nvml_collector(nvml, sim.SimProcs(nvml), host="lab", demo=True,
                           clock=lambda: now[0])
     analyse = analyser(Config(), History(seconds=3600, process_seconds=3600))

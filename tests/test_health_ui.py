@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import Static
@@ -69,6 +71,22 @@ async def test_panel_shows_and_skips_unchanged_updates() -> None:
         assert panel.show(SAMPLE[:1], now=NOW + 1) is True
         assert [x.code for x in panel.warnings] == ["persistence-off"]
         assert panel.size.height >= 2
+
+
+async def test_the_panel_names_hosts_only_when_there_are_several() -> None:
+    """One host's warnings need no host name: at 80 columns it took the reason's room."""
+    app = PanelApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        panel = app.query_one(WarningsPanel)
+        panel.show(SAMPLE, now=NOW)
+        await pilot.pause()
+        lines = str(panel.render()).splitlines()
+        assert lines and not any("node1" in line for line in lines)
+        other = dataclasses.replace(SAMPLE[0], host="node2")
+        panel.show([*SAMPLE, other], now=NOW + 60)
+        await pilot.pause()
+        lines = str(panel.render()).splitlines()
+        assert any("node1" in line for line in lines) and any("node2" in line for line in lines)
 
 
 class LogApp(App[None]):

@@ -110,7 +110,7 @@ def test_errors_name_file_line_and_key(text: str, line: int, needle: str) -> Non
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(HostsFileError, match="does not exist"):
+    with pytest.raises(HostsFileError, match=r": no such file; check the path$"):
         load(tmp_path / "nope.yaml")
 
 

@@ -5,9 +5,10 @@ with a real reservation store in a temp directory."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from helpers.ui import plain
@@ -22,11 +23,12 @@ from gputop.ui.screens.reserve import ReserveScreen
 
 
 @pytest.fixture
-def demo_dir(monkeypatch: pytest.MonkeyPatch) -> str:
+def demo_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     base = tempfile.mkdtemp(prefix="gputop-ui-mig-")
     os.chmod(base, 0o755)
     monkeypatch.setattr(tempfile, "tempdir", base)
-    return opener.demo_reservations_dir("mig")
+    yield opener.demo_reservations_dir("mig")
+    shutil.rmtree(base, ignore_errors=True)
 
 
 async def _until(pilot, check: Callable[[], object], timeout: float = 10.0) -> None:

@@ -11,7 +11,7 @@ import unicodedata
 
 import pytest
 
-from gputop import model
+from gputop import model, text
 from gputop.commands import common, once
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.sources import sim
@@ -111,7 +111,8 @@ def test_error_host_block_and_multiple_hosts() -> None:
     blocks = text.split("\n\n")
     assert blocks[0].startswith("box")
     assert any(b.startswith("gpu-17  UNREACHABLE") for b in blocks)
-    assert "unreachable: connection refused" in text
+    # The state once (in the header), then why: never "unreachable: unreachable: ...".
+    assert "gpu-17  UNREACHABLE  2027-01-15 08:00:00\n  connection refused\n" in text
 
 
 def test_warnings_section() -> None:
@@ -297,7 +298,8 @@ def test_every_host_unreachable_exits_3(mode: str) -> None:
     # Nothing listens on port 1 of loopback: refused at once, no network needed.
     done = run_gputop(mode, "-H", "127.0.0.1:1,127.0.0.2:1", "--timeout", "10")
     assert done.returncode == 3, done.stdout + done.stderr
-    assert done.stdout.count("unreachable") >= 2  # the host states are still printed
+    # the host states are still printed
+    assert done.stdout.lower().count("unreachable") >= 2
 
 
 def test_json_power_is_rounded_once_to_a_tenth() -> None:
@@ -307,3 +309,35 @@ def test_json_power_is_rounded_once_to_a_tenth() -> None:
     assert doc["hosts"][0]["gpus"][0]["power_draw"] == 23.5
     text = once.render_text([dataclasses.replace(snap, gpus=(gpu,), processes=())])
     assert "23/350W" in text and "24/350W" not in text
+
+
+def test_card_and_mig_memory_in_one_unit_rule() -> None:
+    """`21.8/79.6GiB` for a card and its MIG devices alike; a 13 MiB instance is 13MiB,
+    not a rounded 0.0 (issue 24)."""
+    card = Gpu(index=0, name="NVIDIA H100 80GB HBM3", mem_used=int(21.8 * GIB),
+               mem_total=int(79.6 * GIB), mig_mode=1)
+    devices = (model.MigDevice(gpu=0, index=0, profile="1g.10gb", mem_used=13 * 1024**2,
+                               mem_total=int(9.6 * GIB)),
+               model.MigDevice(gpu=0, index=1, profile="1g.10gb", mem_used=int(2.2 * GIB),
+                               mem_total=int(9.6 * GIB)))
+    card = dataclasses.replace(card, mig_devices=devices)
+    text = once.render_text([HostSnapshot(host="box", time=T0, gpus=(card,))], width=None)
+    lines = text.splitlines()
+    assert "21.8/79.6GiB" in next(line for line in lines if line.startswith("  0 "))
+    assert " 13MiB/9.6GiB " in next(line for line in lines if line.startswith(" 0:0"))
+    assert " 2.2/9.6GiB " in next(line for line in lines if line.startswith(" 0:1"))
+    assert "/9.6G " not in text  # no bare "G"
+
+
+def test_a_cut_command_shows_the_script_not_the_interpreter_path() -> None:
+    """At 80 columns eight ranks of one job read "/home/alice/venvs/llm/bin/..." (issue
+    24.15): once cut, the program's directory goes first."""
+    snap = sim_snapshot("dgx-h100")
+    narrow = once.render_text([snap], width=80).splitlines()
+    ranks = [line for line in narrow if "train.py" in line]
+    assert len(ranks) == 8 and all("  python -u train.py --" in line for line in ranks)
+    wide = once.render_text([snap], width=None).splitlines()
+    assert any("/home/alice/venvs/llm/bin/python -u train.py" in line for line in wide)
+    assert text.without_program_dir("/usr/bin/python3 -m x") == "python3 -m x"
+    for kept in ("python train.py", "[kworker]", "/", "-bash"):
+        assert text.without_program_dir(kept) == kept

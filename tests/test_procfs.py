@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import time
@@ -284,3 +285,37 @@ def test_facts_that_never_change_are_read_once_per_process(tmp_path: Path) -> No
     stat = (child / "stat").read_text().replace(" 9000 ", " 9500 ")
     (child / "stat").write_text(stat)
     assert procs.process_info([4242])[4242]["command"] == "rewritten"
+
+
+def test_environment_shows_gpus_job_and_rank_only(spawn) -> None:
+    """The detail view's environment (issue 24.19): which GPUs, job and rank; never the
+    rest (an environment holds tokens)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "1,3", "SLURM_JOB_ID": "4242",
+           "SLURM_PROCID": "0", "LOCAL_RANK": "2", "GPUTOP_TEST_TOKEN": "hunter2",
+           "SLURM_JOB_NAME": "x" * 5000}
+    child = spawn("-c", SLEEPER, env=env)
+    procs = ProcFs()
+    _wait_for(lambda: (procs.process(child.pid) or {}).get("cmdline", ())[1:2] == ("-c",))
+    found = procs.process(child.pid)["environment"]
+    assert found["CUDA_VISIBLE_DEVICES"] == "1,3" and found["SLURM_JOB_ID"] == "4242"
+    assert found["LOCAL_RANK"] == "2" and found["SLURM_PROCID"] == "0"
+    assert len(found["SLURM_JOB_NAME"]) == 200  # capped
+    assert "GPUTOP_TEST_TOKEN" not in found and "PATH" not in found
+
+
+def test_environment_of_another_users_process_is_not_readable(spawn, tmp_path: Path) -> None:
+    """A user who does not own the process cannot read its environ: None, said as such."""
+    from helpers.users import SYSTEM_PYTHON, ensure_users, portable_gputop
+
+    child = spawn("-c", SLEEPER, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+    code = ("import sys; from gputop.sources.procfs import ProcFs; "
+            "print(ProcFs().process(int(sys.argv[1]))['environment'])")
+    lib = portable_gputop(tmp_path / "lib")
+    os.chmod(tmp_path, 0o755)
+    with ensure_users(["gputop-envt"]) as (user,):
+        runuser = shutil.which("runuser") or "runuser"
+        done = subprocess.run([runuser, "-u", user.pw_name, "--", SYSTEM_PYTHON, "-c", code,
+                               str(child.pid)], env={"PYTHONPATH": str(lib), "PATH": "/usr/bin"},
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"

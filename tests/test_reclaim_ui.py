@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
 from typing import Any
+
+from rich.console import Console
 
 from gputop.actions.dispatch import ActionEnv
 from gputop.config import Config
@@ -15,7 +18,7 @@ from gputop.sources.feed import LocalFeed
 from gputop.sources.hostsource import nvml_collector
 from gputop.sources.identity import named_identity
 from gputop.ui.app import GputopApp
-from gputop.ui.screens.kill import KillScreen
+from gputop.ui.screens.kill import KillScreen, targets_from_rows, targets_table
 from gputop.ui.screens.reclaim import ReclaimScreen
 
 START = 1_764_680_000.0
@@ -145,6 +148,66 @@ async def test_several_killed_after_one_confirmation():
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, ReclaimScreen)
+
+
+async def test_the_kill_dialog_from_reclaim_shows_the_flags_and_reasons_of_the_table():
+    """The same process killed from `o` or from the main table: the same FLAGS and
+    reasons in the dialog (issue 24: `-` and no reasons from the reclaim view)."""
+    lab = Lab()
+    app = lab.app()
+    async with app.run_test(size=SIZE) as pilot:
+        lab.observe(app, 31)
+        await pilot.press("o")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ReclaimScreen)
+        await pilot.press("a")
+        await pilot.press("k")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, KillScreen)
+        from_reclaim = {t.pid: (t.flags, t.notes) for t in dialog.targets}
+        await pilot.press("n")
+        await pilot.pause()
+        state = app.state
+        rows = [("lab", p) for p in state.snapshots["lab"].processes
+                if p.pid in from_reclaim]
+        from_table = {t.pid: (t.flags, t.notes) for t in targets_from_rows(
+            rows, state.snapshots, state.flags, lambda host: app.identity(host).user)}
+        assert from_reclaim == from_table
+        flags, notes = from_reclaim[5100034]
+        assert set(flags) == {"kernel", "orphan", "idle"}
+        assert any(n.startswith("orphan: its notebook server is gone") for n in notes)
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(targets_table(dialog.targets))
+        row = next(line for line in console.export_text().splitlines() if "5100034" in line)
+        assert "ORPH" in row and "KERN" in row, row
+
+
+async def test_check_boxes_show_their_state_in_shape_not_only_colour():
+    lab = Lab()
+    app = lab.app()
+    async with app.run_test(size=SIZE) as pilot:
+        lab.observe(app, 31)
+        await pilot.press("o")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ReclaimScreen)
+
+        def boxes() -> list[str]:
+            lines = [screen.selection.render_line(y).text for y in range(len(screen.entries))]
+            return [line[:3] for line in lines]
+
+        assert boxes() == ["▐ ▌", "▐ ▌"]  # "0 selected": no box reads as ticked
+        await pilot.press("space")
+        await pilot.pause()
+        assert boxes() == ["▐X▌", "▐ ▌"]
+        await pilot.press("k")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, KillScreen)
+        marks = {b.id: str(b.render())[:3] for b in dialog.query("RadioButton")}
+        assert marks == {"sig-TERM": "▐●▌", "sig-KILL": "▐ ▌", "sig-INT": "▐ ▌"}, marks
 
 
 async def test_root_sees_everyone_and_ghost_memory_is_shown():

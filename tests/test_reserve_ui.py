@@ -8,10 +8,11 @@ back in the next snapshot, as they do for a user.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,12 +29,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def demo_dir(monkeypatch: pytest.MonkeyPatch) -> str:
+def demo_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """--demo keeps reservations under the temp dir: give it a private one."""
     base = tempfile.mkdtemp(prefix="gputop-ui-res-")
     os.chmod(base, 0o755)  # another uid must reach the store for the race test
     monkeypatch.setattr(tempfile, "tempdir", base)
-    return opener.demo_reservations_dir("faulty")
+    yield opener.demo_reservations_dir("faulty")
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _app() -> GputopApp:
@@ -113,6 +115,23 @@ async def test_reserve_dialog_validates_then_reserves_and_r_releases(demo_dir: s
         await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         await _until(pilot, lambda: store.list_active(demo_dir) == [])
+
+
+async def test_a_gpu_number_typed_at_once_goes_into_gpus(demo_dir: str) -> None:
+    app = _app()
+    async with app.run_test(size=(140, 50)) as pilot:
+        await _until(pilot, lambda: app.state.snapshot is not None)
+        app.state.selected_gpu = 3
+        await pilot.press("r")
+        await _until(pilot, lambda: isinstance(app.screen, ReserveScreen))
+        await pilot.pause()
+        await pilot.press("5")
+        await pilot.pause()
+        # the prefill is replaced, not appended to; the duration stays empty
+        assert (_field(app, "gpus").value, _field(app, "for").value) == ("5", "")
+        await pilot.press("tab", *"2h")
+        await pilot.pause()
+        assert _field(app, "for").value == "2h"
 
 
 async def test_r_prefills_a_free_card_not_the_selected_process_card(demo_dir: str) -> None:

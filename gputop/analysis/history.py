@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Any, NamedTuple
 
-from gputop.model import Gpu, GpuProcess, HostSnapshot
+from gputop.model import SOURCE_SIMULATED_PAST, Gpu, GpuProcess, HostSnapshot
 
 ProcessKey = tuple[str, int, "int | None"]  # (host, pid, start_ticks)
 
@@ -200,6 +200,9 @@ class History:
         # A longer record than this window (the usage ledger, docs/ledger.md): (host, pid,
         # start_time) -> when the process's current run at 0 % SM began, or None.
         self.recorded_idle: Callable[[str, int, float | None], float | None] | None = None
+        # host -> the time of its last made-up sample (--demo's seeded past): anything up
+        # to then was simulated, not observed.
+        self.simulated_until: dict[str, float] = {}
 
     # -- feeding -------------------------------------------------------------------
 
@@ -207,7 +210,15 @@ class History:
         if not snapshot.ok:
             return
         with self._lock:
+            if snapshot.source == SOURCE_SIMULATED_PAST:
+                until = self.simulated_until.get(snapshot.host, snapshot.time)
+                self.simulated_until[snapshot.host] = max(until, snapshot.time)
             self._add(snapshot)
+
+    def simulated(self, host: str, when: float) -> bool:
+        """``when`` lies in the demo's made-up past of ``host``, before it was observed."""
+        until = self.simulated_until.get(host)
+        return until is not None and when <= until
 
     def _add(self, snap: HostSnapshot) -> None:
         host = snap.host

@@ -74,6 +74,7 @@ class ProcessFlags:
     reasons: tuple[tuple[str, str], ...] = ()
     idle_since: float | None = None  # start of the observed idle streak
     idle_recorded: bool = False  # idle_since comes from the usage ledger, not this session
+    idle_simulated: bool = False  # idle_since lies in the demo's made-up past, not observed
     server_pid: int | None = None  # a kernel's notebook server, when it is its parent
     busy: bool = False  # computing right now (SM > 0 % in this snapshot)
 
@@ -218,7 +219,7 @@ def classify(
     reasons: dict[str, str] = {}
     server_pid: int | None = None
     idle_since: float | None = None
-    recorded = False
+    recorded = simulated = False
 
     if not process.visible:
         reasons["hidden"] = (
@@ -249,10 +250,12 @@ def classify(
         idle = _idle(process, snapshot.host, history, rules, now, held)
         if idle is not None:
             idle_since, recorded = idle
+            simulated = not recorded and _simulated(history, snapshot.host, idle_since)
             idle_for = format_duration(now - idle_since, minutes=True)
             day = "%H:%M" if now - idle_since < 86400 else "%a %d %b %H:%M"
             clock = time.strftime(day, time.localtime(idle_since))
-            source = "per the usage ledger" if recorded else "as observed by gputop"
+            source = ("per the usage ledger" if recorded else
+                      "in the demo's simulated past" if simulated else "as observed by gputop")
             reasons["idle"] = (
                 f"0 % SM for {idle_for} {source} (since {clock}) "
                 f"while holding {format_bytes(held)}"
@@ -272,6 +275,7 @@ def classify(
         reasons=ordered,
         idle_since=idle_since,
         idle_recorded=recorded,
+        idle_simulated=simulated,
         server_pid=server_pid,
         busy=busy,
     )
@@ -292,6 +296,12 @@ def _orphan_reason(process: GpuProcess, kernel: bool, adopted: str | None) -> st
     if kernel and process.kernel_file and process.kernel_file_exists is False:
         return f"its connection file {process.kernel_file} was deleted"
     return None
+
+
+def _simulated(history: object, host: str, when: float) -> bool:
+    """``when`` is before the demo began observing: its seeded history was made up."""
+    simulated = getattr(history, "simulated", None)
+    return bool(simulated is not None and simulated(host, when))
 
 
 def _idle(

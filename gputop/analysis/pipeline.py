@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from gputop.analysis import health, orphans
 from gputop.analysis.history import History
-from gputop.model import HealthWarning, HostSnapshot
+from gputop.model import SOURCE_SIMULATED_PAST, HealthWarning, HostSnapshot
 
 Flags = dict[tuple[int, int], orphans.ProcessFlags]
 
@@ -64,6 +64,10 @@ class Analyser:
 
     def __call__(self, snap: HostSnapshot) -> Analysed:
         self.history.add(snap)
+        if snap.source == SOURCE_SIMULATED_PAST:
+            # The demo's made-up past feeds the charts and the idle streaks; its warnings
+            # were never seen in this session, so they are neither current nor "cleared".
+            return Analysed(snap, self.tracker.current(), {})
         flags: Flags = {}
         if snap.ok:
             flags = orphans.classify_snapshot(snap, self.history, self.settings.rules, snap.time)

@@ -145,12 +145,13 @@ def use_colour(stream: TextIO) -> bool:
     return bool(isatty and isatty())
 
 
-def feeds(options: SourceOptions, config: Config) -> list[Feed]:
-    """The feeds of the sources the options name, as streams (the recorder's)."""
+def feeds(options: SourceOptions, config: Config, history: bool = True) -> list[Feed]:
+    """The feeds of the sources the options name, as streams (the recorder's, --watch's);
+    ``history``: with the demo's seeded past."""
     from gputop.sources.opener import open_feeds
 
     with source_errors():
-        return open_feeds(options, config)
+        return open_feeds(options, config, history=history)
 
 
 def nothing_to_show(snapshots: list[HostSnapshot]) -> bool:

@@ -17,11 +17,12 @@ from typing import Any, TextIO
 from gputop import model
 from gputop.analysis import mig_display
 from gputop.analysis.durations import format_duration
+from gputop.analysis.health.common import HOST_STATE
 from gputop.commands import common
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_OK
 from gputop.model import Gpu, GpuProcess, HostSnapshot
 from gputop.options import SourceOptions
-from gputop.text import clock, visible
+from gputop.text import clock, visible, without_program_dir
 
 WIDTH = 80
 # Written to a pipe or file without $COLUMNS nothing is cut but the commands, and those
@@ -67,7 +68,7 @@ def _report(options: SourceOptions, as_json: bool, topology: bool = False) -> in
                       default=_json_default)
             out.write("\n")
         else:
-            out.write(render_text(snapshots, warnings, width=_width(out),
+            out.write(render_text(snapshots, warnings, width=terminal_width(out),
                                   color=common.use_colour(out)))
     if common.nothing_to_show(snapshots):
         return EXIT_NO_DRIVER
@@ -76,13 +77,14 @@ def _report(options: SourceOptions, as_json: bool, topology: bool = False) -> in
 
 def run_demo_list() -> int:
     from gputop.sources.sim import list_scenarios
+    from gputop.sources.simcluster import CLUSTER, DESCRIPTION
 
-    for name, description in list_scenarios():
+    for name, description in [*list_scenarios(), (CLUSTER, DESCRIPTION)]:
         print(f"{name:<14} {description}")
     return EXIT_OK
 
 
-def _width(stream: TextIO, env: Mapping[str, str] | None = None) -> int | None:
+def terminal_width(stream: TextIO, env: Mapping[str, str] | None = None) -> int | None:
     """The terminal's width; else $COLUMNS where set; else None: no limit."""
     isatty = getattr(stream, "isatty", None)
     if isatty and isatty():
@@ -155,6 +157,9 @@ def render_text(
     for snap in snapshots:
         lines = _host_block(snap, width, paint)
         found = (warnings or {}).get(snap.host)
+        if found and not snap.ok:
+            # The block says the host's state and why already: not twice in other words.
+            found = [w for w in found if w.code != HOST_STATE]
         if found:
             lines.extend(_warning_lines(found, width, paint))
         blocks.append("\n".join(lines))
@@ -177,8 +182,8 @@ def _host_block(
 ) -> list[str]:
     lines = [_fit(_host_header(snap), width)]
     if not snap.ok:
-        message = snap.error or snap.state
-        lines.append(paint(_fit(f"  {snap.state}: {visible(message)}", width), _RED))
+        # The header says the state (UNREACHABLE); this line only why, once.
+        lines.append(paint(_fit(f"  {visible(snap.error or snap.state)}", width), _RED))
         return lines
     lines.append(paint(_fit(_GPU_HEADER, width), _BOLD))
     if not snap.gpus:
@@ -234,9 +239,7 @@ def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> 
         text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {visible(gpu.error or '')}"
         return paint(_fit(text, width), _RED)
     util = _pct(gpu.util_gpu)
-    mem = f"{_gib(gpu.mem_used)}/{_gib(gpu.mem_total)}GiB"
-    if gpu.mem_used is None and gpu.mem_total is None:
-        mem = "n/a"
+    mem = _mem_pair(gpu.mem_used, gpu.mem_total)
     temp = f"{gpu.temp}C" if gpu.temp is not None else "n/a"
     power = f"{_int(gpu.power_draw)}/{_int(gpu.power_limit)}W"
     if gpu.power_limit is None:  # no known limit: the draw alone, never "100/n/aW"
@@ -253,7 +256,7 @@ def mig_lines(gpu: Gpu) -> list[str]:
     state = mig_display.summary(gpu)
     lines = [f"     {state}"] if state else []
     for dev in gpu.mig_devices:
-        mem = f"{_gib(dev.mem_used)}/{_gib(dev.mem_total)}G"
+        mem = _mem_pair(dev.mem_used, dev.mem_total)
         bar1 = f"BAR1 {_mem(dev.bar1_used)}/{_mem(dev.bar1_total)}"
         name, activity = mig_display.describe(dev), mig_display.activity(dev)
         lines.append(f" {dev.label:<4}{name:<20} {activity:>9} {mem:>15}"
@@ -281,7 +284,10 @@ def _process_line(proc: GpuProcess, now: float, width: int | None, jobs: bool = 
         job = _fit(visible(proc.workload.label), _JOB_WIDTH) if proc.workload else "-"
         fixed += f"{job:<{_JOB_WIDTH}} "
     room = PIPE_COMMAND_WIDTH if width is None else max(width - _display_width(fixed), 8)
-    return fixed + _fit(visible(command or "n/a"), room)
+    shown = visible(command or "n/a")
+    if _display_width(shown) > room:  # cut: show the script, not the interpreter's path
+        shown = without_program_dir(shown)
+    return fixed + _fit(shown, room)
 
 
 def _warning_lines(
@@ -339,6 +345,16 @@ def _int(value: float | None) -> str:
 
 def _gib(value: int | None) -> str:
     return f"{value / GIB:.1f}" if value is not None else "n/a"
+
+
+def _mem_pair(used: int | None, total: int | None) -> str:
+    """``used/total`` of a card or MIG device in one unit rule: ``21.8/79.6GiB``; a used
+    amount under 1 GiB in MiB (``13MiB/9.6GiB``), never rounded to a false ``0.0``."""
+    if used is None and total is None:
+        return "n/a"
+    if used is not None and 0 < used < GIB:
+        return f"{_mem(used)}/{_mem(total)}"
+    return f"{_gib(used)}/{_gib(total)}GiB"
 
 
 def _mem(value: int | None) -> str:

@@ -100,6 +100,12 @@ DRIVER_NOT_LOADED_MESSAGE = (
 NO_GPUS_MESSAGE = "gputop: no GPUs: the NVIDIA driver is loaded but sees no GPU on this machine."
 
 
+# What a lost card's ``error`` says, once and in words: the state already says "lost",
+# and NVML's own text ("GPU is lost") and the function that met it say nothing more.
+LOST_TEXT = "fallen off the bus; needs a reset or reboot"
+RESET_TEXT = "needs a reset (nvidia-smi -r) or a reboot"
+
+
 class _GpuLost(Exception):
     def __init__(self, state: str, message: str) -> None:
         super().__init__(message)
@@ -178,10 +184,11 @@ class NvmlBackend:
     ``nvml`` is pynvml or a ``sim.SimNvml`` (then ``simulated``: source "sim", no sysfs
     look-ups, simulated pids above any real one).  ``lean`` (a one-shot table): only the
     fields the table and the one-shot health rules read (``_LEAN_SKIPS`` names what is
-    left out), ECC, link count and NVLink states in one field-value call, and no topology,
-    NVLink remotes or XID event registration.  ``topology`` False (``--json`` without
-    ``--topology``): no NVLink remote ends and no topology, the rest as usual.  Raises
-    NoDriverError when nvmlInit fails.
+    left out), ECC, link count and NVLink states in one field-value call, and no topology
+    or NVLink remotes; XID events are read all the same (--once shows the criticals
+    `check` shows).  ``topology`` False (``--json`` without ``--topology``): no NVLink
+    remote ends and no topology, the rest as usual.  Raises NoDriverError when nvmlInit
+    fails.
     """
 
     def __init__(self, nvml: Any, simulated: bool = False, lean: bool = False,
@@ -218,7 +225,7 @@ class NvmlBackend:
         # MIG devices list processes as cards do (the first value of _running).
         self._card_gpm = CardGpm(nvml, self._get)
         self._mig = MigReader(nvml, self._get, lambda *args: self._running(*args)[0],
-                              lambda m: _GpuLost("lost", m))
+                              lambda m: _GpuLost("lost", LOST_TEXT))
 
     # -- NVML access -----------------------------------------------------------------------
 
@@ -253,9 +260,9 @@ class NvmlBackend:
         except self._error_class as err:
             code = getattr(err, "value", None)
             if code == _ERR_GPU_IS_LOST:
-                raise _GpuLost("lost", f"GPU is lost ({name})") from None
+                raise _GpuLost("lost", LOST_TEXT) from None
             if code == _ERR_RESET_REQUIRED:
-                raise _GpuLost("lost", f"GPU requires reset ({name})") from None
+                raise _GpuLost("lost", RESET_TEXT) from None
             if code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND):
                 return None, None
             why = f"{name}: {err}"
@@ -292,7 +299,7 @@ class NvmlBackend:
             handle = fn(index) if fn is not None else None
         except self._error_class as err:
             if getattr(err, "value", None) == _ERR_GPU_IS_LOST:
-                raise _GpuLost("lost", f"GPU is lost: {err}") from None
+                raise _GpuLost("lost", LOST_TEXT) from None
             raise _GpuLost("error", f"cannot open GPU {index}: {err}") from None
         if handle is None:
             raise _GpuLost("error", f"cannot open GPU {index}")
@@ -406,7 +413,7 @@ class NvmlBackend:
             except self._error_class as err:
                 code = getattr(err, "value", None)
                 if code == _ERR_GPU_IS_LOST:
-                    raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetNvLinkState)") from None
+                    raise _GpuLost("lost", LOST_TEXT) from None
                 # NotSupported / InvalidArgument: no such link, and none beyond it.
                 break
             if not remotes:
@@ -428,7 +435,7 @@ class NvmlBackend:
             values = fn(handle, fields)
         except self._error_class as err:
             if getattr(err, "value", None) == _ERR_GPU_IS_LOST:
-                raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetFieldValues)") from None
+                raise _GpuLost("lost", LOST_TEXT) from None
             return None
         except self._mismatch_class:
             return None
@@ -599,10 +606,10 @@ class NvmlBackend:
         if self.topology:
             readable = {g["index"] for g in gpus if g["index"] in self._static}
             snap["topology"] = self._topology_once(sorted(self._handles.keys() & readable))
-        if not self.lean:
-            self._xid_setup_once()
-            snap["xid_watched"] = self._xid_watched
-            snap["xid_events"] = self._poll_xid(now)
+        # XIDs also in a lean one-shot (--once): it shows the criticals `check` shows.
+        self._xid_setup_once()
+        snap["xid_watched"] = self._xid_watched
+        snap["xid_events"] = self._poll_xid(now)
         return snap
 
     def _collect_gpu(self, index: int, now: float) -> tuple[dict, list[dict]]:
@@ -937,7 +944,7 @@ class NvmlBackend:
         except self._error_class as err:
             code = getattr(err, "value", None)
             if code == _ERR_GPU_IS_LOST:
-                raise _GpuLost("lost", "GPU is lost (nvmlDeviceGetProcessUtilization)") from None
+                raise _GpuLost("lost", LOST_TEXT) from None
             if code != _ERR_NOT_FOUND:
                 return  # not supported here: SM % stays None
             samples = []  # NotFound: no samples since last_ts, so nobody ran

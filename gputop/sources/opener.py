@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputop.config import Config, analysis_settings
 from gputop.hosts import HostSpec
-from gputop.model import HostSnapshot
+from gputop.model import SOURCE_SIMULATED_PAST, HostSnapshot, error_snapshot
 from gputop.options import SourceOptions
 from gputop.sources.backend import NoDriverError
 from gputop.sources.identity import Identity, local_identity, named_identity
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gputop.sources.assembler import HostAssembler
     from gputop.sources.feed import Collects, Feed, LocalFeed
     from gputop.sources.hostsource import HostSource
+    from gputop.sources.sim.scenario import Scenario
 
 __all__ = [
     "NoDriverError",
@@ -66,6 +67,7 @@ class SourcePlan:
     local: bool
     ssh_hosts: tuple[HostSpec, ...]
     prometheus: str | None = None  # --prometheus URL
+    demo_host: str | None = None  # --demo cluster --host H: only that machine
 
 
 def plan_sources(options: SourceOptions) -> SourcePlan:
@@ -96,6 +98,16 @@ LOCAL_HOST = "localhost"  # this machine's name in views and --host
 def narrow_to_one(plan: SourcePlan, host: str | None) -> SourcePlan:
     """The one host a command acts on: ``host`` (--host), else the only one, else this
     machine when it is among the sources.  Raises SourceError naming the choices."""
+    if _is_cluster(plan.demo):
+        from gputop.sources.simcluster import CLUSTER_HOSTS
+
+        names = [h[1] for h in CLUSTER_HOSTS]
+        if host in names:
+            return dataclasses.replace(plan, demo_host=host)
+        shown = ", ".join(names)
+        if host is None:
+            raise SourceError(f"several hosts ({shown}): choose one with --host")
+        raise SourceError(f"no host {host!r} (hosts: {shown})")
     if plan.demo:
         return plan
     names = ([LOCAL_HOST] if plan.local else []) + [s.name for s in plan.ssh_hosts]
@@ -111,6 +123,14 @@ def narrow_to_one(plan: SourcePlan, host: str | None) -> SourcePlan:
     if host == LOCAL_HOST and plan.local:
         return SourcePlan(demo=None, local=True, ssh_hosts=())
     raise SourceError(f"no host {host!r} (hosts: {', '.join(names) or 'none'})")
+
+
+def _is_cluster(demo: str | None) -> bool:
+    if not demo:
+        return False  # the simulator is imported only for --demo, never for real GPUs
+    from gputop.sources.simcluster import CLUSTER
+
+    return demo == CLUSTER
 
 
 def demo_reservations_dir(scenario: str) -> str:
@@ -136,28 +156,63 @@ def reservations_dir_from(options: SourceOptions, config: Config) -> tuple[str, 
                            res.dir_from or "config")
 
 
+def _cluster_feeds(options: SourceOptions, config: Config, one_shot: bool, lean: bool,
+                   topology: bool, history: bool, only: str | None) -> list[Feed]:
+    """--demo cluster: one simulated feed per machine, each with its own store, and the
+    hosts that are down."""
+    from gputop.sources.feed import LocalFeed
+    from gputop.sources.simcluster import CLUSTER_DOWN, CLUSTER_HOSTS
+
+    feeds: list[Feed] = []
+    for scenario, hostname, seed, labels in CLUSTER_HOSTS:
+        if only is None or only == hostname:
+            feeds.append(_demo_feed(scenario, options, config, one_shot, lean,
+                                    topology=topology, history=history,
+                                    machine=(hostname, seed, labels)))
+    for host, state, error, labels in CLUSTER_DOWN if only is None else ():
+        down = _Down(host, state, error, labels)
+        feeds.append(LocalFeed(down, host=host, identity=local_identity()))
+    return feeds
+
+
+class _Down:
+    """A host of the demo cluster that is down: its state, as the SSH feed gives it."""
+
+    def __init__(self, host: str, state: str, error: str, labels: tuple[str, ...]) -> None:
+        self.host, self.state, self.error, self.labels = host, state, error, labels
+
+    def collect(self) -> dict[str, Any]:
+        return error_snapshot(self.host, time.time(), self.state, self.error, source="probe",
+                              labels=self.labels).to_dict()
+
+
 # -- the feeds ---------------------------------------------------------------------------------
 
 
 def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
     plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
-    topology: bool = True, prometheus_view: str | None = None,
+    topology: bool = True, prometheus_view: str | None = None, history: bool = True,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
     False (commands that only touch the reservation store: this machine is then a "no
     GPU/driver" host whose store still answers).  ``one_shot``: a single round for a
     command (no SSH retries, a frozen simulated clock), not the dashboard's stream.
-    ``lean``: local collectors skip topology, XID registration and the device scan, and
+    ``lean``: local collectors skip topology and the device scan (never the XIDs), and
     read only what a one-shot table shows; ``topology`` False: they skip the topology and
     NVLink remote ends.  ``prometheus_view``: what a Prometheus feed asks for
     (sources/promql.py); by default the summary for lean one-shots and the dashboard, the
-    full view otherwise."""
+    full view otherwise.  ``history``: the demo seeds the past it would have had (the
+    dashboard's charts and idle rules); a plain redraw (`--watch`) shows only the present."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
-    if plan.demo:
-        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean, topology))
+    if _is_cluster(plan.demo):
+        feeds.extend(_cluster_feeds(options, config, one_shot, lean, topology, history,
+                                    plan.demo_host))
+    elif plan.demo:
+        feeds.append(_demo_feed(plan.demo, options, config, one_shot, lean,
+                                topology=topology, history=history))
     elif plan.local:
         feeds.append(_local_feed(options, config, need_driver, lean,
                                  ONE_SHOT_NAME_WAIT_S if one_shot else 0.0, topology))
@@ -240,11 +295,21 @@ class _FrozenClock:
         return self.now
 
 
+class _Labelled:
+    """A demo cluster machine's collector, with the labels a hosts file would give it."""
+
+    def __init__(self, collector: Collects, labels: tuple[str, ...]) -> None:
+        self.collector, self.labels = collector, labels
+
+    def collect(self) -> dict[str, Any]:
+        return {**self.collector.collect(), "labels": list(self.labels)}
+
+
 class _WarmedUp:
     """A demo collector whose first read is two reads DEMO_WARMUP_S apart in simulated
     time, so that a one-shot has rates and SM % as the dashboard's second tick does."""
 
-    def __init__(self, collector: HostAssembler, clock: _FrozenClock) -> None:
+    def __init__(self, collector: Collects, clock: _FrozenClock) -> None:
         self.collector, self.clock, self.warm = collector, clock, False
 
     def collect(self) -> dict[str, Any]:
@@ -255,13 +320,19 @@ class _WarmedUp:
         return self.collector.collect()
 
 
-# --demo seeds the history it would have had, one sample a minute: enough for the idle
-# rules' streaks (a kernel idle for days is flagged at once, not after 30 minutes).
+# --demo seeds the history it would have had: one sample a minute over the idle rules'
+# window (a kernel idle for days is flagged at once, not after 30 minutes), and over the
+# charts' window one every DEMO_SEED_DENSE_S, finer than a chart cell at any width
+# (the detail view: 600 s over 216 cells at 240 columns), so no chart has gaps.
 DEMO_SEED_STEP_S = 60.0
+DEMO_SEED_DENSE_S = 2.0
 
 
-def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[], list[dict]]:
-    """The snapshots of the ``seconds`` before ``now``, the live simulation's start.
+def _demo_seed(scenario: Callable[[], Scenario], host: str, seconds: float, now: float,
+               dense_seconds: float = 0.0) -> Callable[[], list[dict]]:
+    """The snapshots of the ``seconds`` before ``now``, the live simulation's start, and
+    on to the moment the seed is done; over the last ``dense_seconds`` one every
+    DEMO_SEED_DENSE_S, before that one a minute.  Each is marked SOURCE_SIMULATED_PAST.
 
     The past is read from a simulation started at the same moment as the live one, its
     clock then turned back: its processes have the live ones' start times, so a recorder
@@ -274,15 +345,20 @@ def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[],
         # Its own simulation: the simulator's values are pure functions of time, so the
         # past reads as the live one would have; actions never touch this one.
         clock = _FrozenClock(now)
-        collector = open_simulation(name, host=host, clock=clock).collector
+        collector = open_simulation(scenario(), host=host, clock=clock).collector
         clock.now = now - seconds
         out = []
-        while clock.now < now - DEMO_SEED_STEP_S / 2:
+        dense_from = now - dense_seconds
+        # Up to the present as it is when the seed is done, not as it was when it began
+        # (a second on a loaded machine): the first live sample follows without a gap.
+        while clock.now < max(now, time.time()) - DEMO_SEED_DENSE_S / 2:
             data = collector.collect()
             data["processes"] = [p for p in data.get("processes", ())
                                  if (p.get("start_time") or 0.0) <= clock.now]
+            data["source"] = SOURCE_SIMULATED_PAST  # made up: never "observed"
             out.append(data)
-            clock.now += DEMO_SEED_STEP_S
+            step = DEMO_SEED_DENSE_S if clock.now >= dense_from else DEMO_SEED_STEP_S
+            clock.now = min(clock.now + step, max(clock.now + DEMO_SEED_DENSE_S, dense_from))
         return out
 
     return seed
@@ -290,33 +366,48 @@ def _demo_seed(name: str, host: str, seconds: float, now: float) -> Callable[[],
 
 def _demo_feed(
     name: str, options: SourceOptions, config: Config, one_shot: bool, lean: bool = False,
-    topology: bool = True,
+    topology: bool = True, history: bool = True,
+    machine: tuple[str, int | None, tuple[str, ...]] | None = None,
 ) -> LocalFeed:
+    """The simulated host of scenario ``name``; ``machine``: (host name, seed, labels) of
+    one machine of --demo cluster, with a store of its own."""
     # The simulator pulls in pyyaml for scenario files: imported only when asked for.
     from gputop.sources import sim
     from gputop.sources.feed import LocalFeed
     from gputop.sources.hostsource import open_simulation
+    from gputop.sources.simcluster import CLUSTER
+    from gputop.sources.simcluster import machine as cluster_machine
+
+    def load() -> Scenario:
+        if machine is None:
+            return sim.load_scenario(name)
+        return cluster_machine(name, machine[0], machine[1])
 
     try:
-        scenario = sim.load_scenario(name)
+        scenario = load()
     except sim.ScenarioError as err:
         raise SourceError(str(err)) from None
     clock: Callable[[], float] = _FrozenClock(time.time()) if one_shot else time.time
     host = str(scenario.host.get("hostname") or name)
-    source = open_simulation(scenario, host=host, reservations_dir=reservations_dir(
-        options, config), clock=clock, lean=lean, topology=topology)
+    store = (reservations_dir(options, config) if machine is None
+             else demo_reservations_dir(f"{CLUSTER}-{host}"))
+    source = open_simulation(scenario, host=host, reservations_dir=store, clock=clock,
+                             lean=lean, topology=topology)
     collector: Collects = source.collector
+    if machine is not None and machine[2]:
+        collector = _Labelled(collector, machine[2])
     if isinstance(clock, _FrozenClock):
-        collector = _WarmedUp(source.collector, clock)
-    env = None if lean else _action_env(options, config, source)
+        collector = _WarmedUp(collector, clock)
+    env = None if lean else source.action_env(store, options.readonly)
     identity = dataclasses.replace(named_identity(scenario.me),
                                    reserves_as=local_identity().user)
     seed = None
-    if not one_shot:
+    if history and not one_shot:
         # The whole window the idle rules look back over, less the sample live data adds.
-        seconds = analysis_settings(config).history().process_seconds - DEMO_SEED_STEP_S
-        seed = _demo_seed(name, host, seconds,
-                          source.sim.t0 if source.sim is not None else time.time())
+        window = analysis_settings(config).history()
+        seed = _demo_seed(load, host, window.process_seconds - DEMO_SEED_STEP_S,
+                          source.sim.t0 if source.sim is not None else time.time(),
+                          dense_seconds=min(window.seconds, 600.0))
     return LocalFeed(collector, host=host, identity=identity, dispatch_env=env, seed=seed)
 
 

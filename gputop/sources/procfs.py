@@ -22,6 +22,21 @@ _DEFAULT_CLK_TCK = 100
 _KERNEL_FLAGS = ("-f", "--f")
 # Guards parent_chain against a corrupt or cyclic /proc view.
 _MAX_CHAIN = 64
+# A command line is read up to this much (ps -ww reads it all; a screen shows a line).
+MAX_CMDLINE_BYTES = 32 * 1024
+CMDLINE_CUT = f"... (cut at {MAX_CMDLINE_BYTES // 1024} KiB)"
+# What the detail view shows of a process's environment: the GPUs it was given, its
+# job and rank; nothing else (an environment holds tokens and passwords).
+ENVIRONMENT_KEYS = frozenset({
+    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+    "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "OMP_NUM_THREADS", "CONDA_DEFAULT_ENV", "VIRTUAL_ENV", "PBS_JOBID", "LSB_JOBID",
+})
+ENVIRONMENT_PREFIXES = ("SLURM_JOB_", "SLURM_STEP_", "SLURM_LOCALID", "SLURM_PROCID",
+                        "SLURM_NODEID", "SLURM_ARRAY_", "SLURM_GPUS", "SLURM_NTASKS")
+MAX_ENVIRON_BYTES = 256 * 1024
+MAX_ENV_VALUE = 200
+MAX_ENV_VARS = 40
 
 
 def _sysconf(name: str, default: int) -> int:
@@ -209,7 +224,25 @@ class ProcFs:
             info["cwd"] = os.readlink(os.path.join(self.root, str(pid), "cwd"))
         except OSError:
             info["cwd"] = None
+        info["environment"] = self._environment(pid)
         return info
+
+    def _environment(self, pid: int) -> dict[str, str] | None:
+        """The variables of ENVIRONMENT_KEYS the process has (which GPUs it was given, its
+        Slurm job, its rank); None when /proc/PID/environ is not readable (another user's
+        process, unless we are root).  Read up to MAX_ENVIRON_BYTES."""
+        try:
+            with open(os.path.join(self.root, str(pid), "environ"), "rb") as f:
+                raw = f.read(MAX_ENVIRON_BYTES)
+        except OSError:
+            return None
+        found: dict[str, str] = {}
+        for item in raw.split(b"\0"):
+            name, sep, value = item.partition(b"=")
+            key = name.decode("utf-8", "replace")
+            if sep and (key in ENVIRONMENT_KEYS or key.startswith(ENVIRONMENT_PREFIXES)):
+                found[key] = value.decode("utf-8", "replace")[:MAX_ENV_VALUE]
+        return dict(sorted(found.items())[:MAX_ENV_VARS])
 
     def parent_chain(self, pid: int) -> list[dict]:
         """The ancestors of pid, nearest first, ending with pid 1 (or the last readable one)."""
@@ -286,15 +319,19 @@ class ProcFs:
 
     @staticmethod
     def _cmdline(base: str) -> tuple[str, ...]:
+        """The argv, at most MAX_CMDLINE_BYTES of it: anyone may start a process with a
+        2 MB command line, and it would be read, sent over SSH and drawn every second."""
         try:
             with open(base + "/cmdline", "rb") as f:
-                raw = f.read()
+                raw = f.read(MAX_CMDLINE_BYTES + 1)
         except OSError:
             return ()
-        parts = raw.split(b"\0")
+        cut = len(raw) > MAX_CMDLINE_BYTES
+        parts = raw[:MAX_CMDLINE_BYTES].split(b"\0")
         if parts and parts[-1] == b"":
             parts.pop()
-        return tuple(p.decode("utf-8", "replace") for p in parts)
+        argv = tuple(p.decode("utf-8", "replace") for p in parts)
+        return (*argv, CMDLINE_CUT) if cut else argv
 
     @staticmethod
     def _kernel_file_exists(base: str, kernel_file: str | None) -> bool | None:

@@ -36,7 +36,7 @@ from typing import Any
 from gputop import model
 from gputop.config import PrometheusConfig
 from gputop.model import HostSnapshot, error_snapshot
-from gputop.sources import promql
+from gputop.sources import networds, promql
 from gputop.sources.feed import ReadOnlyFeed
 from gputop.sources.prompivot import (
     SOURCE_DCGM,
@@ -194,7 +194,8 @@ class PromClient:
             if isinstance(err, TimeoutError) or "timed out" in str(err):
                 raise PromError(model.HOST_TIMEOUT,
                                 f"no answer within {self.timeout:g} s") from None
-            raise PromError(model.HOST_UNREACHABLE, f"unreachable: {err}") from None
+            raise PromError(model.HOST_UNREACHABLE,
+                            networds.url_problem(err, self.url, networds.PROMETHEUS)) from None
         finally:
             conn.close()
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from gputop import model
 from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot, error_snapshot
+from gputop.sources import networds
 from gputop.sources.feed import ReadOnlyFeed
 from gputop.sources.prometheus import PromError, read_body
 
@@ -42,10 +43,14 @@ def fetch(spec: HostSpec, timeout: float) -> HostSnapshot:
             reason = getattr(err, "reason", err)
             if isinstance(reason, TimeoutError) or "timed out" in str(reason):
                 raise PromError(model.HOST_TIMEOUT, f"no answer within {timeout:g} s") from None
-            raise PromError(model.HOST_UNREACHABLE, f"unreachable: {reason}") from None
+            raise PromError(model.HOST_UNREACHABLE,
+                            networds.url_problem(err, spec.url or "", networds.SERVE)) from None
         return _snapshot(spec, raw)
     except PromError as err:
-        return error_snapshot(spec.name, now, err.state, f"{spec.url}: {err}",
+        # A network problem names its host and port already (networds); the rest do not.
+        unreachable = err.state == model.HOST_UNREACHABLE
+        return error_snapshot(spec.name, now, err.state,
+                              str(err) if unreachable else f"{spec.url}: {err}",
                               source="gputop serve", labels=spec.labels)
 
 

@@ -38,7 +38,7 @@ import asyncssh
 from gputop import model
 from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot, error_snapshot
-from gputop.sources import bundle, smi, untrusted
+from gputop.sources import bundle, networds, smi, untrusted
 from gputop.sources.feed import READONLY_WHY, Capabilities, ProcessDetails
 from gputop.sources.hostsource import fallback_snapshot
 from gputop.sources.identity import Identity, named_identity
@@ -327,12 +327,12 @@ class SshFeed:
                     self._state(host, model.HOST_TIMEOUT,
                                 f"no SSH handshake within {host.spec.connect_timeout:g} s")
                 except (OSError, asyncssh.Error) as exc:
-                    self._state(host, model.HOST_UNREACHABLE, _describe(exc))
+                    self._state(host, model.HOST_UNREACHABLE, _describe(exc, host.spec))
                 except UnicodeError as exc:  # the resolver's IDNA step: not a host name
-                    self._state(host, model.HOST_UNREACHABLE, f"invalid host name: {exc}")
+                    self._state(host, model.HOST_UNREACHABLE, _describe(exc, host.spec))
                     return
                 except Exception as exc:  # a bad key file, an option asyncssh refuses...
-                    self._state(host, model.HOST_ERROR, f"cannot connect: {_describe(exc)}")
+                    self._state(host, model.HOST_ERROR, _describe(exc, host.spec))
                     return  # a configuration problem: retrying cannot fix it
             if host.conn is not None:
                 seen = host.last_line
@@ -348,7 +348,10 @@ class SshFeed:
                     self._state(host, model.HOST_TIMEOUT, "the probe sent nothing in time")
                     await self._drop(host)
                 except (OSError, asyncssh.Error) as exc:
-                    self._state(host, model.HOST_UNREACHABLE, f"connection lost: {_describe(exc)}")
+                    lost = "the connection was lost"
+                    if not isinstance(exc, asyncssh.ConnectionLost):
+                        lost += f": {_describe(exc, host.spec)}"
+                    self._state(host, model.HOST_UNREACHABLE, lost)
                     await self._drop(host)
                 except Exception as exc:  # one host's surprise must not end the others
                     self._state(host, model.HOST_ERROR, f"{type(exc).__name__}: {exc}")
@@ -407,7 +410,9 @@ class SshFeed:
             options["port"] = spec.port
         if spec.identity_file:
             if not os.path.isfile(spec.identity_file):
-                raise ValueError(f"identity_file {spec.identity_file} does not exist")
+                raise ValueError(
+                    f"no key file {spec.identity_file} (identity_file): create it with "
+                    f"ssh-keygen, or drop identity_file to use ssh-agent and ~/.ssh/config")
             options["client_keys"] = [spec.identity_file]
         return options, witness, files
 
@@ -459,6 +464,8 @@ class SshFeed:
                 except asyncssh.HostKeyNotVerifiable:
                     err = _host_key_error(jump_spec, witness, files)
                     raise HostKeyError(err.state, f"jump host {spec.jump}: {err}") from None
+                except (OSError, asyncssh.Error) as exc:
+                    raise _JumpFailed(jump_spec, exc) from None
             self._jumps[spec.jump] = conn
             return conn
 
@@ -788,9 +795,26 @@ class SshFeed:
         return self._hosts[host].conn is not None
 
 
-def _describe(exc: BaseException) -> str:
+class _JumpFailed(OSError):
+    """The jump host, not the host behind it, could not be reached: say which."""
+
+    def __init__(self, jump: HostSpec, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.jump, self.cause = jump, cause
+
+
+def _describe(exc: BaseException, spec: HostSpec) -> str:
+    """One line in words, never the socket's text ("Connect call failed (...)")."""
+    target = f"{spec.target}:{spec.port or 22}"
+    if isinstance(exc, _JumpFailed):
+        return f"jump host {spec.jump}: {_describe(exc.cause, exc.jump)}"
+    if isinstance(exc, asyncssh.ConnectionLost):
+        return (f"{target} closed the connection before SSH began: is it an SSH server, "
+                f"on this port?")
     if isinstance(exc, asyncssh.DisconnectError):
         return exc.reason or type(exc).__name__
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc) or type(exc).__name__
+    if isinstance(exc, (OSError, UnicodeError)):
+        return networds.problem(exc, target, networds.SSH)
+    if isinstance(exc, ValueError):  # ours or asyncssh's about an option: already words
+        return str(exc)
+    return f"cannot connect: {exc or type(exc).__name__}"

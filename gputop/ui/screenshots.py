@@ -21,6 +21,7 @@ from typing import Any
 
 from gputop.config import Config
 from gputop.model import HostSnapshot, Reservation, error_snapshot
+from gputop.sources.simcluster import CLUSTER, CLUSTER_DOWN, CLUSTER_HOSTS, machine
 from gputop.ui.app import GputopApp
 
 START = 1_764_680_000.0  # 2025-12-02 12:53:20 UTC
@@ -42,15 +43,10 @@ def demo_history(scenario: str, seconds: int = HISTORY_S, start: float = START,
 
     ``hostname`` and ``seed`` make another machine of the same kind (cluster pictures).
     """
-    from gputop.sources import sim
     from gputop.sources.hostsource import open_simulation
 
     clock = FrozenClock(start)
-    scenario_obj = sim.load_scenario(scenario)
-    if hostname is not None:
-        scenario_obj.host["hostname"] = hostname
-    if seed is not None:
-        scenario_obj.seed = seed
+    scenario_obj = machine(scenario, hostname, seed)
     host = str(scenario_obj.host.get("hostname") or scenario)
     collector = open_simulation(scenario_obj, host=host, clock=clock).collector
     snaps = []
@@ -68,25 +64,6 @@ def demo_app(scenario: str, seconds: int = HISTORY_S) -> GputopApp:
     app = GputopApp(config=Config(), clock=FrozenClock(snaps[-1].time), me=ME)
     app.pending_snapshots = snaps  # type: ignore[attr-defined]
     return app
-
-
-CLUSTER = "cluster"  # the pseudo-scenario of several simulated hosts
-
-# (scenario, host name, seed, labels): machines of the built-in kinds under other names.
-CLUSTER_HOSTS: list[tuple[str, str, int | None, tuple[str, ...]]] = [
-    ("dgx-h100", "dgx-h100-07", None, ("h100", "train")),
-    ("dgx-h100", "dgx-h100-08", 8, ("h100", "train")),
-    ("faulty", "a100-node-12", None, ("a100",)),
-    ("lab", "lab-gpu-03", None, ("rtx3090", "lab")),
-    ("lab", "lab-gpu-04", 4, ("rtx3090", "lab")),
-    ("mig", "mig-h100-01", None, ("h100", "mig")),  # cards split with MIG
-]
-# Hosts without data, as the SSH feed reports them.
-CLUSTER_DOWN: list[tuple[str, str, str, tuple[str, ...]]] = [
-    ("lab-gpu-05", "unreachable", "connect: Connection refused", ("rtx3090", "lab")),
-    ("gpu-old-01", "host key unknown",
-     "host key not in known_hosts: ssh-keyscan gpu-old-01 >> ~/.ssh/known_hosts", ("old",)),
-]
 
 
 def cluster_history(seconds: int = HISTORY_S) -> list[HostSnapshot]:

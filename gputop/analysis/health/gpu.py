@@ -70,7 +70,7 @@ def card_rules(gpu: Gpu, th: Thresholds, add: Adder, any_nvlink_up: bool) -> Non
         add(
             CRITICAL,
             "gpu-lost",
-            "GPU has fallen off the bus" + (f" ({gpu.error})" if gpu.error else ""),
+            f"GPU lost: {gpu.error}" if gpu.error else "GPU has fallen off the bus",
             gpu=i,
             hint="look for XID 79 in dmesg; the card needs a reset or a reboot; "
             "check PCIe seating, power and cooling if it repeats",

@@ -10,6 +10,7 @@ from gputop.analysis.durations import format_duration
 from gputop.analysis.health.common import MIB, Adder, gib, one_line
 from gputop.analysis.health.thresholds import Thresholds
 from gputop.model import INFO, GpuProcess, HostSnapshot
+from gputop.text import without_program_dir
 
 
 def orphan_rules(thresholds: Thresholds) -> orphans.OrphanRules:
@@ -65,7 +66,7 @@ def _process_rules(
             "idle-memory",
             f"{_who(proc)} holds {gib(proc.gpu_mem)} GiB at 0% SM for "
             f"{format_duration(add.now - flags.idle_since, minutes=True)} "
-            f"({'ledger' if flags.idle_recorded else 'as observed'}){what}",
+            f"({_source(flags)}){what}",
             gpu=proc.gpu,
             pid=proc.pid,
             hint="if it is a forgotten notebook or job, stop it (reclaim view) to free the card",
@@ -87,6 +88,8 @@ def _process_rules(
         return
     if proc.cpu_percent < th.input_bound_cpu_percent:
         return
+    if "G" in (proc.type or ""):
+        return  # a display server or desktop app (type G, C+G) is no job starving for data
     if proc.sm_util is not None and proc.sm_util > th.input_bound_sm_percent:
         return  # computing now, so no starving streak: spare the history walk
 
@@ -114,9 +117,17 @@ def _process_rules(
 
 def _who(proc: GpuProcess) -> str:
     user = proc.user or "?"
-    command = one_line(proc.command or "?", 40)
+    # The program without its directory: the room goes to the script and the reason.
+    command = one_line(without_program_dir(proc.command or "?"), 32)
     return f"pid {proc.pid} ({user}: {command})"
 
 
 def _pct(value: int | None) -> str:
     return "?%" if value is None else f"{value}%"
+
+
+def _source(flags: orphans.ProcessFlags) -> str:
+    """Where an idle streak's start comes from: never "observed" for made-up history."""
+    if flags.idle_recorded:
+        return "ledger"
+    return "simulated before the demo began" if flags.idle_simulated else "as observed"

@@ -93,8 +93,10 @@ class WarningTracker:
         return self.current()
 
     def clearing(self, w: HealthWarning) -> bool:
-        """True when ``w``'s host no longer reports it (it is lingering)."""
-        return w.key in self._gone
+        """True when ``w``'s host no longer reports it (it is lingering).  Never for an
+        XID: an event does not clear, it stays current for ``xid_hold`` (the panel must
+        not call "cleared" what the log lists as active)."""
+        return w.key in self._gone and not w.code.startswith("xid-")
 
     def current(self, host: str | None = None) -> list[HealthWarning]:
         if host is not None:

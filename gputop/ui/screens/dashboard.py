@@ -19,7 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Container
@@ -49,6 +49,17 @@ LARGE_SCREEN = (240, 70)
 # The history lines' windows: this session's, then the usage ledger's 24 h and 7 d.
 HISTORY_RANGES: tuple[float | None, ...] = (None, 86400.0, 7 * 86400.0)
 
+
+
+class NarrowFooter(Footer):
+    """At 80 columns the footer ended in "r Re" and never reached "? Help": narrow, its
+    keys go closer together and the palette's entry (Ctrl+P still opens it) gives way."""
+
+    WIDE = 120
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.compact = event.size.width < self.WIDE
+        self.show_command_palette = event.size.width >= self.WIDE
 
 class DashboardScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = bindings("dashboard")
@@ -112,7 +123,7 @@ class DashboardScreen(Screen[None]):
         yield ProcessTable(config.columns, id="processes")
         yield FilterInput(placeholder="search command or user; Enter keeps it, Esc clears",
                           id="search")
-        yield Footer()
+        yield NarrowFooter()
 
     @property
     def table(self) -> ProcessTable:

@@ -39,6 +39,19 @@ def _when(epoch: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
+def _environment_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """The environment variables that say which GPUs, job and rank (sources/procfs.py);
+    where /proc/PID/environ is not readable, that it is not."""
+    if "environment" not in facts:
+        return []  # a source that reads no environment (the simulator, a remote host)
+    environment = facts["environment"]
+    if environment is None:
+        return [("environment", "not readable (another user's process)")]
+    if not environment:
+        return [("environment", "no CUDA_VISIBLE_DEVICES, Slurm or rank variables")]
+    return [("env", f"{name}={value}") for name, value in environment.items()]
+
+
 class DetailScreen(Screen[None]):
     DEFAULT_CSS = """
     DetailScreen > VerticalScroll { padding: 0 1; }
@@ -65,7 +78,7 @@ class DetailScreen(Screen[None]):
             yield Static(id="detail-facts")
             yield Static("Parent chain", classes="section")
             yield Static(id="detail-parents")
-            yield Static("History (as observed by gputop)", classes="section")
+            yield Static("History", classes="section")
             yield Static(id="detail-history")
         yield Footer()
 
@@ -136,6 +149,8 @@ class DetailScreen(Screen[None]):
                 rows.append(("cwd", f"not readable: {self.facts['error']}"))
             else:
                 rows.append(("cwd", self.facts.get("cwd") or "not readable (permission)"))
+        if self.facts is not None and not self.facts.get("error"):
+            rows.extend(_environment_rows(self.facts))
         if proc.kernel_file:
             exists = {True: "", False: " (deleted)", None: ""}[proc.kernel_file_exists]
             rows.append(("kernel file", proc.kernel_file + exists))
@@ -192,8 +207,14 @@ class DetailScreen(Screen[None]):
         out.append(fmt.sparkline(sm, width, now, span), style="green")
         out.append(f" {fmt.percent(proc.sm_util)}\n")
         first = history.first_seen(host, pid, ticks)
-        out.append(f"last {span / 60:.0f} min, 0-100 % scale; first seen {_when(first)}",
-                   style="dim")
+        until = history.simulated_until.get(host)
+        if until is not None and first is not None and first <= until:
+            # --demo: the start of the chart was made up, not seen (it began at `until`)
+            seen = (f"simulated before {_when(until)}, observed since; "
+                    f"in the simulated past from {_when(first)}")
+        else:
+            seen = f"as observed by gputop; first seen {_when(first)}"
+        out.append(f"last {span / 60:.0f} min, 0-100 % scale, {seen}", style="dim")
         return out
 
     def action_close(self) -> None:

@@ -21,13 +21,14 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label, RadioButton, RadioSet, Static
+from textual.widgets import Button, Label, RadioSet, Static
 
 from gputop.analysis.orphans import may_signal
 from gputop.model import GpuProcess
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
 from gputop.ui.table_model import FLAG_SHORT
+from gputop.ui.widgets.marks import MarkedRadioButton
 
 if TYPE_CHECKING:
     from gputop.ui.app import GputopApp
@@ -225,11 +226,11 @@ class KillScreen(ModalScreen["str | None"]):
             if notes.plain:
                 yield Static(notes, id="kill-notes")
             with RadioSet(id="kill-signal"):
-                yield RadioButton(
+                yield MarkedRadioButton(
                     f"TERM (then KILL after {self.grace:g} s)", value=True, id="sig-TERM"
                 )
-                yield RadioButton("KILL", id="sig-KILL")
-                yield RadioButton(f"INT (then KILL after {self.grace:g} s)", id="sig-INT")
+                yield MarkedRadioButton("KILL", id="sig-KILL")
+                yield MarkedRadioButton(f"INT (then KILL after {self.grace:g} s)", id="sig-INT")
             with Horizontal(id="kill-buttons"):
                 yield Button("Cancel", id="kill-cancel", variant="primary")
                 yield Button("Kill", id="kill-confirm", variant="error")

@@ -22,7 +22,8 @@ from gputop.analysis import orphans
 from gputop.analysis.orphans import Reclaimable
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
-from gputop.ui.screens.kill import KillTarget, confirm_and_kill
+from gputop.ui.screens.kill import confirm_and_kill, targets_from_rows
+from gputop.ui.widgets.marks import MarkedSelectionList
 
 if TYPE_CHECKING:
     from textual import getters
@@ -117,7 +118,7 @@ class ReclaimScreen(Screen[None]):
         with Vertical():
             yield Label("Reclaim GPU memory", id="reclaim-title")
             yield Static("", id="reclaim-summary")
-            yield SelectionList[EntryKey](id="reclaim-list")
+            yield MarkedSelectionList(id="reclaim-list")
             yield Static("", id="reclaim-why")
             yield Static("", id="reclaim-ghost")
         yield Footer()
@@ -212,18 +213,21 @@ class ReclaimScreen(Screen[None]):
         if not chosen:
             self.app.notify("reclaim: nothing selected", severity="warning")
             return
-        targets = [
-            KillTarget(
-                host=e.host,
-                pid=e.pid,
-                start_ticks=e.start_ticks or 0,
-                user=e.user,
-                command=e.command,
-                gpus=e.gpus,
-                gpu_mem=e.mem,
-            )
-            for e in chosen
-        ]
+        # The dialog's rows as the main table's kill builds them (flags, reasons,
+        # cautions): one process, one picture, wherever the kill starts.
+        state = self.app.state
+        rows = []
+        for e in chosen:
+            snap = state.snapshots.get(e.host)
+            same = [p for p in (snap.processes if snap else ())
+                    if p.pid == e.pid and p.start_ticks == e.start_ticks]
+            if same:
+                rows.append((e.host, same[0]))
+        targets = targets_from_rows(rows, state.snapshots, state.flags,
+                                    lambda host: self.app.identity(host).user)
+        if not targets:
+            self.app.notify("reclaim: the selected processes are gone", severity="warning")
+            return
         grace = float(self.app.state.config.reclaim.kill_grace_s)
         confirm_and_kill(self.app, targets, grace, on_done=lambda _results: self.reload())
 

@@ -165,7 +165,9 @@ class ReserveScreen(ModalScreen["dict | None"]):
                 yield Button("Reserve", id="reserve-confirm", variant="primary")
 
     def on_mount(self) -> None:
-        self.query_one("#reserve-for", Input).focus()
+        # The first field first: a GPU number typed at once goes into "GPUs" (replacing
+        # the prefilled one, which focus selects), never into the duration.
+        self.query_one("#reserve-gpus", Input).focus()
         self._show_current()
 
     # -- helpers ---------------------------------------------------------------------------

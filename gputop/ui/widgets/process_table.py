@@ -23,6 +23,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gputop.config import COLUMNS as DEFAULT_COLUMNS
+from gputop.text import without_program_dir
 from gputop.ui.keys import bindings
 from gputop.ui.partial import StyleOnce, changed_regions
 from gputop.ui.state import RowKey
@@ -34,6 +35,8 @@ CURSOR = "process-table--cursor"
 def _cells(cols: list[tuple[Column, int]], values: list[str]) -> str:
     parts = []
     for (col, width), value in zip(cols, values, strict=True):
+        if col.id == "command" and len(value) > width:  # cut: the script, not the path
+            value = without_program_dir(value)
         text = set_cell_size(value, width) if not col.right else _right(value, width)
         parts.append(text)
     return " ".join(parts)

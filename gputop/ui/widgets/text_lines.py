@@ -139,7 +139,10 @@ class TextLines(ScrollView, can_focus=True):
                 if index == self.cursor:
                     self._highlight(text, col_width)
             segments.extend(text.render(self.app.console))
-        return Strip(segments).adjust_cell_length(width)
+        # Every segment gets the widget's style under its own: a plain one has none
+        # (None), which Textual's monochrome filter (NO_COLOR) cannot handle.
+        base = self.rich_style
+        return Strip(segments).adjust_cell_length(width, base).apply_style(base)
 
     def _highlight(self, text: Text, width: int) -> None:
         # Only the row's label is reversed: reversing the overview's GPU cells turned

@@ -152,7 +152,9 @@ class WarningsPanel(Widget):
         text = warning_lines(
             items,
             clearing=lambda w: w.key in self._clearing,
-            show_host=self.show_host,
+            # One host's warnings under its own header need no host name: at 80 columns
+            # it took the room of the reason.
+            show_host=self.show_host and len({w.host for w in items}) > 1,
             hints=self.hints,
             now=now,
             wrap=self.wrap,

@@ -1,0 +1,61 @@
+"""`gputop --once --watch S` (issue 24): the --once table redrawn plainly every S
+seconds, as `gpustat -i` does, without Textual; Ctrl+C ends it with exit 0."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+CODE = (
+    "import sys, gputop.cli\n"
+    "rc = gputop.cli.main(sys.argv[1:])\n"
+    "sys.stdout.flush()\n"
+    "print('TEXTUAL-LOADED' if 'textual' in sys.modules else 'TEXTUAL-NOT-LOADED',"
+    " file=sys.stderr)\n"
+    "sys.exit(rc)\n"
+)
+HEADER = re.compile(r"^gputop --watch 0\.5  (\d\d:\d\d:\d\d)  Ctrl\+C quits$", re.M)
+
+
+def test_watch_redraws_the_once_table_until_ctrl_c() -> None:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
+    proc = subprocess.Popen([sys.executable, "-c", CODE, "--demo", "lab", "--once",
+                             "--watch", "0.5"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    seen = ""
+    deadline = time.monotonic() + 120
+    try:
+        assert proc.stdout is not None
+        while len(HEADER.findall(seen)) < 4 and time.monotonic() < deadline:
+            seen += proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert err == "TEXTUAL-NOT-LOADED\n"  # no traceback, and no Textual
+    frames = [f for f in HEADER.split(seen + rest)[2::2] if f.strip()]
+    assert len(frames) >= 3
+    # Each frame is the --once table: the host, the GPU table, the process table.
+    for frame in frames[:3]:
+        lines = frame.strip("\n").splitlines()
+        assert lines[0].startswith("lab-gpu-03  DEMO  driver")
+        assert lines[1].split()[:3] == ["GPU", "NAME", "UTIL"]
+        assert any(line.split()[:2] == ["GPU", "PID"] for line in lines)
+    # The clock runs: frames are live snapshots, not one repeated.
+    stamps = [f.strip("\n").splitlines()[0].split()[-1] for f in frames]
+    assert len(set(stamps)) >= 2, stamps
+
+
+def test_watch_refuses_json_and_tiny_intervals() -> None:
+    for args, problem in ((["--json", "--watch", "2"], "does not go with --json"),
+                          (["--once", "--watch", "0"], "expected at least 0.1 seconds"),
+                          (["--once", "--watch", "nan"], "expected at least 0.1 seconds")):
+        done = subprocess.run([sys.executable, "-m", "gputop.cli", "--demo", "lab", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert problem in done.stderr and "Traceback" not in done.stderr
