@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -48,18 +47,26 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]:
         yield cluster
 
 
+# Runs its command and writes the command's own peak RSS (KiB) to argv[1]. A child's
+# ru_maxrss on Linux starts from its parent's RSS at fork, and pytest's grows past 1 GB in
+# a full run: measured from this small interpreter, the figure is gputop's own.
+_PEAK = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[2:]);"
+         " _, s, u = os.wait4(p.pid, 0); open(sys.argv[1], 'w').write(str(u.ru_maxrss));"
+         " sys.exit(os.waitstatus_to_exitcode(s))")
+
+
 def _run(cluster: SshdCluster, name: str, flag: str) -> tuple[int, float, int, str]:
     """gputop FLAG against one host: exit status, seconds, peak RSS in MB, stdout."""
     hosts = cluster.hosts_yaml(cluster.tmp / f"hosts-{name}.yaml", names=[name])
     out = cluster.tmp / f"out-{name}{flag}"
+    peak = cluster.tmp / f"peak-{name}{flag}"
     started = time.monotonic()
     with open(out, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gputop.cli", flag, "--hosts", str(hosts), "--timeout",
-             str(TIMEOUT)], stdout=sink, stderr=subprocess.STDOUT, env=cluster.env(), cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return (proc.returncode, time.monotonic() - started, usage.ru_maxrss // 1024,
+        done = subprocess.run(
+            [sys.executable, "-c", _PEAK, str(peak), sys.executable, "-m", "gputop.cli",
+             flag, "--hosts", str(hosts), "--timeout", str(TIMEOUT)],
+            stdout=sink, stderr=subprocess.STDOUT, env=cluster.env(), cwd=ROOT, check=False)
+    return (done.returncode, time.monotonic() - started, int(peak.read_text()) // 1024,
             out.read_text(errors="replace"))
 
 

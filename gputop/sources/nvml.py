@@ -510,17 +510,13 @@ class NvmlBackend:
         except self._error_class:
             return
         xid = self._const("nvmlEventTypeXidCriticalError", _EVENT_XID)
+        register = self._fn("nvmlDeviceRegisterEvents")
+        # No nvmlDeviceGetSupportedEventTypes first: a card without XID events refuses the
+        # registration (NOT_SUPPORTED), which costs the same one call as asking.
         for handle in self._handles.values():
+            if register is None:
+                break
             try:
-                supported = self._get("nvmlDeviceGetSupportedEventTypes", handle)
-            except _GpuLost:
-                continue
-            if supported is None or not supported & xid:
-                continue
-            register = self._fn("nvmlDeviceRegisterEvents")
-            try:
-                if register is None:
-                    break
                 register(handle, xid, event_set)
             except self._error_class:
                 continue
