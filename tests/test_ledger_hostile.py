@@ -21,8 +21,7 @@ import pytest
 from helpers.procs import Reaper, wait_for
 
 from gputop.cli import main
-from gputop.ledger import store
-from gputop.ledger.job_report import JobRecord, write_job
+from gputop.ledger import jobs, store
 from gputop.ledger.writer import Recorder
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Workload
 
@@ -205,10 +204,13 @@ def evil(tmp_path: Path) -> Path:
                     mem_total=80 * GIB),)
         assert recorder.record(HostSnapshot(host="-evil<host>", time=START + tick * 60.0,
                                             gpus=gpus, processes=procs))
-    write_job(recorder.conn, "-evil<host>", JobRecord(
-        job_id="@job", user=EVIL_USER, command=EVIL_COMMAND, gpus_requested=1, gpus=(0,),
-        submit=START, start=START + 60, end=START + 3600, status="done"))
     recorder.conn.close()
+    # A `gputop run` job of the same names, written as `gputop run` writes it.
+    jobs.begin({"id": "@job", "attempt": 1, "user": EVIL_USER, "uid": os.geteuid(),
+                "host": "-evil<host>", "command": EVIL_COMMAND, "request": {"gpus": 1},
+                "gpus": [0], "submitted": START, "started": START + 60, "status": "running",
+                "log": None, "pid": os.getpid(), "pid_start": None},
+               str(db)).end("success", "done", 0, None, at=START + 3600)
     return db
 
 

@@ -1,19 +1,22 @@
-"""`gputop report --jobs` (issue 28.10): a `gputop run` job and two Slurm jobs recorded,
-then each job's GPUs, runtime, limit, wait and advice checked against the scenario."""
+"""`gputop report --jobs` (issue 28.10): `gputop run` jobs written into the ledger's
+job_history as `gputop run` writes them (jobs.begin, Attempt.end; one retried, one that
+never ran) and two Slurm jobs recorded, then each job's GPUs, runtime, limit, wait and
+advice checked against the scenario."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from gputop.analysis.jobstats import GpuUse, Job, recommendations
 from gputop.cli import main
-from gputop.ledger import store
-from gputop.ledger.job_report import JobRecord, write_job
+from gputop.ledger import jobs, store
 from gputop.ledger.writer import Recorder
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Workload
 
@@ -45,19 +48,42 @@ def ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if tick <= 60:  # 4343: an hour on card 3, small and nearly idle
             procs.append(GpuProcess(pid=20, gpu=3, gpu_mem=4 * GIB, sm_util=5, user="alice",
                                     start_time=START - 5, workload=small))
+        # Card 2: bob's first job 01:00-02:00 at 20 %, 20 GiB; his retried job's first
+        # attempt 02:05-02:20 at 40 %, 10 GiB; idle after.
+        sm, mem = (20, 20) if 60 <= tick <= 120 else (40, 10) if 125 < tick <= 140 else (0, 0)
         gpus = tuple(Gpu(index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3",
-                         util_gpu=20 if i == 2 and 60 <= tick <= 120 else 0,
-                         mem_used=20 * GIB if i == 2 and 60 <= tick <= 120 else 0,
+                         util_gpu=sm if i == 2 else 0, mem_used=mem * GIB if i == 2 else 0,
                          mem_total=80 * GIB) for i in range(4))
         assert recorder.record(HostSnapshot(host="lab-1", time=t, gpus=gpus,
                                             processes=tuple(procs)))
-    # A `gputop run` job on card 2 from 01:00 to 02:00, queued five minutes, --for 12h.
-    write_job(recorder.conn, "lab-1", JobRecord(
-        job_id="a1b2c3d4", user="bob", command="python sweep.py", gpus_requested=1,
-        gpus=(2,), submit=START + 3300, start=START + 3600, end=START + 7200, status="done",
-        requested_s=12 * 3600, exit_code=0))
     recorder.conn.close()
+    db = str(path)
+    # A `gputop run` job on card 2 from 01:00 to 02:00, queued five minutes, --for 12h.
+    attempt(db, "a1b2c3d4", 1, submitted=START + 3300, started=START + 3600,
+            ended=START + 7200, status="success", reason="done", for_s=12 * 3600)
+    # One retried (--retries 1) on card 2: 02:05-02:20 failed, 02:30-02:50 done.
+    attempt(db, "e5f6a7b8", 1, submitted=START + 7200, started=START + 7500,
+            ended=START + 8400, status="failed", reason="failed", exit_code=1)
+    attempt(db, "e5f6a7b8", 2, submitted=START + 7200, started=START + 9000,
+            ended=START + 10200, status="success", reason="done")
+    # One that gave up waiting at 03:10 without running.
+    attempt(db, "0badc0de", 1, submitted=START + 10800, started=None, ended=START + 11400,
+            status="cancelled", reason="wait expired", exit_code=None, gpus=())
     return path
+
+
+def attempt(db: str, job_id: str, n: int, *, submitted: float, started: float | None,
+            ended: float, status: str, reason: str, for_s: float | None = None,
+            exit_code: int | None = 0, gpus: tuple[int, ...] = (2,), user: str = "bob",
+            command: str = "python sweep.py", host: str = "lab-1") -> None:
+    """One attempt recorded as `gputop run` records it, ended at a time of the recorded
+    hours."""
+    row = {"id": job_id, "attempt": n, "user": user, "uid": os.geteuid(), "host": host,
+           "command": command, "request": {"gpus": len(gpus) or 1, "for_s": for_s},
+           "gpus": list(gpus), "submitted": submitted, "started": started,
+           "status": "running" if started is not None else "cancelled", "log": None,
+           "pid": os.getpid(), "pid_start": None}
+    jobs.begin(row, db).end(status, reason, exit_code, None, at=ended)
 
 
 def _jobs(ledger: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, dict]:
@@ -68,16 +94,32 @@ def _jobs(ledger: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, dict]:
 def test_each_job_with_its_gpus_and_advice(ledger: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     jobs = _jobs(ledger, capsys)
-    assert set(jobs) == {"a1b2c3d4", "4242", "4343"}
+    assert set(jobs) == {"a1b2c3d4", "e5f6a7b8", "0badc0de", "4242", "4343"}
+    assert [j for j in jobs][:3] == ["0badc0de", "e5f6a7b8", "a1b2c3d4"]  # newest first
     run = jobs["a1b2c3d4"]
-    assert (run["kind"], run["user"], run["runtime_s"], run["wait_s"], run["requested_s"]) == (
-        "run", "bob", 3600.0, 300.0, 43200.0)
+    assert (run["kind"], run["user"], run["runtime_s"], run["wait_s"], run["requested_s"],
+            run["status"], run["attempts"], run["name"]) == (
+        "run", "bob", 3600.0, 300.0, 43200.0, "success", 1, "python sweep.py")
     (g,) = run["gpus"]
     assert (g["gpu"], g["mean_sm"], g["peak_sm"], g["peak_mem"]) == (2, 20.0, 20, 20 * GIB)
     assert run["recommendations"] == [
         "time limit 12h00m, ran 1h00m: a limit of about 1h30m would start sooner",
         "memory never above a third of the card (peak 20.0 of 80 GiB): a smaller card or a"
         " MIG slice would do"]
+    retried = jobs["e5f6a7b8"]  # one entry: the last attempt's status, both attempts' time
+    assert (retried["status"], retried["attempts"], retried["runtime_s"], retried["wait_s"],
+            retried["start"], retried["end"]) == (
+        "success", 2, 900.0 + 1200.0, 300.0, START + 7500, START + 10200)
+    (g,) = retried["gpus"]  # the card over the attempts' 35 minutes, not the back-off's 10
+    assert (g["gpu"], g["peak_sm"], g["peak_mem"]) == (2, 40, 10 * GIB)
+    assert g["mean_sm"] == pytest.approx(40 * 15 / 35)  # 13.3 % with the back-off
+    assert g["mean_mem"] == pytest.approx(10 * GIB * 15 / 35)
+    assert retried["recommendations"] == [
+        "memory never above a third of the card (peak 10.0 of 80 GiB): a smaller card or a"
+        " MIG slice would do"]
+    never = jobs["0badc0de"]
+    assert (never["status"], never["runtime_s"], never["wait_s"], never["gpus"],
+            never["start"], never["recommendations"]) == ("cancelled", 0.0, None, [], None, [])
     big = jobs["4242"]
     assert (big["kind"], big["name"], big["runtime_s"], big["status"]) == (
         "slurm", "train-4242", 7200.0, "ended")
@@ -106,6 +148,8 @@ def test_every_format(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "slurm 4242  alice on lab-1  ended  ran 2h00m (limit 1d00h, waited -), 2 GPU(s)" \
         in text
     assert "  -> would fit a MIG 1g slice" in text
+    assert ("run e5f6a7b8  bob on lab-1  success  ran 35m00s (limit -, waited 5m00s), 1 GPU(s),"
+            " 2 attempts") in text
     md = out("md")
     assert "## run a1b2c3d4" in md and "- GPU 1 stayed at 0 % SM" in md
     rows = list(csv.reader(io.StringIO(out("csv"))))
@@ -139,3 +183,31 @@ def test_advice_rules_by_their_numbers() -> None:
         " MIG slice would do"]  # no MIG on a 3090
     running = job(gpus=[busy], requested_s=48 * 3600.0, finished=False)
     assert recommendations(running) == []  # the limit is judged when the job has ended
+
+
+def test_a_ledger_made_with_the_old_jobs_table_keeps_it_and_reports(
+        ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Schema 2 once had a `jobs` table that nothing wrote; such a ledger keeps it, unread.
+    old = tmp_path / "old.sqlite"
+    old.write_bytes(ledger.read_bytes())
+    conn = sqlite3.connect(old)
+    conn.execute("CREATE TABLE jobs (host_id INTEGER NOT NULL, job_id TEXT NOT NULL,"
+                 " PRIMARY KEY (host_id, job_id)) WITHOUT ROWID")
+    conn.commit()
+    conn.close()
+    store.open_writer(str(old)).close()  # the recorder opens it as it is
+    assert set(_jobs(old, capsys)) == {"a1b2c3d4", "e5f6a7b8", "0badc0de", "4242", "4343"}
+    assert store.has_table(store.open_reader(str(old)), "jobs")
+
+
+def test_a_job_history_that_is_not_one_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "bad.sqlite"
+    store.open_writer(str(db)).close()
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE job_history (id TEXT)")  # someone else's table of that name
+    conn.commit()
+    conn.close()
+    assert main(["report", "--db", str(db), *SPAN, "--jobs"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(db) in err and "not a job history" in err, err

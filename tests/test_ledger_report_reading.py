@@ -108,7 +108,7 @@ def test_a_schema_1_ledger_is_read_and_upgraded_with_the_same_card_hours(
     old = tmp_path / "old.sqlite"
     old.write_bytes(hour.read_bytes())
     conn = sqlite3.connect(old)
-    for table in ("holder_hourly", "workloads", "jobs", "actions"):
+    for table in ("holder_hourly", "workloads", "actions"):
         conn.execute(f"DROP TABLE {table}")
     conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
     conn.commit()

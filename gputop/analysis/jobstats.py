@@ -51,6 +51,7 @@ class Job:
     status: str | None
     gpus: Sequence[GpuUse]
     finished: bool
+    attempts: int = 1  # a `gputop run` job's tries (--retries); a Slurm job's: 1
 
 
 def _mig_capable(name: str | None) -> bool:

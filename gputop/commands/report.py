@@ -117,7 +117,7 @@ def _jobs(path: str, t_from: float, t_to: float, args: argparse.Namespace) -> in
     try:
         conn = store.open_reader(path)
         try:
-            found = job_report.load_jobs(conn, t_from, t_to, time.time())
+            found = job_report.load_jobs(conn, path, t_from, t_to, time.time())
         finally:
             conn.close()
     except store.LedgerError as err:

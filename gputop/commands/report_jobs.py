@@ -77,8 +77,9 @@ def _text(doc: dict[str, Any], title: str) -> str:
     for job in doc["jobs"]:
         kind, jid, user, host, status, ran, limit, waited, n, name = (
             visible(c) for c in _head(job))
+        tries = f", {job['attempts']} attempts" if job["attempts"] > 1 else ""
         out.append(f"{kind} {jid[:16]}  {user[:20]} on {host[:24]}  {status}  ran {ran}"
-                   f" (limit {limit}, waited {waited}), {n} GPU(s)")
+                   f" (limit {limit}, waited {waited}), {n} GPU(s){tries}")
         if name:
             out.append(f"  {name[:96]}")
         for g in job["gpus"]:

@@ -156,11 +156,13 @@ class Attempt:
             self.samples += 1
         self._update({})
 
-    def end(self, status: str, reason: str, exit_code: int | None, signum: int | None
-            ) -> None:
-        now = time.time()
+    def end(self, status: str, reason: str, exit_code: int | None, signum: int | None,
+            at: float | None = None) -> None:
+        """The attempt ended, now, or ``at`` (a past the caller knows: a test's recorded
+        hours, which the ledger's samples are of)."""
+        now = time.time() if at is None else at
         self._update({"ended": now, "status": status, "reason": reason,
-                      "exit_code": exit_code, "signal": signum})
+                      "exit_code": exit_code, "signal": signum}, now)
         if self.conn is not None:
             self.conn.close()
             self.conn = None
@@ -169,10 +171,10 @@ class Attempt:
     def mean_sm(self) -> float | None:
         return round(self.sm_sum / self.samples, 1) if self.samples else None
 
-    def _update(self, fields: dict[str, Any]) -> None:
+    def _update(self, fields: dict[str, Any], now: float | None = None) -> None:
         if self.conn is None:
             return
-        fields = dict(fields, updated=time.time(), peak_mem=self.peak_mem,
+        fields = dict(fields, updated=time.time() if now is None else now, peak_mem=self.peak_mem,
                       mean_sm=self.mean_sm, samples=self.samples)
         assigns = ", ".join(f"{name} = ?" for name in fields)
         try:
@@ -216,14 +218,18 @@ def begin(record: dict[str, Any], path: str | None = None) -> Attempt:
 
 
 def read(paths: Iterable[str], since: float | None = None, user: str | None = None,
-         problems: list[str] | None = None) -> list[dict[str, Any]]:
+         problems: list[str] | None = None, strict: bool = False) -> list[dict[str, Any]]:
     """Every recorded attempt (newest first) from these files, one per (id, attempt);
-    an attempt still "running" whose `gputop run` is gone ended with it."""
+    an attempt still "running" whose `gputop run` is gone ended with it.  A file that
+    cannot be read is skipped (named in ``problems`` when it is the user's own), or with
+    ``strict`` raised as HistoryError: a file the caller named must not read as empty."""
     found: dict[tuple[str, int], dict[str, Any]] = {}
     for path in paths:
         try:
             rows = list(_rows(path, since, user))
         except HistoryError as exc:
+            if strict:
+                raise
             if problems is not None and os.path.exists(path) and path == own_path():
                 problems.append(str(exc))
             continue

@@ -66,7 +66,11 @@ CREATE TABLE proc_hourly (
 
 # Schema 2 (issue 28): what a holder (a user, a workload, anyone: kind 'card') did on a card
 # per hour, counted once however many processes it ran there; workloads (Slurm jobs and
-# the like) with their time limit; finished `gputop run` jobs; what the idle policy did.
+# the like) with their time limit; what the idle policy did.  `gputop run` jobs are
+# gputop/ledger/jobs.py's ``job_history``, which that module creates when the first job is
+# recorded.  (A ``jobs`` table, which nothing wrote, was part of schema 2 before schema 2
+# was released; a ledger made then keeps it, empty and unread: removing a table nobody
+# reads changes nothing a reader relies on, so it is no new version.)
 # holder_hourly's key is in the order reports group by (a report's GROUP BY then needs no
 # sort: 0.13 s instead of 1.1 s for 30 days of 8 GPUs and 17 users).
 _SCHEMA_2 = """
@@ -78,12 +82,6 @@ CREATE TABLE workloads (
     host_id INTEGER NOT NULL, label TEXT NOT NULL, kind TEXT NOT NULL, wid TEXT NOT NULL,
     user TEXT, name TEXT, end_time REAL, first REAL NOT NULL, last REAL NOT NULL,
     PRIMARY KEY (host_id, label)) WITHOUT ROWID;
-CREATE TABLE jobs (
-    host_id INTEGER NOT NULL, job_id TEXT NOT NULL, user TEXT NOT NULL, command TEXT,
-    gpus_requested INTEGER, gpus TEXT NOT NULL, requested_s REAL, submit REAL NOT NULL,
-    start REAL, end_t REAL, status TEXT NOT NULL, exit_code INTEGER, signal INTEGER,
-    peak_mem INTEGER, mean_sm REAL, log_path TEXT,
-    PRIMARY KEY (host_id, job_id)) WITHOUT ROWID;
 CREATE TABLE actions (
     host_id INTEGER NOT NULL, t REAL NOT NULL, pid INTEGER NOT NULL, start INTEGER NOT NULL,
     gpu INTEGER, user TEXT, step TEXT NOT NULL, outcome TEXT NOT NULL, evidence TEXT NOT NULL);
