@@ -5,6 +5,7 @@ from a real ledger file, the policy key, and the line's order and reasons."""
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -199,6 +200,33 @@ def test_fair_share_and_quotas_count_the_same_gpu_hours(tmp_path: Path) -> None:
             "alice", "bob", "carol"}
     finally:
         conn.close()
+
+
+def test_a_schema_1_ledger_counts_through_its_backfill(tmp_path: Path) -> None:
+    # A ledger from before holder_hourly (no reservations then), read as it is: the
+    # processes' hours backfilled by store.HOLDERS_FROM_PROCS, as quotas read it.
+    hour = int(NOW // 3600) - 24
+    path = tmp_path / "old.sqlite"
+    _ledger(path, [("alice", 0, hour, 3600.0), ("alice", 0, hour, 1800.0),
+                   ("alice", 1, hour + 1, 1800.0), ("bob", 1, hour, 3600.0)])
+    conn = sqlite3.connect(path)
+    for table in ("holder_hourly", "workloads", "jobs", "actions"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    conn.commit()
+    conn.close()
+    hours, warning = share_usage.recent_hours(str(path), HALF, NOW)
+    assert warning is None
+    mid = hour * 3600 + 1800
+    assert math.isclose(hours["alice"], weight(NOW - mid, HALF)
+                        + 0.5 * weight(NOW - mid - 3600, HALF))
+    assert math.isclose(hours["bob"], weight(NOW - mid, HALF))
+    reader = store.open_reader(str(path))
+    try:
+        assert not store.has_table(reader, "holder_hourly")  # read, not upgraded
+        assert query.quota_hours(reader, hour * 3600.0, math.inf) == {"alice": 1.5, "bob": 1.0}
+    finally:
+        reader.close()
 
 
 def test_the_policy_key() -> None:
