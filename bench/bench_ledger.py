@@ -1,7 +1,7 @@
 """The usage ledger's costs: recording CPU and RSS, size per GPU-year, and
 `gputop report --since 30d` over a 30-day ledger.
 
-    .venv/bin/python bench/bench_ledger.py [record|size|report|all]
+    .venv/bin/python bench/bench_ledger.py [record|size|report|share|all]
 
 record: the simulator's 8 GPUs x 200 processes (every process's SM % wanders, so no
   sample merges: the worst case), 360 intervals at 10 s of simulated time; CPU of the
@@ -17,6 +17,10 @@ report: a 30-day ledger of 8 GPUs x 200 processes written straight into the tabl
   (30 days of hourly rollups, per process and per holder, the last 7 days also raw at
   10 s, every sample its own row), then
   `gputop report --since 30d --format json` as a subprocess, median of 3.
+share: 70 days (ten 7-day half-lives, all fair share reads) of hourly rollups of 8 GPUs
+  x 200 processes of 17 users; what a waiting `gputop run` reads once a minute
+  (share_usage.uses, i.e. query.charged_seconds from now - 70 d) and `gputop quota`'s
+  week (query.quota_hours), in-process, median of 5.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 from gputop.analysis.pipeline import Settings, warnings_once
 from gputop.ledger import store
@@ -174,11 +179,58 @@ def bench_report(tmp: str) -> None:
           f" report --since 30d: {statistics.median(walls):.2f} s | < 2 s |")
 
 
+def bench_share(tmp: str) -> None:
+    from gputop.ledger import query, share_usage
+
+    path = os.path.join(tmp, "share.sqlite")
+    store.open_writer(path).close()
+    conn = sqlite3.connect(path)
+    now = time.time()
+    first_hour, last_hour = int((now - 70 * DAY) // 3600), int(now // 3600) + 1
+    conn.execute("INSERT INTO hosts VALUES (1, 'bench')")
+    conn.executemany("INSERT INTO gpus VALUES (?, 1, ?, ?, 'H100', ?)",
+                     [(g + 1, g, f"GPU-{g}", 80 * GIB) for g in range(8)])
+    conn.executemany("INSERT INTO procs VALUES (?, 1, ?, 1, ?, NULL, 'python x.py')",
+                     [(p + 1, 10_000 + p, f"user{p % 17}") for p in range(200)])
+    conn.executemany(
+        "INSERT INTO gpu_hourly VALUES (?, ?, 3600, 1800, 600, 90000, 360000, ?, 70)",
+        [(g + 1, h, 40 * GIB) for g in range(8) for h in range(first_hour, last_hour)])
+    conn.executemany(
+        "INSERT INTO proc_hourly VALUES (?, ?, ?, 3600, 1800, 600, 72000, ?, ?)",
+        [(p + 1, p % 8 + 1, h, 3600.0 * GIB, GIB) for p in range(200)
+         for h in range(first_hour, last_hour)])
+    conn.execute("INSERT INTO holder_hourly" + store.HOLDERS_FROM_PROCS)
+    conn.commit()
+    conn.close()
+
+    def median(fn: Callable[[], object]) -> float:
+        walls = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            walls.append(time.perf_counter() - t0)
+        return statistics.median(walls)
+
+    def week() -> None:
+        reader = store.open_reader(path)
+        try:
+            query.quota_hours(reader, now - 7 * DAY, now)
+        finally:
+            reader.close()
+
+    size = os.path.getsize(path) / 1e6
+    print("| measure | value | target |\n|---|---|---|")
+    print(f"| fair share's read, 70 days x 8 GPUs x 200 processes ({size:.0f} MB) |"
+          f" {median(lambda: share_usage.uses(path, now - 70 * DAY)):.3f} s"
+          " | < 1 s (once a minute per waiting run) |")
+    print(f"| `gputop quota`'s week of the same ledger | {median(week):.3f} s | < 1 s |")
+
+
 def main() -> None:
     which = sys.argv[1] if len(sys.argv) > 1 else "all"
     with tempfile.TemporaryDirectory() as tmp:
         for name, fn in (("record", bench_record), ("size", bench_size),
-                         ("report", bench_report)):
+                         ("report", bench_report), ("share", bench_share)):
             if which in (name, "all"):
                 fn(tmp)
 

@@ -5,6 +5,8 @@ from a real ledger file, the policy key, and the line's order and reasons."""
 from __future__ import annotations
 
 import math
+import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,13 +14,15 @@ import pytest
 from gputop.analysis import fair_share, queue_plan
 from gputop.analysis.fair_share import Use, decayed_hours, fractions, weight
 from gputop.analysis.queue_plan import Policy, plan
-from gputop.ledger import share_usage, store
-from gputop.model import Gpu, HostSnapshot, QueueJob, Reservation
+from gputop.ledger import query, share_usage, store
+from gputop.ledger.writer import Recorder
+from gputop.model import Gpu, GpuProcess, HostSnapshot, QueueJob, Reservation
 from gputop.policy import PolicyError, parse_policy
 
 DAY = 86400.0
 HALF = 7 * DAY
 NOW = 1_764_680_000.0 + 12 * 3600  # noon of "day 30"
+GIB = 1024**3
 
 
 def _geometric(first_age_days: int, last_age_days: int) -> float:
@@ -116,20 +120,32 @@ def test_the_line_says_each_waiting_jobs_share_and_why() -> None:
     assert all(r["share"] is None for r in queue_plan.listing(snap, Policy(), NOW, hours))
 
 
-def _ledger(path: Path, rows: list[tuple[str, int, int, float]]) -> None:
-    """A real ledger file holding (user, gpu, hour, seconds) of process presence."""
-    conn = store.open_writer(str(path))
-    with store.transaction(conn):
-        conn.execute("INSERT INTO hosts (id, name) VALUES (1, 'node')")
-        for gpu in range(2):
-            conn.execute("INSERT INTO gpus (id, host_id, idx, uuid) VALUES (?, 1, ?, ?)",
-                         (gpu + 1, gpu, f"GPU-{gpu}"))
-        for n, (user, gpu, hour, seconds) in enumerate(rows, 1):
-            conn.execute("INSERT INTO procs (id, host_id, pid, start, user) VALUES"
-                         " (?, 1, ?, ?, ?)", (n, 1000 + n, n, user))
-            conn.execute("INSERT INTO proc_hourly VALUES (?, ?, ?, ?, 0, 0, 0, 0, 0)",
-                         (n, gpu + 1, hour, seconds))
-    conn.close()
+STEP = 900.0  # the recorder's interval in the ledgers below
+
+
+def _ledger(path: Path, rows: list[tuple[str, int, int, float]],
+            reserved: Sequence[tuple[str, int, int, float]] = ()) -> None:
+    """A real ledger file, written by the recorder's own writer from snapshots every STEP
+    seconds: each row of ``rows`` (user, card, hour, seconds) is a process of that user on
+    that card from the start of that hour for that long; each of ``reserved`` a
+    reservation of the card for that long.  Every hour named is sampled whole, so each
+    sample stands for STEP seconds (a gap of hours is a pause in recording)."""
+    assert all(seconds % STEP == 0 for *_, seconds in [*rows, *reserved])
+    procs = [(GpuProcess(pid=1000 + n, gpu=gpu, gpu_mem=GIB, sm_util=50, user=user,
+                         start_time=hour * 3600.0 - n), hour * 3600.0, hour * 3600.0 + seconds)
+             for n, (user, gpu, hour, seconds) in enumerate(rows)]
+    held = [Reservation(gpu=gpu, user=user, since=hour * 3600.0, until=hour * 3600.0 + seconds)
+            for user, gpu, hour, seconds in reserved]
+    hours = sorted({hour for _, _, hour, _ in [*rows, *reserved]})
+    gpus = tuple(Gpu(index=i, uuid=f"GPU-{i}", util_gpu=50, mem_used=GIB, mem_total=80 * GIB)
+                 for i in range(2))
+    recorder = Recorder(store.open_writer(str(path)), STEP, GIB)
+    for t in [hour * 3600.0 + k * STEP for hour in hours for k in range(int(3600 // STEP))]:
+        assert recorder.record(HostSnapshot(
+            host="node", time=t, gpus=gpus,
+            processes=tuple(p for p, a, b in procs if a <= t < b),
+            reservations=tuple(r for r in held if r.since <= t < r.until)))
+    recorder.conn.close()
 
 
 def test_the_ledgers_card_hours_count_once_per_card_and_hour(tmp_path: Path) -> None:
@@ -137,15 +153,80 @@ def test_the_ledgers_card_hours_count_once_per_card_and_hour(tmp_path: Path) -> 
     path = tmp_path / "ledger.sqlite"
     _ledger(path, [("alice", 0, hour, 3600.0), ("alice", 0, hour, 1800.0),  # one card
                    ("alice", 1, hour, 3600.0), ("bob", 0, hour - 24 * 7, 1800.0),
-                   ("eve", 0, hour - 24 * 7 * 11, 3600.0)])  # beyond ten half-lives
+                   ("eve", 0, hour - 24 * 7 * 11, 3600.0)],  # beyond ten half-lives
+            # Reservations count as quotas count them: carol's half hour on card 1 held
+            # with nothing on it; alice's reserved card 0, on which she runs, once.
+            reserved=[("carol", 1, hour, 1800.0), ("alice", 0, hour, 3600.0)])
     hours, warning = share_usage.recent_hours(str(path), HALF, NOW)
     assert warning is None
     mid = hour * 3600 + 1800  # the hour's use counts at its middle
     assert math.isclose(hours["alice"], 2 * weight(NOW - mid, HALF))
     assert math.isclose(hours["bob"], 0.5 * weight(NOW - mid + HALF, HALF))
+    assert math.isclose(hours["carol"], 0.5 * weight(NOW - mid, HALF))
     assert "eve" not in hours
+    assert set(hours) == {"alice", "bob", "carol"}
     missing, why = share_usage.recent_hours(str(tmp_path / "none.sqlite"), HALF + 1, NOW)
     assert missing == {} and why is not None and "first come, first served" in why
+
+
+def test_fair_share_and_quotas_count_the_same_gpu_hours(tmp_path: Path) -> None:
+    # One fact: undecayed, fair share's hours of a period are `gputop quota`'s.
+    hour = int(NOW // 3600) - 48
+    path = tmp_path / "ledger.sqlite"
+    _ledger(path, [("alice", 0, hour, 2700.0), ("alice", 0, hour, 900.0),
+                   ("alice", 1, hour + 1, 3600.0), ("bob", 1, hour, 1800.0),
+                   ("bob", 0, hour + 5, 900.0)],
+            reserved=[("bob", 1, hour, 3600.0), ("carol", 0, hour + 3, 2700.0)])
+    since = hour * 3600.0
+    undecayed: dict[str, float] = {}
+    for use in share_usage.uses(str(path), since):
+        undecayed[use.user] = undecayed.get(use.user, 0.0) + use.gpu_seconds / 3600
+    conn = store.open_reader(str(path))
+    try:
+        assert query.quota_hours(conn, since, math.inf) == undecayed
+        # Counted here from the rows above: alice 0.75 h (card 0; her second process
+        # shares the first's quarter-hours) + 1 h (card 1); bob 1 h reserved on card 1
+        # (his half hour of running there inside it) + 0.25 h; carol 0.75 h reserved.
+        assert undecayed == {"alice": 1.75, "bob": 1.25, "carol": 0.75}
+        # Hour-resolved, for the decay: each use at the middle of its own hour.
+        assert sorted((u.user, u.t, u.gpu_seconds) for u in share_usage.uses(str(path), since)) == [
+            ("alice", since + 1800, 2700.0), ("alice", since + 3600 + 1800, 3600.0),
+            ("bob", since + 1800, 3600.0), ("bob", since + 5 * 3600 + 1800, 900.0),
+            ("carol", since + 3 * 3600 + 1800, 2700.0)]
+        # A later start leaves the earlier hours out of both.
+        assert query.quota_hours(conn, since + 3600, math.inf) == {
+            "alice": 1.0, "bob": 0.25, "carol": 0.75}
+        assert {u.user for u in share_usage.uses(str(path), since + 3600)} == {
+            "alice", "bob", "carol"}
+    finally:
+        conn.close()
+
+
+def test_a_schema_1_ledger_counts_through_its_backfill(tmp_path: Path) -> None:
+    # A ledger from before holder_hourly (no reservations then), read as it is: the
+    # processes' hours backfilled by store.HOLDERS_FROM_PROCS, as quotas read it.
+    hour = int(NOW // 3600) - 24
+    path = tmp_path / "old.sqlite"
+    _ledger(path, [("alice", 0, hour, 3600.0), ("alice", 0, hour, 1800.0),
+                   ("alice", 1, hour + 1, 1800.0), ("bob", 1, hour, 3600.0)])
+    conn = sqlite3.connect(path)
+    for table in ("holder_hourly", "workloads", "jobs", "actions"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    conn.commit()
+    conn.close()
+    hours, warning = share_usage.recent_hours(str(path), HALF, NOW)
+    assert warning is None
+    mid = hour * 3600 + 1800
+    assert math.isclose(hours["alice"], weight(NOW - mid, HALF)
+                        + 0.5 * weight(NOW - mid - 3600, HALF))
+    assert math.isclose(hours["bob"], weight(NOW - mid, HALF))
+    reader = store.open_reader(str(path))
+    try:
+        assert not store.has_table(reader, "holder_hourly")  # read, not upgraded
+        assert query.quota_hours(reader, hour * 3600.0, math.inf) == {"alice": 1.5, "bob": 1.0}
+    finally:
+        reader.close()
 
 
 def test_the_policy_key() -> None:

@@ -119,17 +119,33 @@ def holders_source(conn: sqlite3.Connection) -> str:
     return f"({HOLDERS_FROM_PROCS})"
 
 
-def quota_hours(conn: sqlite3.Connection, t_from: float, t_to: float) -> dict[str, float]:
-    """GPU-hours per user that count against quotas in the hours starting in
-    [t_from, t_to): cards they ran on or held reserved, each card once per moment."""
+def charged_seconds(conn: sqlite3.Connection, t_from: float,
+                    t_to: float) -> list[tuple[str, int, float]]:
+    """(user, hour, GPU-seconds) for each hour starting in [t_from, t_to): what is charged
+    to a user, the one rule that quotas (summed) and fair share (decayed by the hour) both
+    count: the cards they ran on or held reserved, each card once per moment (kind
+    'quota' of holder_hourly, written by the recorder; its backfill on a schema-1
+    ledger).  Rows a ledger should not hold (no user name, a negative or non-finite
+    figure) are left out: the ledger is a shared file."""
     try:
         rows = conn.execute(
-            f"SELECT name, SUM(dur) FROM {holders_source(conn)} WHERE kind = 'quota'"
-            " AND hour * 3600 >= :a AND hour * 3600 < :b GROUP BY name",
+            f"SELECT name, hour, SUM(dur) FROM {holders_source(conn)} WHERE kind = 'quota'"
+            " AND hour * 3600 >= :a AND hour * 3600 < :b GROUP BY name, hour ORDER BY hour",
             {"a": t_from, "b": t_to}).fetchall()
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"cannot read the ledger: {err}") from None
-    return {str(name): float(seconds) / 3600.0 for name, seconds in rows}
+    return [(name, hour, float(seconds)) for name, hour, seconds in rows
+            if isinstance(name, str) and name and isinstance(hour, int)
+            and isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0]
+
+
+def quota_hours(conn: sqlite3.Connection, t_from: float, t_to: float) -> dict[str, float]:
+    """GPU-hours per user that count against quotas in the hours starting in
+    [t_from, t_to): ``charged_seconds`` summed."""
+    out: dict[str, float] = {}
+    for user, _hour, seconds in charged_seconds(conn, t_from, t_to):
+        out[user] = out.get(user, 0.0) + seconds / 3600.0
+    return out
 
 
 _HOURLY = f"SELECT gpu_id, hour, dur, util_s FROM gpu_hourly WHERE {_IN} ORDER BY gpu_id, hour"

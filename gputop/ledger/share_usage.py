@@ -1,18 +1,18 @@
 """The ledger's GPU time per user, as fair share (``gputop.analysis.fair_share``) needs it.
 
 Every waiting `gputop run` must order the line the same way, so all of them read one
-ledger: the policy's ``fair_share: {ledger: PATH}``, else the system's. A user's card-hours
-count once per card and hour, however many processes they ran on it (``MAX`` of the
-processes' presence on that card in that hour).
+ledger: the policy's ``fair_share: {ledger: PATH}``, else the system's. What counts is what
+quotas count (``query.charged_seconds``, one rule): the cards a user ran on or held
+reserved, each card once per moment, however many processes they ran on it.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import math
 import time
 
 from gputop.analysis.fair_share import HOUR, Use, decayed_hours
-from gputop.ledger import store
+from gputop.ledger import query, store
 
 HORIZON_HALF_LIVES = 10  # older use counts under 0.1 %: not read
 CACHE_S = 60.0  # a waiting run plans every few seconds; the ledger changes per interval
@@ -21,20 +21,16 @@ _cache: dict[tuple[str, float], tuple[float, dict[str, float]]] = {}
 
 
 def uses(path: str, since: float) -> list[Use]:
-    """Per user, card and hour: the GPU seconds used, centred in that hour."""
+    """Per user and hour from the one starting ``since`` on: the GPU-seconds charged to
+    them (``query.charged_seconds``, the same figure as quotas), centred in that hour."""
     conn = store.open_reader(path)
     try:
-        rows = conn.execute(
-            "SELECT p.user, h.gpu_id, h.hour, MAX(h.dur) FROM proc_hourly h"
-            " JOIN procs p ON p.id = h.proc_id WHERE h.hour >= ?"
-            " GROUP BY p.user, h.gpu_id, h.hour", (int(since // HOUR),)).fetchall()
-    except sqlite3.Error as exc:
-        raise store.LedgerError(f"{path}: cannot read usage ({exc})") from None
+        rows = query.charged_seconds(conn, since // HOUR * HOUR, math.inf)
+    except store.LedgerError as exc:
+        raise store.LedgerError(f"{path}: {exc}") from None
     finally:
         conn.close()
-    return [Use(str(user), hour * HOUR + HOUR / 2, min(float(dur), HOUR))
-            for user, _gpu, hour, dur in rows
-            if isinstance(user, str) and isinstance(hour, int) and isinstance(dur, (int, float))]
+    return [Use(user, hour * HOUR + HOUR / 2, seconds) for user, hour, seconds in rows]
 
 
 def recent_hours(path: str | None, half_life_s: float, now: float | None = None
