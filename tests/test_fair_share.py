@@ -210,7 +210,7 @@ def test_a_schema_1_ledger_counts_through_its_backfill(tmp_path: Path) -> None:
     _ledger(path, [("alice", 0, hour, 3600.0), ("alice", 0, hour, 1800.0),
                    ("alice", 1, hour + 1, 1800.0), ("bob", 1, hour, 3600.0)])
     conn = sqlite3.connect(path)
-    for table in ("holder_hourly", "workloads", "jobs", "actions"):
+    for table in ("holder_hourly", "workloads", "actions"):
         conn.execute(f"DROP TABLE {table}")
     conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
     conn.commit()
