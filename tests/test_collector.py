@@ -605,7 +605,7 @@ def test_lean_collect_skips_topology_and_nvlink_remotes_not_xids() -> None:
     assert a.topology and not b.topology
     # XID events are read all the same: --once shows the criticals `check` shows.
     assert a.xid_watched is True and b.xid_watched is True
-    for name in ("nvmlDeviceRegisterEvents", "nvmlDeviceGetSupportedEventTypes"):
+    for name in ("nvmlDeviceRegisterEvents", "nvmlEventSetCreate"):
         assert lean_nvml.calls[name] == full_calls.calls[name] > 0, name
     name = "nvmlDeviceGetNvLinkRemotePciInfo"
     assert full_calls.calls[name] > 0 and lean_nvml.calls[name] == 0, name
