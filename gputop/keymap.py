@@ -24,7 +24,7 @@ class KeyAction:
 
 SCOPES = (
     "app", "dashboard", "table", "detail", "help", "log", "topology", "kill", "reserve",
-    "reclaim", "cluster", "cluster_processes", "lines", "queue", "confirm",
+    "reclaim", "cluster", "cluster_processes", "lines", "queue", "confirm", "metrics",
 )
 
 KEY_ACTIONS: tuple[KeyAction, ...] = (
@@ -71,6 +71,9 @@ KEY_ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("cursor_up", "table", "up", "cursor_up", "Up", False),
     # screens and dialogs
     KeyAction("detail_close", "detail", "escape,q,enter", "close", "Back"),
+    # one process over time: GPU memory, SM %, memory bandwidth, CPU %, RSS
+    KeyAction("detail_metrics", "detail", "m", "metrics", "Metrics"),
+    KeyAction("metrics_close", "metrics", "escape,q,m", "app.pop_screen", "Back"),
     KeyAction("help_close", "help", "escape,q,question_mark,f1", "dismiss", "Close"),
     KeyAction("log_back", "log", "escape,q,w", "app.pop_screen", "Back"),
     KeyAction("topology_back", "topology", "escape,q,t", "app.pop_screen", "Back"),

@@ -206,3 +206,30 @@ async def test_names_that_share_a_prefix_are_shown_whole_at_160x50() -> None:
 def test_a_name_too_long_for_its_column_keeps_its_end() -> None:
     cut = cluster_cells._name_cells("gpu-node.rack-17.example.org-0042", 13)
     assert len(cut) == 13 and cut.endswith("0042") and "…" in cut
+
+
+async def test_at_80_columns_a_cut_reason_is_said_in_full_under_the_list() -> None:
+    """A down host's line cut its fix (`ssh-keyscan ... >> ~/.ssh/known_hosts`) at 80:
+    the screen repeats such reasons in full, the fix on a line of its own."""
+    app = screenshot_app(CLUSTER, seconds=3)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await load(pilot)
+        await pilot.press("c")
+        await pilot.pause()
+        assert isinstance(app.screen, cluster.ClusterScreen)
+        box = app.screen.query_one("#cluster-reasons")
+        assert box.display
+        shown = [box.render_line(y).text.strip() for y in range(box.size.height)]
+        down = {s.host: s.error for s in app.state.snapshots.values() if not s.ok}
+        key = next(h for h, e in down.items() if e and "ssh-keyscan" in e)
+        fix = (down[key] or "").rpartition(": ")[2]
+        assert fix.startswith("ssh-keyscan") and fix in shown  # whole, on one line
+        assert all(len(line) <= 78 for line in shown)
+        assert all(any(line.startswith(h + ":") for line in shown) for h in down)
+    # wide enough for every reason: nothing repeated
+    app = screenshot_app(CLUSTER, seconds=3)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await load(pilot)
+        await pilot.press("c")
+        await pilot.pause()
+        assert not app.screen.query_one("#cluster-reasons").display

@@ -160,3 +160,42 @@ async def test_panel_says_how_many_did_not_fit() -> None:
         panel.show(SAMPLE[:1], now=NOW)
         await pilot.pause()
         assert panel.size.height == 1
+
+
+async def test_a_long_warning_goes_on_over_a_second_line_at_80_columns() -> None:
+    """The reason after a long command was cut at 80 columns: it now goes on, indented."""
+    long = w(INFO, "orphan-memory", 3,
+             "pid 5100034 (alice: python -m ipykernel_launcher -f…) holds 10.7 GiB, "
+             "orphaned: its notebook server is gone")
+    app = PanelApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        panel = app.query_one(WarningsPanel)
+        panel.show([SAMPLE[1], long], now=NOW)
+        await pilot.pause()
+        shown = [panel.render_line(y).text.rstrip() for y in range(panel.size.height)]
+        assert len(shown) == 3 and shown[0].startswith("CRIT")
+        assert shown[1].startswith("INFO GPU3  pid 5100034") and shown[1].endswith("10.7")
+        assert shown[2] == "      GiB, orphaned: its notebook server is gone"
+        assert all(len(line) <= 80 for line in shown)
+        # wide enough: one line, as before
+        await pilot.resize_terminal(160, 20)
+        await pilot.pause()
+        panel.show([SAMPLE[1], long], now=NOW + 60)
+        await pilot.pause()
+        shown = [panel.render_line(y).text.rstrip() for y in range(panel.size.height)]
+        assert len(shown) == 2 and shown[1].endswith("its notebook server is gone  (1m)")
+
+
+async def test_the_panel_budget_counts_folded_lines() -> None:
+    long = w(INFO, "orphan-memory", 3, "x" * 70 + " orphaned: its notebook server is gone")
+    many = [w(WARNING, f"code-{n}", n, f"message {n}") for n in range(3)]
+    app = SmallPanelApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        panel = app.query_one(WarningsPanel)
+        panel.show([*many, long], now=NOW)  # 3 + 2 lines do not fit in 4
+        await pilot.pause()
+        lines = panel.render().plain.splitlines()  # type: ignore[union-attr]
+        assert panel.folded_lines() == 1
+        # the folded one is counted as two lines: left out whole, not cut in half
+        assert lines[-1].startswith("… 1 more") and len(lines) == 4
+        assert not any("orphaned" in line for line in lines)

@@ -244,3 +244,33 @@ def test_compaction_never_makes_a_process_look_idler() -> None:
     # the dip breaks the idle run; merging keeps the lowest memory, so it still does
     assert h.process_streak("h1", 100, 7, idle) is not None
     assert h.process_streak("h1", 100, 7, idle) > 50.0
+
+
+def test_cpu_and_rss_are_kept_and_an_idle_kernel_stays_a_few_runs() -> None:
+    from gputop.analysis import history as hist
+
+    h = History(seconds=60, process_seconds=3600)
+    for t in range(1500):
+        # an idle kernel: GPU side still, CPU flickering between 0.0 and 0.4 % and its RSS
+        # moving by a few KiB, as a real one's does
+        p = dataclasses.replace(proc(sm=0), cpu_percent=0.4 * (t % 2),
+                                rss=(900 << 20) + 4096 * (t % 3))
+        h.add(snap(float(t), [p]))
+    samples = h.process_samples("h1", 100, 7)
+    assert len(samples) == 1500
+    assert {s.cpu_percent for s in samples} == {0} and {s.rss for s in samples} == {900 << 20}
+    assert len(h._procs["h1"][("h1", 100, 7)]) <= 2  # one run, not one per sample
+
+    # a process whose CPU % really moves: kept per sample while fine, the highest when
+    # merged, and the old merged runs no more than the GPU side alone would make
+    h = History(seconds=60, process_seconds=3600)
+    for t in range(1500):
+        p = dataclasses.replace(proc(sm=0), cpu_percent=float(10 * (t % 4)), rss=1 << 30)
+        h.add(snap(float(t), [p]))
+    series = h.process_series("h1", 100, 7, "cpu_percent")
+    assert len(series) == 1500
+    assert [v for _, v in series[-8:]] == [10 * (t % 4) for t in range(1492, 1500)]
+    assert all(v == 30 for t, v in series if t < 1000)  # merged: the highest, never less
+    # (runs settle every TRIM_EVERY samples)
+    assert len(h._procs["h1"][("h1", 100, 7)]) <= hist.FINE_SAMPLES + hist.TRIM_EVERY + 2
+    assert h.process_series("h1", 100, 7, "rss")[-1] == (1499.0, 1 << 30)

@@ -71,6 +71,7 @@ def test_reserve_list_release_round_trip(tmpdir_env: dict[str, str]) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout == "CUDA_VISIBLE_DEVICES=3,4\n"
     assert "reserved GPU 3, 4 until" in out.stderr
+    assert "caution" not in out.stderr  # no one else's process on 3 and 4
 
     held = store.list_active(_demo_store(tmpdir_env))
     assert [(r["gpu"], r["note"]) for r in held] == [(3, "nightly sweep"), (4, "nightly sweep")]
@@ -258,3 +259,15 @@ def test_reserve_count_tries_the_next_cards_after_a_lost_race(
     directory = _demo_store(tmpdir_env)
     users = {r["gpu"]: r["user"] for r in store.list_active(directory)}
     assert users == {3: "nobody", 4: "root", 7: "root"}
+
+
+def test_reserve_by_hand_cautions_on_a_card_another_users_process_runs_on(
+        tmpdir_env: dict[str, str]) -> None:
+    # GPU 0 runs bob's training in --demo faulty: pick leaves it out, reserve takes it
+    # but says so, with pick's words
+    out = gputop(tmpdir_env, "reserve", "--demo", "faulty", "--gpus", "0,3", "--for", "1h")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "CUDA_VISIBLE_DEVICES=0,3\n"
+    assert "caution: GPU 0: in use by another user (bob)" in out.stderr
+    assert "GPU 3: in use" not in out.stderr
+    assert sorted(r["gpu"] for r in store.list_active(_demo_store(tmpdir_env))) == [0, 3]

@@ -195,3 +195,54 @@ def test_parse_gpus_and_describe() -> None:
     # untrusted text stays literal: no markup, control characters made visible
     assert "GPU 1: reserved by bob for 1h00m more ([b]x[/b]\\e)" in text.plain
     assert "\x1b" not in text.plain
+
+
+async def test_a_card_another_users_process_runs_on_is_cautioned_as_pick_rules(
+        demo_dir: str) -> None:
+    app = _app()
+    async with app.run_test(size=(140, 50)) as pilot:
+        await _until(pilot, lambda: app.state.snapshot is not None)
+        snap = app.state.snapshot
+        me = app.identity(snap.host).reservation_owner
+        others = sorted({p.gpu for p in snap.processes if p.user != me and p.type != "G"})
+        free = [g.index for g in snap.gpus if g.index not in {p.gpu for p in snap.processes}]
+        assert others and free
+        app.state.selected_gpu = free[0]
+        await pilot.press("r")
+        await _until(pilot, lambda: isinstance(app.screen, ReserveScreen))
+        await pilot.pause()
+        # a free card: no caution
+        assert "caution" not in str(_field(app, "current").render())
+        # typed into the real field: a card of another user's process is cautioned, with
+        # pick's own reason (who runs there), and the free one beside it is not
+        await pilot.press("end", *f",{others[0]}")
+        await _until(pilot, lambda: _field(app, "gpus").value == f"{free[0]},{others[0]}")
+        busy = next(p for p in snap.processes if p.gpu == others[0])
+        await _until(pilot, lambda: "caution" in str(_field(app, "current").render()))
+        shown = str(_field(app, "current").render())
+        assert f"GPU {others[0]}: in use by another user ({busy.user}" in shown
+        assert f"GPU {free[0]}:" not in shown
+        # a caution, not a refusal: the reservation still goes through
+        await pilot.press("tab", *"1h", "enter")
+        await _until(pilot, lambda: not isinstance(app.screen, ReserveScreen))
+        assert sorted(r["gpu"] for r in store.list_active(demo_dir)) == sorted(
+            [free[0], others[0]])
+
+
+def test_others_on_is_picks_rule_for_cards_and_mig_devices() -> None:
+    from gputop.analysis.pick import OTHERS, others_on, rank_devices
+    from gputop.model import Gpu, GpuProcess, HostSnapshot, MigDevice
+
+    mig = Gpu(index=1, mem_used=0, mem_total=10, mig_devices=(
+        MigDevice(index=0, gpu=1, uuid="MIG-a", mem_used=0, mem_total=5),
+        MigDevice(index=1, gpu=1, uuid="MIG-b", mem_used=0, mem_total=5)))
+    snap = HostSnapshot(host="h", time=0.0, gpus=(
+        Gpu(index=0, mem_used=1, mem_total=10), mig, Gpu(index=2, mem_used=1, mem_total=10)),
+        processes=(GpuProcess(pid=1, gpu=0, user="bob", type="C"),
+                   GpuProcess(pid=2, gpu=1, mig_device=1, user="carol", type="C"),
+                   GpuProcess(pid=3, gpu=2, user="me", type="C")))
+    got = others_on(snap, [0, 1, 2], 0.0, "me")
+    assert got == {"0": f"{OTHERS} (bob)", "1:1": f"{OTHERS} (carol)"}
+    # the same words pick gives
+    assert got["0"] == rank_devices(snap, 0.0, "me").rejected["0"]
+    assert others_on(snap, ["1:0"], 0.0, "me") == {}

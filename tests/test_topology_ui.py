@@ -85,3 +85,33 @@ def test_topology_screen_picture(snap_compare) -> None:  # type: ignore[no-untyp
              Link(1, 3, "SYS"), Link(2, 3, "SYS"))
     snap = HostSnapshot(host="lab-gpu-03", time=0.0, gpus=gpus, topology=links, demo=True)
     assert snap_compare(TopoApp(TopologyScreen(snap)), terminal_size=(110, 30))
+
+
+async def test_at_80_columns_nothing_is_cut_the_affinities_go_under_the_matrix() -> None:
+    # eight GPUs and wide CPU lists: the matrix alone takes 63 columns at 80
+    nv = tuple(NvLink(n, True) for n in range(18))
+    gpus = tuple(Gpu(index=i, cpu_affinity="0-55,112-167" if i < 4 else "56-111,168-223",
+                     numa_node=i // 4, nvlinks=nv) for i in range(8))
+    links = tuple(Link(a, b, "NV18", 18) for a in range(8) for b in range(a + 1, 8))
+    snap = HostSnapshot(host="dgx", time=0.0, gpus=gpus, topology=links)
+    screen = TopologyScreen([snap])
+    app = TopoApp(screen)
+    async with app.run_test(size=(80, 60)) as pilot:
+        await pilot.pause()
+        body = screen.query_one("#topology", Static)
+        lines = [body.render_line(y).text.rstrip() for y in range(body.size.height)]
+        assert all(len(line) <= body.size.width for line in lines)
+        # every GPU's NUMA node is shown whole, in a table of its own
+        affinity = [line.split() for line in lines
+                    if line.split()[:1] and line.split()[0].startswith("GPU")
+                    and len(line.split()) == 3]
+        assert [(a[0], a[2]) for a in affinity] == [(f"GPU{i}", str(i // 4)) for i in range(8)]
+        text = "\n".join(lines)
+        assert "NUMA Affinity" in text and "56-111,168-223" in text
+        # the legend and the NVLink line go on over indented lines, not cut
+        assert "between NUMA nodes (e.g., QPI/UPI)" in " ".join(text.split())
+        assert "GPU7 18/18" in text and "GPU4\n" not in text
+    # wide: the affinities stay beside the matrix, as nvidia-smi prints them
+    wide = matrix_text(snap, 200).plain.splitlines()
+    assert any(line.startswith("GPU0") and line.split()[-2:] == ["0-55,112-167", "0"]
+               for line in wide)

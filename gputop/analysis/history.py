@@ -36,7 +36,8 @@ ProcessKey = tuple[str, int, "int | None"]  # (host, pid, start_ticks)
 
 # The process fields kept per sample; the names match GpuProcess so that a predicate
 # written for a GpuProcess works on a sample too.
-PROCESS_FIELDS = ("gpu_mem", "sm_util", "mem_util", "state")
+PROCESS_FIELDS = ("gpu_mem", "sm_util", "mem_util", "state", "cpu_percent", "rss")
+_GPU_SIDE = 4  # the first four: what the idle rule and the merges' shape are about
 
 TRIM_EVERY = 16  # samples between two tidyings of one process (drop old runs, merge)
 # Process samples older than FINE_SAMPLES are merged into runs of up to MERGE_SAMPLES with
@@ -52,8 +53,10 @@ class ProcessSample(NamedTuple):
     time: float
     gpu_mem: int | None  # bytes, summed over its GPUs
     sm_util: int | None  # percent, the highest over its GPUs
-    mem_util: int | None
+    mem_util: int | None  # the process's share of memory bandwidth, percent
     state: str | None
+    cpu_percent: int | None  # whole percent (kept coarse: see _host_side)
+    rss: int | None  # bytes, to the MiB
 
 
 # A run of consecutive samples (by host sequence number) with identical values:
@@ -108,7 +111,8 @@ class _Runs:
             prev = old[-1] if old else None
             if prev is not None and _mergeable(prev, run):
                 a, b = prev[2], run[2]
-                merged = (_lowest(a[0], b[0]), _highest(a[1], b[1]), _highest(a[2], b[2]), a[3])
+                merged = (_lowest(a[0], b[0]), _highest(a[1], b[1]), _highest(a[2], b[2]), a[3],
+                          _highest(a[4], b[4]), _highest(a[5], b[5]))
                 old[-1] = (prev[0], run[1], merged)
             else:
                 old.append(run)
@@ -167,12 +171,23 @@ def _merge(rows: list[GpuProcess]) -> tuple[Any, ...]:
     sms = [r.sm_util for r in rows if r.sm_util is not None]
     mus = [r.mem_util for r in rows if r.mem_util is not None]
     state = next((r.state for r in rows if r.state is not None), None)
+    # CPU and RSS are the process's own, the same on every GPU row: any row says them.
     return (
         sum(mems) if mems else None,
         max(sms) if sms else None,
         max(mus) if mus else None,
         state,
+        *_host_side(rows[0]),
     )
+
+
+def _host_side(p: GpuProcess) -> tuple[int | None, int | None]:
+    """CPU % and RSS as stored: whole percent and whole MiB, so that an idle kernel whose
+    CPU reads 0.1 then 0.0 stays one run (run-length encoding is what keeps hours of an
+    idle process cheap); a chart cannot show finer than that anyway."""
+    cpu = None if p.cpu_percent is None else round(p.cpu_percent)
+    rss = None if p.rss is None else p.rss >> 20 << 20
+    return cpu, rss
 
 
 class History:
@@ -249,7 +264,8 @@ class History:
         for key, procs in rows.items():
             if len(procs) == 1:  # the common case: one GPU, nothing to merge
                 p = procs[0]
-                values: tuple[Any, ...] = (p.gpu_mem, p.sm_util, p.mem_util, p.state)
+                values: tuple[Any, ...] = (p.gpu_mem, p.sm_util, p.mem_util, p.state,
+                                           *_host_side(p))
             else:
                 values = _merge(procs)
             runs = procs_of_host.get(key)
@@ -499,12 +515,14 @@ def _mergeable(prev: _Run, run: _Run) -> bool:
     """Neighbours of the same coarse shape, merged into at most MERGE_SAMPLES samples.
 
     The merged values are the cautious ones for a rule asking "idle while holding
-    memory": the lowest memory and the highest utilization of the merged samples.
+    memory": the lowest memory and the highest utilization of the merged samples (and
+    the highest CPU % and RSS).  Runs whose GPU side is the same merge whatever their
+    length: only CPU % or RSS told them apart, and an idle kernel must stay a few runs.
     """
     return (
         prev[1] + 1 == run[0]
         and _coarse(prev[2]) == _coarse(run[2])
-        and run[1] - prev[0] < MERGE_SAMPLES
+        and (run[1] - prev[0] < MERGE_SAMPLES or prev[2][:_GPU_SIDE] == run[2][:_GPU_SIDE])
     )
 
 

@@ -313,6 +313,23 @@ def _mig_rejection(
                            "utilization unknown (no GPM on this card)")
 
 
+def others_on(snapshot: HostSnapshot, units: Iterable[int | str], now: float,
+              me: str | None) -> dict[str, str]:
+    """For each named unit (a card's index, a MIG device's label "0:1") that another
+    user's process runs on, the rejection ``pick`` gives it without --share: what a
+    reserve by hand should caution about.  A card in MIG mode counts its MIG devices'."""
+    rejected = rank_devices(snapshot, now, me).rejected
+    mig_labels = {g.index: [d.label for d in g.mig_devices] for g in snapshot.gpus}
+    out: dict[str, str] = {}
+    for unit in units:
+        labels = [str(unit)] + (mig_labels.get(unit, []) if isinstance(unit, int) else [])
+        for label in labels:
+            why = rejected.get(label, "")
+            if why.startswith(OTHERS):
+                out[label] = why
+    return out
+
+
 # -- the answer: what pick, reserve --count and run hand out ---------------------------
 
 

@@ -112,6 +112,8 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
     settings = common.settings(config)
     plan = common.plan(options, True, args.host)
 
+    cautions: dict[str, str] = {}
+
     async def reserve() -> tuple[str, dict[str, Any], list[str]]:
         async with common.session(options, config, plan) as session:
             # The snapshot also tells the store which indexes and UUIDs this host has.
@@ -119,6 +121,9 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
             host = snapshot.host
             if gpus is not None:
                 _check_gpus(gpus, snapshot)
+                # Allowed, but said: pick's own rule would leave these out (no --share).
+                cautions.update(picking.others_on(
+                    snapshot, gpus, time.time(), session.identity(host).reservation_owner))
                 reply = await session.request(
                     host, {"op": "reserve", "gpus": gpus, "until": until, "note": note})
                 if not reply.get("ok"):
@@ -132,6 +137,9 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
 
     host, reply, devices = asyncio.run(reserve())
     common.say("reserve", f"{host}: {reply.get('message', 'reserved')}")
+    for label, why in cautions.items():
+        common.say("reserve", f"{host}: caution: GPU {label}: {why}; `gputop pick` leaves it"
+                   " out, and a reservation does not stop their job")
     _print_devices(devices, args.export)
     return EXIT_OK
 

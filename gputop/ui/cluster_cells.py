@@ -13,7 +13,7 @@ never parsed as markup.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rich.cells import cell_len, set_cell_size
@@ -246,6 +246,37 @@ def host_line(
             line.append(fmt.visible(snap.error), "dim")
         line.pad_right(max(width - line.cell_len, 0))
     return line
+
+
+def cut_reasons(snaps: Sequence[HostSnapshot], screen: int,
+                name_cells: int = NAME_WIDTH) -> list[HostSnapshot]:
+    """The hosts without cards whose reason ``host_line`` cannot show whole in ``screen``
+    columns (an `ssh-keyscan ... >> ~/.ssh/known_hosts` at 80): the screen says them in
+    full, wrapped, under the list."""
+    room = screen - name_cells - 1 - STATE_WIDTH - 1
+    return [s for s in snaps
+            if not s.gpus and s.error and cell_len(fmt.visible(s.error)) > room]
+
+
+def reasons_text(snaps: Sequence[HostSnapshot], screen: int, most: int = 4) -> Text:
+    """``cut_reasons``'s hosts, one wrapped paragraph each, at most ``most`` of them.  A
+    reason too long for one line breaks after its last ": ", so that what follows (the
+    fix: a command to copy) starts a line of its own, indented."""
+    out = Text()
+    for n, snap in enumerate(snaps[:most]):
+        if n:
+            out.append("\n")
+        out.append(fmt.visible(snap.host), "bold")
+        error = fmt.visible(snap.error or "")
+        head, sep, fix = error.rpartition(": ")
+        if sep and cell_len(snap.host) + 2 + cell_len(error) > screen:
+            out.append(f": {head}:\n  ")
+            out.append(fix)
+        else:
+            out.append(": " + error)
+    if len(snaps) > most:
+        out.append(f"\n… and {len(snaps) - most} more hosts (filter with /)", "dim")
+    return out
 
 
 def host_matches(snap: HostSnapshot, needle: str) -> bool:

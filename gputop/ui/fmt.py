@@ -103,19 +103,7 @@ def sparkline(
     """
     if width <= 0:
         return ""
-    step = span / width
-    last = math.floor(now / step)
-    first = last - width + 1
-    cells: list[float | None] = [None] * width
-    for t, value in series:
-        if t > now:
-            continue
-        k = math.floor(t / step)
-        if k < first:
-            continue
-        old = cells[k - first]
-        cells[k - first] = value if old is None or value > old else old
-    return "".join(_spark_char(cell) for cell in cells)
+    return "".join(_spark_char(cell) for cell in _slots(series, width, now, span))
 
 
 def _fresh(series: Sequence[tuple[float, float]], last: tuple[float, float] | None) -> int | None:
@@ -229,3 +217,45 @@ class WindowStats:
         if not self._window:
             return None
         return self._low[0][1], self._sum / len(self._window), self._high[0][1]
+
+
+def chart(series: Sequence[tuple[float, float]], width: int, height: int, now: float,
+          span: float, top: float) -> list[str]:
+    """A ``height``-row bar chart of the last ``span`` seconds, top row first, scaled so
+    that ``top`` fills a column.  Slots as ``sparkline``'s (the highest value of each, a
+    slot with no sample blank): the same chart, taller, with eight steps a row."""
+    if width <= 0 or height <= 0:
+        return []
+    steps = len(_SPARK)
+    scale = 1.0 / top if top > 0 else 0.0
+    levels = [None if v is None else min(max(v * scale, 0.0), 1.0)
+              for v in _slots(series, width, now, span)]
+    rows = []
+    for row in range(height - 1, -1, -1):  # the top row first
+        cells = []
+        for level in levels:
+            # a sample is never drawn as nothing: at least the lowest step of row 0
+            eighths = -1 if level is None else max(round(level * height * steps), 1)
+            eighths -= row * steps
+            cells.append(" " if eighths <= 0 else _SPARK[min(eighths, steps) - 1])
+        rows.append("".join(cells))
+    return rows
+
+
+def _slots(series: Sequence[tuple[float, float]], width: int, now: float,
+           span: float) -> list[float | None]:
+    """The highest value of each of ``width`` time slots ending with the one holding
+    ``now`` (None: no sample in it)."""
+    step = span / width
+    last = math.floor(now / step)
+    first = last - width + 1
+    cells: list[float | None] = [None] * width
+    for t, value in series:
+        if t > now:
+            continue
+        k = math.floor(t / step)
+        if k < first:
+            continue
+        old = cells[k - first]
+        cells[k - first] = value if old is None or value > old else old
+    return cells

@@ -125,6 +125,7 @@ SHOTS: list[tuple[str, str, tuple[int, int], list[Step], str | None]] = [
     ("main-faulty-160x50", "faulty", (160, 50), [], None),
     ("main-mig-160x50", "mig", (160, 50), [], None),
     ("detail-lab", "lab", (120, 40), [_press("enter")], "DetailScreen"),
+    ("metrics-lab", "lab", (120, 40), [_press("enter"), _press("m")], "MetricsScreen"),
     ("help", "lab", (120, 40), [_press("question_mark")], "HelpScreen"),
     ("topology-dgx-h100", "dgx-h100", (160, 50), [_press("t")], "TopologyScreen"),
     ("warnings-log-faulty", "faulty", (160, 50), [_press("w")], "WarningLogScreen"),

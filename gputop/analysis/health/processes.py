@@ -94,11 +94,10 @@ def _process_rules(
         return  # computing now, so no starving streak: spare the history walk
 
     def starving(sample: Any) -> bool:
-        if sample.sm_util is None or sample.sm_util > th.input_bound_sm_percent:
-            return False
-        # History may not record CPU use per sample; then the current reading stands in.
-        cpu = getattr(sample, "cpu_percent", None)
-        return cpu is None or cpu >= th.input_bound_cpu_percent
+        # The streak is the SM side only; the CPU side is the current reading. History
+        # does keep CPU % per sample now (the metrics screen), but a data loader's CPU
+        # wanders (60-100 %), and a per-sample cut would reset the streak on every dip.
+        return sample.sm_util is not None and sample.sm_util <= th.input_bound_sm_percent
 
     start = streak(snapshot.host, proc.pid, proc.start_ticks, starving)
     if start is not None and add.now - start >= th.input_bound_minutes * 60:

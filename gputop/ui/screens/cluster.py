@@ -27,11 +27,13 @@ from gputop.analysis import workload_groups
 from gputop.model import HostSnapshot
 from gputop.ui.cluster_cells import (
     NAME_WIDTH,
+    cut_reasons,
     host_line,
     host_matches,
     host_width,
     multi_host_jobs_text,
     name_width,
+    reasons_text,
     totals,
 )
 from gputop.ui.keys import bindings
@@ -56,6 +58,7 @@ class ClusterScreen(Screen[None]):
     ClusterScreen #cluster-totals { height: auto; padding: 0 1; background: $boost; }
     ClusterScreen #cluster-jobs { height: auto; max-height: 8; padding: 0 1; }
     ClusterScreen #cluster-hosts { height: 1fr; }
+    ClusterScreen #cluster-reasons { height: auto; max-height: 9; padding: 0 1; }
     """
 
     if TYPE_CHECKING:
@@ -70,6 +73,7 @@ class ClusterScreen(Screen[None]):
         yield Static(id="cluster-totals")
         yield Static(id="cluster-jobs")  # jobs that span hosts
         yield TextLines(NAME_WIDTH, id="cluster-hosts")
+        yield Static(id="cluster-reasons")  # reasons the host lines cut, in full
         yield FilterInput(placeholder="host name or label; Enter keeps it, Esc clears",
                           id="cluster-filter")
         yield Footer()
@@ -117,6 +121,11 @@ class ClusterScreen(Screen[None]):
         self.query_one("#cluster-totals", Static).update(summary)
         self._show_jobs(shown)
         self.query_one(TextLines).set_rows(rows, width)
+        cut = cut_reasons(shown, screen, names)
+        reasons = self.query_one("#cluster-reasons", Static)
+        reasons.display = bool(cut)
+        if cut:
+            reasons.update(reasons_text(cut, screen - 2))  # its padding
 
     def _show_jobs(self, snaps: list[HostSnapshot]) -> None:
         """One line per Slurm job running on several hosts, with all its hosts."""

@@ -294,7 +294,10 @@ class DashboardScreen(Screen[None]):
             panel.show(mine, app.analyser.tracker.clearing, now, others=others)
             # Warnings matter, but at 80x24 they must leave room for the processes.
             # Set only on change: a style write costs a layout pass.
-            limit = max(2, self.size.height // 8)
+            # A warning folded onto a second line (its reason would be cut at 80
+            # columns) gets that line, up to one more per 24 rows of terminal.
+            limit = max(2, self.size.height // 8) + min(
+                panel.folded_lines(), max(1, self.size.height // 24))
             if panel.styles.max_height is None or panel.styles.max_height.value != limit:
                 panel.styles.max_height = limit
 

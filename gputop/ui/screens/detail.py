@@ -137,6 +137,7 @@ class DetailScreen(Screen[None]):
                 proc.type, proc.type)),
             ("GPU memory", fmt.size(proc.gpu_mem)),
             ("SM", fmt.percent(proc.sm_util)),
+            ("memory bandwidth", fmt.percent(proc.mem_util)),
             ("CPU", fmt.percent(proc.cpu_percent)),
             ("RSS", fmt.size(proc.rss)),
             ("start ticks", "-" if proc.start_ticks is None else str(proc.start_ticks)),
@@ -206,6 +207,10 @@ class DetailScreen(Screen[None]):
         out.append("SM %    ", style="bold")
         out.append(fmt.sparkline(sm, width, now, span), style="green")
         out.append(f" {fmt.percent(proc.sm_util)}\n")
+        bandwidth = history.process_series(host, pid, ticks, "mem_util")
+        out.append("MEM BW %", style="bold")
+        out.append(fmt.sparkline(bandwidth, width, now, span), style="magenta")
+        out.append(f" {fmt.percent(proc.mem_util)}\n")
         first = history.first_seen(host, pid, ticks)
         until = history.simulated_until.get(host)
         if until is not None and first is not None and first <= until:
@@ -214,8 +219,14 @@ class DetailScreen(Screen[None]):
                     f"in the simulated past from {_when(first)}")
         else:
             seen = f"as observed by gputop; first seen {_when(first)}"
-        out.append(f"last {span / 60:.0f} min, 0-100 % scale, {seen}", style="dim")
+        out.append(f"last {span / 60:.0f} min, 0-100 % scale, {seen}; m: all metrics",
+                   style="dim")
         return out
 
     def action_close(self) -> None:
         self.dismiss()
+
+    def action_metrics(self) -> None:
+        from gputop.ui.screens.metrics import MetricsScreen
+
+        self.app.push_screen(MetricsScreen(self.key))

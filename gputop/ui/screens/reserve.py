@@ -26,6 +26,7 @@ from textual.widgets import Button, Input, Label, Static
 from gputop.actions.reservations import ReservationError, check_note
 from gputop.analysis.durations import format_duration, parse_until
 from gputop.analysis.holders import holders
+from gputop.analysis.pick import others_on
 from gputop.model import HostSnapshot, Reservation
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
@@ -116,6 +117,18 @@ def describe(reservations: list[Reservation], me: str, now: float) -> Text:
     return out
 
 
+def cautions(others: dict[str, str]) -> Text:
+    """One caution per chosen unit another user's process runs on (pick's rule, not ours):
+    reserving it is allowed, but it does not make the card free."""
+    out = Text()
+    for label, why in others.items():
+        out.append("caution: ", style="bold yellow")
+        out.append(fmt.visible(f"GPU {label}: {why}"))
+        out.append(" - `gputop pick` leaves it out; a reservation does not stop their job\n",
+                   style="dim")
+    return out
+
+
 class ReserveScreen(ModalScreen["dict | None"]):
     """Dismisses with the store's reply after a successful reservation, or None."""
 
@@ -187,7 +200,9 @@ class ReserveScreen(ModalScreen["dict | None"]):
             gpus = []
         now = self.clock()
         held = holders(snapshot, now)
-        current.update(describe([r for unit in gpus for r in held.of_unit(unit)], self.me, now))
+        text = describe([r for unit in gpus for r in held.of_unit(unit)], self.me, now)
+        text.append(cautions(others_on(snapshot, gpus, now, self.me)))
+        current.update(text)
 
     def _error(self, message: str) -> None:
         self.query_one("#reserve-error", Static).update(Text(message))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
+from rich.cells import cell_len
 from rich.console import RenderableType
 from rich.text import Text
 from textual.geometry import Size
@@ -30,10 +31,13 @@ def warning_lines(
     hints: bool = True,
     now: float | None = None,
     wrap: bool = False,
+    width: int | None = None,
 ) -> Text:
     """The panel's text, also used by the log screen and tests; ``wrap``: long messages
-    go on over the next lines instead of ending in an ellipsis."""
-    items = sorted(warnings, key=lambda w: SEVERITY_ORDER.get(w.severity, 9))
+    go on over the next lines instead of ending in an ellipsis; ``width`` (one line a
+    warning otherwise): a warning longer than that goes on over one more line, indented,
+    so that the reason after a long command is read, not cut (80 columns)."""
+    items = _sorted(warnings)
     out = Text(no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
     if not items:
         out.append("no warnings", style="green")
@@ -41,23 +45,75 @@ def warning_lines(
     for n, w in enumerate(items):
         if n:
             out.append("\n")
-        faded = clearing is not None and clearing(w)
-        style = "dim" if faded else SEVERITY_STYLE.get(w.severity, "")
-        out.append(f"{SEVERITY_LABEL.get(w.severity, w.severity[:4].upper()):<4} ", style=style)
-        where = []
-        if show_host and w.host:
-            where.append(fmt.visible(w.host))
-        where.append(f"GPU{w.gpu}" if w.gpu is not None else "host")
-        out.append(" ".join(where) + "  ", style="bold" if not faded else "dim")
-        out.append(fmt.visible(w.message), style="dim" if faded else "")
-        if w.since is not None and now is not None and now - w.since >= 60:
-            out.append(f"  ({format_duration(now - w.since, minutes=True)})", style="dim")
-        if faded:
-            out.append("  cleared", style="dim italic")
-        if hints and w.hint:
-            out.append("\n      ")
-            out.append("→ " + fmt.visible(w.hint), style="dim")
+        line = _one_warning(w, clearing, show_host, hints, now)
+        if width is not None and not wrap and not hints:
+            line = _fold_once(line, width)
+        out.append_text(line)
     return out
+
+
+CONTINUATION = " " * 6  # under the message, past "INFO GPU3"'s label
+
+
+def _fold_once(line: Text, width: int) -> Text:
+    """``line`` as it fits ``width``: whole, or broken at the last space that fits (else
+    at the width) with the rest on one indented line (which ends in an ellipsis if it is
+    still too long)."""
+    if width <= len(CONTINUATION) + 10 or line.cell_len <= width:
+        return line
+    cells, cut = 0, len(line.plain)
+    for i, ch in enumerate(line.plain):
+        cells += cell_len(ch)
+        if cells > width:
+            cut = i
+            break
+    space = line.plain.rfind(" ", 0, cut + 1)
+    if space > width // 2:
+        cut = space
+    head, tail = line.divide([cut])
+    if tail.plain.startswith(" "):
+        tail = tail[1:]
+    out = head.copy()
+    out.rstrip()
+    out.append("\n" + CONTINUATION)
+    out.append_text(tail)
+    return out
+
+
+def folded(warning_line: Text, width: int) -> bool:
+    """Whether ``_fold_once`` breaks this line at ``width``."""
+    return width > len(CONTINUATION) + 10 and warning_line.cell_len > width
+
+
+def _one_warning(
+    w: HealthWarning,
+    clearing: Callable[[HealthWarning], bool] | None,
+    show_host: bool,
+    hints: bool,
+    now: float | None,
+) -> Text:
+    out = Text()
+    faded = clearing is not None and clearing(w)
+    style = "dim" if faded else SEVERITY_STYLE.get(w.severity, "")
+    out.append(f"{SEVERITY_LABEL.get(w.severity, w.severity[:4].upper()):<4} ", style=style)
+    where = []
+    if show_host and w.host:
+        where.append(fmt.visible(w.host))
+    where.append(f"GPU{w.gpu}" if w.gpu is not None else "host")
+    out.append(" ".join(where) + "  ", style="bold" if not faded else "dim")
+    out.append(fmt.visible(w.message), style="dim" if faded else "")
+    if w.since is not None and now is not None and now - w.since >= 60:
+        out.append(f"  ({format_duration(now - w.since, minutes=True)})", style="dim")
+    if faded:
+        out.append("  cleared", style="dim italic")
+    if hints and w.hint:
+        out.append("\n" + CONTINUATION)
+        out.append("→ " + fmt.visible(w.hint), style="dim")
+    return out
+
+
+def _sorted(items: Iterable[HealthWarning]) -> list[HealthWarning]:
+    return sorted(items, key=lambda w: SEVERITY_ORDER.get(w.severity, 9))
 
 
 class WarningsPanel(Widget):
@@ -126,38 +182,62 @@ class WarningsPanel(Widget):
         self.refresh(layout=resized)
         return True
 
-    def _lines(self, items: list[HealthWarning], others: int = 0) -> int:
-        per_item = 2 if self.hints else 1
-        return max(1, len(items) * per_item + (1 if others else 0))
+    def _item_lines(self, items: list[HealthWarning], width: int | None = None) -> list[int]:
+        """How many lines each warning takes, in the panel's order."""
+        if self.hints:
+            return [2] * len(items)
+        width = self.content_size.width if width is None else width
+        show_host = self._show_host(items)
+        return [2 if width and folded(_one_warning(w, None, show_host, False, self._now),
+                                      width) else 1
+                for w in _sorted(items)]
+
+    def _show_host(self, items: list[HealthWarning]) -> bool:
+        # One host's warnings under its own header need no host name: at 80 columns it
+        # took the room of the reason.
+        return self.show_host and len({w.host for w in items}) > 1
+
+    def _lines(self, items: list[HealthWarning], others: int = 0,
+               width: int | None = None) -> int:
+        return max(1, sum(self._item_lines(items, width)) + (1 if others else 0))
+
+    def folded_lines(self) -> int:
+        """How many warnings take a second line at the panel's width (the app gives the
+        panel that much more room)."""
+        return sum(n - 1 for n in self._item_lines(self._warnings)) if not self.hints else 0
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self.wrap:  # as many lines as the wrapped text takes at this width
             return super().get_content_height(container, viewport, width)
         # Ask for every line; max-height (set by the app) caps it and render() then
         # summarises what did not fit.
-        return self._lines(self._warnings, self._others)
+        return self._lines(self._warnings, self._others, width)
 
     def render(self) -> RenderableType:
         now = self._now if self._now is not None else time.time()
-        items = sorted(self._warnings, key=lambda w: SEVERITY_ORDER.get(w.severity, 9))
+        items = _sorted(self._warnings)
         room = self.content_size.height
-        per_item = 2 if self.hints else 1
         hidden = 0
         footer = 1 if self._others else 0
-        if room and len(items) * per_item + footer > room:
+        sizes = self._item_lines(items)
+        show_host = self._show_host(items)  # decided on all of them: the sizes were
+        if room and sum(sizes) + footer > room:
             # Clipped silently, the least severe warnings would vanish without a trace.
-            keep = max(0, (room - 1) // per_item)
+            keep, used = 0, 0
+            for size in sizes:
+                if used + size > room - 1:
+                    break
+                keep, used = keep + 1, used + size
             hidden = len(items) - keep
             items = items[:keep]
         text = warning_lines(
             items,
             clearing=lambda w: w.key in self._clearing,
-            # One host's warnings under its own header need no host name: at 80 columns
-            # it took the room of the reason.
-            show_host=self.show_host and len({w.host for w in items}) > 1,
+            show_host=show_host,
             hints=self.hints,
             now=now,
             wrap=self.wrap,
+            width=self.content_size.width or None,
         ) if items or not self._others else Text()
         parts = []
         if hidden:
