@@ -282,7 +282,7 @@ def _decode(raw: bytes, kind: str = "vector") -> tuple[list[Any], list[str]]:
 class PrometheusFeed(ReadOnlyFeed):
     """Every host a Prometheus server knows, read-only.  ``hosts`` grows as hosts appear.
 
-    ``view`` (promql.SUMMARY or FULL) is what a refresh asks for; ``focus(host)`` adds
+    ``view`` (promql.SUMMARY, OVERVIEW or FULL) is what a refresh asks for; ``focus(host)`` adds
     the full view of that one host (the dashboard's opened host) to each refresh."""
 
     why = WHY_READ_ONLY
