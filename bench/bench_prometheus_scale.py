@@ -189,7 +189,7 @@ def main() -> None:
         refresh = [float(t) for t in times[:args.runs]]
         polls = [float(t) for t in times[args.runs:2 * args.runs]]
         sent = [int(t) for t in times[2 * args.runs:]]
-        print(f"| dashboard refresh, query to the app's state (summary + {host_name(3)} in "
+        print(f"| dashboard refresh, query to the app's state (overview + {host_name(3)} in "
               f"full), {n} hosts, {min(sent)}-{max(sent)} scraped anew per refresh | "
               f"{statistics.median(refresh):.2f} s (max {max(refresh):.2f}; the queries "
               f"alone {statistics.median(polls):.2f} s) | {float(cpu):.2f} s per refresh | "

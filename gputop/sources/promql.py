@@ -25,6 +25,9 @@ HOST_KEY = "Hostname, hostname, instance"
 # The identity of a card, and the jobs dcgm-exporter names on its series.
 IDENTITY = (f"{KEY}, UUID, modelName, pci_bus_id, GPU_I_PROFILE, DCGM_FI_DRIVER_VERSION, "
             "pod, namespace, container, hpc_job")
+# What the brief views keep of it: no view of many hosts shows a card's PCI address (the
+# opened host, read in full, has it), and at 8,000 cards it is a tenth of an answer.
+BRIEF_IDENTITY = IDENTITY.replace(" pci_bus_id,", "")
 
 # The series that carry a card's identity labels, one per exporter.
 IDENTITY_NAMES = '__name__=~"gputop_gpu_ok|nvidia_smi_gpu_info"'
@@ -155,6 +158,8 @@ def _sel(metric: str, selector: str, extra: str = "") -> str:
 def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
     """The PromQL of one field; the summary view leaves healthy values on the server,
     the full one has them all (0 is a fact --json shows)."""
+    brief = view in BRIEF
+    by = BRIEF_IDENTITY if brief and spec.by == IDENTITY else spec.by
     parts = []
     for metric, scale in spec.sources:
         extra = 'GPU_I_ID!=""' if spec.op == "mig" else ""
@@ -166,12 +171,11 @@ def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
             series = _sel(metric, selector, extra)
             if spec.op == "rate":
                 series = f"rate({series}[{VIOLATION_WINDOW}])"
-            part = f"max by ({spec.by}) ({series})"
+            part = f"max by ({by}) ({series})"
         if scale != 1:
             part = f"{part} * {scale:.12g}"
         parts.append(f"({part})")
     expr = " or ".join(parts)
-    brief = view in BRIEF
     if view == OVERVIEW and spec.overview == "zero":
         expr = f"({expr}) == 0"
     elif view == OVERVIEW and spec.overview == "fan-zero":
