@@ -114,7 +114,7 @@ class Timed(PrometheusFeed):
             done.append(time.perf_counter())
         return out
 
-feed = Timed(url, PrometheusConfig(), 30.0, view=promql.OVERVIEW)
+feed = Timed(url, PrometheusConfig(), 30.0, view=promql.OVERVIEW, history_s=600.0)  # as opener.py
 app = GputopApp([feed], interval=2.0, me="bench")
 apply, applied = app._apply_result, [0]
 
