@@ -218,6 +218,7 @@ def test_the_overview_asks_temperature_only_where_the_fan_stands(cluster: Cluste
     assert (cards[2].fan, cards[2].temp) == (None, None)  # healthy: left on the server
     assert cards[0].util_gpu is not None and cards[0].mem_total is not None
     assert all(g.power_draw is None for g in snap.gpus)
+    assert not {"power_draw", "temp", "fan"} & set(snap.missing)  # not asked: not missing
 
 
 def test_an_opened_host_is_read_in_full_the_rest_in_brief(cluster: Cluster) -> None:

@@ -376,7 +376,8 @@ class PrometheusFeed(ReadOnlyFeed):
         focused = self.focused if self.view != promql.FULL else None
         if len(self._texts) > MAX_TEXTS:
             self._texts.clear()  # made-up labels by the million must not grow it forever
-        brief, full = Pivot(self._names, self._texts), Pivot(self._names, self._texts)
+        brief = Pivot(self._names, self._texts, promql.complete(self.view))
+        full = Pivot(self._names, self._texts)
         dead: list[str] = []
         exprs = promql.queries(self.view, selector)
         if focused is not None:  # the opened host in full, in the same round

@@ -172,7 +172,10 @@ class Pivot:
     (at 1,000 hosts that was the peak of the client's memory)."""
 
     def __init__(self, known_names: dict[str, str] | None = None,
-                 known_texts: dict[str, str] | None = None) -> None:
+                 known_texts: dict[str, str] | None = None,
+                 complete: frozenset[str] | None = None) -> None:
+        # The fields asked with every value (promql.complete): only they can be missing.
+        self.complete = FIELD_NAMES if complete is None else complete
         self.hosts = _Hosts(known_names if known_names is not None else {},
                             known_texts if known_texts is not None else {})
         self.units: dict[Any, dict[str, Any] | None] = {}
@@ -214,7 +217,7 @@ class Pivot:
         for instance, name in (dead_gpu_hosts or {}).items():
             if up.get(instance) == 0 and instance not in known:
                 hosts.of({"instance": instance, "Hostname": name})
-        return [_snapshot(h, up, self.scraped, now, stale_after_s)
+        return [_snapshot(h, up, self.scraped, now, stale_after_s, self.complete)
                 for h in sorted(hosts.by_name.values(), key=lambda h: h.name)]
 
 
@@ -470,7 +473,7 @@ def _reported(host: _Host) -> tuple[HealthWarning, ...]:
 
 
 def _snapshot(host: _Host, up: dict[str, float], scraped: dict[str, float], now: float,
-              stale_after_s: float) -> HostSnapshot:
+              stale_after_s: float, complete: frozenset[str] = FIELD_NAMES) -> HostSnapshot:
     if SOURCE_GPUTOP in host.sources:
         host.sources.discard(SOURCE_DCGM)  # gputop serve speaks DCGM's names too
     sources = sorted(host.sources) or ["up"]
@@ -487,7 +490,8 @@ def _snapshot(host: _Host, up: dict[str, float], scraped: dict[str, float], now:
         gpus.append(gpu)
         xids += events
     gpus.sort(key=lambda g: (g.index, g.uuid or ""))
-    missing = [f for f in _CORE_FIELDS if all(getattr(g, f) is None for g in gpus)]
+    missing = [f for f in _CORE_FIELDS
+               if f in complete and all(getattr(g, f) is None for g in gpus)]
     if SOURCE_GPUTOP not in host.sources:
         missing += [model.NO_PROCESS_LIST, "reservations"]
     state, error = model.HOST_OK, None

@@ -150,6 +150,15 @@ IDENTITY_FIELDS = frozenset(f.name for f in FIELDS if f.by == IDENTITY)
 GPU_METRICS = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_UTIL|gputop_up|nvidia_smi_gpu_info"
 
 
+def complete(view: str) -> frozenset[str]:
+    """The fields ``view`` asks for with every value, healthy or not: only those can be
+    said to be missing where no card has them (the overview does not ask for power)."""
+    if view == FULL:
+        return FIELD_NAMES
+    return frozenset(f.name for f in FIELDS if view in f.views and not f.unhealthy_only
+                     and f.op in ("", "mig") and not (view == OVERVIEW and f.overview))
+
+
 def _sel(metric: str, selector: str, extra: str = "") -> str:
     inner = ", ".join(part for part in (selector, extra) if part)
     return f"{metric}{{{inner}}}" if inner else metric
