@@ -228,7 +228,8 @@ def test_dashboard_12239_queries_find_gputop_series(cluster: Cluster) -> None:
 
 def test_history_backfill_from_query_range(cluster: Cluster) -> None:
     from gputop.config import PrometheusConfig
-    from gputop.sources.prometheus import PrometheusFeed
+    from gputop.sources import promql
+    from gputop.sources.prometheus import MIN_HISTORY_POINTS, PrometheusFeed
 
     feed = PrometheusFeed(cluster.url, PrometheusConfig(selector='job="gputop"'), 10.0,
                           environ={}, history_s=120.0)
@@ -242,3 +243,15 @@ def test_history_backfill_from_query_range(cluster: Cluster) -> None:
     dgx = [s for s in snaps if s.host == "dgx-h100-07"]
     assert dgx and all(len(s.gpus) == 8 for s in dgx)
     assert all(g.util_gpu is not None and g.mem_total == 81559 * MIB for g in dgx[0].gpus)
+    # A cluster too big for the history's budget is not backfilled at all: the cards
+    # here times the fewest points a sparkline needs is past it.
+    util = promql.history_queries('job="gputop"')["util_gpu"]
+    [count] = instant(cluster.url, f"count({util})")
+    cards = int(count["value"][1])
+    assert cards >= 8
+    assert feed.backfill(120.0, budget=cards * MIN_HISTORY_POINTS - 1) == []
+    end = time.monotonic() + 60  # 12 points over 120 s: two of them need 10 s of data
+    while not (few := feed.backfill(120.0, budget=cards * MIN_HISTORY_POINTS)):
+        assert time.monotonic() < end, "no history at the budget's edge"
+        time.sleep(1)
+    assert len({s.time for s in few}) <= MIN_HISTORY_POINTS

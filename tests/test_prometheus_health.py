@@ -126,6 +126,9 @@ def test_dcgm_exporter_faults_raise_the_hosts_own_rules(cluster: Cluster) -> Non
             ("thermal-slowdown", 0)} <= found
     # Card 2: a remap failure, and clocks slowed by heat only its violation counter tells.
     assert {("remap-failure", 2), ("thermal-slowdown", 2)} <= found
+    # The overview asks for temperatures only where the fan stands: card 0's (88 C, fan
+    # 0) raises fan-stopped, card 2's (84 C, fan 40 %) nothing.
+    assert ("fan-stopped", 0) in found and ("fan-stopped", 2) not in found
     severities = {w["code"]: w["severity"] for w in doc["warnings"] if w["host"] == HOST}
     assert severities["xid-79"] == severities["ecc-uncorrected"] == "critical"
 
@@ -199,6 +202,23 @@ def test_the_summary_asks_for_unhealthy_series_only(cluster: Cluster) -> None:
              if s["metric"].get("Hostname") == HOST and s["metric"].get("gpu") == "0"]
     assert float(mib["value"][1]) == 70000 * MIB  # the unit is converted by Prometheus
 
+
+
+def test_the_overview_asks_temperature_only_where_the_fan_stands(cluster: Cluster) -> None:
+    from gputop.config import PrometheusConfig
+    from gputop.sources import promql
+    from gputop.sources.prometheus import PrometheusFeed
+
+    exprs = promql.queries(promql.OVERVIEW, "")
+    assert "power_draw" not in exprs and "power_limit" not in exprs
+    feed = PrometheusFeed(cluster.url, PrometheusConfig(), 30.0, view=promql.OVERVIEW)
+    [snap] = [s for s in feed.poll() if s.host == HOST]
+    cards = {g.index: g for g in snap.gpus}
+    assert (cards[0].fan, cards[0].temp) == (0, 88)
+    assert (cards[2].fan, cards[2].temp) == (None, None)  # healthy: left on the server
+    assert cards[0].util_gpu is not None and cards[0].mem_total is not None
+    assert all(g.power_draw is None for g in snap.gpus)
+    assert not {"power_draw", "temp", "fan"} & set(snap.missing)  # not asked: not missing
 
 
 def test_an_opened_host_is_read_in_full_the_rest_in_brief(cluster: Cluster) -> None:

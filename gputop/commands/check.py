@@ -28,12 +28,12 @@ def run(options: SourceOptions, args: argparse.Namespace) -> int:
 def _check(options: SourceOptions, as_json: bool) -> int:
     from gputop.analysis import health
     from gputop.analysis.pipeline import warnings_once
-    from gputop.sources.promql import SUMMARY
+    from gputop.sources.promql import OVERVIEW
 
     config = common.config(options)
     settings = common.settings(config)
     # From Prometheus: what the rules read, healthy values left on the server.
-    collected = common.collect(options, config, prometheus_view=SUMMARY)
+    collected = common.collect(options, config, prometheus_view=OVERVIEW)
     snapshots = collected.snapshots
     found = health.sort_warnings(
         w for snap in snapshots

@@ -202,8 +202,8 @@ def open_feeds(
     ``lean``: local collectors skip topology and the device scan (never the XIDs), and
     read only what a one-shot table shows; ``topology`` False: they skip the topology and
     NVLink remote ends.  ``prometheus_view``: what a Prometheus feed asks for
-    (sources/promql.py); by default the summary for lean one-shots and the dashboard, the
-    full view otherwise.  ``history``: the demo seeds the past it would have had (the
+    (sources/promql.py); by default the overview for the dashboard, the summary for lean
+    one-shots, the full view otherwise.  ``history``: the demo seeds the past it would have had (the
     dashboard's charts and idle rules); a plain redraw (`--watch`) shows only the present."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
@@ -233,7 +233,8 @@ def open_feeds(
     if plan.prometheus:
         from gputop.sources import promql
 
-        view = prometheus_view or (promql.SUMMARY if lean or not one_shot else promql.FULL)
+        view = prometheus_view or (promql.OVERVIEW if not one_shot
+                                   else promql.SUMMARY if lean else promql.FULL)
         feeds.append(_prometheus_feed(plan.prometheus, options, config, one_shot, view))
     return feeds
 

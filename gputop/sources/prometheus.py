@@ -46,6 +46,7 @@ from gputop.sources.prompivot import (
     dead_instances,
     dead_names,
     pivot,
+    samples,
 )
 
 __all__ = [
@@ -63,6 +64,7 @@ MIB = 1024**2
 MAX_BODY_BYTES = 64 * MIB
 MAX_SERIES = 500_000
 MAX_BACKOFF_S = 60.0
+MAX_TEXTS = 200_000  # label texts kept for reuse: 8,000 cards have about 25,000
 MAX_DEAD_ASKED = 2000  # dead targets asked about in one refresh (promql.dead_query)
 # Queries of one refresh in flight at once: Prometheus evaluates them in parallel (its
 # default --query.max-concurrency is 20) while this side parses the answers already in.
@@ -73,6 +75,12 @@ WHY_READ_ONLY = ("read through Prometheus: kill and reserve need SSH to the host
 
 
 HISTORY_POINTS = 120  # per series: the sparklines' width, not the scrape resolution
+# Past card samples the backfill may make: the history keeps each as a whole Gpu record
+# (about 1 KB with its numbers), and at 1,000 x 8 the full backfill was 104,000 snapshots,
+# 2 GB and 70 s before the first live refresh.  Fewer points per card as a cluster grows;
+# none below MIN_HISTORY_POINTS (a sparkline of three points says nothing).
+BACKFILL_SAMPLES = 40_000
+MIN_HISTORY_POINTS = 12
 
 
 class PromError(Exception):
@@ -282,7 +290,7 @@ def _decode(raw: bytes, kind: str = "vector") -> tuple[list[Any], list[str]]:
 class PrometheusFeed(ReadOnlyFeed):
     """Every host a Prometheus server knows, read-only.  ``hosts`` grows as hosts appear.
 
-    ``view`` (promql.SUMMARY or FULL) is what a refresh asks for; ``focus(host)`` adds
+    ``view`` (promql.SUMMARY, OVERVIEW or FULL) is what a refresh asks for; ``focus(host)`` adds
     the full view of that one host (the dashboard's opened host) to each refresh."""
 
     why = WHY_READ_ONLY
@@ -302,6 +310,7 @@ class PrometheusFeed(ReadOnlyFeed):
         self.clock = clock
         self.failures = 0
         self._names: dict[str, str] = {}
+        self._texts: dict[str, str] = {}  # labels' text reused across refreshes (prompivot)
         self._closed = False
         self._wake: Any = None  # run()'s asyncio.Event: asyncio is not loaded before
         self._sent: dict[str, tuple[Any, ...]] = {}  # host -> what run() last emitted
@@ -365,7 +374,10 @@ class PrometheusFeed(ReadOnlyFeed):
         selector = self.config.selector
         stale = self.config.stale_after_s
         focused = self.focused if self.view != promql.FULL else None
-        brief, full = Pivot(self._names), Pivot(self._names)
+        if len(self._texts) > MAX_TEXTS:
+            self._texts.clear()  # made-up labels by the million must not grow it forever
+        brief = Pivot(self._names, self._texts, promql.complete(self.view))
+        full = Pivot(self._names, self._texts)
         dead: list[str] = []
         exprs = promql.queries(self.view, selector)
         if focused is not None:  # the opened host in full, in the same round
@@ -421,16 +433,25 @@ class PrometheusFeed(ReadOnlyFeed):
         delay = min(interval * 2 ** min(self.failures, 8), MAX_BACKOFF_S)
         return delay * random.uniform(0.8, 1.0)
 
-    def backfill(self, seconds: float) -> list[HostSnapshot]:
+    def backfill(self, seconds: float, budget: int = BACKFILL_SAMPLES) -> list[HostSnapshot]:
         """The last ``seconds`` of utilization and memory as past snapshots, oldest
         first, from one ``query_range`` per field: the dashboard's history starts full.
-        A failure gives nothing (the live query reports the server's state)."""
+        At most ``budget`` card samples (fewer points per card in a big cluster, none
+        when that leaves fewer than MIN_HISTORY_POINTS).  A failure gives nothing (the
+        live query reports the server's state)."""
         if seconds <= 0:
             return []
         end = self.clock()
-        step = max(seconds / HISTORY_POINTS, 1.0)
         at: dict[float, dict[str, list[dict[str, Any]]]] = {}
         try:
+            counted, _warnings = self.client.query(
+                f"count({promql.history_queries(self.config.selector)['util_gpu']})")
+            found = samples(counted)
+            cards = int(found[0][1]) if found else 0
+            points = min(HISTORY_POINTS, budget // max(cards, 1))
+            if points < MIN_HISTORY_POINTS:
+                return []
+            step = max(seconds / points, 1.0)
             for name, expr in promql.history_queries(self.config.selector).items():
                 matrix, _warnings = self.client.query_range(expr, end - seconds, end, step)
                 for series in matrix:
@@ -446,8 +467,8 @@ class PrometheusFeed(ReadOnlyFeed):
             return []
         out = []
         for when in sorted(at)[:-1]:  # the newest point is the live query's
-            out += [snap for snap in pivot(at[when], when, math.inf, self._names)
-                    if snap.gpus]
+            out += [snap for snap in pivot(at[when], when, math.inf, self._names,
+                                           texts=self._texts) if snap.gpus]
         return out
 
     async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:

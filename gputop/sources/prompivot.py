@@ -109,8 +109,12 @@ class _Host:
 
 
 class _Hosts:
-    def __init__(self, names: dict[str, str]) -> None:
+    def __init__(self, names: dict[str, str], texts: dict[str, str]) -> None:
         self.names = names
+        # Text seen in an earlier refresh, reused: every answer decodes its labels anew,
+        # and the dashboard's history keeps each refresh's records (a host's name, a
+        # card's UUID and model), which would otherwise hold a copy per refresh.
+        self.texts = texts
         self.by_name: dict[str, _Host] = {}
 
     def of(self, labels: Mapping[str, Any]) -> _Host:
@@ -121,6 +125,7 @@ class _Hosts:
         name = name or self.names.get(instance) or instance or "unknown"
         host = self.by_name.get(name)
         if host is None:
+            name = self.texts.setdefault(name, name)
             host = self.by_name[name] = _Host(name)
         if instance:
             host.instances.add(instance)
@@ -166,8 +171,13 @@ class Pivot:
     answer is dropped once read, so a refresh never holds every decoded answer at once
     (at 1,000 hosts that was the peak of the client's memory)."""
 
-    def __init__(self, known_names: dict[str, str] | None = None) -> None:
-        self.hosts = _Hosts(known_names if known_names is not None else {})
+    def __init__(self, known_names: dict[str, str] | None = None,
+                 known_texts: dict[str, str] | None = None,
+                 complete: frozenset[str] | None = None) -> None:
+        # The fields asked with every value (promql.complete): only they can be missing.
+        self.complete = FIELD_NAMES if complete is None else complete
+        self.hosts = _Hosts(known_names if known_names is not None else {},
+                            known_texts if known_texts is not None else {})
         self.units: dict[Any, dict[str, Any] | None] = {}
         self.up: dict[str, float] = {}
         self.scraped: dict[str, float] = {}
@@ -179,7 +189,7 @@ class Pivot:
                 labels = item.get("metric") if isinstance(item, dict) else None
                 if isinstance(labels, dict) and all(v.__class__ is str
                                                     for v in labels.values()):
-                    _identity(hosts.of(labels), labels)
+                    _identity(hosts.of(labels), labels, hosts.texts)
         elif name in FIELD_NAMES:
             _fields(hosts, self.units, name, result, name in IDENTITY_FIELDS)
         elif name == "_up":
@@ -207,17 +217,18 @@ class Pivot:
         for instance, name in (dead_gpu_hosts or {}).items():
             if up.get(instance) == 0 and instance not in known:
                 hosts.of({"instance": instance, "Hostname": name})
-        return [_snapshot(h, up, self.scraped, now, stale_after_s)
+        return [_snapshot(h, up, self.scraped, now, stale_after_s, self.complete)
                 for h in sorted(hosts.by_name.values(), key=lambda h: h.name)]
 
 
 def pivot(answers: Mapping[str, Iterable[Any]], now: float, stale_after_s: float,
           known_names: dict[str, str] | None = None,
-          dead_gpu_hosts: Mapping[str, str] | None = None) -> list[HostSnapshot]:
+          dead_gpu_hosts: Mapping[str, str] | None = None,
+          texts: dict[str, str] | None = None) -> list[HostSnapshot]:
     """One HostSnapshot per host from the answers (query name -> result vector).
     ``known_names`` (instance -> host) remembers names across refreshes and is updated in
-    place."""
-    acc = Pivot(known_names)
+    place; ``texts``: label text to reuse (Pivot)."""
+    acc = Pivot(known_names, texts)
     for name, result in answers.items():
         acc.add(name, result)
     return acc.snapshots(now, stale_after_s, dead_gpu_hosts)
@@ -252,7 +263,7 @@ def _fields(hosts: _Hosts, units: dict[Any, dict[str, Any] | None], name: str,
             if identity and unit is not None:
                 full = dict(key)
                 if all(v.__class__ is str for v in full.values()):
-                    _identity(host, full)
+                    _identity(host, full, hosts.texts)
         if unit is not None and isfinite(number):
             unit[name] = number
 
@@ -318,32 +329,39 @@ def _take(hosts: _Hosts, name: str, labels: dict[str, Any], value: float) -> Non
             "gpu_uuid": _text(labels, "UUID") or None, "host": host.name}
 
 
-def _identity(host: _Host, labels: dict[str, str]) -> None:
-    """A card's identity labels (every label value already checked to be text)."""
+def _identity(host: _Host, labels: dict[str, str], texts: dict[str, str]) -> None:
+    """A card's identity labels (every label value already checked to be text); the
+    text kept is ``texts``' copy where it has one."""
     card = _card(host, labels)
     if card is None:
         return
-    get = labels.get
+    get, keep = labels.get, texts.setdefault
     gpu = card.fields
     lower = get("uuid")
     if lower:  # nvidia_gpu_exporter: no "GPU-" prefix, identity on nvidia_smi_gpu_info
         host.sources.add(SOURCE_SMI)
         lower = lower[:MAX_LABEL_CHARS]
-        gpu.setdefault("uuid", lower if lower.upper().startswith("GPU-") else f"GPU-{lower}")
+        if "uuid" not in gpu:
+            uuid = lower if lower.upper().startswith("GPU-") else f"GPU-{lower}"
+            gpu["uuid"] = keep(uuid, uuid)
         if card.index is None:
             card.index = _index(get("index", ""))
     else:
         host.sources.add(SOURCE_DCGM)
         if "uuid" not in gpu and get("UUID"):
-            gpu["uuid"] = get("UUID", "")[:MAX_LABEL_CHARS]
+            uuid = get("UUID", "")[:MAX_LABEL_CHARS]
+            gpu["uuid"] = keep(uuid, uuid)
     if "name" not in gpu and (get("modelName") or get("name")):
-        gpu["name"] = (get("modelName") or get("name") or "")[:MAX_LABEL_CHARS]
+        name = (get("modelName") or get("name") or "")[:MAX_LABEL_CHARS]
+        gpu["name"] = keep(name, name)
     if "pci_bus_id" not in gpu and get("pci_bus_id"):
-        gpu["pci_bus_id"] = get("pci_bus_id", "")[:MAX_LABEL_CHARS]
+        bus = get("pci_bus_id", "")[:MAX_LABEL_CHARS]
+        gpu["pci_bus_id"] = keep(bus, bus)
     if "driver_version" not in host.facts:
         driver = get("DCGM_FI_DRIVER_VERSION") or get("driver_version")
         if driver:
-            host.facts["driver_version"] = driver[:MAX_LABEL_CHARS]
+            driver = driver[:MAX_LABEL_CHARS]
+            host.facts["driver_version"] = keep(driver, driver)
     if "GPU_I_ID" in labels:
         gi = _index(get("GPU_I_ID", ""))
         if gi is not None and (gi in card.mig or len(card.mig) < MAX_MIG_PER_CARD):
@@ -455,7 +473,7 @@ def _reported(host: _Host) -> tuple[HealthWarning, ...]:
 
 
 def _snapshot(host: _Host, up: dict[str, float], scraped: dict[str, float], now: float,
-              stale_after_s: float) -> HostSnapshot:
+              stale_after_s: float, complete: frozenset[str] = FIELD_NAMES) -> HostSnapshot:
     if SOURCE_GPUTOP in host.sources:
         host.sources.discard(SOURCE_DCGM)  # gputop serve speaks DCGM's names too
     sources = sorted(host.sources) or ["up"]
@@ -472,7 +490,8 @@ def _snapshot(host: _Host, up: dict[str, float], scraped: dict[str, float], now:
         gpus.append(gpu)
         xids += events
     gpus.sort(key=lambda g: (g.index, g.uuid or ""))
-    missing = [f for f in _CORE_FIELDS if all(getattr(g, f) is None for g in gpus)]
+    missing = [f for f in _CORE_FIELDS
+               if f in complete and all(getattr(g, f) is None for g in gpus)]
     if SOURCE_GPUTOP not in host.sources:
         missing += [model.NO_PROCESS_LIST, "reservations"]
     state, error = model.HOST_OK, None

@@ -25,6 +25,9 @@ HOST_KEY = "Hostname, hostname, instance"
 # The identity of a card, and the jobs dcgm-exporter names on its series.
 IDENTITY = (f"{KEY}, UUID, modelName, pci_bus_id, GPU_I_PROFILE, DCGM_FI_DRIVER_VERSION, "
             "pod, namespace, container, hpc_job")
+# What the brief views keep of it: no view of many hosts shows a card's PCI address (the
+# opened host, read in full, has it), and at 8,000 cards it is a tenth of an answer.
+BRIEF_IDENTITY = IDENTITY.replace(" pci_bus_id,", "")
 
 # The series that carry a card's identity labels, one per exporter.
 IDENTITY_NAMES = '__name__=~"gputop_gpu_ok|nvidia_smi_gpu_info"'
@@ -34,9 +37,15 @@ DEAD_LOOKBACK = "30d"
 # A rate of a violation counter over this window above 0: the card is being slowed now.
 VIOLATION_WINDOW = "2m"
 
-SUMMARY = "summary"  # --once, check and the dashboard's overview
+SUMMARY = "summary"  # --once: its table's columns, health where unhealthy
+# The dashboard's overview and `check`: a card's util and memory (its cell), and what a
+# health rule can read through Prometheus; temperature, power and fan only where the
+# fan-stopped rule can fire (fan at 0).  At 1,000 x 8 that is 32,000 series fewer for
+# Prometheus to select per refresh than the summary.
+OVERVIEW = "overview"
 FULL = "full"  # --json and one opened host
-VIEWS = (SUMMARY, FULL)
+VIEWS = (SUMMARY, OVERVIEW, FULL)
+BRIEF = (SUMMARY, OVERVIEW)  # the views that leave healthy values on the server
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,9 @@ class Field:
     # "<METRIC" / ">METRIC": in the summary, only where below / above that metric
     op: str = ""
     by: str = KEY  # the labels kept
+    # In the overview: "" as in the summary, "zero" only where 0, "fan-zero" only on
+    # cards whose fan is at 0, "skip" not asked.
+    overview: str = ""
 
 
 DCGM_SPARE = "DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED"
@@ -65,15 +77,20 @@ FIELDS: tuple[Field, ...] = (
                         ("nvidia_smi_memory_total_bytes", 1))),
     # DCGM has no total: used + free + reserved.  The summary asks for free + reserved
     # summed by the server (one query, no vector matching), the pivot adds used.
-    Field("_mem_spare", ((DCGM_SPARE, MIB),), views=(SUMMARY,)),
+    Field("_mem_spare", ((DCGM_SPARE, MIB),), views=BRIEF),
     Field("_mem_free", (("DCGM_FI_DEV_FB_FREE", MIB),), views=(FULL,)),
     Field("mem_reserved", (("DCGM_FI_DEV_FB_RESERVED", MIB),
                            ("nvidia_smi_memory_reserved_bytes", 1)), views=(FULL,)),
-    Field("temp", (("DCGM_FI_DEV_GPU_TEMP", 1), ("nvidia_smi_temperature_gpu", 1))),
-    Field("power_draw", (("DCGM_FI_DEV_POWER_USAGE", 1), ("nvidia_smi_power_draw_watts", 1))),
+    # No rule reads temperature without the card's slowdown/shutdown thresholds (which
+    # exporters do not give) but fan-stopped; none reads power without its default limit.
+    Field("temp", (("DCGM_FI_DEV_GPU_TEMP", 1), ("nvidia_smi_temperature_gpu", 1)),
+          overview="fan-zero"),
+    Field("power_draw", (("DCGM_FI_DEV_POWER_USAGE", 1), ("nvidia_smi_power_draw_watts", 1)),
+          overview="skip"),
     Field("power_limit", (("DCGM_FI_DEV_POWER_MGMT_LIMIT", 1),
-                          ("nvidia_smi_enforced_power_limit_watts", 1))),
-    Field("fan", (("DCGM_FI_DEV_FAN_SPEED", 1), ("nvidia_smi_fan_speed_ratio", 100))),
+                          ("nvidia_smi_enforced_power_limit_watts", 1)), overview="skip"),
+    Field("fan", (("DCGM_FI_DEV_FAN_SPEED", 1), ("nvidia_smi_fan_speed_ratio", 100)),
+          overview="zero"),
     # The activity of a MIG instance (a card's own is its utilization).
     Field("_sm_active", (("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 100),), op="mig"),
     # gputop serve's verdict on a card: only the lost ones (value 0) matter.
@@ -126,10 +143,20 @@ FIELDS: tuple[Field, ...] = (
           op=">DCGM_FI_DEV_PCIE_LINK_WIDTH"),
 )
 FIELD_NAMES = frozenset(f.name for f in FIELDS)
+_FAN = next(f for f in FIELDS if f.name == "fan")
 IDENTITY_FIELDS = frozenset(f.name for f in FIELDS if f.by == IDENTITY)
 
 # The metric whose presence makes a host a GPU host, one per exporter.
 GPU_METRICS = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_UTIL|gputop_up|nvidia_smi_gpu_info"
+
+
+def complete(view: str) -> frozenset[str]:
+    """The fields ``view`` asks for with every value, healthy or not: only those can be
+    said to be missing where no card has them (the overview does not ask for power)."""
+    if view == FULL:
+        return FIELD_NAMES
+    return frozenset(f.name for f in FIELDS if view in f.views and not f.unhealthy_only
+                     and f.op in ("", "mig") and not (view == OVERVIEW and f.overview))
 
 
 def _sel(metric: str, selector: str, extra: str = "") -> str:
@@ -140,6 +167,8 @@ def _sel(metric: str, selector: str, extra: str = "") -> str:
 def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
     """The PromQL of one field; the summary view leaves healthy values on the server,
     the full one has them all (0 is a fact --json shows)."""
+    brief = view in BRIEF
+    by = BRIEF_IDENTITY if brief and spec.by == IDENTITY else spec.by
     parts = []
     for metric, scale in spec.sources:
         extra = 'GPU_I_ID!=""' if spec.op == "mig" else ""
@@ -151,16 +180,20 @@ def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
             series = _sel(metric, selector, extra)
             if spec.op == "rate":
                 series = f"rate({series}[{VIOLATION_WINDOW}])"
-            part = f"max by ({spec.by}) ({series})"
+            part = f"max by ({by}) ({series})"
         if scale != 1:
             part = f"{part} * {scale:.12g}"
         parts.append(f"({part})")
     expr = " or ".join(parts)
-    if view == SUMMARY and (spec.unhealthy_only or spec.op == "rate"):
+    if view == OVERVIEW and spec.overview == "zero":
+        expr = f"({expr}) == 0"
+    elif view == OVERVIEW and spec.overview == "fan-zero":
+        expr = f"({expr}) and on ({KEY}) ({field_query(_FAN, selector, view)})"
+    if brief and (spec.unhealthy_only or spec.op == "rate"):
         expr = f"({expr}) > 0"
-    elif view == SUMMARY and spec.op == "mask":
+    elif brief and spec.op == "mask":
         expr = f"({expr}) > 7"
-    elif view == SUMMARY and spec.op[:1] in "<>" and spec.op:
+    elif brief and spec.op[:1] in "<>" and spec.op:
         other = f"max by ({KEY}) ({_sel(spec.op[1:], selector)})"
         expr = f"({expr}) {spec.op[0]} ({other})"
     elif spec.op == "lost":
@@ -180,7 +213,7 @@ def queries(view: str, selector: str, host: str | None = None) -> dict[str, str]
         selectors = [selector]
     out: dict[str, str] = {}
     for spec in FIELDS:
-        if view in spec.views:
+        if view in spec.views and not (view == OVERVIEW and spec.overview == "skip"):
             out[spec.name] = " or ".join(f"({field_query(spec, s, view)})" for s in selectors)
     per_selector = [_host_queries(s) for s in selectors]
     for name in per_selector[0]:
