@@ -222,6 +222,9 @@ class NvmlBackend:
         self._xid_watched: bool | None = None
         self._host_cpu_count: int | None = None
         self._field_errors: list[str] | None = None  # of the GPU being read, see _call
+        self._now = 0.0  # the time of the read under way
+        # index -> (when, the settings read then, their field errors), see _settings
+        self._settings_read: dict[int, tuple[float, dict[str, Any], tuple[str, ...]]] = {}
         # MIG devices list processes as cards do (the first value of _running).
         self._card_gpm = CardGpm(nvml, self._get)
         self._mig = MigReader(nvml, self._get, lambda *args: self._running(*args)[0],
@@ -588,6 +591,7 @@ class NvmlBackend:
 
     def read(self, now: float, cpu_count: int | None = None) -> Reading:
         snap: Reading = dict(self._versions_once())
+        self._now = now
         self._host_cpu_count = cpu_count
         if self._count is None:
             fn = self._fn("nvmlDeviceGetCount")
@@ -639,6 +643,7 @@ class NvmlBackend:
     def _broken_gpu(self, index: int, state: str, message: str) -> dict[str, Any]:
         # Keep whatever identity we already know, so the user sees which card is gone.
         known = self._static.get(index, {})
+        self._settings_read.pop(index, None)  # a card back from an error is asked afresh
         gpu: dict[str, Any] = {key: known.get(key) for key in _IDENTITY_KEYS}
         gpu.update(index=index, state=state, error=message)
         return gpu
@@ -663,10 +668,10 @@ class NvmlBackend:
             "nvmlDeviceGetTemperature", handle, self._const("NVML_TEMPERATURE_GPU", 0)
         )
         gpu["power_draw"] = _watts(get("nvmlDeviceGetPowerUsage", handle))
-        gpu["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
         fans = self._fans(handle, static.get("_fans"))
         gpu["fans"] = fans
         gpu["fan"] = fans[0] if fans else None
+        self._settings(gpu, handle)
         for key, const, default in (
             ("clock_sm", "NVML_CLOCK_SM", _CLOCK_SM),
             ("clock_mem", "NVML_CLOCK_MEM", _CLOCK_MEM),
@@ -674,11 +679,15 @@ class NvmlBackend:
         ):
             gpu[key] = get("nvmlDeviceGetClockInfo", handle, self._const(const, default))
         gpu["pstate"] = get("nvmlDeviceGetPerformanceState", handle)
-        persistence = get("nvmlDeviceGetPersistenceMode", handle)
-        gpu["persistence_mode"] = bool(persistence) if persistence is not None else None
-        mode = get("nvmlDeviceGetComputeMode", handle)
-        gpu["compute_mode"] = _COMPUTE_MODES.get(mode, str(mode)) if mode is not None else None
-        self._ecc(gpu, handle)
+        # ECC, every link's state and the counters in one field-value call (three before).
+        index = gpu["index"]
+        links = len(self._nvlink_remote.get(index, ()))
+        counters = self._counter_fields(links)
+        ecc = len(_ECC_FIELDS)
+        batch = self._field_values(handle, [
+            *((field_id, 0) for _, field_id in _ECC_FIELDS),
+            *((_FI_NVLINK_GET_STATE, n) for n in range(links)), *counters])
+        self._ecc(gpu, handle, batch[:ecc] if batch is not None else None)
         self._clock_events(gpu, handle)
         gpu["pcie_gen"] = get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
         gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth", handle)
@@ -688,17 +697,46 @@ class NvmlBackend:
         gpu["pcie_rx_kbs"] = get(
             "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)
         )
-        gpu["nvlinks"] = self._nvlinks(gpu["index"], handle)
-        self._counters(gpu, handle)
+        gpu["nvlinks"] = self._nvlinks(
+            index, handle, batch[ecc:ecc + links] if batch is not None else None)
+        self._counters(gpu, handle, batch[ecc + links:] if batch is not None else None)
 
-    def _counters(self, gpu: dict[str, Any], handle: Any) -> None:
-        """Memory temperature, total energy, PCIe replays and NVLink data (dcgm-exporter's
-        default counters): one field-value call, with each link's data both ways; the
-        single calls where the driver has no field values."""
-        links = len(self._nvlink_remote.get(gpu["index"], ()))
+    def _settings(self, gpu: dict[str, Any], handle: Any) -> None:
+        """What an admin sets (power limit, persistence, compute and ECC modes), read again
+        every SETTINGS_SECONDS rather than every refresh: four of a card's thirty calls a
+        tick, for values that change by hand, if ever.  A failure is reported each read
+        as if it had been asked again."""
+        index, now = gpu["index"], self._now
+        cached = self._settings_read.get(index)
+        if cached is not None and 0 <= now - cached[0] < SETTINGS_SECONDS:
+            gpu.update(cached[1])
+            if self._field_errors is not None:
+                self._field_errors.extend(e for e in cached[2] if e not in self._field_errors)
+            return
+        get = self._get
+        errors = self._field_errors if self._field_errors is not None else []
+        before = len(errors)
+        read: dict[str, Any] = {}
+        read["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
+        persistence = get("nvmlDeviceGetPersistenceMode", handle)
+        read["persistence_mode"] = bool(persistence) if persistence is not None else None
+        mode = get("nvmlDeviceGetComputeMode", handle)
+        read["compute_mode"] = _COMPUTE_MODES.get(mode, str(mode)) if mode is not None else None
+        ecc = get("nvmlDeviceGetEccMode", handle)
+        read["ecc_mode"] = bool(ecc[0]) if ecc else None
+        read["ecc_mode_pending"] = bool(ecc[1]) if ecc else None
+        self._settings_read[index] = (now, read, tuple(errors[before:]))
+        gpu.update(read)
+
+    @staticmethod
+    def _counter_fields(links: int) -> list[tuple[int, int]]:
         fields = [(_FI_MEMORY_TEMP, 0), (_FI_TOTAL_ENERGY, 0), (_FI_PCIE_REPLAYS, 0)]
-        fields += [(f, link) for link in range(links) for f in _FI_NVLINK_DATA]
-        batch = self._field_values(handle, fields)
+        return fields + [(f, link) for link in range(links) for f in _FI_NVLINK_DATA]
+
+    def _counters(self, gpu: dict[str, Any], handle: Any, batch: list[Any] | None) -> None:
+        """Memory temperature, total energy, PCIe replays and NVLink data (dcgm-exporter's
+        default counters), with each link's data both ways: ``batch``, their field values
+        (read with others); the single calls where the driver has no field values."""
         if batch is None:
             gpu["temp_memory"] = gpu["nvlink_data_kib"] = None
             gpu["energy_mj"] = self._get("nvmlDeviceGetTotalEnergyConsumption", handle)
@@ -773,12 +811,8 @@ class NvmlBackend:
 
     def _ecc(self, gpu: dict[str, Any], handle: Any, batch: list[Any] | None = None) -> None:
         """ECC, retired pages and row remapping; ``batch``: their field values, read with
-        others by a lean collect (which leaves out the ECC mode)."""
+        others (the ECC mode is one of the settings, ``_settings``)."""
         get = self._get
-        if not self.lean:
-            mode = get("nvmlDeviceGetEccMode", handle)
-            gpu["ecc_mode"] = bool(mode[0]) if mode else None
-            gpu["ecc_mode_pending"] = bool(mode[1]) if mode else None
         corrected = self._const("NVML_MEMORY_ERROR_TYPE_CORRECTED", _ECC_CORRECTED)
         # One field-value call stands in for the eight below (ECC, retired pages, row
         # remapping); per-field failures are None, as the single calls would give.
@@ -1000,6 +1034,11 @@ _BOOL_FIELD_KEYS = frozenset({"retired_pages_pending", "remap_pending", "remap_f
 # nvmlValueType_t -> the c_nvmlValue_t member that holds it.
 _FIELD_VALUE_TYPES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                       6: "usVal"}
+
+
+# How long a card's settings (power limit, persistence, compute and ECC modes) are kept
+# before they are read again: a change made by hand shows within this.
+SETTINGS_SECONDS = 10.0
 
 
 def _watts(milliwatts: Any) -> float | None:
