@@ -173,9 +173,9 @@ SETTINGS = ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPersistenceMode",
 TIMED_READS = """
 import json, os, sys
 import pynvml
-from gputop.sources.nvml import NvmlBackend
+from gputop.sources.nvml import _UNSHOWN as UNSHOWN, NvmlBackend
 trace = os.environ["FAKENVML_TRACE"]
-backend = NvmlBackend(pynvml)
+backend = NvmlBackend(pynvml, dashboard=True)
 out, seen = [], 0
 for now in map(float, sys.argv[1:]):
     gpu = backend.read(now)["gpus"][0]
@@ -183,7 +183,7 @@ for now in map(float, sys.argv[1:]):
     out.append([[line.split()[0] for line in lines[seen:]],
                 {k: gpu[k] for k in ("power_limit", "persistence_mode", "compute_mode",
                                      "ecc_mode", "ecc_mode_pending", "ecc_volatile_corrected",
-                                     "nvlinks", "energy_mj")}])
+                                     "nvlinks", "energy_mj", *UNSHOWN)}])
     seen = len(lines)
 print(json.dumps(out))
 """
@@ -215,7 +215,30 @@ def test_the_dashboard_asks_settings_every_ten_seconds_and_field_values_once(
     assert first["ecc_volatile_corrected"] is not None
     for _, gpu in reads[1:]:
         assert {k: gpu[k] for k in SETTINGS_KEYS} == {k: first[k] for k in SETTINGS_KEYS}
+    # What the dashboard shows nowhere is not asked (a full read's are, test_nvml_calls).
+    assert not any(a[name] for a in asked for name in UNSHOWN_CALLS)
+    assert all(gpu[k] is None for _, gpu in reads for k in UNSHOWN)
+    # Fewer calls than nvitop's 25 a card (its `-1`), fewer still between settings reads.
+    assert max(sum(a.values()) for a in asked[1:]) < 25 * gpus
+    assert sum(asked[1].values()) <= sum(asked[3].values()) - len(SETTINGS) * gpus
 
 
+UNSHOWN_CALLS = ("nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
+                 "nvmlDeviceGetPcieThroughput")
+
+
+def test_nothing_the_dashboard_runs_reads_what_its_stream_leaves_out() -> None:
+    from gputop.sources.nvml import _UNSHOWN
+
+    assert set(UNSHOWN) == set(_UNSHOWN)
+    readers = [p for part in ("ui", "analysis", "ledger", "actions")
+               for p in (ROOT / "gputop" / part).rglob("*.py")]
+    assert len(readers) > 20
+    for path in readers:
+        text = path.read_text()
+        assert not [k for k in _UNSHOWN if k in text], path
+
+
+UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs")
 SETTINGS_KEYS = ("power_limit", "persistence_mode", "compute_mode", "ecc_mode",
                  "ecc_mode_pending")

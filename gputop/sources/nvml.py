@@ -186,15 +186,17 @@ class NvmlBackend:
     fields the table and the one-shot health rules read (``_LEAN_SKIPS`` names what is
     left out), ECC, link count and NVLink states in one field-value call, and no topology
     or NVLink remotes; XID events are read all the same (--once shows the criticals
-    `check` shows).  ``topology`` False (``--json`` without ``--topology``): no NVLink
+    `check` shows).  ``dashboard``: the dashboard's stream, which leaves out what it
+    shows nowhere (``_UNSHOWN``).  ``topology`` False (``--json`` without ``--topology``): no NVLink
     remote ends and no topology, the rest as usual.  Raises NoDriverError when nvmlInit
     fails.
     """
 
     def __init__(self, nvml: Any, simulated: bool = False, lean: bool = False,
-                 topology: bool = True) -> None:
+                 topology: bool = True, dashboard: bool = False) -> None:
         self.nvml = nvml
         self.lean = lean
+        self.dashboard = dashboard
         self.topology = topology and not lean
         self.simulated = simulated
         self._error_class: type[BaseException] = getattr(nvml, "NVMLError", Exception)
@@ -656,10 +658,14 @@ class NvmlBackend:
         util = get("nvmlDeviceGetUtilizationRates", handle)
         gpu["util_gpu"] = getattr(util, "gpu", None)
         gpu["util_mem"] = getattr(util, "memory", None)
-        enc = get("nvmlDeviceGetEncoderUtilization", handle)
-        gpu["util_enc"] = enc[0] if enc else None
-        dec = get("nvmlDeviceGetDecoderUtilization", handle)
-        gpu["util_dec"] = dec[0] if dec else None
+        shown = not self.dashboard
+        if shown:
+            enc = get("nvmlDeviceGetEncoderUtilization", handle)
+            gpu["util_enc"] = enc[0] if enc else None
+            dec = get("nvmlDeviceGetDecoderUtilization", handle)
+            gpu["util_dec"] = dec[0] if dec else None
+        else:
+            gpu.update(dict.fromkeys(_UNSHOWN))
         self._memory(gpu, handle)
         bar1 = get("nvmlDeviceGetBAR1MemoryInfo", handle)
         gpu["bar1_used"] = getattr(bar1, "bar1Used", None)
@@ -676,7 +682,7 @@ class NvmlBackend:
             ("clock_sm", "NVML_CLOCK_SM", _CLOCK_SM),
             ("clock_mem", "NVML_CLOCK_MEM", _CLOCK_MEM),
             ("clock_gr", "NVML_CLOCK_GRAPHICS", _CLOCK_GRAPHICS),
-        ):
+        )[:3 if shown else 2]:
             gpu[key] = get("nvmlDeviceGetClockInfo", handle, self._const(const, default))
         gpu["pstate"] = get("nvmlDeviceGetPerformanceState", handle)
         # ECC, every link's state and the counters in one field-value call (three before).
@@ -691,12 +697,11 @@ class NvmlBackend:
         self._clock_events(gpu, handle)
         gpu["pcie_gen"] = get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
         gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth", handle)
-        gpu["pcie_tx_kbs"] = get(
-            "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_TX_BYTES", _PCIE_TX)
-        )
-        gpu["pcie_rx_kbs"] = get(
-            "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)
-        )
+        if shown:
+            for key, const, default in (("pcie_tx_kbs", "NVML_PCIE_UTIL_TX_BYTES", _PCIE_TX),
+                                        ("pcie_rx_kbs", "NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)):
+                gpu[key] = get("nvmlDeviceGetPcieThroughput", handle,
+                               self._const(const, default))
         gpu["nvlinks"] = self._nvlinks(
             index, handle, batch[ecc:ecc + links] if batch is not None else None)
         self._counters(gpu, handle, batch[ecc + links:] if batch is not None else None)
@@ -1015,6 +1020,12 @@ _LEAN_SKIPS = ("util_enc", "util_dec", "bar1_used", "bar1_total", "clock_sm", "c
                "pcie_tx_kbs", "pcie_rx_kbs")
 
 
+# What the dashboard's stream leaves out (None): no view, rule or record of the dashboard
+# reads them (tests/test_oneshot_cost.py looks); `serve`, --json and --once's full read
+# (--json) still do.  Five of a card's calls a refresh.
+_UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs")
+
+
 # Field ids (nvml.h) of what _ecc reads one call at a time, and the keys they fill.
 _ECC_FIELDS = (
     ("ecc_volatile_corrected", 3),  # NVML_FI_DEV_ECC_SBE_VOL_TOTAL
@@ -1063,13 +1074,13 @@ def _init_failure_message(err: BaseException) -> str:
     return f"gputop: NVML could not start: {err}."
 
 
-def open_nvml(lean: bool = False, topology: bool = True) -> NvmlBackend:
+def open_nvml(lean: bool = False, topology: bool = True, dashboard: bool = False) -> NvmlBackend:
     """The NVML backend of this machine; NoDriverError when there is no GPU to read."""
     try:
         import pynvml
     except ImportError:
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
-    backend = NvmlBackend(pynvml, lean=lean, topology=topology)
+    backend = NvmlBackend(pynvml, lean=lean, topology=topology, dashboard=dashboard)
     # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
     if backend.count() == 0:
         raise NoDriverError(NO_GPUS_MESSAGE)
