@@ -32,15 +32,14 @@ from gputop.ui.table_model import Column, Row, cell, layout
 CURSOR = "process-table--cursor"
 
 
-def _parts(cols: list[tuple[Column, int]], values: list[str]) -> list[str]:
-    """Each column's text at its width."""
+def _cells(cols: list[tuple[Column, int]], values: list[str]) -> str:
     parts = []
     for (col, width), value in zip(cols, values, strict=True):
         if col.id == "command" and len(value) > width:  # cut: the script, not the path
             value = without_program_dir(value)
         text = set_cell_size(value, width) if not col.right else _right(value, width)
         parts.append(text)
-    return parts
+    return " ".join(parts)
 
 
 def _right(value: str, width: int) -> str:
@@ -293,15 +292,9 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
         cols = self._layout(max(width - 1, 1))
         values = [cell(col.id, row, self.now) for col, _w in cols]
         tagged = row.key in self.tagged
-        parts = _parts(cols, values)
+        text = ("*" if tagged else " ") + _cells(cols, values)
         style = self.row_style(row, index == self.cursor)
-        # A segment per column: Textual writes a changed span from the start of the
-        # segment it begins in, so one segment a row re-sent the whole row from its left
-        # edge when only the TIME column (at the right) had ticked.
-        segments = [Segment(("*" if tagged else " ") + parts[0], style)] if parts else \
-            [Segment("*" if tagged else " ", style)]
-        segments += [Segment(" " + part, style) for part in parts[1:]]
-        return Strip(segments).adjust_cell_length(width, style)
+        return Strip([Segment(text, style)]).adjust_cell_length(width, style)
 
     def row_state_classes(self, row: Row, at_cursor: bool) -> list[str]:
         """The component classes of a row, weakest first: later ones win where they
