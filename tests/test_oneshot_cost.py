@@ -167,7 +167,7 @@ def test_lean_once_prints_what_a_full_read_prints(tmp_path: Path, template: str)
 
 
 SETTINGS = ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPersistenceMode",
-            "nvmlDeviceGetComputeMode", "nvmlDeviceGetEccMode")
+            "nvmlDeviceGetComputeMode", "nvmlDeviceGetEccMode", "nvmlDeviceGetMigMode")
 
 # Reads of one dashboard backend at the given times; each read's calls, and its first card.
 TIMED_READS = """
@@ -182,7 +182,8 @@ for now in map(float, sys.argv[1:]):
     lines = open(trace).read().splitlines()
     out.append([[line.split()[0] for line in lines[seen:]],
                 {k: gpu[k] for k in ("power_limit", "persistence_mode", "compute_mode",
-                                     "ecc_mode", "ecc_mode_pending", "ecc_volatile_corrected",
+                                     "ecc_mode", "ecc_mode_pending", "mig_mode",
+                                     "mig_mode_pending", "ecc_volatile_corrected",
                                      "nvlinks", "energy_mj", *UNSHOWN)}])
     seen = len(lines)
 print(json.dumps(out))
@@ -241,4 +242,4 @@ def test_nothing_the_dashboard_runs_reads_what_its_stream_leaves_out() -> None:
 
 UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs")
 SETTINGS_KEYS = ("power_limit", "persistence_mode", "compute_mode", "ecc_mode",
-                 "ecc_mode_pending")
+                 "ecc_mode_pending", "mig_mode", "mig_mode_pending")

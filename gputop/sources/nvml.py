@@ -707,9 +707,9 @@ class NvmlBackend:
         self._counters(gpu, handle, batch[ecc + links:] if batch is not None else None)
 
     def _settings(self, gpu: dict[str, Any], handle: Any) -> None:
-        """What an admin sets (power limit, persistence, compute and ECC modes), read again
-        every SETTINGS_SECONDS rather than every refresh: four of a card's thirty calls a
-        tick, for values that change by hand, if ever.  A failure is reported each read
+        """What an admin sets (power limit, persistence, compute, ECC and MIG modes), read
+        again every SETTINGS_SECONDS rather than every refresh: five of a card's thirty
+        calls a tick, for values that change by hand, if ever.  A failure is reported each read
         as if it had been asked again."""
         index, now = gpu["index"], self._now
         cached = self._settings_read.get(index)
@@ -730,6 +730,10 @@ class NvmlBackend:
         ecc = get("nvmlDeviceGetEccMode", handle)
         read["ecc_mode"] = bool(ecc[0]) if ecc else None
         read["ecc_mode_pending"] = bool(ecc[1]) if ecc else None
+        # Changed only by an admin, and in effect only after a reset (sources/mig.py).
+        mig = get("nvmlDeviceGetMigMode", handle)
+        read["mig_mode"] = bool(mig[0]) if mig else None
+        read["mig_mode_pending"] = bool(mig[1]) if mig else None
         self._settings_read[index] = (now, read, tuple(errors[before:]))
         gpu.update(read)
 
@@ -1047,7 +1051,7 @@ _FIELD_VALUE_TYPES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal
                       6: "usVal"}
 
 
-# How long a card's settings (power limit, persistence, compute and ECC modes) are kept
+# How long a card's settings (power limit, persistence, compute, ECC and MIG modes) are kept
 # before they are read again: a change made by hand shows within this.
 SETTINGS_SECONDS = 10.0
 
