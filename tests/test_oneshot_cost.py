@@ -184,7 +184,7 @@ for now in map(float, sys.argv[1:]):
                 {k: gpu[k] for k in ("power_limit", "persistence_mode", "compute_mode",
                                      "ecc_mode", "ecc_mode_pending", "mig_mode",
                                      "mig_mode_pending", "ecc_volatile_corrected",
-                                     "nvlinks", "energy_mj", *UNSHOWN)}])
+                                     "nvlinks", "energy_mj", "fan", *UNSHOWN)}])
     seen = len(lines)
 print(json.dumps(out))
 """
@@ -216,6 +216,9 @@ def test_the_dashboard_asks_settings_every_ten_seconds_and_field_values_once(
     assert first["ecc_volatile_corrected"] is not None
     for _, gpu in reads[1:]:
         assert {k: gpu[k] for k in SETTINGS_KEYS} == {k: first[k] for k in SETTINGS_KEYS}
+    # The H100s have no fans (NotSupported): asked again only with the settings.
+    assert all(gpu["fan"] is None for _, gpu in reads)
+    assert [a["nvmlDeviceGetFanSpeed"] for a in asked] == [gpus, 0, 0, gpus, 0]
     # What the dashboard shows nowhere is not asked (a full read's are, test_nvml_calls).
     assert not any(a[name] for a in asked for name in UNSHOWN_CALLS)
     assert all(gpu[k] is None for _, gpu in reads for k in UNSHOWN)

@@ -225,6 +225,8 @@ class NvmlBackend:
         self._host_cpu_count: int | None = None
         self._field_errors: list[str] | None = None  # of the GPU being read, see _call
         self._now = 0.0  # the time of the read under way
+        # (function, handle, arguments) -> when it answered NotSupported, see _call
+        self._unsupported: dict[Any, float] = {}
         # index -> (when, the settings read then, their field errors), see _settings
         self._settings_read: dict[int, tuple[float, dict[str, Any], tuple[str, ...]]] = {}
         # MIG devices list processes as cards do (the first value of _running).
@@ -260,6 +262,9 @@ class NvmlBackend:
         fn = self._fn(name)
         if fn is None:
             return None, None
+        key = self._unsupported_key(name, args)
+        if key is not None and key in self._unsupported:
+            return None, None
         try:
             return fn(*args), None
         except self._error_class as err:
@@ -269,6 +274,8 @@ class NvmlBackend:
             if code == _ERR_RESET_REQUIRED:
                 raise _GpuLost("lost", RESET_TEXT) from None
             if code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND):
+                if key is not None:
+                    self._unsupported[key] = self._now
                 return None, None
             why = f"{name}: {err}"
             if self._field_errors is not None and why not in self._field_errors:
@@ -278,6 +285,23 @@ class NvmlBackend:
             # pynvml raises this (not an NVMLError) when an unversioned function is missing
             # from the installed driver: just another unreadable field.
             return None, None
+
+    @staticmethod
+    def _unsupported_key(name: str, args: tuple[Any, ...]) -> Any:
+        key = (name, _handle_key(args[0]) if args else None, *args[1:])
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def _forget_unsupported(self, now: float) -> None:
+        """What a card said it does not support is not asked again for SETTINGS_SECONDS
+        (a fanless card's fan, every refresh): a MIG mode change or a driver update can
+        change the answer, so it is asked again after that."""
+        if self._unsupported:
+            self._unsupported = {key: when for key, when in self._unsupported.items()
+                                 if 0 <= now - when < SETTINGS_SECONDS}
 
     # -- once per backend -------------------------------------------------------------------
 
@@ -594,6 +618,7 @@ class NvmlBackend:
     def read(self, now: float, cpu_count: int | None = None) -> Reading:
         snap: Reading = dict(self._versions_once())
         self._now = now
+        self._forget_unsupported(now)
         self._host_cpu_count = cpu_count
         if self._count is None:
             fn = self._fn("nvmlDeviceGetCount")
