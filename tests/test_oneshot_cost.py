@@ -169,3 +169,85 @@ def test_lean_once_prints_what_a_full_read_prints(tmp_path: Path, template: str)
     got = json.loads(done.stdout)
     assert "GPU" in got["full"] and len(got["full"].splitlines()) > 5
     assert got["lean"] == got["full"]
+
+
+SETTINGS = ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPersistenceMode",
+            "nvmlDeviceGetComputeMode", "nvmlDeviceGetEccMode", "nvmlDeviceGetMigMode")
+
+# Reads of one dashboard backend at the given times; each read's calls, and its first card.
+TIMED_READS = """
+import json, os, sys
+import pynvml
+from gputop.sources.nvml import _UNSHOWN as UNSHOWN, NvmlBackend
+trace = os.environ["FAKENVML_TRACE"]
+backend = NvmlBackend(pynvml, dashboard=True)
+out, seen = [], 0
+for now in map(float, sys.argv[1:]):
+    gpu = backend.read(now)["gpus"][0]
+    lines = open(trace).read().splitlines()
+    out.append([[line.split()[0] for line in lines[seen:]],
+                {k: gpu[k] for k in ("power_limit", "persistence_mode", "compute_mode",
+                                     "ecc_mode", "ecc_mode_pending", "mig_mode",
+                                     "mig_mode_pending", "ecc_volatile_corrected",
+                                     "nvlinks", "energy_mj", "fan", *UNSHOWN)}])
+    seen = len(lines)
+print(json.dumps(out))
+"""
+
+
+def test_the_dashboard_asks_settings_every_ten_seconds_and_field_values_once(
+        tmp_path: Path) -> None:
+    from gputop.sources.nvml import SETTINGS_SECONDS
+
+    times = [0.0, 1.0, SETTINGS_SECONDS - 0.5, SETTINGS_SECONDS + 0.5, SETTINGS_SECONDS + 1]
+    with fakenvml.processes(fakenvml.template("dgx8")) as scenario:
+        env = dict(_env(tmp_path, scenario), FAKENVML_TRACE=str(tmp_path / "trace"))
+        done = subprocess.run([sys.executable, "-c", TIMED_READS, *map(str, times)], env=env,
+                              capture_output=True, text=True, timeout=120, check=True)
+    reads = json.loads(done.stdout)
+    gpus = len(scenario["devices"])
+    asked = [collections.Counter(calls) for calls, _ in reads]
+    # The settings at the first read and again once SETTINGS_SECONDS have passed, not between.
+    assert [all(a[name] == gpus for name in SETTINGS) for a in asked] == [
+        True, False, False, True, False]
+    assert not any(a[name] for a in (asked[1], asked[2], asked[4]) for name in SETTINGS)
+    # ECC counters, link states and the counters: one field-value call a card.
+    assert all(a["nvmlDeviceGetFieldValues"] == gpus for a in asked[1:])
+    # The values stand between the reads as read, and the one call fills every link.
+    first = reads[0][1]
+    assert first["power_limit"] is not None and first["ecc_mode"] is not None
+    assert len(first["nvlinks"]) > 0 and all(link["active"] is not None
+                                             for link in first["nvlinks"])
+    assert first["ecc_volatile_corrected"] is not None
+    for _, gpu in reads[1:]:
+        assert {k: gpu[k] for k in SETTINGS_KEYS} == {k: first[k] for k in SETTINGS_KEYS}
+    # The H100s have no fans (NotSupported): asked again only with the settings.
+    assert all(gpu["fan"] is None for _, gpu in reads)
+    assert [a["nvmlDeviceGetFanSpeed"] for a in asked] == [gpus, 0, 0, gpus, 0]
+    # What the dashboard shows nowhere is not asked (a full read's are, test_nvml_calls).
+    assert not any(a[name] for a in asked for name in UNSHOWN_CALLS)
+    assert all(gpu[k] is None for _, gpu in reads for k in UNSHOWN)
+    # Fewer calls than nvitop's 25 a card (its `-1`), fewer still between settings reads.
+    assert max(sum(a.values()) for a in asked[1:]) < 25 * gpus
+    assert sum(asked[1].values()) <= sum(asked[3].values()) - len(SETTINGS) * gpus
+
+
+UNSHOWN_CALLS = ("nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
+                 "nvmlDeviceGetPcieThroughput")
+
+
+def test_nothing_the_dashboard_runs_reads_what_its_stream_leaves_out() -> None:
+    from gputop.sources.nvml import _UNSHOWN
+
+    assert set(UNSHOWN) == set(_UNSHOWN)
+    readers = [p for part in ("ui", "analysis", "ledger", "actions")
+               for p in (ROOT / "gputop" / part).rglob("*.py")]
+    assert len(readers) > 20
+    for path in readers:
+        text = path.read_text()
+        assert not [k for k in _UNSHOWN if k in text], path
+
+
+UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs")
+SETTINGS_KEYS = ("power_limit", "persistence_mode", "compute_mode", "ecc_mode",
+                 "ecc_mode_pending", "mig_mode", "mig_mode_pending")

@@ -26,7 +26,7 @@ import dataclasses
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from itertools import chain
 from typing import Any, NamedTuple
 
@@ -73,11 +73,14 @@ class _Runs:
     they go, so each run is merged once and a trim never rebuilds anything.
     """
 
-    __slots__ = ("fine", "old")
+    __slots__ = ("fine", "old", "streaks")
 
     def __init__(self) -> None:
         self.old: deque[_Run] = deque()
         self.fine: deque[_Run] = deque()
+        # process_streak's answers by the caller's key: (latest seq then, start seq or
+        # None); they go with the process when it leaves the window.
+        self.streaks: dict[Hashable, tuple[int, int | None]] | None = None
 
     def __iter__(self) -> Iterator[_Run]:
         return chain(self.old, self.fine)
@@ -457,6 +460,7 @@ class History:
         pid: int,
         start_ticks: int | None,
         predicate: Callable[[ProcessSample], bool],
+        key: Hashable | None = None,
     ) -> float | None:
         """Start time of the current unbroken observed run of samples satisfying predicate.
 
@@ -464,22 +468,47 @@ class History:
         latest ok snapshot of the host does not list the process, or the predicate is
         false for its latest sample.  The run is bounded by ``process_seconds``: what
         happened before the window (or before gputop started) is not claimed.
+
+        With ``key`` (naming the predicate: the same key must mean the same predicate),
+        the answer is remembered per process and the next call with that key walks only
+        the samples added since: the rules ask every tick, and walking an hour-long idle
+        streak each time grew the tick with the uptime.  A remembered start is the one
+        seen sample by sample, before older runs were merged (merging keeps the lowest
+        memory and highest utilization, so a walk of merged runs may place the start up
+        to MERGE_SAMPLES later, never earlier).
         """
         with self._lock:
             runs = self._procs.get(host, {}).get((host, pid, start_ticks))
             times = self._times.get(host)
             if not runs or times is None or runs.last()[1] != times.latest:
                 return None
+            memo = runs.streaks.get(key) if runs.streaks is not None and key is not None \
+                else None
             start_seq = None
             expect = times.latest
             for first, last, values in reversed(runs):
                 if last != expect or last < times.base:
                     break
+                if memo is not None and first <= memo[0]:
+                    # This run reaches what the last call saw: from here back, its answer.
+                    known = memo[1]
+                    if last == memo[0]:
+                        start_seq = known if known is not None else start_seq
+                        break
+                    # The run grew past the last call's newest sample: same values.
+                    if not predicate(ProcessSample(times.time_of(last), *values)):
+                        break
+                    start_seq = known if known is not None else max(memo[0] + 1, first)
+                    break
                 if not predicate(ProcessSample(times.time_of(last), *values)):
                     break
-                start_seq = max(first, times.base)
+                start_seq = first
                 expect = first - 1
-            return None if start_seq is None else times.time_of(start_seq)
+            if key is not None:
+                if runs.streaks is None:
+                    runs.streaks = {}
+                runs.streaks[key] = (times.latest, start_seq)
+            return None if start_seq is None else times.time_of(max(start_seq, times.base))
 
     def first_seen(self, host: str, pid: int, start_ticks: int | None) -> float | None:
         """When gputop first observed this process; None once unseen for the process window."""

@@ -8,6 +8,7 @@ exactly this trend to see an out-of-memory coming, and a model load is not one.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,30 +38,38 @@ def slope(points: Sequence[tuple[float, float]]) -> float | None:
 def forecast(
     series: Sequence[tuple[float, float]], total: float, now: float, window: float
 ) -> Trend | None:
-    """The trend of ``series`` over the last ``window`` seconds before ``now``.
+    """The trend of ``series`` (oldest first) over the last ``window`` seconds before ``now``.
 
     None unless the samples cover most of the window (minutes of observation, not a
     blip) and memory rose within every part of it.
     """
     if total <= 0 or window <= 0:
         return None
-    start = now - window
-    points = [(t, float(v)) for t, v in series if start <= t <= now]
-    if len(points) < PARTS * MIN_SAMPLES_PER_PART:
+    # Bounds found by bisection, and the fit made only once every part has risen: the rule
+    # runs every tick on every card, and memory that is flat somewhere (nearly always)
+    # then costs a few look-ups instead of a walk of five minutes of samples.
+    lo = bisect_left(series, now - window, key=_time)
+    hi = bisect_right(series, now, lo, key=_time)
+    if hi - lo < PARTS * MIN_SAMPLES_PER_PART:
         return None
-    first, last = points[0][0], points[-1][0]
+    first, last = series[lo][0], series[hi - 1][0]
     span = last - first
     if span < window * 0.8:
         return None
     width = span / PARTS
     for part in range(PARTS):
-        lo = first + part * width
-        hi = lo + width
-        inside = [v for t, v in points if lo <= t <= hi]
-        if len(inside) < MIN_SAMPLES_PER_PART or inside[-1] <= inside[0]:
+        start = first + part * width
+        a = bisect_left(series, start, lo, hi, key=_time)
+        b = bisect_right(series, start + width, a, hi, key=_time)
+        if b - a < MIN_SAMPLES_PER_PART or float(series[b - 1][1]) <= float(series[a][1]):
             return None
+    points = [(t, float(v)) for t, v in series[lo:hi]]
     rate = slope(points)
     if rate is None or rate <= 0:
         return None
     left = max(total - points[-1][1], 0.0)
     return Trend(rate=rate, eta=left / rate)
+
+
+def _time(sample: tuple[float, float]) -> float:
+    return sample[0]

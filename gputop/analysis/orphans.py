@@ -323,8 +323,9 @@ def _idle(
         mem = getattr(sample, "gpu_mem", None)
         return sm == 0 and mem is not None and mem >= floor
 
+    # The key names the predicate, so the history walks only the samples since last tick.
     since = history.process_streak(  # type: ignore[attr-defined]
-        host, process.pid, process.start_ticks, idle_sample
+        host, process.pid, process.start_ticks, idle_sample, key=("idle", floor)
     )
     if since is None:
         return None

@@ -66,14 +66,14 @@ def action_env(
 
 def open_local(
     host: str = "localhost", reservations_dir: str | None = None, lean: bool = False,
-    name_wait_s: float = 0.0, topology: bool = True,
+    name_wait_s: float = 0.0, topology: bool = True, dashboard: bool = False,
 ) -> HostSource:
     """This machine: NVML over /proc.  NoDriverError when there is no GPU to read.
-    ``lean``, ``topology``: as NvmlBackend's."""
+    ``lean``, ``topology``, ``dashboard``: as NvmlBackend's."""
     from gputop.sources.nvml import open_nvml
     from gputop.sources.procfs import ProcFs
 
-    backend = open_nvml(lean=lean, topology=topology)
+    backend = open_nvml(lean=lean, topology=topology, dashboard=dashboard)
     procs = ProcFs()
     return HostSource(HostAssembler(backend, procs, host=host,
                                     reservations_dir=reservations_dir, lean=lean,

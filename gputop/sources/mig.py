@@ -66,13 +66,15 @@ class MigReader:
 
     def read(self, index: int, handle: Any, gpu: dict[str, Any], rows: list[dict]) -> list[dict]:
         """Fill ``gpu``'s MIG fields, mark ``rows`` (the card's processes) with their
-        instance, and return the processes only the MIG handles listed."""
-        mode = self._get("nvmlDeviceGetMigMode", handle)
-        gpu["mig_mode"] = bool(mode[0]) if mode else None
-        gpu["mig_mode_pending"] = bool(mode[1]) if mode else None
+        instance, and return the processes only the MIG handles listed.  The mode is read
+        here unless ``gpu`` has it already (read with the card's settings)."""
+        if "mig_mode" not in gpu:
+            mode = self._get("nvmlDeviceGetMigMode", handle)
+            gpu["mig_mode"] = bool(mode[0]) if mode else None
+            gpu["mig_mode_pending"] = bool(mode[1]) if mode else None
         gpu["mig_devices"] = []
         gpu["mig_note"] = None
-        if not mode or not mode[0]:
+        if not gpu["mig_mode"]:
             gpu["mig_max_devices"] = None
             self._drop_samples(index, set())
             return []

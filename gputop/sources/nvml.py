@@ -186,15 +186,17 @@ class NvmlBackend:
     fields the table and the one-shot health rules read (``_LEAN_SKIPS`` names what is
     left out), ECC, link count and NVLink states in one field-value call, and no topology
     or NVLink remotes; XID events are read all the same (--once shows the criticals
-    `check` shows).  ``topology`` False (``--json`` without ``--topology``): no NVLink
+    `check` shows).  ``dashboard``: the dashboard's stream, which leaves out what it
+    shows nowhere (``_UNSHOWN``).  ``topology`` False (``--json`` without ``--topology``): no NVLink
     remote ends and no topology, the rest as usual.  Raises NoDriverError when nvmlInit
     fails.
     """
 
     def __init__(self, nvml: Any, simulated: bool = False, lean: bool = False,
-                 topology: bool = True) -> None:
+                 topology: bool = True, dashboard: bool = False) -> None:
         self.nvml = nvml
         self.lean = lean
+        self.dashboard = dashboard
         self.topology = topology and not lean
         self.simulated = simulated
         self._error_class: type[BaseException] = getattr(nvml, "NVMLError", Exception)
@@ -222,6 +224,11 @@ class NvmlBackend:
         self._xid_watched: bool | None = None
         self._host_cpu_count: int | None = None
         self._field_errors: list[str] | None = None  # of the GPU being read, see _call
+        self._now = 0.0  # the time of the read under way
+        # (function, handle, arguments) -> when it answered NotSupported, see _call
+        self._unsupported: dict[Any, float] = {}
+        # index -> (when, the settings read then, their field errors), see _settings
+        self._settings_read: dict[int, tuple[float, dict[str, Any], tuple[str, ...]]] = {}
         # MIG devices list processes as cards do (the first value of _running).
         self._card_gpm = CardGpm(nvml, self._get)
         self._mig = MigReader(nvml, self._get, lambda *args: self._running(*args)[0],
@@ -255,6 +262,9 @@ class NvmlBackend:
         fn = self._fn(name)
         if fn is None:
             return None, None
+        key = self._unsupported_key(name, args)
+        if key is not None and key in self._unsupported:
+            return None, None
         try:
             return fn(*args), None
         except self._error_class as err:
@@ -264,6 +274,8 @@ class NvmlBackend:
             if code == _ERR_RESET_REQUIRED:
                 raise _GpuLost("lost", RESET_TEXT) from None
             if code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND):
+                if key is not None:
+                    self._unsupported[key] = self._now
                 return None, None
             why = f"{name}: {err}"
             if self._field_errors is not None and why not in self._field_errors:
@@ -273,6 +285,23 @@ class NvmlBackend:
             # pynvml raises this (not an NVMLError) when an unversioned function is missing
             # from the installed driver: just another unreadable field.
             return None, None
+
+    @staticmethod
+    def _unsupported_key(name: str, args: tuple[Any, ...]) -> Any:
+        key = (name, _handle_key(args[0]) if args else None, *args[1:])
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def _forget_unsupported(self, now: float) -> None:
+        """What a card said it does not support is not asked again for SETTINGS_SECONDS
+        (a fanless card's fan, every refresh): a MIG mode change or a driver update can
+        change the answer, so it is asked again after that."""
+        if self._unsupported:
+            self._unsupported = {key: when for key, when in self._unsupported.items()
+                                 if 0 <= now - when < SETTINGS_SECONDS}
 
     # -- once per backend -------------------------------------------------------------------
 
@@ -584,6 +613,8 @@ class NvmlBackend:
 
     def read(self, now: float, cpu_count: int | None = None) -> Reading:
         snap: Reading = dict(self._versions_once())
+        self._now = now
+        self._forget_unsupported(now)
         self._host_cpu_count = cpu_count
         if self._count is None:
             fn = self._fn("nvmlDeviceGetCount")
@@ -635,6 +666,7 @@ class NvmlBackend:
     def _broken_gpu(self, index: int, state: str, message: str) -> dict[str, Any]:
         # Keep whatever identity we already know, so the user sees which card is gone.
         known = self._static.get(index, {})
+        self._settings_read.pop(index, None)  # a card back from an error is asked afresh
         gpu: dict[str, Any] = {key: known.get(key) for key in _IDENTITY_KEYS}
         gpu.update(index=index, state=state, error=message)
         return gpu
@@ -647,10 +679,14 @@ class NvmlBackend:
         util = get("nvmlDeviceGetUtilizationRates", handle)
         gpu["util_gpu"] = getattr(util, "gpu", None)
         gpu["util_mem"] = getattr(util, "memory", None)
-        enc = get("nvmlDeviceGetEncoderUtilization", handle)
-        gpu["util_enc"] = enc[0] if enc else None
-        dec = get("nvmlDeviceGetDecoderUtilization", handle)
-        gpu["util_dec"] = dec[0] if dec else None
+        shown = not self.dashboard
+        if shown:
+            enc = get("nvmlDeviceGetEncoderUtilization", handle)
+            gpu["util_enc"] = enc[0] if enc else None
+            dec = get("nvmlDeviceGetDecoderUtilization", handle)
+            gpu["util_dec"] = dec[0] if dec else None
+        else:
+            gpu.update(dict.fromkeys(_UNSHOWN))
         self._memory(gpu, handle)
         bar1 = get("nvmlDeviceGetBAR1MemoryInfo", handle)
         gpu["bar1_used"] = getattr(bar1, "bar1Used", None)
@@ -659,42 +695,78 @@ class NvmlBackend:
             "nvmlDeviceGetTemperature", handle, self._const("NVML_TEMPERATURE_GPU", 0)
         )
         gpu["power_draw"] = _watts(get("nvmlDeviceGetPowerUsage", handle))
-        gpu["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
         fans = self._fans(handle, static.get("_fans"))
         gpu["fans"] = fans
         gpu["fan"] = fans[0] if fans else None
+        self._settings(gpu, handle)
         for key, const, default in (
             ("clock_sm", "NVML_CLOCK_SM", _CLOCK_SM),
             ("clock_mem", "NVML_CLOCK_MEM", _CLOCK_MEM),
             ("clock_gr", "NVML_CLOCK_GRAPHICS", _CLOCK_GRAPHICS),
-        ):
+        )[:3 if shown else 2]:
             gpu[key] = get("nvmlDeviceGetClockInfo", handle, self._const(const, default))
         gpu["pstate"] = get("nvmlDeviceGetPerformanceState", handle)
-        persistence = get("nvmlDeviceGetPersistenceMode", handle)
-        gpu["persistence_mode"] = bool(persistence) if persistence is not None else None
-        mode = get("nvmlDeviceGetComputeMode", handle)
-        gpu["compute_mode"] = _COMPUTE_MODES.get(mode, str(mode)) if mode is not None else None
-        self._ecc(gpu, handle)
+        # ECC, every link's state and the counters in one field-value call (three before).
+        index = gpu["index"]
+        links = len(self._nvlink_remote.get(index, ()))
+        counters = self._counter_fields(links)
+        ecc = len(_ECC_FIELDS)
+        batch = self._field_values(handle, [
+            *((field_id, 0) for _, field_id in _ECC_FIELDS),
+            *((_FI_NVLINK_GET_STATE, n) for n in range(links)), *counters])
+        self._ecc(gpu, handle, batch[:ecc] if batch is not None else None)
         self._clock_events(gpu, handle)
         gpu["pcie_gen"] = get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
         gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth", handle)
-        gpu["pcie_tx_kbs"] = get(
-            "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_TX_BYTES", _PCIE_TX)
-        )
-        gpu["pcie_rx_kbs"] = get(
-            "nvmlDeviceGetPcieThroughput", handle, self._const("NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)
-        )
-        gpu["nvlinks"] = self._nvlinks(gpu["index"], handle)
-        self._counters(gpu, handle)
+        if shown:
+            for key, const, default in (("pcie_tx_kbs", "NVML_PCIE_UTIL_TX_BYTES", _PCIE_TX),
+                                        ("pcie_rx_kbs", "NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)):
+                gpu[key] = get("nvmlDeviceGetPcieThroughput", handle,
+                               self._const(const, default))
+        gpu["nvlinks"] = self._nvlinks(
+            index, handle, batch[ecc:ecc + links] if batch is not None else None)
+        self._counters(gpu, handle, batch[ecc + links:] if batch is not None else None)
 
-    def _counters(self, gpu: dict[str, Any], handle: Any) -> None:
-        """Memory temperature, total energy, PCIe replays and NVLink data (dcgm-exporter's
-        default counters): one field-value call, with each link's data both ways; the
-        single calls where the driver has no field values."""
-        links = len(self._nvlink_remote.get(gpu["index"], ()))
+    def _settings(self, gpu: dict[str, Any], handle: Any) -> None:
+        """What an admin sets (power limit, persistence, compute, ECC and MIG modes), read
+        again every SETTINGS_SECONDS rather than every refresh: five of a card's thirty
+        calls a tick, for values that change by hand, if ever.  A failure is reported each read
+        as if it had been asked again."""
+        index, now = gpu["index"], self._now
+        cached = self._settings_read.get(index)
+        if cached is not None and 0 <= now - cached[0] < SETTINGS_SECONDS:
+            gpu.update(cached[1])
+            if self._field_errors is not None:
+                self._field_errors.extend(e for e in cached[2] if e not in self._field_errors)
+            return
+        get = self._get
+        errors = self._field_errors if self._field_errors is not None else []
+        before = len(errors)
+        read: dict[str, Any] = {}
+        read["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
+        persistence = get("nvmlDeviceGetPersistenceMode", handle)
+        read["persistence_mode"] = bool(persistence) if persistence is not None else None
+        mode = get("nvmlDeviceGetComputeMode", handle)
+        read["compute_mode"] = _COMPUTE_MODES.get(mode, str(mode)) if mode is not None else None
+        ecc = get("nvmlDeviceGetEccMode", handle)
+        read["ecc_mode"] = bool(ecc[0]) if ecc else None
+        read["ecc_mode_pending"] = bool(ecc[1]) if ecc else None
+        # Changed only by an admin, and in effect only after a reset (sources/mig.py).
+        mig = get("nvmlDeviceGetMigMode", handle)
+        read["mig_mode"] = bool(mig[0]) if mig else None
+        read["mig_mode_pending"] = bool(mig[1]) if mig else None
+        self._settings_read[index] = (now, read, tuple(errors[before:]))
+        gpu.update(read)
+
+    @staticmethod
+    def _counter_fields(links: int) -> list[tuple[int, int]]:
         fields = [(_FI_MEMORY_TEMP, 0), (_FI_TOTAL_ENERGY, 0), (_FI_PCIE_REPLAYS, 0)]
-        fields += [(f, link) for link in range(links) for f in _FI_NVLINK_DATA]
-        batch = self._field_values(handle, fields)
+        return fields + [(f, link) for link in range(links) for f in _FI_NVLINK_DATA]
+
+    def _counters(self, gpu: dict[str, Any], handle: Any, batch: list[Any] | None) -> None:
+        """Memory temperature, total energy, PCIe replays and NVLink data (dcgm-exporter's
+        default counters), with each link's data both ways: ``batch``, their field values
+        (read with others); the single calls where the driver has no field values."""
         if batch is None:
             gpu["temp_memory"] = gpu["nvlink_data_kib"] = None
             gpu["energy_mj"] = self._get("nvmlDeviceGetTotalEnergyConsumption", handle)
@@ -769,12 +841,8 @@ class NvmlBackend:
 
     def _ecc(self, gpu: dict[str, Any], handle: Any, batch: list[Any] | None = None) -> None:
         """ECC, retired pages and row remapping; ``batch``: their field values, read with
-        others by a lean collect (which leaves out the ECC mode)."""
+        others (the ECC mode is one of the settings, ``_settings``)."""
         get = self._get
-        if not self.lean:
-            mode = get("nvmlDeviceGetEccMode", handle)
-            gpu["ecc_mode"] = bool(mode[0]) if mode else None
-            gpu["ecc_mode_pending"] = bool(mode[1]) if mode else None
         corrected = self._const("NVML_MEMORY_ERROR_TYPE_CORRECTED", _ECC_CORRECTED)
         # One field-value call stands in for the eight below (ECC, retired pages, row
         # remapping); per-field failures are None, as the single calls would give.
@@ -977,6 +1045,12 @@ _LEAN_SKIPS = ("util_enc", "util_dec", "bar1_used", "bar1_total", "clock_sm", "c
                "pcie_tx_kbs", "pcie_rx_kbs")
 
 
+# What the dashboard's stream leaves out (None): no view, rule or record of the dashboard
+# reads them (tests/test_oneshot_cost.py looks); `serve`, --json and --once's full read
+# (--json) still do.  Five of a card's calls a refresh.
+_UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs")
+
+
 # Field ids (nvml.h) of what _ecc reads one call at a time, and the keys they fill.
 _ECC_FIELDS = (
     ("ecc_volatile_corrected", 3),  # NVML_FI_DEV_ECC_SBE_VOL_TOTAL
@@ -996,6 +1070,11 @@ _BOOL_FIELD_KEYS = frozenset({"retired_pages_pending", "remap_pending", "remap_f
 # nvmlValueType_t -> the c_nvmlValue_t member that holds it.
 _FIELD_VALUE_TYPES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                       6: "usVal"}
+
+
+# How long a card's settings (power limit, persistence, compute, ECC and MIG modes) are kept
+# before they are read again: a change made by hand shows within this.
+SETTINGS_SECONDS = 10.0
 
 
 def _watts(milliwatts: Any) -> float | None:
@@ -1020,13 +1099,13 @@ def _init_failure_message(err: BaseException) -> str:
     return f"gputop: NVML could not start: {err}."
 
 
-def open_nvml(lean: bool = False, topology: bool = True) -> NvmlBackend:
+def open_nvml(lean: bool = False, topology: bool = True, dashboard: bool = False) -> NvmlBackend:
     """The NVML backend of this machine; NoDriverError when there is no GPU to read."""
     try:
         import pynvml
     except ImportError:
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
-    backend = NvmlBackend(pynvml, lean=lean, topology=topology)
+    backend = NvmlBackend(pynvml, lean=lean, topology=topology, dashboard=dashboard)
     # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
     if backend.count() == 0:
         raise NoDriverError(NO_GPUS_MESSAGE)

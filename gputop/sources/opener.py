@@ -193,6 +193,7 @@ def open_feeds(
     options: SourceOptions, config: Config, *, one_shot: bool = False,
     plan: SourcePlan | None = None, need_driver: bool = True, lean: bool = False,
     topology: bool = True, prometheus_view: str | None = None, history: bool = True,
+    dashboard: bool = False,
 ) -> list[Feed]:
     """The feeds of the planned sources (``plan``: default ``plan_sources(options)``).
     Local NVML is opened here, so NoDriverError comes early, unless ``need_driver`` is
@@ -203,8 +204,9 @@ def open_feeds(
     read only what a one-shot table shows; ``topology`` False: they skip the topology and
     NVLink remote ends.  ``prometheus_view``: what a Prometheus feed asks for
     (sources/promql.py); by default the overview for the dashboard, the summary for lean
-    one-shots, the full view otherwise.  ``history``: the demo seeds the past it would have had (the
-    dashboard's charts and idle rules); a plain redraw (`--watch`) shows only the present."""
+    one-shots, the full view otherwise.  ``history``: the demo seeds the past it would have
+    had (the dashboard's charts and idle rules); a plain redraw (`--watch`) shows only the
+    present.  ``dashboard``: this machine's NVML skips what the dashboard shows nowhere."""
     plan = plan or plan_sources(options)
     feeds: list[Feed] = []
     if _is_cluster(plan.demo):
@@ -215,7 +217,8 @@ def open_feeds(
                                 topology=topology, history=history))
     elif plan.local:
         feeds.append(_local_feed(options, config, need_driver, lean,
-                                 ONE_SHOT_NAME_WAIT_S if one_shot else 0.0, topology))
+                                 ONE_SHOT_NAME_WAIT_S if one_shot else 0.0, topology,
+                                 dashboard))
     ssh_hosts = tuple(spec for spec in plan.ssh_hosts if spec.url is None)
     if ssh_hosts:
         from gputop.sources.ssh import SshFeed
@@ -258,7 +261,7 @@ def _action_env(options: SourceOptions, config: Config, source: HostSource) -> A
 
 def _local_feed(
     options: SourceOptions, config: Config, need_driver: bool = True, lean: bool = False,
-    name_wait_s: float = 0.0, topology: bool = True,
+    name_wait_s: float = 0.0, topology: bool = True, dashboard: bool = False,
 ) -> LocalFeed:
     from gputop.sources.feed import LocalFeed
     from gputop.sources.hostsource import action_env, open_local
@@ -266,7 +269,8 @@ def _local_feed(
     store = reservations_dir(options, config)
     try:
         source = open_local(host=LOCAL_HOST, reservations_dir=store, lean=lean,
-                            name_wait_s=name_wait_s, topology=topology)
+                            name_wait_s=name_wait_s, topology=topology,
+                            dashboard=dashboard)
     except NoDriverError as err:
         if need_driver:
             raise

@@ -435,7 +435,7 @@ def run_app(options: SourceOptions, interval: float | None) -> int:
     from gputop.sources.opener import NoDriverError, SourceError, open_feeds
 
     try:
-        feeds = open_feeds(options, config)
+        feeds = open_feeds(options, config, dashboard=True)
     except NoDriverError as err:
         print(str(err), file=sys.stderr)
         return EXIT_NO_DRIVER

@@ -99,7 +99,9 @@ def _process_rules(
         # wanders (60-100 %), and a per-sample cut would reset the streak on every dip.
         return sample.sm_util is not None and sample.sm_util <= th.input_bound_sm_percent
 
-    start = streak(snapshot.host, proc.pid, proc.start_ticks, starving)
+    # The key names the predicate, so the history walks only the samples since last tick.
+    start = streak(snapshot.host, proc.pid, proc.start_ticks, starving,
+                   key=("input-bound", th.input_bound_sm_percent, th.input_bound_cpu_percent))
     if start is not None and add.now - start >= th.input_bound_minutes * 60:
         add(
             INFO,
