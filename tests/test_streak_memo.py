@@ -32,7 +32,7 @@ def exact_start(fed: list[tuple[float, tuple[int, int] | None]], now: float,
         if values is None:
             break
         sm, mem = values
-        if not predicate(ProcessSample(t, mem, sm, 0, "S")):  # type: ignore[operator]
+        if not predicate(ProcessSample(t, mem, sm, 0, "S", None, None)):  # type: ignore[operator]
             break
         start = t
     return start
