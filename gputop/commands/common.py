@@ -22,6 +22,7 @@ from gputop.text import visible
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
     from gputop.model import HostSnapshot
+    from gputop.policy import Accounting
     from gputop.sources.feed import Feed
     from gputop.sources.oneshot import Session
     from gputop.sources.opener import Round, SourcePlan
@@ -64,6 +65,21 @@ def config(options: SourceOptions) -> Config:
         return load_config(options.config_path)
     except ConfigError as err:
         raise usage_error(str(err)) from None
+
+
+def accounting(command: str | None) -> Accounting:
+    """The policy file's accounting sections (quotas, cost, idle); a bad file is its one
+    line and exit 2; its warning said as ``command`` (None: the caller's policy read
+    already said it)."""
+    from gputop.policy import PolicyError, load_accounting
+
+    try:
+        found, warning = load_accounting()
+    except PolicyError as err:
+        raise usage_error(str(err)) from None
+    if warning and command is not None:
+        say(command, warning)
+    return found
 
 
 def settings(config: Config) -> Settings:

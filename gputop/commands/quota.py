@@ -80,12 +80,8 @@ def check_for_run(user: str, now: float | None = None) -> Hold | None:
     """The quota check of `gputop run`: None when the user may queue as asked.  A ledger
     that cannot be read is said once and checks nothing (quotas need the recorder)."""
     from gputop.ledger import store
-    from gputop.policy import PolicyError, load_accounting
 
-    try:
-        accounting, _warning = load_accounting()  # load_policy already said it
-    except PolicyError as err:
-        raise common.usage_error(str(err)) from None
+    accounting = common.accounting(None)  # load_policy already said its warning
     quotas = accounting.quotas
     if not quotas.any:
         return None
@@ -122,14 +118,8 @@ def held_request(user: str, request: _R) -> _R:
 
 def _quota(args: argparse.Namespace) -> int:
     from gputop.ledger import store
-    from gputop.policy import PolicyError, load_accounting
 
-    try:
-        accounting, warning = load_accounting()
-    except PolicyError as err:
-        raise common.usage_error(str(err)) from None
-    if warning:
-        common.say("quota", warning)
+    accounting = common.accounting("quota")
     quotas = accounting.quotas
     if not quotas.any:
         print(f"no quotas in {accounting.source or 'the policy'}")

@@ -72,14 +72,8 @@ def _idle_enforcer(idle_mem: int, conn: Any, feeds: list[Feed], dry_run: bool,
                    interval: float) -> IdleEnforcer | None:
     """The policy's idle section (opt-in, issue 28.7), or None."""
     from gputop.commands.idle import IdleEnforcer
-    from gputop.policy import PolicyError, load_accounting
 
-    try:
-        accounting, warning = load_accounting()
-    except PolicyError as err:
-        raise common.usage_error(str(err)) from None
-    if warning:
-        common.say("record", warning)
+    accounting = common.accounting("record")
     if accounting.idle is None:
         if dry_run:
             common.say("record", "--dry-run: the policy has no idle section; nothing to show")

@@ -69,14 +69,8 @@ def _date(flag: str, text: str) -> float:
 def _cost() -> tuple[CostRates | None, dict[str, set[str]]]:
     """The policy's cost rates (issue 28.6) and the Unix groups to add cost up by."""
     from gputop.commands.quota import memberships
-    from gputop.policy import PolicyError, load_accounting
 
-    try:
-        accounting, warning = load_accounting()
-    except PolicyError as err:
-        raise common.usage_error(str(err)) from None
-    if warning:
-        common.say("report", warning)
+    accounting = common.accounting("report")
     if accounting.cost is None:
         return None, {}
     return accounting.cost, memberships()
