@@ -307,6 +307,7 @@ class PrometheusFeed(ReadOnlyFeed):
         self.view = view
         self.focused: str | None = None
         self.hosts: list[str] = []
+        self._known: set[str] = set()  # self.hosts as a set: every refresh asks of each host
         self.clock = clock
         self.failures = 0
         self._names: dict[str, str] = {}
@@ -422,7 +423,8 @@ class PrometheusFeed(ReadOnlyFeed):
         return snapshots
 
     def _remember(self, snap: HostSnapshot) -> HostSnapshot:
-        if snap.host not in self.hosts:
+        if snap.host not in self._known:
+            self._known.add(snap.host)
             self.hosts.append(snap.host)
         return snap
 
