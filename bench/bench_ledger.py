@@ -134,14 +134,11 @@ def bench_size(tmp: str) -> None:
     print(f"| GPU-year if every sample stayed raw | {raw / gpus * 365 / days / 1e6:.0f} MB | |")
 
 
-def bench_report(tmp: str) -> None:
-    path = os.path.join(tmp, "month.sqlite")
+def _hourly_ledger(path: str, now: float, days: int) -> sqlite3.Connection:
+    """A fresh ledger at path: 8 GPUs x 200 processes, hourly rollups for the last days."""
     store.open_writer(path).close()
     conn = sqlite3.connect(path)
-    now = time.time()
-    raw_from = now - 7 * DAY
-    first_hour = int((now - 30 * DAY) // 3600)
-    last_hour = int(now // 3600) + 1
+    first_hour, last_hour = int((now - days * DAY) // 3600), int(now // 3600) + 1
     conn.execute("INSERT INTO hosts VALUES (1, 'bench')")
     conn.executemany("INSERT INTO gpus VALUES (?, 1, ?, ?, 'H100', ?)",
                      [(g + 1, g, f"GPU-{g}", 80 * GIB) for g in range(8)])
@@ -156,6 +153,14 @@ def bench_report(tmp: str) -> None:
          for h in range(first_hour, last_hour)])
     # The per-holder rollups (schema 2) as the recorder would have kept them.
     conn.execute("INSERT INTO holder_hourly" + store.HOLDERS_FROM_PROCS)
+    return conn
+
+
+def bench_report(tmp: str) -> None:
+    path = os.path.join(tmp, "month.sqlite")
+    now = time.time()
+    raw_from = now - 7 * DAY
+    conn = _hourly_ledger(path, now, 30)
     for tick in range(7 * DAY // 10):
         t = raw_from + 10 * tick
         hour = int(t // 3600)
@@ -183,23 +188,8 @@ def bench_share(tmp: str) -> None:
     from gputop.ledger import query, share_usage
 
     path = os.path.join(tmp, "share.sqlite")
-    store.open_writer(path).close()
-    conn = sqlite3.connect(path)
     now = time.time()
-    first_hour, last_hour = int((now - 70 * DAY) // 3600), int(now // 3600) + 1
-    conn.execute("INSERT INTO hosts VALUES (1, 'bench')")
-    conn.executemany("INSERT INTO gpus VALUES (?, 1, ?, ?, 'H100', ?)",
-                     [(g + 1, g, f"GPU-{g}", 80 * GIB) for g in range(8)])
-    conn.executemany("INSERT INTO procs VALUES (?, 1, ?, 1, ?, NULL, 'python x.py')",
-                     [(p + 1, 10_000 + p, f"user{p % 17}") for p in range(200)])
-    conn.executemany(
-        "INSERT INTO gpu_hourly VALUES (?, ?, 3600, 1800, 600, 90000, 360000, ?, 70)",
-        [(g + 1, h, 40 * GIB) for g in range(8) for h in range(first_hour, last_hour)])
-    conn.executemany(
-        "INSERT INTO proc_hourly VALUES (?, ?, ?, 3600, 1800, 600, 72000, ?, ?)",
-        [(p + 1, p % 8 + 1, h, 3600.0 * GIB, GIB) for p in range(200)
-         for h in range(first_hour, last_hour)])
-    conn.execute("INSERT INTO holder_hourly" + store.HOLDERS_FROM_PROCS)
+    conn = _hourly_ledger(path, now, 70)
     conn.commit()
     conn.close()
 

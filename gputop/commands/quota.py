@@ -62,7 +62,8 @@ def _ledger_path(quotas: quota.Quotas, given: str | None) -> str:
     return given or quotas.ledger or store.SYSTEM_PATH
 
 
-def standings(quotas: quota.Quotas, path: str, now: float) -> list[quota.Standing]:
+def standings(quotas: quota.Quotas, path: str, now: float,
+              members: dict[str, set[str]]) -> list[quota.Standing]:
     """Every quota's standing this period from the ledger at ``path``; LedgerError when
     it cannot be read."""
     from gputop.ledger import query, store
@@ -73,7 +74,7 @@ def standings(quotas: quota.Quotas, path: str, now: float) -> list[quota.Standin
         used = query.quota_hours(conn, start, reset)
     finally:
         conn.close()
-    return quota.standings(quotas, used, memberships())
+    return quota.standings(quotas, used, members)
 
 
 def check_for_run(user: str, now: float | None = None) -> Hold | None:
@@ -87,12 +88,12 @@ def check_for_run(user: str, now: float | None = None) -> Hold | None:
         return None
     now = time.time() if now is None else now
     path = _ledger_path(quotas, None)
+    members = memberships()  # the whole group and user database: read once
     try:
-        found = standings(quotas, path, now)
+        found = standings(quotas, path, now, members)
     except store.LedgerError as err:
         common.say("run", f"quotas not checked: {err}")
         return None
-    members = memberships()
     over = quota.blocking(found, user, groups_of(user, members))
     if over is None:
         return None
@@ -126,13 +127,14 @@ def _quota(args: argparse.Namespace) -> int:
         return EXIT_OK
     now = time.time()
     path = _ledger_path(quotas, args.db)
+    members = memberships()  # the whole group and user database: read once
     try:
-        found = standings(quotas, path, now)
+        found = standings(quotas, path, now, members)
     except store.LedgerError as err:
         raise common.usage_error(str(err)) from None
     user = pwd.getpwuid(os.getuid()).pw_name if os.getuid() != 0 else "root"
     if os.getuid() != 0:  # root sees everyone's; a user their own and their groups'
-        found = quota.mine(found, user, groups_of(user, memberships()))
+        found = quota.mine(found, user, groups_of(user, members))
     start, reset = quota.period_bounds(now, quotas.period)
     reset_at = quota.reset_words(reset, quotas.period)
     if args.json:

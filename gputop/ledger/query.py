@@ -206,7 +206,7 @@ WHERE p.host_id = (SELECT id FROM hosts WHERE name = :host)
                        WHERE b.proc_id = p.id AND (b.sm IS NULL OR b.sm > 0)), 0)
 GROUP BY p.id
 """
-RECENT_S = 600.0
+RECENT_S = 600.0  # a process the ledger has not seen this long is not "still" anything
 DRY_RUN = "dry run"  # the outcome of a step `gputop record --dry-run` only showed
 
 
@@ -223,7 +223,7 @@ def actions_taken(conn: sqlite3.Connection, host: str) -> dict[tuple[int, int], 
     out: dict[tuple[int, int], dict[str, float]] = {}
     for pid, start, step, t in rows:
         out.setdefault((pid, start), {})[step] = t
-    return out  # a process the ledger has not seen this long is not "still" anything
+    return out
 
 
 def idle_runs(conn: sqlite3.Connection, host: str, now: float) -> dict[tuple[int, int], float]:
