@@ -127,7 +127,6 @@ class Mode:
 
 
 FALLBACK_COMMAND = Mode().command()
-XML_FALLBACK_COMMAND = Mode(xml=True).command()
 EXTRA_COMMAND = _sh(EXTRA_COMMANDS)
 
 # What a snapshot from nvidia-smi + ps can never contain (shown in the UI and --json);
@@ -637,9 +636,7 @@ def windows_shell(status: int | None, output: str) -> str | None:
     return None
 
 
-
 NO_PYTHON = "no python3 on this host"
-WINDOWS = "a Windows host (no sh, no ps)"
 
 
 @dataclass
