@@ -802,7 +802,8 @@ class _JumpFailed(OSError):
 
 def _describe(exc: BaseException, spec: HostSpec) -> str:
     """One line in words, never the socket's text ("Connect call failed (...)")."""
-    target = f"{spec.target}:{spec.port or 22}"
+    host = f"[{spec.target}]" if ":" in spec.target else spec.target  # IPv6: [::1]:22
+    target = f"{host}:{spec.port or 22}"
     if isinstance(exc, _JumpFailed):
         return f"jump host {spec.jump}: {_describe(exc.cause, exc.jump)}"
     if isinstance(exc, asyncssh.ConnectionLost):
