@@ -873,11 +873,6 @@ def read_fallback(
     return SmiBackend(sections, reason, mode, extras), PsListing(ps_text, now)
 
 
-def wants_xml(data: dict[str, Any]) -> bool:
-    """The CSV query failed because this driver lacks a field: `nvidia-smi -q -x` instead."""
-    return data.get("state") == model.HOST_NO_GPU and "valid field" in (data.get("error") or "")
-
-
 def _failed(state: str, error: str) -> dict[str, Any]:
     return {"state": state, "error": error, "missing": list(MISSING)}
 
