@@ -210,7 +210,7 @@ def test_old_driver_switches_to_xml() -> None:
     error = 'Field "clocks.max.sm" is not a valid field to query.\n'
     csv_out = f"{error}{smi.MARK} 2\n{smi.MARK} 0\n{smi.MARK} 0\n"
     data = fallback_snapshot("old", csv_out, 5.0)
-    assert data["state"] == model.HOST_NO_GPU and smi.wants_xml(data)
+    assert data["state"] == model.HOST_NO_GPU and smi.Mode().after(data) == smi.Mode(xml=True)
     xml = (FIXTURES / "xml-tesla-t4-515.xml").read_text()
     out = fallback_snapshot("old", f"{xml}\n{smi.MARK} 0\n{smi.MARK} 0\n", 5.0, xml=True)
     snap = HostSnapshot.from_dict(out)

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -19,9 +20,10 @@ import pytest
 from sshd import Blackhole, HostConf, SshdCluster, collect_round
 
 from gputop import model
+from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot
 from gputop.sources.oneshot import Session
-from gputop.sources.ssh import SshFeed
+from gputop.sources.ssh import SshFeed, _describe
 
 pytestmark = pytest.mark.sshd
 
@@ -520,3 +522,11 @@ async def test_old_driver_fallback_reads_xml(lab: SshdCluster) -> None:
     assert snap.state == model.HOST_FALLBACK, snap.error
     assert snap.gpus[0].name == "NVIDIA GeForce RTX 3080"  # from the XML capture
     assert len(snap.processes) == 5
+
+
+def test_connection_error_names_an_ipv6_host_in_brackets() -> None:
+    refused = ConnectionRefusedError(111, "Connect call failed ('::1', 2222)")
+    text = _describe(refused, HostSpec(name="::1", port=2222))
+    assert "[::1]:2222" in text and "::1:2222" not in text.replace("[::1]:2222", ""), text
+    gone = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    assert "the name ::1 is not known" in _describe(gone, HostSpec(name="::1")), "host_of"

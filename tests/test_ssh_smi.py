@@ -50,7 +50,7 @@ async def test_windows_host_is_read_through_nvidia_smi(smi_hosts: SshdCluster) -
     assert "not found" not in (snap.error or "")
 
 
-async def test_linux_fallback_reads_topology_once(smi_hosts: SshdCluster) -> None:
+async def test_linux_fallback_reads_topology(smi_hosts: SshdCluster) -> None:
     (snap,) = await collect_round(smi_hosts.specs(["smi-h100"]), timeout=30)
     assert snap.state == model.HOST_FALLBACK, snap.error
     (gpu,) = snap.gpus

@@ -127,7 +127,6 @@ class Mode:
 
 
 FALLBACK_COMMAND = Mode().command()
-XML_FALLBACK_COMMAND = Mode(xml=True).command()
 EXTRA_COMMAND = _sh(EXTRA_COMMANDS)
 
 # What a snapshot from nvidia-smi + ps can never contain (shown in the UI and --json);
@@ -637,9 +636,7 @@ def windows_shell(status: int | None, output: str) -> str | None:
     return None
 
 
-
 NO_PYTHON = "no python3 on this host"
-WINDOWS = "a Windows host (no sh, no ps)"
 
 
 @dataclass
@@ -874,11 +871,6 @@ def read_fallback(
                 for n, name in enumerate(names)}
     ps_text = None if mode.windows else sections["ps"][0]
     return SmiBackend(sections, reason, mode, extras), PsListing(ps_text, now)
-
-
-def wants_xml(data: dict[str, Any]) -> bool:
-    """The CSV query failed because this driver lacks a field: `nvidia-smi -q -x` instead."""
-    return data.get("state") == model.HOST_NO_GPU and "valid field" in (data.get("error") or "")
 
 
 def _failed(state: str, error: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import Any
 import asyncssh
 
 from gputop import model
-from gputop.hosts import HostSpec
+from gputop.hosts import HostSpec, split_target
 from gputop.model import HostSnapshot, error_snapshot
 from gputop.sources import bundle, networds, smi, untrusted
 from gputop.sources.feed import READONLY_WHY, Capabilities, ProcessDetails
@@ -446,11 +446,8 @@ class SshFeed:
             conn = self._jumps.get(spec.jump)
             if conn is not None and not conn.is_closed():
                 return conn
-            user, _, rest = spec.jump.rpartition("@")
-            hostname, port = rest, None
-            if rest.count(":") == 1:
-                hostname, _, port_text = rest.partition(":")
-                port = int(port_text) if port_text.isdigit() else None
+            # The hosts file checked it already (HostSpec.jump is [user@]host[:port]).
+            user, hostname, port = split_target(spec.jump, "jump host")
             jump_spec = dataclasses.replace(
                 spec, name=spec.jump, hostname=hostname, user=user or spec.user, port=port,
                 jump=None,
@@ -805,7 +802,8 @@ class _JumpFailed(OSError):
 
 def _describe(exc: BaseException, spec: HostSpec) -> str:
     """One line in words, never the socket's text ("Connect call failed (...)")."""
-    target = f"{spec.target}:{spec.port or 22}"
+    host = f"[{spec.target}]" if ":" in spec.target else spec.target  # IPv6: [::1]:22
+    target = f"{host}:{spec.port or 22}"
     if isinstance(exc, _JumpFailed):
         return f"jump host {spec.jump}: {_describe(exc.cause, exc.jump)}"
     if isinstance(exc, asyncssh.ConnectionLost):
