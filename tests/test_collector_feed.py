@@ -7,6 +7,7 @@ import asyncio
 import threading
 
 import pytest
+from helpers import fakenvml
 
 from gputop import model
 from gputop.actions.dispatch import ActionEnv
@@ -180,17 +181,7 @@ def test_open_feeds_demo_is_one_local_feed_with_actions() -> None:
         opener.demo_reservations_dir("faulty")
 
 
-def _driver_present() -> bool:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return False
-    return True
-
-
-@pytest.mark.skipif(_driver_present(), reason="a real NVIDIA driver is present")
+@pytest.mark.skipif(fakenvml.driver_present(), reason="a real NVIDIA driver is present")
 def test_open_feeds_without_driver_raises_early(monkeypatch) -> None:
     monkeypatch.delenv("GPUTOP_HOSTS", raising=False)
     # --local: this machine is asked first even if the user has a default hosts file.

@@ -22,14 +22,7 @@ import json, sys
 import pynvml
 from gputop.sources.hostsource import nvml_collector
 from gputop.sources.procfs import ProcFs
-
-class Single:
-    # pynvml without nvmlDeviceGetFieldValues: the one-call-per-field path.
-    def __getattr__(self, name):
-        if name == "nvmlDeviceGetFieldValues":
-            raise AttributeError(name)
-        return getattr(pynvml, name)
-
+""" + fakenvml.SINGLE_CALLS + """
 keys = sys.argv[1].split(",")
 out = {}
 for name, nvml in (("batched", pynvml), ("single", Single())):

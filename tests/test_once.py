@@ -10,6 +10,7 @@ import sys
 import unicodedata
 
 import pytest
+from helpers import cli, fakenvml
 
 from gputop import model, text
 from gputop.commands import common, once
@@ -147,17 +148,9 @@ def test_json_document_round_trips() -> None:
 
 def run_gputop(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """gputop.cli.main in a fresh interpreter; env values of None remove that variable."""
-    code = (
-        "import sys, gputop.cli\n"
-        "rc = gputop.cli.main(sys.argv[1:])\n"
-        "sys.stdout.flush()\n"
-        "print('TEXTUAL-LOADED' if 'textual' in sys.modules else 'TEXTUAL-NOT-LOADED',"
-        " file=sys.stderr)\n"
-        "sys.exit(rc)\n"
-    )
     merged = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-c", cli.MAIN_CODE, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -214,17 +207,7 @@ def test_demo_list_and_bad_scenario() -> None:
     assert "no-such-scenario" in bad.stderr.splitlines()[0]
 
 
-def _driver_present() -> bool:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return False
-    return True
-
-
-@pytest.mark.skipif(_driver_present(), reason="a real NVIDIA driver is present")
+@pytest.mark.skipif(fakenvml.driver_present(), reason="a real NVIDIA driver is present")
 def test_no_driver_is_one_sentence_and_exit_3(tmp_path) -> None:
     # No default hosts file may turn plain `gputop --once` into an SSH run.
     env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path), "GPUTOP_HOSTS": None}

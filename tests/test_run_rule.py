@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from helpers import fakenvml
-from helpers.users import SYSTEM_PYTHON, ensure_users, portable_gputop
+from helpers.users import SYSTEM_PYTHON, ensure_users, portable_gputop_dir
 
 from gputop.exitcodes import EXIT_WAIT_EXPIRED
 
@@ -52,12 +52,8 @@ def users() -> Iterator[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def portable() -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix="gputop-rule-code-"))
-    os.chmod(base, 0o755)
-    try:
-        yield portable_gputop(base / "lib")
-    finally:
-        subprocess.run(["rm", "-rf", str(base)], check=False)
+    with portable_gputop_dir("gputop-rule-code-") as lib:
+        yield lib
 
 
 def _host(users: dict[str, Any], portable: Path, scenario: dict[str, Any]) -> Iterator[Host]:

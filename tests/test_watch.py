@@ -10,20 +10,14 @@ import subprocess
 import sys
 import time
 
-CODE = (
-    "import sys, gputop.cli\n"
-    "rc = gputop.cli.main(sys.argv[1:])\n"
-    "sys.stdout.flush()\n"
-    "print('TEXTUAL-LOADED' if 'textual' in sys.modules else 'TEXTUAL-NOT-LOADED',"
-    " file=sys.stderr)\n"
-    "sys.exit(rc)\n"
-)
+from helpers import cli
+
 HEADER = re.compile(r"^gputop --watch 0\.5  (\d\d:\d\d:\d\d)  Ctrl\+C quits$", re.M)
 
 
 def test_watch_redraws_the_once_table_until_ctrl_c() -> None:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
-    proc = subprocess.Popen([sys.executable, "-c", CODE, "--demo", "lab", "--once",
+    proc = subprocess.Popen([sys.executable, "-c", cli.MAIN_CODE, "--demo", "lab", "--once",
                              "--watch", "0.5"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     seen = ""

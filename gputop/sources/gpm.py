@@ -50,9 +50,12 @@ def metrics(nvml: Any, get: Get, first: Any, second: Any,
 
 
 # Whole-card metrics, and the snapshot field each one fills.
-_CARD = (("prof_tensor_active", ANY_TENSOR_UTIL), ("prof_dram_active", DRAM_BW_UTIL),
-         ("prof_pcie_tx_bytes", PCIE_TX_PER_SEC), ("prof_pcie_rx_bytes", PCIE_RX_PER_SEC))
-CARD_FIELDS = tuple(key for key, _ in _CARD)
+# (field, nvml.h name, nvml.h value where this pynvml lacks the name)
+_CARD = (("prof_tensor_active", "ANY_TENSOR_UTIL", ANY_TENSOR_UTIL),
+         ("prof_dram_active", "DRAM_BW_UTIL", DRAM_BW_UTIL),
+         ("prof_pcie_tx_bytes", "PCIE_TX_PER_SEC", PCIE_TX_PER_SEC),
+         ("prof_pcie_rx_bytes", "PCIE_RX_PER_SEC", PCIE_RX_PER_SEC))
+CARD_FIELDS = tuple(key for key, _, _ in _CARD)
 
 
 class CardGpm:
@@ -65,6 +68,8 @@ class CardGpm:
         self.get = get
         self._supported: dict[int, bool] = {}
         self._samples: dict[int, Any] = {}
+        self._ids = [getattr(nvml, f"NVML_GPM_METRIC_{name}", metric)
+                     for _, name, metric in _CARD]
 
     def read(self, index: int, handle: Any, mig_mode: bool | None) -> dict[str, float | None]:
         empty: dict[str, float | None] = dict.fromkeys(CARD_FIELDS)
@@ -82,16 +87,11 @@ class CardGpm:
         if previous is None:
             return empty  # the first refresh has nothing to compare with
         try:
-            values = metrics(self.nvml, self.get, previous, sample,
-                             [getattr(self.nvml, f"NVML_GPM_METRIC_{name}", metric)
-                              for name, metric in (("ANY_TENSOR_UTIL", ANY_TENSOR_UTIL),
-                                                   ("DRAM_BW_UTIL", DRAM_BW_UTIL),
-                                                   ("PCIE_TX_PER_SEC", PCIE_TX_PER_SEC),
-                                                   ("PCIE_RX_PER_SEC", PCIE_RX_PER_SEC))])
+            values = metrics(self.nvml, self.get, previous, sample, self._ids)
         finally:
             self.get("nvmlGpmSampleFree", previous)
         out = dict(empty)
-        for (key, metric), value in zip(_CARD, values, strict=True):
+        for (key, _, metric), value in zip(_CARD, values, strict=True):
             if value is None:
                 continue
             if metric in (PCIE_TX_PER_SEC, PCIE_RX_PER_SEC):

@@ -25,6 +25,27 @@ LIBRARY = ROOT / "build" / "fakenvml" / "libnvidia-ml.so.1"
 TEMPLATES = ROOT / "tests" / "fakenvml" / "scenarios"
 _KEY = re.compile(r"[A-Za-z0-9_]+")
 
+# Probe source for a subprocess: pynvml without nvmlDeviceGetFieldValues, the collector's
+# one-call-per-field path, to compare with the batched one.
+SINGLE_CALLS = """
+class Single:
+    def __getattr__(self, name):
+        if name == "nvmlDeviceGetFieldValues":
+            raise AttributeError(name)
+        return getattr(pynvml, name)
+"""
+
+
+def driver_present() -> bool:
+    """Whether the real pynvml finds a working NVIDIA driver on this machine."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    return True
+
 
 @functools.lru_cache(maxsize=1)
 def library_dir() -> Path:

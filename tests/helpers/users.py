@@ -14,6 +14,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,3 +100,14 @@ def portable_gputop(target: Path) -> Path:
         for entry in files:
             os.chmod(os.path.join(root, entry), 0o644)
     return target
+
+
+@contextmanager
+def portable_gputop_dir(prefix: str) -> Iterator[Path]:
+    """``portable_gputop`` in a fresh world-readable temporary folder, removed afterwards."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(base, 0o755)
+    try:
+        yield portable_gputop(base / "lib")
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
