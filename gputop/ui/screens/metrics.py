@@ -132,9 +132,8 @@ class MetricsScreen(Screen[None]):
             top = tops.get(field, top)
             body.append("\n")
             body.append(metric_block(series, name, style, show, top, width, now, span))
-        until = history.simulated_until.get(host)
         seen = "as observed by gputop"
-        if until is not None and now - span <= until:
+        if history.simulated(host, now - span):
             seen = "simulated before the demo began, observed since"
         body.append(f"\nlast {span / 60:.0f} min, {seen}; memory bandwidth is this "
                     "process's share of the card's memory controller time", style="dim")
