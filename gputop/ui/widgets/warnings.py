@@ -59,7 +59,7 @@ def _fold_once(line: Text, width: int) -> Text:
     """``line`` as it fits ``width``: whole, or broken at the last space that fits (else
     at the width) with the rest on one indented line (which ends in an ellipsis if it is
     still too long)."""
-    if width <= len(CONTINUATION) + 10 or line.cell_len <= width:
+    if not folded(line, width):
         return line
     cells, cut = 0, len(line.plain)
     for i, ch in enumerate(line.plain):
