@@ -5,11 +5,9 @@ panel's tick costs the same whatever the refresh rate packs into the window."""
 from __future__ import annotations
 
 import random
-import sys
-from collections.abc import Callable
-from typing import Any
 
 import pytest
+from helpers.calls import count_calls
 
 from gputop.model import Gpu
 from gputop.ui import fmt
@@ -53,22 +51,6 @@ def test_a_line_shifts_by_whole_cells() -> None:
     assert after[:-1] == before[1:]
 
 
-def _calls(work: Callable[[], Any]) -> int:
-    calls = 0
-
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        if event in ("call", "c_call"):
-            calls += 1
-
-    sys.setprofile(hook)
-    try:
-        work()
-    finally:
-        sys.setprofile(None)
-    return calls
-
-
 def _tick_calls(refresh: float) -> int:
     """Python calls of one panel's figures for one tick, after a full window."""
     panel = GpuPanel(0)
@@ -87,8 +69,8 @@ def _tick_calls(refresh: float) -> int:
     panel._spark("util", data(n), 60, span / 60)  # the first tick reads the whole window
     panel._window_stats("util", data(n))
     later = data(n + step)
-    return _calls(lambda: (panel._spark("util", later, 60, span / 60),
-                           panel._window_stats("util", later)))
+    return count_calls(lambda: (panel._spark("util", later, 60, span / 60),
+                                panel._window_stats("util", later)))
 
 
 def test_a_panel_tick_does_not_grow_with_the_samples_in_its_window() -> None:

@@ -88,15 +88,21 @@ async def _until(pilot: Any, check: Any, tries: int = 200) -> None:
     raise AssertionError("condition not reached")
 
 
+async def _open_reclaim(app: GputopApp, pilot: Any) -> ReclaimScreen:
+    """Press `o`: the reclaim view is the screen."""
+    await pilot.press("o")
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, ReclaimScreen)
+    return screen
+
+
 async def test_orphan_listed_at_once_idle_kernel_after_thirty_minutes():
     lab = Lab()
     app = lab.app()
     async with app.run_test(size=SIZE) as pilot:
         snap = lab.observe(app, 1)
-        await pilot.press("o")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ReclaimScreen)
+        screen = await _open_reclaim(app, pilot)
         # alice's kernel whose server died: orphaned.  Her stubborn worker is orphaned
         # too but computing (not offered); her live notebook's kernel is not idle *yet*.
         assert [k[1] for k in screen.entries] == [5100034]
@@ -124,10 +130,7 @@ async def test_several_killed_after_one_confirmation():
     app = lab.app()
     async with app.run_test(size=SIZE) as pilot:
         lab.observe(app, 31)
-        await pilot.press("o")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ReclaimScreen)
+        screen = await _open_reclaim(app, pilot)
         await pilot.press("a")
         await pilot.pause()
         assert "2 selected" in str(screen.query_one("#reclaim-summary").render())
@@ -157,10 +160,7 @@ async def test_the_kill_dialog_from_reclaim_shows_the_flags_and_reasons_of_the_t
     app = lab.app()
     async with app.run_test(size=SIZE) as pilot:
         lab.observe(app, 31)
-        await pilot.press("o")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ReclaimScreen)
+        await _open_reclaim(app, pilot)
         await pilot.press("a")
         await pilot.press("k")
         await pilot.pause()
@@ -189,10 +189,7 @@ async def test_check_boxes_show_their_state_in_shape_not_only_colour():
     app = lab.app()
     async with app.run_test(size=SIZE) as pilot:
         lab.observe(app, 31)
-        await pilot.press("o")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ReclaimScreen)
+        screen = await _open_reclaim(app, pilot)
 
         def boxes() -> list[str]:
             lines = [screen.selection.render_line(y).text for y in range(len(screen.entries))]
@@ -232,10 +229,7 @@ async def test_root_sees_everyone_and_ghost_memory_is_shown():
             device_scan_note="3 processes not readable (not root)",
         )
         app.ingest(ghost)
-        await pilot.press("o")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ReclaimScreen)
+        screen = await _open_reclaim(app, pilot)
         assert "(all users (root))" in str(screen.query_one("#reclaim-summary").render())
         text = str(screen.query_one("#reclaim-ghost").render())
         assert "lab GPU 0: 6.0G used by no listed process" in text

@@ -8,9 +8,8 @@ minutes of history as with nine.
 from __future__ import annotations
 
 import dataclasses
-import sys
-from collections.abc import Callable
-from typing import Any
+
+from helpers.calls import count_calls
 
 from gputop.analysis.pipeline import Analyser, Settings
 from gputop.model import Gpu, GpuProcess, HostSnapshot
@@ -34,22 +33,6 @@ def snapshot(t: float) -> HostSnapshot:
         for n in range(40)
     )
     return HostSnapshot(host="h", time=t, gpus=gpus, processes=procs)
-
-
-def count_calls(work: Callable[[], Any]) -> int:
-    calls = 0
-
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        if event in ("call", "c_call"):
-            calls += 1
-
-    sys.setprofile(hook)
-    try:
-        work()
-    finally:
-        sys.setprofile(None)
-    return calls
 
 
 def one_tick(analyser: Analyser, snap: HostSnapshot, compact: bool) -> None:

@@ -156,8 +156,10 @@ def _name_cells(untrusted: str, width: int) -> str:
     head = set_cell_size(text, max(width // 3, 1)).rstrip()
     room = width - cell_len(head) - 1
     tail: list[str] = []
+    used = 0
     for char in reversed(text):
-        if cell_len("".join(tail)) + cell_len(char) > room:
+        used += cell_len(char)
+        if used > room:
             break
         tail.append(char)
     return set_cell_size(head + "…" + "".join(reversed(tail)), width)

@@ -52,6 +52,22 @@ def _environment_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
     return [("env", f"{name}={value}") for name, value in environment.items()]
 
 
+def process_title(key: RowKey, proc: GpuProcess | None) -> Text:
+    """PID, host, GPU and user of a process's view (this one, its metrics); or that it is
+    no longer listed."""
+    host, pid, _ticks, gpu = key
+    title = Text()
+    title.append(f"PID {pid}", style="bold")
+    title.append(f" on {fmt.visible(host)}, GPU {proc.gpu_label if proc else gpu}")
+    if proc is None:
+        title.append("  — no longer listed: exited or freed its GPU context",
+                     style="bold red")
+    else:
+        title.append("  ")
+        title.append(fmt.visible(proc.user or "?"), style="bold cyan")
+    return title
+
+
 class DetailScreen(Screen[None]):
     DEFAULT_CSS = """
     DetailScreen > VerticalScroll { padding: 0 1; }
@@ -103,18 +119,9 @@ class DetailScreen(Screen[None]):
     def redraw(self) -> None:
         state = self.app.state
         proc = state.process(self.key)
-        host, pid, _ticks, gpu = self.key
-        title = Text()
-        title.append(f"PID {pid}", style="bold")
-        title.append(f" on {fmt.visible(host)}, GPU {proc.gpu_label if proc else gpu}")
+        self.query_one("#detail-title", Static).update(process_title(self.key, proc))
         if proc is None:
-            title.append("  — no longer listed: exited or freed its GPU context",
-                         style="bold red")
-            self.query_one("#detail-title", Static).update(title)
             return
-        title.append("  ")
-        title.append(fmt.visible(proc.user or "?"), style="bold cyan")
-        self.query_one("#detail-title", Static).update(title)
         command = " ".join(proc.cmdline) if proc.cmdline else (proc.command or "?")
         self.query_one("#detail-command", Static).update(
             Text(capped(fmt.visible(command), MAX_COMMAND_CHARS)))

@@ -20,6 +20,7 @@ from textual.widgets import Footer, Static
 
 from gputop.ui import fmt
 from gputop.ui.keys import bindings
+from gputop.ui.screens.detail import process_title
 from gputop.ui.state import RowKey, UiState
 
 if TYPE_CHECKING:
@@ -113,15 +114,8 @@ class MetricsScreen(Screen[None]):
         state = self.app.state
         host, pid, ticks, gpu = self.key
         proc = state.process(self.key)
-        title = Text()
-        title.append(f"PID {pid}", style="bold")
-        title.append(f" on {fmt.visible(host)}, GPU {proc.gpu_label if proc else gpu}")
-        if proc is None:
-            title.append("  — no longer listed: exited or freed its GPU context",
-                         style="bold red")
-        else:
-            title.append("  ")
-            title.append(fmt.visible(proc.user or "?"), style="bold cyan")
+        title = process_title(self.key, proc)
+        if proc is not None:
             title.append("  ")
             title.append(fmt.visible(proc.command or "?"), style="dim")
         title.truncate(max(self.size.width - 2, 20), overflow="ellipsis")
@@ -138,9 +132,8 @@ class MetricsScreen(Screen[None]):
             top = tops.get(field, top)
             body.append("\n")
             body.append(metric_block(series, name, style, show, top, width, now, span))
-        until = history.simulated_until.get(host)
         seen = "as observed by gputop"
-        if until is not None and now - span <= until:
+        if history.simulated(host, now - span):
             seen = "simulated before the demo began, observed since"
         body.append(f"\nlast {span / 60:.0f} min, {seen}; memory bandwidth is this "
                     "process's share of the card's memory controller time", style="dim")

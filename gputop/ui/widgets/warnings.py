@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import RenderableType
@@ -59,7 +60,7 @@ def _fold_once(line: Text, width: int) -> Text:
     """``line`` as it fits ``width``: whole, or broken at the last space that fits (else
     at the width) with the rest on one indented line (which ends in an ellipsis if it is
     still too long)."""
-    if width <= len(CONTINUATION) + 10 or line.cell_len <= width:
+    if not folded(line, width):
         return line
     cells, cut = 0, len(line.plain)
     for i, ch in enumerate(line.plain):
@@ -150,6 +151,7 @@ class WarningsPanel(Widget):
         self._clearing: frozenset[tuple[object, ...]] = frozenset()
         self._now: float | None = None
         self._others = 0  # warnings of other hosts, shown only as a count
+        self._item_memo: tuple[tuple[Any, ...], list[int]] | None = None
 
     @property
     def warnings(self) -> list[HealthWarning]:
@@ -187,10 +189,18 @@ class WarningsPanel(Widget):
         if self.hints:
             return [2] * len(items)
         width = self.content_size.width if width is None else width
+        # Asked every tick (folded_lines) with what was asked last: the lines are built
+        # again only when the warnings, the width or the clock shown changed.
+        key = (width, self._now, items)
+        memo = self._item_memo
+        if memo is not None and memo[0] == key:
+            return memo[1]
         show_host = self._show_host(items)
-        return [2 if width and folded(_one_warning(w, None, show_host, False, self._now),
-                                      width) else 1
-                for w in _sorted(items)]
+        sizes = [2 if width and folded(_one_warning(w, None, show_host, False, self._now),
+                                       width) else 1
+                 for w in _sorted(items)]
+        self._item_memo = ((width, self._now, list(items)), sizes)
+        return sizes
 
     def _show_host(self, items: list[HealthWarning]) -> bool:
         # One host's warnings under its own header need no host name: at 80 columns it
