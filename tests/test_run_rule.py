@@ -10,6 +10,7 @@ gputop's fake NVIDIA driver read through the real pynvml.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import tempfile
@@ -127,3 +128,33 @@ def test_one_gpu_takes_a_mig_device_and_whole_asks_for_a_card(mig_node: Host) ->
     two = mig_node.run(ALICE, "--gpus", "2")
     assert two.returncode == EXIT_WAIT_EXPIRED, (two.stdout, two.stderr)
     assert "1 of 2 free" in two.stderr and "CVD=" not in two.stdout
+
+
+def test_a_retried_mig_job_gets_its_mig_device_again(mig_node: Host) -> None:
+    """The retry reserves the same MIG device again in the new session's name (the old
+    reservation released by MIG UUID, not renewed in the dead session's name)."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as scratch:
+        os.chmod(scratch, 0o777)  # ALICE's job leaves its marks there
+        done = _retried_once(mig_node, Path(scratch))
+        sid = int((Path(scratch) / "sid").read_text())
+        copied = [json.loads(f.read_text()) for f in Path(scratch).glob("*.json")]
+    held = [r for r in copied if "mig_device" in r]  # the reservations, not the job file
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert first.startswith("CVD=MIG-") and second == first, done.stdout
+    assert "could not" not in done.stderr, done.stderr
+    assert [r["job"]["sid"] for r in held] == [sid], held  # attempt 2's session
+
+
+def _retried_once(mig_node: Host, scratch: Path) -> subprocess.CompletedProcess[str]:
+    """Fails its first attempt; the second copies the reservations and its session id."""
+    mark, store = scratch / "failed-once", mig_node.root / "store"
+    script = (f"{SHOW}; [ -e {mark} ] || {{ touch {mark}; exit 3; }};"
+              f" cp {store}/*.json {scratch}/; ps -o sid= -p $$ > {scratch}/sid")
+    entry = mig_node.users[ALICE]
+    return subprocess.run(
+        [SYSTEM_PYTHON, "-m", "gputop.cli", "run", "--config", str(mig_node.root / "config.yaml"),
+         "--no-wait", "--gpus", "1", "--retries", "1", "--retry-delay", "1s", "--",
+         "sh", "-c", script],
+        env=mig_node.env, text=True, capture_output=True, user=entry.pw_uid,
+        group=entry.pw_gid, extra_groups=[], cwd="/", timeout=LIMIT_S, check=False)

@@ -520,8 +520,7 @@ class Runner:
         cards = self.cards
         self.child = None
         self._spawn_gated(job, cards)
-        reservations.release(self.directory, list(cards), gpu_uuids=self.gpu_uuids)
-        self.cards = ()
+        self._release()
         if not self._take(job, cards):
             self._close_gate()
             return False
