@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("asyncio", "http", "ssl", "email", "textual", "rich", "gputop.ui",
              "gputop.sources.prometheus", "gputop.sources.serveapi", "gputop.sources.ssh",
              "gputop.sources.oneshot", "gputop.ledger", "gputop.actions.queue",
-             "gputop.commands.queue", "gputop.analysis.queue_plan")
+             "gputop.commands.queue", "gputop.analysis.queue_plan",
+             "difflib")  # only to suggest a command for a mistyped one
 
 # Runs gputop's main in this interpreter and writes the modules it loaded on the way out.
 RUN_AND_LIST = """
