@@ -76,9 +76,10 @@ def _field_names(cls: type) -> frozenset[str]:
     return names
 
 
-class _Record:
-    """What every record shares: frozen dataclass equality, hash and repr, computed from
-    the fields in order (``record`` sets ``_names`` and ``_values`` on each class)."""
+class Record:
+    """What every record shares (the model's, and the analysis' frozen slotted types):
+    frozen dataclass equality, hash, repr and pickling, computed from the fields in order
+    (``record`` sets ``_names`` and ``_values`` on each class)."""
 
     __slots__ = ()
     _names: ClassVar[tuple[str, ...]]
@@ -134,7 +135,7 @@ else:
         fields make each of them long): 15 ms for the twelve records here, a tenth of
         `gputop --once`.  Here dataclass writes only the slots and the field metadata (so
         dataclasses.fields, replace and asdict work as before); equality, hash, repr,
-        frozenness and pickling are _Record's, over an attrgetter of the fields, and
+        frozenness and pickling are Record's, over an attrgetter of the fields, and
         __init__ is _init_for's, which sets the slots as the generated one does (a frozen
         dataclass's __init__ sets each field with object.__setattr__: no faster).  Every
         record has a docstring: without one dataclass builds it from inspect.signature.
@@ -202,7 +203,7 @@ def _missing(where: str, names: list[str]) -> str:
 
 
 @record
-class NvLink(_Record):
+class NvLink(Record):
     """One NVLink of a card: up or down, and the PCI bus id of its far end."""
 
     link: int
@@ -233,7 +234,7 @@ def _links(items: Any) -> tuple[NvLink, ...]:
 
 
 @record
-class Gpu(_Record):
+class Gpu(Record):
     """One card of a host at one moment: identity, use, limits and health counters."""
 
     index: int
@@ -384,7 +385,7 @@ class Gpu(_Record):
 
 
 @record
-class MigDevice(_Record):
+class MigDevice(Record):
     """One MIG device (a compute instance inside a GPU instance) of card ``gpu``.
 
     Temperature, power and clocks belong to the parent card; ``sm_active`` comes from GPM
@@ -460,7 +461,7 @@ WORKLOAD_KINDS = ("slurm", "docker", "podman", "containerd", "crio", "k8s")
 
 
 @record
-class Workload(_Record):
+class Workload(Record):
     """The Slurm job, container or pod a process runs in (from its cgroup); see
     docs/workloads.md.  Names are None until (and unless) a name source answers."""
 
@@ -521,7 +522,7 @@ class Workload(_Record):
 
 
 @record
-class GpuProcess(_Record):
+class GpuProcess(Record):
     """A process NVML lists on a card, with what /proc says about it."""
 
     pid: int
@@ -573,7 +574,7 @@ class GpuProcess(_Record):
 
 
 @record
-class DeviceHolder(_Record):
+class DeviceHolder(Record):
     """A process holding /dev/nvidia* open (found by scanning /proc/*/fd)."""
 
     pid: int
@@ -583,7 +584,7 @@ class DeviceHolder(_Record):
 
 
 @record
-class XidEvent(_Record):
+class XidEvent(Record):
     """An XID error the driver reported for a card (NVML events)."""
 
     gpu: int | None  # None: the event could not be placed on a GPU ("GPU unknown")
@@ -593,7 +594,7 @@ class XidEvent(_Record):
 
 
 @record
-class Link(_Record):
+class Link(Record):
     """Topology between two GPUs, in `nvidia-smi topo -m` vocabulary."""
 
     gpu_a: int
@@ -603,7 +604,7 @@ class Link(_Record):
 
 
 @record
-class Reservation(_Record):
+class Reservation(Record):
     """A user's claim on a card or MIG device until a time (docs/reservations.md)."""
 
     gpu: int
@@ -632,7 +633,7 @@ class Reservation(_Record):
 
 
 @record
-class QueueJob(_Record):
+class QueueJob(Record):
     """A `gputop run` job in a host's line (docs/queue.md); running while a reservation
     carries its id."""
 
@@ -661,7 +662,7 @@ class QueueJob(_Record):
 
 
 @record
-class HealthWarning(_Record):
+class HealthWarning(Record):
     """One finding of the health rules (analysis/health/), shown and exported."""
 
     severity: str  # CRITICAL / WARNING / INFO
@@ -683,7 +684,7 @@ class HealthWarning(_Record):
 
 
 @record
-class HostSnapshot(_Record):
+class HostSnapshot(Record):
     """Everything known about one host at one moment: the unit every view shows."""
 
     host: str  # the name the user knows it by ("localhost" or the hosts-file name)

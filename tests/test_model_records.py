@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from gputop import model
+from gputop.analysis import orphans, xid
 
-RECORDS = [c for c in vars(model).values()
-           if isinstance(c, type) and issubclass(c, model._Record) and c is not model._Record]
+RECORDS = [c for module in (model, orphans, xid) for c in vars(module).values()
+           if isinstance(c, type) and issubclass(c, model.Record) and c is not model.Record
+           and c.__module__ == module.__name__]
 
 
 def _twin(cls: type) -> type:
@@ -38,7 +40,8 @@ def test_every_record_of_the_model_is_checked() -> None:
     names = {c.__name__ for c in RECORDS}
     assert {"Gpu", "GpuProcess", "HostSnapshot", "NvLink", "MigDevice", "Workload",
             "Reservation", "QueueJob", "HealthWarning", "XidEvent", "Link",
-            "DeviceHolder"} <= names
+            "DeviceHolder", "OrphanRules", "ProcessFlags", "Reclaimable", "XidInfo",
+            "KernelXid"} <= names
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda c: c.__name__)
@@ -53,6 +56,7 @@ def test_a_record_behaves_as_its_dataclass(cls: type) -> None:
     # repr, equality and hash as the generated ones (the name is the same).
     assert repr(ours) == repr(theirs)
     assert ours == cls(**a) and hash(ours) == hash(cls(**a)) == hash(theirs)
+    assert type(ours).__doc__, "a record needs a docstring (dataclass would inspect one up)"
     assert ours != cls(**b) and (ours == theirs) is False  # another class is never equal
     assert ours.__eq__(theirs) is NotImplemented
     assert dataclasses.asdict(ours) == dataclasses.asdict(theirs)
@@ -63,10 +67,13 @@ def test_a_record_behaves_as_its_dataclass(cls: type) -> None:
     assert repr(cls(*positional)) == repr(twin(*positional))
     # The same errors: missing (all, the last), unexpected, twice, too many.  The
     # generated __init__ is named after dataclass's helper: compare what follows "()".
-    assert required
-    for call in (lambda c: c(), lambda c: c(*positional[:-1]), lambda c: c(**a, bogus=1),
-                 lambda c: c(*positional, **{required[0]: 1}),
-                 lambda c: c(*a.values(), 1)):
+    calls = [lambda c: c(**a, bogus=1), lambda c: c(*a.values(), 1),
+             lambda c: c(*a.values(), **{fields[0].name: 1})]
+    if required:
+        calls += [lambda c: c(), lambda c: c(*positional[:-1])]
+    else:
+        assert repr(cls()) == repr(twin())  # every field defaulted
+    for call in calls:
         with pytest.raises(TypeError) as got:
             call(cls)
         with pytest.raises(TypeError) as want:
