@@ -120,15 +120,14 @@ class Record:
 
 
 if TYPE_CHECKING:
-    from typing_extensions import dataclass_transform
-
-    @dataclass_transform(frozen_default=True)
-    def record(cls: type[T]) -> type[T]:
-        """A frozen, slotted dataclass (for mypy, exactly that)."""
-        ...
+    # For mypy a record is exactly a frozen slotted dataclass: it checks construction,
+    # frozenness and dataclasses.replace as before.  (Its dataclass plugin knows the
+    # decorator by this import, typing_extensions is no stdlib for the probe.)
+    from dataclasses import dataclass as record
 else:
-    def record(cls):
-        """``@dataclass(frozen=True, slots=True)``, made cheap to define.
+    def record(*, frozen: bool, slots: bool):
+        """``@record(frozen=True, slots=True)``: ``@dataclass(frozen=True, slots=True)``,
+        made cheap to define.
 
         dataclass compiles the source of __init__, __repr__, __eq__, __hash__ and the frozen
         __setattr__/__delattr__ for every class at every start (its exec calls; a Gpu's 75
@@ -141,6 +140,11 @@ else:
         record has a docstring: without one dataclass builds it from inspect.signature.
         tests/test_model_records.py compares each record with a real dataclass.
         """
+        if not (frozen and slots):
+            raise TypeError("a record is frozen and slotted: record(frozen=True, slots=True)")
+        return _make_record
+
+    def _make_record(cls):
         cls = dataclass(slots=True, init=False, repr=False, eq=False)(cls)
         fields = dataclasses.fields(cls)
         cls._names = tuple(f.name for f in fields)
@@ -202,7 +206,7 @@ def _missing(where: str, names: list[str]) -> str:
     return f"{where} missing {len(names)} required positional {plural}: {listed}"
 
 
-@record
+@record(frozen=True, slots=True)
 class NvLink(Record):
     """One NVLink of a card: up or down, and the PCI bus id of its far end."""
 
@@ -233,7 +237,7 @@ def _links(items: Any) -> tuple[NvLink, ...]:
     return found
 
 
-@record
+@record(frozen=True, slots=True)
 class Gpu(Record):
     """One card of a host at one moment: identity, use, limits and health counters."""
 
@@ -384,7 +388,7 @@ class Gpu(Record):
 # -- MIG: instances of a card in MIG mode, see docs/mig.md ----------------------
 
 
-@record
+@record(frozen=True, slots=True)
 class MigDevice(Record):
     """One MIG device (a compute instance inside a GPU instance) of card ``gpu``.
 
@@ -460,7 +464,7 @@ def mig_memory(gpu: Gpu) -> tuple[int | None, int | None]:
 WORKLOAD_KINDS = ("slurm", "docker", "podman", "containerd", "crio", "k8s")
 
 
-@record
+@record(frozen=True, slots=True)
 class Workload(Record):
     """The Slurm job, container or pod a process runs in (from its cgroup); see
     docs/workloads.md.  Names are None until (and unless) a name source answers."""
@@ -521,7 +525,7 @@ class Workload(Record):
         return cls(**clean)
 
 
-@record
+@record(frozen=True, slots=True)
 class GpuProcess(Record):
     """A process NVML lists on a card, with what /proc says about it."""
 
@@ -573,7 +577,7 @@ class GpuProcess(Record):
         return proc
 
 
-@record
+@record(frozen=True, slots=True)
 class DeviceHolder(Record):
     """A process holding /dev/nvidia* open (found by scanning /proc/*/fd)."""
 
@@ -583,7 +587,7 @@ class DeviceHolder(Record):
     devices: tuple[str, ...] = ()
 
 
-@record
+@record(frozen=True, slots=True)
 class XidEvent(Record):
     """An XID error the driver reported for a card (NVML events)."""
 
@@ -593,7 +597,7 @@ class XidEvent(Record):
     detail: str | None = None
 
 
-@record
+@record(frozen=True, slots=True)
 class Link(Record):
     """Topology between two GPUs, in `nvidia-smi topo -m` vocabulary."""
 
@@ -603,7 +607,7 @@ class Link(Record):
     nvlinks: int = 0
 
 
-@record
+@record(frozen=True, slots=True)
 class Reservation(Record):
     """A user's claim on a card or MIG device until a time (docs/reservations.md)."""
 
@@ -632,7 +636,7 @@ class Reservation(Record):
         return _flat(cls, data)
 
 
-@record
+@record(frozen=True, slots=True)
 class QueueJob(Record):
     """A `gputop run` job in a host's line (docs/queue.md); running while a reservation
     carries its id."""
@@ -661,7 +665,7 @@ class QueueJob(Record):
         return job
 
 
-@record
+@record(frozen=True, slots=True)
 class HealthWarning(Record):
     """One finding of the health rules (analysis/health/), shown and exported."""
 
@@ -683,7 +687,7 @@ class HealthWarning(Record):
         return _flat(cls, data)
 
 
-@record
+@record(frozen=True, slots=True)
 class HostSnapshot(Record):
     """Everything known about one host at one moment: the unit every view shows."""
 

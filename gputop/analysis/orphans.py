@@ -57,7 +57,7 @@ _NOTEBOOK_SERVERS = (
 )
 
 
-@record
+@record(frozen=True, slots=True)
 class OrphanRules(Record):
     """When an idle process is worth flagging (config: reclaim)."""
 
@@ -65,7 +65,7 @@ class OrphanRules(Record):
     idle_min_mem_mib: int = 1024
 
 
-@record
+@record(frozen=True, slots=True)
 class ProcessFlags(Record):
     """What the orphan rules found about one process, and why."""
 
@@ -104,7 +104,7 @@ class ProcessFlags(Record):
         return bool(self.reasons)
 
 
-@record
+@record(frozen=True, slots=True)
 class Reclaimable(Record):
     """One process (over all its GPUs) whose memory a kill would give back."""
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from gputop.model import CRITICAL, WARNING, Gpu, Record, XidEvent, record
 
 
-@record
+@record(frozen=True, slots=True)
 class XidInfo(Record):
     """What one XID code means, how bad it is and what to do."""
 
@@ -201,7 +201,7 @@ def describe(code: int) -> str:
 # ---------------------------------------------------------------- kernel log lines
 
 
-@record
+@record(frozen=True, slots=True)
 class KernelXid(Record):
     """One `NVRM: Xid (PCI:...): N, ...` line from dmesg or the journal."""
 
