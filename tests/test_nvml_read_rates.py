@@ -122,3 +122,23 @@ def test_no_pcie_warning_is_lost_and_none_outlasts_its_link(tmp_path: Path) -> N
     assert ("pcie-gen", 2) in ours[busy]
     # Fewer calls than reading both fields of three cards every refresh.
     assert sum(step["calls"] for step in got) < 6 * len(got) / 2
+
+
+def test_when_the_dashboard_reads_the_link_at_once() -> None:
+    from gputop.sources.nvml import _pcie_link_urgent
+
+    full = {"pcie_gen_max": 5, "pcie_width_max": 16}
+    # At its maximum, or an idle card trained down: kept.
+    assert not _pcie_link_urgent({"pcie_gen": 5, "pcie_width": 16}, {"util_gpu": 90}, full)
+    assert not _pcie_link_urgent({"pcie_gen": 1, "pcie_width": 16}, {"util_gpu": 0}, full)
+    # Some load on a low generation, a narrow link at any load, or util unknown: now.
+    assert _pcie_link_urgent({"pcie_gen": 1, "pcie_width": 16}, {"util_gpu": 3}, full)
+    assert _pcie_link_urgent({"pcie_gen": 1, "pcie_width": 8}, {"util_gpu": 0}, full)
+    assert _pcie_link_urgent({"pcie_gen": 5, "pcie_width": 16}, {"util_gpu": None}, full)
+    # A field the card does not give does not hide the other.
+    assert _pcie_link_urgent({"pcie_gen": None, "pcie_width": 8}, {"util_gpu": 0}, full)
+    assert _pcie_link_urgent({"pcie_gen": 2, "pcie_width": None}, {"util_gpu": 50}, full)
+    assert not _pcie_link_urgent({"pcie_gen": None, "pcie_width": None}, {"util_gpu": 50},
+                                 full)
+    assert not _pcie_link_urgent({"pcie_gen": 1, "pcie_width": 8}, {"util_gpu": 50},
+                                 {"pcie_gen_max": None, "pcie_width_max": None})

@@ -1137,11 +1137,10 @@ def _pcie_link_urgent(last: dict[str, Any], gpu: dict[str, Any], static: dict[st
     util = gpu.get("util_gpu")
     if util is None:
         return True
-    if width is None or gen is None:
-        return False  # unsupported here: asked again with the rest of the group
-    if width_max is not None and width < width_max:
+    # A field the card does not give (None) is asked again with the group.
+    if width is not None and width_max is not None and width < width_max:
         return True
-    return util > 0 and gen_max is not None and gen < gen_max
+    return util > 0 and gen is not None and gen_max is not None and gen < gen_max
 
 
 def _watts(milliwatts: Any) -> float | None:
