@@ -208,7 +208,7 @@ class Window:
             if now != then or list(map(type, now)) != list(map(type, then)):
                 self._vary(now, then)
         varying = self._varying
-        for name, value in zip(varying, self._varying_get(record)):
+        for name, value in zip(varying, self._varying_get(record), strict=True):
             wider = _append(varying[name], value)
             if wider is not None:
                 varying[name] = wider
@@ -219,7 +219,7 @@ class Window:
         """Give a column to each field that was the same in every record until now."""
         count = len(self.seqs)
         names = tuple(n for n in self.layout.fields if n not in self._varying)
-        for name, new, old in zip(names, now, then):
+        for name, new, old in zip(names, now, then, strict=True):
             if new is not old and not (type(new) is type(old) and new == old):
                 self._varying[name] = _typed_for(old, new, count)
         self._const = _getter(tuple(n for n in names if n not in self._varying))
@@ -283,10 +283,10 @@ class Window:
             column, offset = self._computed(name, low, high)
         part = column[low - offset:high - offset]
         if type(part) is list:
-            return [(t, v) for t, v in zip(times, part) if v is not None]
+            return [(t, v) for t, v in zip(times, part, strict=True) if v is not None]
         if part.typecode == "q":
-            return [(t, v) for t, v in zip(times, part) if v != NO_INT]
-        return [(t, v) for t, v in zip(times, part) if v == v]
+            return [(t, v) for t, v in zip(times, part, strict=True) if v != NO_INT]
+        return [(t, v) for t, v in zip(times, part, strict=True) if v == v]
 
     def _computed(self, name: str, low: int, high: int) -> tuple[Column, int]:
         """A property's values over at least [low, high), and the position of the first:
