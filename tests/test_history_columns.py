@@ -30,7 +30,7 @@ FIELDS = ("util_gpu", "mem_used", "mem_total", "temp", "power_draw", "state", "f
           "persistence_mode", "name", "energy_mj")
 PROPERTIES = ("mem_percent", "mem_free", "mig_free_slices", "jobs_label")
 HOST_FIELDS = ("cpu_percent", "mem_available", "mem_total", "load", "time", "queue",
-               "gpus", "state")
+               "state", "hostname")
 
 
 class Reference:
@@ -63,8 +63,7 @@ class Reference:
                 if g.index == gpu for v in [getattr(g, field)] if v is not None]
 
     def host_series(self, host: str, field: str) -> list[tuple[float, Any]]:
-        empty = ("gpus", "processes", "topology", "device_holders")
-        return [(s.time, () if field in empty else v) for s in self._window(host, None)
+        return [(s.time, v) for s in self._window(host, None)
                 for v in [getattr(s, field)] if v is not None]
 
     def gpu_streak(self, host: str, gpu: int, predicate: Any) -> float | None:
@@ -116,6 +115,7 @@ def _gpu(rng: random.Random, index: int, n: int) -> Gpu:
 def _snap(rng: random.Random, host: str, t: float, n: int) -> HostSnapshot:
     cards = tuple(_gpu(rng, i, n) for i in range(4) if rng.random() > (0.3 if i == 3 else 0.05))
     return HostSnapshot(host=host, time=t, gpus=cards, cpu_percent=rng.random() * 100,
+                        hostname=rng.choice(["node1", "node1", None]),
                         mem_total=64 * GIB, mem_available=rng.randrange(64) * GIB,
                         load=rng.choice([None, (1.0, 2.0, 3.0)]))
 
@@ -185,6 +185,10 @@ def test_unknown_field_is_an_attribute_error_and_no_samples_read_nothing() -> No
     history.add(HostSnapshot(host="h", time=1.0, gpus=(Gpu(index=0),)))
     with pytest.raises(AttributeError):
         history.gpu_series("h", 0, "no_such_field")
+    # the bulk of a snapshot is no host series: the GPUs and processes have their own
+    for bulk in ("gpus", "processes", "topology", "device_holders"):
+        with pytest.raises(AttributeError):
+            history.host_series("h", bulk)
 
 
 def test_a_steady_card_costs_its_varying_numbers_only() -> None:

@@ -43,12 +43,13 @@ Getter = Callable[[Any], tuple[Any, ...]]
 
 
 class Layout:
-    """What is known of one record type: its field names and its properties."""
+    """What is known of one record type: the field names kept and its properties."""
 
     __slots__ = ("fields", "index", "properties", "row")
 
-    def __init__(self, cls: type) -> None:
-        self.fields: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(cls))
+    def __init__(self, cls: type, skip: tuple[str, ...] = ()) -> None:
+        self.fields: tuple[str, ...] = tuple(
+            f.name for f in dataclasses.fields(cls) if f.name not in skip)
         self.index = {name: i for i, name in enumerate(self.fields)}
         self.properties: dict[str, property] = {
             name: attr for klass in reversed(cls.__mro__)
@@ -58,17 +59,18 @@ class Layout:
         self.row = type(f"{cls.__name__}Row", (_Row,), {"__slots__": (), **self.properties})
 
 
-_LAYOUTS: dict[type, Layout] = {}
+_LAYOUTS: dict[tuple[type, tuple[str, ...]], Layout] = {}
 # Getters shared by every window with the same set of names (they are many: a window a
 # card).  Bounded: a source whose cards vary in ever new ways cannot grow it for ever.
 _GETTERS: dict[tuple[str, ...], Getter] = {}
 _GETTERS_CAP = 1024
 
 
-def layout(cls: type) -> Layout:
-    found = _LAYOUTS.get(cls)
+def layout(cls: type, skip: tuple[str, ...] = ()) -> Layout:
+    """The layout of ``cls``, without the fields in ``skip`` (never kept, never read)."""
+    found = _LAYOUTS.get((cls, skip))
     if found is None:
-        found = _LAYOUTS[cls] = Layout(cls)
+        found = _LAYOUTS[(cls, skip)] = Layout(cls, skip)
     return found
 
 
@@ -90,6 +92,19 @@ def _getter(names: tuple[str, ...]) -> Getter:
 
 def _no_values(record: Any) -> tuple[Any, ...]:
     return ()
+
+
+# Tuples of the types of a window's unchanging fields, shared: a few per source.
+_TYPES: dict[tuple[type, ...], tuple[type, ...]] = {}
+
+
+def _shared_types(types: tuple[type, ...]) -> tuple[type, ...]:
+    found = _TYPES.get(types)
+    if found is None:
+        if len(_TYPES) >= _GETTERS_CAP:
+            _TYPES.clear()
+        found = _TYPES[types] = types
+    return found
 
 
 class _Row:
@@ -182,17 +197,24 @@ class Window:
     readings has gaps there.
     """
 
-    __slots__ = ("_const", "_derived", "_varying", "_varying_get", "head", "layout",
-                 "newest", "seqs")
+    __slots__ = ("_columns", "_constant", "_derived", "_get", "_kinds", "_then", "_types",
+                 "_varying", "head", "layout", "newest", "seqs")
 
     def __init__(self, record_layout: Layout) -> None:
         self.layout = record_layout
         self.newest: Any = None  # the newest record: the fields that never varied
         self.seqs = array("q")
         self.head = 0
+        # name -> column of the fields that varied; _columns and _kinds the same columns
+        # in the order _get reads them, after the _constant unchanging fields
         self._varying: dict[str, Column] = {}
-        self._const: Getter = _getter(record_layout.fields)
-        self._varying_get: Getter = _no_values
+        self._columns: list[Column] = []
+        self._kinds: list[str] = []  # "q", "d" or "" (a list)
+        self._constant = len(record_layout.fields)
+        self._get: Getter = _getter(record_layout.fields)
+        # the unchanging fields' values (the newest record's) and their types
+        self._then: tuple[Any, ...] | None = None
+        self._types: tuple[type, ...] = ()
         self._derived: dict[str, _Derived] = {}
 
     def __len__(self) -> int:
@@ -201,31 +223,54 @@ class Window:
     # -- feeding ---------------------------------------------------------------------
 
     def add(self, record: Any, seq: int) -> None:
-        newest = self.newest
-        if newest is not None:
-            const = self._const
-            now, then = const(record), const(newest)
-            if now != then or list(map(type, now)) != list(map(type, then)):
-                self._vary(now, then)
-        varying = self._varying
-        for name, value in zip(varying, self._varying_get(record), strict=True):
-            wider = _append(varying[name], value)
+        values = self._get(record)
+        k = self._constant
+        now = values[:k]
+        then = self._then
+        if then is None:
+            self._then, self._types = now, _shared_types(tuple(map(type, now)))
+        elif now != then or tuple(map(type, now)) != self._types:
+            self._vary(now, then)
+            values = self._get(record)
+            k = self._constant
+            self._then = values[:k]
+            self._types = _shared_types(tuple(map(type, self._then)))
+        columns, kinds = self._columns, self._kinds
+        for i, value in enumerate(values[k:]):
+            kind = kinds[i]
+            if kind == "q":
+                if type(value) is int and NO_INT < value <= _INT_MAX:
+                    columns[i].append(value)
+                    continue
+            elif kind == "d" and type(value) is float and value == value:
+                columns[i].append(value)
+                continue
+            wider = _append(columns[i], value)
             if wider is not None:
-                varying[name] = wider
+                self._replace(i, wider)
         self.seqs.append(seq)
         self.newest = record
+
+    def _replace(self, i: int, column: Column) -> None:
+        self._columns[i] = column
+        self._kinds[i] = "" if type(column) is list else column.typecode
+        self._varying[list(self._varying)[i]] = column
 
     def _vary(self, now: tuple[Any, ...], then: tuple[Any, ...]) -> None:
         """Give a column to each field that was the same in every record until now."""
         count = len(self.seqs)
-        names = tuple(n for n in self.layout.fields if n not in self._varying)
-        for name, new, old in zip(names, now, then, strict=True):
+        fields = self.layout.fields
+        constant = [n for n in fields if n not in self._varying]
+        for name, new, old in zip(constant, now, then, strict=True):
             if new is not old and not (type(new) is type(old) and new == old):
                 self._varying[name] = _typed_for(old, new, count)
-        self._const = _getter(tuple(n for n in names if n not in self._varying))
         # in the layout's order, so that the getters' cache sees one key per set
-        self._varying = {n: self._varying[n] for n in self.layout.fields if n in self._varying}
-        self._varying_get = _getter(tuple(self._varying))
+        self._varying = {n: self._varying[n] for n in fields if n in self._varying}
+        self._columns = list(self._varying.values())
+        self._kinds = ["" if type(c) is list else c.typecode for c in self._columns]
+        constant = [n for n in fields if n not in self._varying]
+        self._constant = len(constant)
+        self._get = _getter((*constant, *self._varying))
 
     def trim(self, first_seq: int) -> None:
         """Drop the positions whose sequence number is below ``first_seq``."""

@@ -24,7 +24,6 @@ every public method.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from array import array
 from bisect import bisect_left
@@ -273,7 +272,7 @@ class History:
         record = self._hosts.get(host)
         if record is None:
             record = self._hosts[host] = Window(_HOST_LAYOUT)
-        record.add(_without_bulk(snap), seq)
+        record.add(snap, seq)
         record.trim(first)
 
         cards = self._gpus.setdefault(host, {})
@@ -532,14 +531,11 @@ def _mergeable(prev: _Run, run: _Run) -> bool:
     )
 
 
-def _without_bulk(snap: HostSnapshot) -> HostSnapshot:
-    """Host series need only the host-level fields; do not keep every process alive."""
-    return dataclasses.replace(snap, gpus=(), processes=(), topology=(), device_holders=())
-
-
 def _first_seq_after(times: _HostTimes, oldest: float) -> int:
     return min(times.first_at(oldest), times.latest)
 
 
 _GPU_LAYOUT = layout(Gpu)
-_HOST_LAYOUT = layout(HostSnapshot)
+# Host series need only the host-level fields: the bulk is never kept (the newest
+# snapshot, which the window refers to, is the one the views hold anyway).
+_HOST_LAYOUT = layout(HostSnapshot, skip=("gpus", "processes", "topology", "device_holders"))
