@@ -34,9 +34,15 @@ NO_INT = -(1 << 63)
 _INT_MAX = (1 << 63) - 1
 _NAN = math.nan
 
-# Positions dropped before the columns are shifted down: trimming is a bisect, and a
-# shift copies what is left, so it waits until the dropped part is at least half.
-_COMPACT_AT = 64
+# When dropped positions are shifted out: trimming is a bisect, and a shift copies what
+# is left, so it waits until at least COMPACT_AT positions and a quarter of the column
+# are dropped (the columns then hold at most 4/3 of the window; a position is copied
+# at most three times).
+COMPACT_AT = 64
+
+
+def compact_due(head: int, length: int) -> bool:
+    return head >= COMPACT_AT and 4 * head >= length
 
 Column = Any  # array('q') | array('d') | list[Any]
 Getter = Callable[[Any], tuple[Any, ...]]
@@ -277,7 +283,7 @@ class Window:
         seqs, head = self.seqs, self.head
         if head < len(seqs) and seqs[head] < first_seq:
             head = self.head = bisect_left(seqs, first_seq, head, len(seqs))
-        if head >= _COMPACT_AT and 2 * head >= len(seqs):
+        if compact_due(head, len(seqs)):
             del seqs[:head]
             for column in self._varying.values():
                 del column[:head]

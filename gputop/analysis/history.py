@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable, Iterator
 from itertools import chain
 from typing import Any, NamedTuple
 
-from gputop.analysis.columns import Window, layout
+from gputop.analysis.columns import Window, compact_due, layout
 from gputop.model import SOURCE_SIMULATED_PAST, Gpu, GpuProcess, HostSnapshot
 
 ProcessKey = tuple[str, int, "int | None"]  # (host, pid, start_ticks)
@@ -185,7 +185,7 @@ class _HostTimes:
         if cut > self.head:
             self.base += cut - self.head
             self.head = cut
-        if self.head >= 64 and 2 * self.head >= len(times):
+        if compact_due(self.head, len(times)):
             del times[:self.head]
             self.head = 0
 
