@@ -56,6 +56,7 @@ def split(minutes: float) -> None:
     print("|---|---|")
     for label, code in _STAGES:
         out = subprocess.run([sys.executable, "-c", code + _STATM], capture_output=True,
+                             cwd=Path(__file__).parent,  # not a checkout: PYTHONPATH decides
                              text=True, check=True).stdout
         print(f"| {label} | {float(out):.1f} MiB |", flush=True)
     print(f"\ntraced allocations alive after {minutes:g} min of the app, by package:")
@@ -74,12 +75,16 @@ def by_package() -> None:
             package = "gputop"
         elif "/bench/" in name:
             package = "bench (the feed)"
+        elif name.startswith("<frozen importlib"):
+            package = "code of every imported module (importlib)"
+        elif name.startswith("<"):
+            package = "generated code (dataclasses' methods...)"
         else:
-            package = "standard library and interpreter"
+            package = "stdlib: " + name.rsplit("/python3", 1)[-1].split("/")[1].split(".")[0]
         sizes[package] = sizes.get(package, 0) + stat.size
     print("| package | traced |")
     print("|---|---|")
-    for package, size in sorted(sizes.items(), key=lambda kv: -kv[1])[:8]:
+    for package, size in sorted(sizes.items(), key=lambda kv: -kv[1])[:10]:
         print(f"| {package} | {size / 1048576:.1f} MiB |")
     print(f"| all | {sum(sizes.values()) / 1048576:.1f} MiB |")
 
