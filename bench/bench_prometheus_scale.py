@@ -169,17 +169,17 @@ from gputop.sources.prometheus import PrometheusFeed
 
 feed = PrometheusFeed(sys.argv[1], PrometheusConfig(), 60.0, view=promql.OVERVIEW)
 history = History(600)
-for snap in feed.poll():
-    history.add(dataclasses.replace(snap, time=1000.0))
-gc.collect()
-tracemalloc.start()  # the next readings' records are allocated while traced
-before = tracemalloc.get_traced_memory()[0]
-for n in (1, 2):
+# Traced from the start: a history that refers to the newest reading (as the columns do)
+# frees the one before, which must count too.
+tracemalloc.start()
+marks = []
+for n in range(5):
     for snap in feed.poll():
         history.add(dataclasses.replace(snap, time=1000.0 + n))
-del snap
-gc.collect()
-print((tracemalloc.get_traced_memory()[0] - before) / 2 / 1e6)
+    del snap
+    gc.collect()
+    marks.append(tracemalloc.get_traced_memory()[0])
+print((marks[-1] - marks[1]) / (len(marks) - 2) / 1e6)
 """
 
 
