@@ -12,7 +12,7 @@ snapshot continues the run, with its own time).
 
 GPU and host readings are kept by column (analysis/columns.py: a field that never
 changed costs nothing, a number 8 bytes a reading), so that ten minutes of 1,000 hosts x
-8 GPUs fit in a few MB.  Process samples are stored run-length encoded (an idle kernel
+8 GPUs take about 15 MB.  Process samples are stored run-length encoded (an idle kernel
 holding memory for hours is one run), so the process window can be long enough for the
 idle rule while the GPU window stays short.  Beyond the last
 FINE_SAMPLES samples, a process's samples are merged a few at a time (lowest memory,
