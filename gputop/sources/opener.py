@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -136,6 +135,8 @@ def _is_cluster(demo: str | None) -> bool:
 def demo_reservations_dir(scenario: str) -> str:
     """Where --demo keeps reservations: per user and scenario, never the real store."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(scenario))
+    import tempfile  # the demo's store only: tempfile pulls in random and hashlib
+
     return os.path.join(tempfile.gettempdir(), f"gputop-demo-{os.getuid()}", safe, "reservations")
 
 
