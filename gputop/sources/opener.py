@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputop.config import Config, analysis_settings
-from gputop.hosts import HostSpec
 from gputop.model import SOURCE_SIMULATED_PAST, HostSnapshot, error_snapshot
 from gputop.options import SourceOptions
 from gputop.sources.backend import NoDriverError
@@ -28,6 +27,7 @@ from gputop.sources.identity import Identity, local_identity, named_identity
 
 if TYPE_CHECKING:
     from gputop.actions.dispatch import ActionEnv
+    from gputop.hosts import HostSpec
     from gputop.sources.assembler import HostAssembler
     from gputop.sources.feed import Collects, Feed, LocalFeed
     from gputop.sources.hostsource import HostSource
@@ -74,6 +74,10 @@ def plan_sources(options: SourceOptions) -> SourcePlan:
     means SSH, plus this machine with --local.  Raises SourceError for a bad hosts file."""
     if options.demo:
         return SourcePlan(demo=options.demo, local=False, ssh_hosts=())
+    if options.prometheus and options.hosts_file is None and options.host_list is None:
+        # --prometheus alone: no default hosts file, no local NVML (nor hosts.py to load)
+        return SourcePlan(demo=None, local=options.local, ssh_hosts=(),
+                          prometheus=options.prometheus)
     from gputop.hosts import HostsFileError, find_hosts_file, load, parse_host_list
 
     try:
