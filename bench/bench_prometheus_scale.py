@@ -1,6 +1,7 @@
 """Issue 26's numbers: `gputop --prometheus` at 1,000 hosts x 8 GPUs, a real Prometheus.
 
     .venv/bin/python bench/bench_prometheus_scale.py [--hosts 1000] [--runs 5]
+        [--url URL] [--compare OTHER_TREE]
 
 Debian's prometheus scrapes bench/promgen.py's generated exporters (dcgm-exporter's
 default counters and labels, about 200,000 series at 1,000 hosts); then, in fresh
@@ -78,12 +79,13 @@ def start(hosts: int, tmp: Path) -> tuple[subprocess.Popen[bytes], str, Exporter
     return proc, url, exporters
 
 
-def timed(args: list[str], keep: bool = False) -> tuple[float, float, float, int, str]:
-    """wall s, CPU s and peak RSS MB of one fresh `gputop` process, its exit status, and
-    its output if ``keep`` (else read and dropped: a parent that grows would pass its
-    size on to the next child's peak RSS at fork)."""
+def timed(args: list[str], keep: bool = False,
+          root: Path = ROOT) -> tuple[float, float, float, int, str]:
+    """wall s, CPU s and peak RSS MB of one fresh `gputop` process (the one in ``root``),
+    its exit status, and its output if ``keep`` (else read and dropped: a parent that
+    grows would pass its size on to the next child's peak RSS at fork)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "gputop.cli", *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "gputop.cli", *args], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env={**os.environ, "COLUMNS": "160"})
     out = b""
@@ -285,6 +287,21 @@ def steady(url: str, trees: list[str], scrape: float, minutes: float) -> None:
     load = os.getloadavg()
     print(f"\nscrape every {scrape:g} s, a {minutes:g}-minute window; load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (2 cores)")
+def compare(url: str, other: Path, runs: int) -> None:
+    """The one-shots of ``other`` and of this tree in turn: on a shared machine whose
+    load swings, pairs taken together compare where medians taken minutes apart do not."""
+    print(f"| one-shot, CPU s (rusage) | {other} | {ROOT} |")
+    print("|---|---|---|")
+    for label, cmd in (("--once", ["--once"]), ("check", ["check"])):
+        cpu: dict[Path, list[float]] = {other: [], ROOT: []}
+        for _ in range(runs):
+            for root in (other, ROOT):
+                cpu[root].append(timed(["--prometheus", url, *cmd], root=root)[1])
+        print(f"| `gputop --prometheus URL {label}`, median (min) of {runs} | "
+              + " | ".join(f"{statistics.median(v):.3f} ({min(v):.3f})"
+                           for v in cpu.values()) + " |")
+    load = os.getloadavg()
+    print(f"\nload average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (2 cores)")
 
 
 def main() -> None:
@@ -301,6 +318,9 @@ def main() -> None:
                         help="--steady: seconds between two readings of a host")
     parser.add_argument("--minutes", type=float, default=10.0,
                         help="--steady: the history window (history_minutes)")
+    parser.add_argument("--compare", type=Path, default=None, metavar="TREE",
+                        help="another checkout (e.g. main's): time its one-shots and "
+                        "this tree's in turn, one run each, --runs pairs")
     args = parser.parse_args()
     if shutil.which("prometheus") is None:
         raise SystemExit("prometheus not installed: bash scripts/ensure-prometheus.sh")
@@ -313,6 +333,9 @@ def main() -> None:
     try:
         if args.steady:
             steady(url, [str(ROOT), *args.tree], args.scrape, args.minutes)
+            return
+        if args.compare is not None:
+            compare(url, args.compare.resolve(), args.runs)
             return
         series = _count(url, '{__name__=~"DCGM_.+|gputop_.+"}')
         print(f"| {args.hosts} hosts x {GPUS} GPUs, {series} series in Prometheus | "

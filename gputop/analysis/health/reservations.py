@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from gputop import model
 from gputop.analysis.durations import format_duration
-from gputop.analysis.pick import active_reservations, mig_reservations
+from gputop.analysis.holders import active_reservations, mig_reservations
 from gputop.model import HostSnapshot, Reservation
 from gputop.text import clock
 
