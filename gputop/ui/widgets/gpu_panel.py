@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.message import Message
@@ -28,7 +26,7 @@ from gputop.model import (
     Reservation,
 )
 from gputop.ui import fmt
-from gputop.ui.partial import StyleOnce, changed_regions
+from gputop.ui.partial import StyleOnce, changed_regions, text_strips
 
 # Clock events that are not a slowdown anyone should look at.
 BENIGN_CLOCK_EVENTS = frozenset(
@@ -484,39 +482,3 @@ def worst(warnings: list[HealthWarning]) -> str | None:
         return None
     return min((w.severity for w in warnings), key=lambda s: SEVERITY_ORDER.get(s, 9),
                default=CRITICAL)
-
-
-_STYLES: dict[str, Style] = {}
-
-
-def _style_of(style: str | Style) -> Style:
-    if isinstance(style, Style):
-        return style
-    parsed = _STYLES.get(style)
-    if parsed is None:
-        parsed = _STYLES[style] = Style.parse(style) if style else Style()
-    return parsed
-
-
-def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
-    """A Text of non-overlapping spans (what the panel builds) as one Strip per line."""
-    plain = text.plain
-    pieces: list[tuple[str, Style]] = []
-    pos = 0
-    for span in sorted(text.spans, key=lambda sp: sp.start):
-        if span.start > pos:
-            pieces.append((plain[pos:span.start], base))
-        pieces.append((plain[span.start:span.end], base + _style_of(span.style)))
-        pos = max(pos, span.end)
-    if pos < len(plain):
-        pieces.append((plain[pos:], base))
-    lines: list[list[Segment]] = [[]]
-    for chunk, style in pieces:
-        parts = chunk.split("\n")
-        for i, part in enumerate(parts):
-            if i:
-                lines.append([])
-            if part:
-                lines[-1].append(Segment(part, style))
-    # Neighbouring spans of one style become one segment: one colour code sent, not two.
-    return [Strip(Segment.simplify(line)).crop_extend(0, width, base) for line in lines]

@@ -10,6 +10,7 @@ from textual.widget import Widget
 
 from gputop.model import HealthWarning, HostSnapshot
 from gputop.ui import fmt
+from gputop.ui.partial import RepaintsChanges
 from gputop.ui.widgets.gpu_panel import HISTORY_MEM_STYLE, SEVERITY_BADGE, span_label
 
 
@@ -22,7 +23,7 @@ def host_title(snap: HostSnapshot) -> str:
     return name
 
 
-class HeaderBar(Widget):
+class HeaderBar(RepaintsChanges, Widget):
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $panel; }
     """
@@ -42,7 +43,7 @@ class HeaderBar(Widget):
         signature = (id(snapshot), interval, hosts, self._age_text())
         if signature != self._signature:
             self._signature = signature
-            self.refresh()
+            self.repaint_changes()
 
     def _age_text(self) -> str:
         if self.snapshot is None:
@@ -101,7 +102,7 @@ SPARK_MIN = 8  # narrower than this a history says nothing: leave it out
 SPARK_MAX = 40
 
 
-class HostLine(Widget):
+class HostLine(RepaintsChanges, Widget):
     DEFAULT_CSS = """
     HostLine { height: 1; }
     """
@@ -121,7 +122,7 @@ class HostLine(Widget):
         signature = (id(snapshot), tuple(w.key for w in warnings), status)
         if signature != self._signature:
             self._signature = signature
-            self.refresh()
+            self.repaint_changes()
 
     def render(self) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis")
