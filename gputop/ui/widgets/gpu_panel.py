@@ -57,16 +57,6 @@ class PanelData:
     host: str = ""  # whose card: panels are reused when the dashboard shows another host
 
 
-def short_name(name: str | None) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3'; the vendor is the same on every card."""
-    if not name:
-        return "?"
-    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "Tesla "):
-        if name.startswith(prefix):
-            return name[len(prefix):]
-    return name
-
-
 class GpuPanel(StyleOnce):
     """Full (3 lines) or compact (1 line), chosen by the app through the `-compact` class."""
 
@@ -262,7 +252,7 @@ class GpuPanel(StyleOnce):
         out = Text(no_wrap=True, overflow="ellipsis")
         # line 1: identity, P-state, clocks, badges
         out.append(f"{gpu.index} ", style="bold")
-        out.append(fmt.visible(short_name(gpu.name)), style="bold")
+        out.append(fmt.visible(fmt.short_name(gpu.name)), style="bold")
         if gpu.pstate is not None:
             out.append(f"  P{gpu.pstate}")
         if gpu.clock_sm is not None:
@@ -358,7 +348,7 @@ class GpuPanel(StyleOnce):
             return self._lost(gpu, width)
         out = Text(no_wrap=True, overflow="ellipsis")
         out.append(f"{gpu.index:>2} ", style="bold")
-        out.append(fmt.visible(short_name(gpu.name))[:14].ljust(14), style="bold")
+        out.append(fmt.visible(fmt.short_name(gpu.name))[:14].ljust(14), style="bold")
         bar_w = max(min((width - 64) // 3, 12), 3)
         self._gauge(out, " ", gpu.util_gpu, _frac(gpu.util_gpu, 100), "util", bar_w,
                     f"{fmt.percent(gpu.util_gpu):>4}")
