@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,7 @@ from gputop.ui.app import GputopApp
 from gputop.ui.headline import WAITING
 
 ROOT = Path(__file__).resolve().parent.parent
+WAIT = 600.0  # for a first poll: a guard against a hang, not a measure
 COLS, ROWS = 160, 50
 # Textual's driver turns mouse reporting on right after taking the alternate screen.
 TEXTUAL_STARTED = b"\x1b[?1000h"
@@ -144,7 +146,7 @@ class Counting:
 async def test_a_feed_polled_ahead_emits_only_later_polls() -> None:
     collector = Counting()
     feed = LocalFeed(collector, host="lab", identity=named_identity("alice"))
-    first = feed.first_snapshot()
+    first = feed.first_snapshot(WAIT)
     assert first is not None and first.state == model.HOST_OK and collector.calls == 1
     got: list[model.HostSnapshot] = []
     task = asyncio.create_task(feed.run(3600.0, got.append))
@@ -154,13 +156,13 @@ async def test_a_feed_polled_ahead_emits_only_later_polls() -> None:
     await asyncio.wait_for(task, timeout=30)
     # The first poll is the app's to apply: not emitted again, not polled again at once.
     assert got == [] and collector.calls == 1
-    assert feed.first_snapshot() is None  # once
+    assert feed.first_snapshot(WAIT) is None  # once
 
 
 def test_a_seeded_feed_is_not_polled_ahead() -> None:
     collector = Counting()
     feed = LocalFeed(collector, host="lab", identity=named_identity("alice"), seed=list)
-    assert feed.first_snapshot() is None and collector.calls == 0
+    assert feed.first_snapshot(WAIT) is None and collector.calls == 0
 
 
 async def test_the_first_snapshot_is_in_the_first_frame() -> None:
@@ -174,3 +176,33 @@ async def test_the_first_snapshot_is_in_the_first_frame() -> None:
         header = app.dashboard.query_one("#header").render().plain  # type: ignore[union-attr]
         assert WAITING.strip() not in header and snap.host in header
         assert app.dashboard.gpu_panel(snap.gpus[0].index) is not None
+
+
+class HeldBack(Counting):
+    """A collector whose first collection waits for the test to let it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def collect(self) -> dict:
+        assert self.go.wait(600)
+        return super().collect()
+
+
+async def test_a_first_poll_that_outlasts_its_wait_is_emitted_when_it_lands() -> None:
+    collector = HeldBack()
+    feed = LocalFeed(collector, host="lab", identity=named_identity("alice"))
+    assert feed.first_snapshot(0.0) is None  # the UI starts without it
+    got: list[model.HostSnapshot] = []
+    landed = asyncio.Event()
+    task = asyncio.create_task(feed.run(3600.0, lambda s: (got.append(s), landed.set())))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert got == []
+    collector.go.set()
+    await asyncio.wait_for(landed.wait(), timeout=60)
+    await feed.close()
+    await asyncio.wait_for(task, timeout=30)
+    # That poll's snapshot, once, and no second poll begun while it was under way.
+    assert [s.state for s in got] == [model.HOST_OK] and collector.calls == 1

@@ -19,6 +19,11 @@ from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_USAGE
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 
+# How long the start waits for this machine's first snapshot before it loads the UI
+# without one (which then shows "waiting for the first snapshot"): a normal read of 8
+# cards takes 0.03-0.1 s, a card that stopped answering can take seconds per call.
+FIRST_POLL_WAIT_S = 1.0
+
 if TYPE_CHECKING:
     from gputop.analysis.history import History
     from gputop.analysis.pipeline import Settings
@@ -77,7 +82,7 @@ def first_snapshot(feeds: list[Feed]) -> HostSnapshot | None:
 
     if len(feeds) != 1 or not isinstance(feeds[0], LocalFeed):
         return None
-    return feeds[0].first_snapshot()
+    return feeds[0].first_snapshot(FIRST_POLL_WAIT_S)
 
 
 def paint_skeleton(snap: HostSnapshot, interval: float, config: Config) -> bool:
