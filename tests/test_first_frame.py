@@ -49,7 +49,8 @@ def plain(data: bytes) -> str:
     return ESCAPES.sub(b"", data).decode("utf-8", "replace")
 
 
-def run_dashboard(tmp_path: Path, scenario: dict, until: Callable[[str], bool]) -> bytes:
+def run_dashboard(tmp_path: Path, scenario: dict,
+                  until: Callable[[str], bool]) -> tuple[bytes, int | None]:
     """The real `gputop` in a pty on the fake driver, its output until ``until`` holds for
     what it wrote after Textual started (or it exited: the caller's assertions then say
     what is missing).  The deadline is a guard against a hang, not a measure."""
@@ -65,6 +66,7 @@ def run_dashboard(tmp_path: Path, scenario: dict, until: Callable[[str], bool]) 
         env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
     os.close(slave)
     data = bytearray()
+    exited = None
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
@@ -83,6 +85,7 @@ def run_dashboard(tmp_path: Path, scenario: dict, until: Callable[[str], bool]) 
             elif proc.poll() is not None:
                 break
     finally:
+        exited = proc.poll()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -91,13 +94,13 @@ def run_dashboard(tmp_path: Path, scenario: dict, until: Callable[[str], bool]) 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         os.close(master)
-    return bytes(data)
+    return bytes(data), exited
 
 
 def test_the_skeleton_shows_cards_and_processes_before_textual_starts(tmp_path: Path) -> None:
     with fakenvml.processes(fakenvml.template("dgx8")) as scenario:
         pids = [str(p["pid"]) for d in scenario["devices"] for p in d["processes"]]
-        data = run_dashboard(tmp_path, scenario, until=lambda after: "UTIL" in after and all(
+        data, _ = run_dashboard(tmp_path, scenario, until=lambda after: "UTIL" in after and all(
             re.search(rf"\b{pid}\b", after) for pid in pids))
     started = data.find(TEXTUAL_STARTED)
     assert data.startswith(skeleton.ENTER.encode()), data[:200]

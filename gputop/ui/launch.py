@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 def run_app(options: SourceOptions, interval: float | None) -> int:
     try:
         config = load_config(options.config_path)
-        settings = analysis_settings(config)
     except ConfigError as err:
         print(f"gputop: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -57,6 +56,15 @@ def run_app(options: SourceOptions, interval: float | None) -> int:
     painted = first is not None and paint_skeleton(first, interval, config)
     app = None
     try:
+        try:
+            # After the skeleton: the analysis rules are what it does not wait for.
+            settings = analysis_settings(config)
+        except ConfigError as err:
+            if painted:
+                _leave_skeleton()
+                painted = False
+            print(f"gputop: {err}", file=sys.stderr)
+            return EXIT_USAGE
         from gputop.ui.app import GputopApp
 
         app = GputopApp(feeds, config, interval=interval, readonly=options.readonly,
@@ -65,14 +73,18 @@ def run_app(options: SourceOptions, interval: float | None) -> int:
         result = app.run()
     finally:
         if painted and (app is None or not app.started):
-            # Textual never took the terminal over (an error, Ctrl+C while loading):
-            # leave the skeleton's alternate screen ourselves.
-            from gputop.ui.skeleton import LEAVE
-
-            if sys.__stderr__ is not None:
-                sys.__stderr__.write(LEAVE)
-                sys.__stderr__.flush()
+            # Textual never took the terminal over (an error, Ctrl+C while loading).
+            _leave_skeleton()
     return int(result or 0)
+
+
+def _leave_skeleton() -> None:
+    """Back from the skeleton's alternate screen, cursor shown, as Textual leaves it."""
+    from gputop.ui.skeleton import LEAVE
+
+    if sys.__stderr__ is not None:
+        sys.__stderr__.write(LEAVE)
+        sys.__stderr__.flush()
 
 
 def first_snapshot(feeds: list[Feed]) -> HostSnapshot | None:
