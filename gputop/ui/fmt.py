@@ -1,6 +1,7 @@
 """Formatting for the dashboard: sizes, durations, gauges, sparklines, untrusted text.
 
-No Textual here, only strings and rich Text, so the helpers are cheap to test.
+No Textual here, only strings and rich Text, so the helpers are cheap to test (and to
+import: rich only when a Text is made).
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from gputop.analysis.durations import format_duration
 from gputop.text import visible
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 KIB = 1024
 MIB = KIB * 1024
@@ -24,8 +27,20 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
+def short_name(name: str | None) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3'; the vendor is the same on every card."""
+    if not name:
+        return "?"
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "Tesla "):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
 def safe_text(text: str | None, style: str = "") -> Text:
     """Untrusted text as a rich Text: never parsed as markup, escapes made visible."""
+    from rich.text import Text  # here: the start-up skeleton uses fmt before rich loads
+
     return Text(visible(text), style=style, no_wrap=True, overflow="ellipsis")
 
 
