@@ -13,7 +13,8 @@ Every row runs the two tools interleaved (gputop, nvitop, gputop, ...): ``--runs
 for the one-shot rows, ``--tui-runs`` for the dashboards.  A row prints both medians and
 the ratio gputop/nvitop of each pair as min / median / max, and the load average it ran
 under.  CPU is the child's user+system time (rusage, /proc), never wall time, except the
-first frame, which is wall time from the start to the first frame showing the processes.
+first frames, wall time from the start to the first frame showing the processes (gputop:
+its start-up skeleton) and to gputop's complete dashboard (its GPU panels drawn).
 
 Environment: BENCH_VENV (default .venv-nvitop here; `--setup` installs nvitop 1.7.2 there).
 The fake driver is built into build/fakenvml/ when missing.  Without nvitop it says so and
@@ -49,6 +50,8 @@ BENCH_VENV = Path(os.environ.get("BENCH_VENV", ROOT / ".venv-nvitop"))
 NVITOP_VERSION = "1.7.2"
 GPUTOP = [str(Path(sys.executable).parent / "gputop")]
 COLS, ROWS = 200, 50
+# Shown by gputop's GPU panels, never by its start-up skeleton: the complete dashboard.
+GPUTOP_PANELS = b"UTIL"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -147,9 +150,12 @@ def _rss_mib(pid: int) -> float:
 
 
 def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
-        trace: bool = False, marker: bytes | None = None) -> dict[str, float]:
+        trace: bool = False, marker: bytes | None = None,
+        full_marker: bytes | None = None) -> dict[str, float]:
     """Run a TUI in a 200x50 pty: CPU ms/s, terminal KiB/s, RSS after, NVML calls/s, and
-    with ``marker`` the seconds until the output first showed it (the first full frame)."""
+    with ``marker`` the seconds until the output first showed it (the first frame with
+    the processes: gputop's start-up skeleton, or a dashboard), with ``full_marker``
+    until that showed too (gputop's complete dashboard: its GPU panels)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
     env = dict(env, TERM="xterm-256color", COLUMNS=str(COLS), LINES=str(ROWS))
@@ -163,10 +169,10 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
     os.close(slave)
     calls_at = 0
     seen = bytearray()
-    first_frame = float("nan")
+    first_frame = full_frame = float("nan")
 
     def drain(until: float) -> int:
-        nonlocal first_frame
+        nonlocal first_frame, full_frame
         got = 0
         while (left := until - time.monotonic()) > 0:
             ready, _, _ = select.select([master], [], [], left)
@@ -176,10 +182,16 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
                 except OSError:
                     break
                 got += len(chunk)
-                if marker is not None and first_frame != first_frame:  # still NaN
+                waiting = [m for m, t in ((marker, first_frame), (full_marker, full_frame))
+                           if m is not None and t != t]  # still NaN
+                if waiting:
                     seen.extend(chunk)
-                    if marker in _plain(bytes(seen)):
+                    shown = _plain(bytes(seen))
+                    if marker is not None and first_frame != first_frame and marker in shown:
                         first_frame = time.monotonic() - started
+                    if full_marker is not None and full_frame != full_frame and (
+                            full_marker in shown and first_frame == first_frame):
+                        full_frame = time.monotonic() - started
         return got
 
     try:
@@ -201,7 +213,7 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
         os.close(master)
         shutil.rmtree(trace_dir, ignore_errors=True)
     return {"cpu": 1000 * (cpu1 - cpu0) / seconds, "kib": counted / 1024 / seconds,
-            "rss": rss, "calls": calls / seconds, "first": first_frame}
+            "rss": rss, "calls": calls / seconds, "first": first_frame, "full": full_frame}
 
 
 def _plain(data: bytes) -> bytes:
@@ -247,6 +259,8 @@ def main() -> int:
     ap.add_argument("--setup", action="store_true", help="build the fake driver, install nvitop")
     ap.add_argument("--runs", type=int, default=7, help="one-shot pairs per row (7)")
     ap.add_argument("--tui-runs", type=int, default=1, help="dashboard pairs per row (1)")
+    ap.add_argument("--frame-runs", type=int, default=0,
+                    help="extra pairs of 5 s dashboard starts for the first-frame rows (0)")
     ap.add_argument("--tui-seconds", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=10.0)
     ap.add_argument("--long-uptime", type=float, default=150.0,
@@ -290,21 +304,30 @@ def main() -> int:
             for _ in range(args.runs):
                 busy.add(once_cpu([*GPUTOP, "--json"], env),
                          once_cpu([*nvitop(), "-1"], env))
-        first = row("first full frame of the dashboard (wall)", "s", "<= 1.5", digits=2)
+        first = row("first frame with the processes (wall)", "s", "<= 1.5", digits=2)
+        full = row("first complete dashboard frame (wall; nvitop: its first frame)", "s", "",
+                   digits=2)
         cpu1 = row("TUI CPU, 1 s refresh", "ms/s", "<= 1.0")
         kib1 = row("bytes to the terminal, 1 s refresh", "KiB/s", "<= 2 KiB/refresh")
         rss = row(f"RSS after {args.warmup + args.tui_seconds:g} s", "MiB", "<= 1.5")
         tcalls = row("NVML calls per second, TUI 1 s", "", "<= 1.0", digits=0)
         for _ in range(args.tui_runs):
             g = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds,
-                    trace=True, marker=marker)
+                    trace=True, marker=marker, full_marker=GPUTOP_PANELS)
             n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds,
                     trace=True, marker=marker)
             first.add(g["first"], n["first"])
+            full.add(g["full"], n["first"])
             cpu1.add(g["cpu"], n["cpu"])
             kib1.add(g["kib"], n["kib"])
             rss.add(g["rss"], n["rss"])
             tcalls.add(g["calls"], n["calls"])
+        for _ in range(args.frame_runs):  # the first frames alone: more pairs, cheaply
+            g = tui([*GPUTOP, "--interval", "1"], env, 5.0, 0.1, marker=marker,
+                    full_marker=GPUTOP_PANELS)
+            n = tui([*nvitop(), "--interval", "1"], env, 5.0, 0.1, marker=marker)
+            first.add(g["first"], n["first"])
+            full.add(g["full"], n["first"])
         fast = row(f"TUI CPU, 0.25 s refresh, {args.long_uptime:g} s uptime", "ms/s",
                    "<= 1.0")
         kib4 = row("bytes to the terminal, 0.25 s refresh", "KiB/s", "<= 2 KiB/refresh")

@@ -420,7 +420,7 @@ def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
         from gputop.commands import once
 
         return once.run(options, as_json=args.json, topology=args.topology)
-    from gputop.ui.app import run_app
+    from gputop.ui.launch import run_app
 
     return run_app(options, args.interval)
 

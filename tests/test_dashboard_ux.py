@@ -16,12 +16,13 @@ from gputop.ui import fmt
 from gputop.ui.app import GputopApp, screenshot_directory
 from gputop.ui.cluster_cells import Totals, host_line, host_width
 from gputop.ui.cluster_cells import host_matches as _matches
+from gputop.ui.headline import host_title
 from gputop.ui.screens.kill import KillScreen, cautions, notes_text
 from gputop.ui.screens.log import WarningLogScreen
 from gputop.ui.state import row_key
 from gputop.ui.table_model import COLUMNS
 from gputop.ui.widgets.gpu_panel import gpu_facts
-from gputop.ui.widgets.header import HeaderBar, HostLine, host_title
+from gputop.ui.widgets.header import HeaderBar, HostLine
 from gputop.ui.widgets.process_table import TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
 

@@ -151,3 +151,17 @@ def test_one_shot_paths_do_not_load_textual() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_the_dashboard_start_up_skeleton_loads_no_textual() -> None:
+    # What runs before the skeleton is drawn (gputop/ui/launch.py): Textual and the
+    # screens load after it, or the skeleton would come no sooner than Textual's frame.
+    code = (
+        "import sys, gputop.cli, gputop.ui.launch, gputop.ui.skeleton\n"
+        "import gputop.sources.opener, gputop.sources.feed, gputop.sources.hostsource\n"
+        "print('textual' in sys.modules, 'rich.text' in sys.modules,"
+        " 'gputop.analysis.pipeline' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "False"]

@@ -77,8 +77,25 @@ def test_a_panel_tick_does_not_grow_with_the_samples_in_its_window() -> None:
     # 720 samples in the window at 0.25 s, 90 at 2 s: the tick reads the new samples of
     # 4 s (16 and 2) and draws 60 cells either way.
     fast, slow = _tick_calls(0.25), _tick_calls(2.0)
-    assert slow > 60  # the hook saw the drawing
+    assert slow > 20  # the hook saw the feeding and drawing
     assert fast < slow + 16 * 8  # a few calls per new sample, nothing per window sample
+
+
+def test_a_tick_draws_only_the_cells_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 60 cells of 3 s; a tick of 4 s adds samples to the newest cell and one or two new
+    # ones: those are drawn, the other cells are the last line's, shifted.
+    span, width = 180.0, 60
+    samples = [(1_000.0 + i * 0.25, 40.0 + i % 7) for i in range(1440)]
+    track = fmt.SparkTrack(span / width, width)
+    track.feed(samples[:1424])
+    track.line(width, samples[1423][0])
+    expected = fmt.sparkline(samples, width, samples[-1][0], span)
+    drawn: list[float | None] = []
+    real = fmt._spark_char
+    monkeypatch.setattr(fmt, "_spark_char", lambda v: drawn.append(v) or real(v))
+    track.feed(samples)
+    assert track.line(width, samples[-1][0]) == expected
+    assert 1 <= len(drawn) <= 3
 
 
 def test_another_series_is_drawn_afresh() -> None:
@@ -110,3 +127,31 @@ async def test_a_panel_shown_for_another_host_forgets_the_first() -> None:
                                         host=host))
         assert panel._stats[0] == history_stats(idle, idle[-1][0], 180.0)
         assert "█" not in panel._spark("util", panel.data, 60, 3.0)
+
+
+def test_a_line_redrawn_from_its_changes_equals_one_drawn_afresh() -> None:
+    # Ticks of every size, pauses longer than the line, a clock that stops, a width that
+    # changes and another series: the shifted line with its changed cells redrawn
+    # is always the line a fresh track draws from the same samples.
+    rng = random.Random(27)
+    span, width = 60.0, 30
+    track = fmt.SparkTrack(span / width, 2 * width)
+    series: list[tuple[float, float]] = []
+    t = 5_000.0
+    for tick in range(3000):
+        if rng.random() < 0.01:  # another host's series, its clock a little behind
+            series, t = [], t - 100 - rng.random() * 100
+        t += rng.choice([0.1, 0.25, 1.0, 2.5, 7.0, 70.0]) if rng.random() < 0.9 else 0.0
+        for _ in range(rng.randrange(4)):
+            t += rng.random()
+            series.append((t, rng.random() * 100))
+        if rng.random() < 0.02:
+            width = rng.choice([20, 30, 45])
+        now = (series[-1][0] if series else t) + rng.random() * 3
+        track.feed(series)
+        fresh = fmt.SparkTrack(span / 30, 2 * width)
+        fresh.feed(series)
+        line = track.line(width, now)
+        assert line == fresh.line(width, now) == fmt.sparkline(
+            series, width, now, width * span / 30), tick
+    assert line.strip()  # the last tick drew samples

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,48 @@ def test_one_shot_loads_only_what_it_uses(tmp_path: Path, mode: str) -> None:
     bad = [m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
     ours = [m for m in modules if m.startswith("gputop")]
     assert not bad, f"{mode} loaded {bad}; gputop modules: {ours}"
+
+
+# Through Prometheus the HTTP client is the point; still none of the event loop, the
+# dashboard, the thread pool (concurrent.futures: logging and traceback too) or the
+# dashboard's history.
+PROMETHEUS_FORBIDDEN = (*(f for f in FORBIDDEN if f not in ("http", "ssl", "email",
+                                                           "gputop.sources.prometheus")),
+                        "concurrent", "logging", "gputop.analysis.history")
+
+
+@pytest.mark.parametrize("command", [["--once"], ["check"]])
+def test_prometheus_one_shot_loads_only_what_it_uses(tmp_path: Path,
+                                                     command: list[str]) -> None:
+    from helpers.prom import FixedServer, Reply, instant, need_prometheus, start_prometheus
+
+    need_prometheus()
+    text = (ROOT / "tests" / "fixtures" / "prometheus" / "dcgm-exporter.txt").read_bytes()
+    exporter = FixedServer(lambda path: Reply(body=text))
+    prom, url = start_prometheus(tmp_path, {"dcgm": [exporter.url.removeprefix("http://")]})
+    try:
+        deadline = time.monotonic() + 60
+        while not instant(url, "DCGM_FI_DEV_GPU_UTIL"):
+            assert time.monotonic() < deadline, "Prometheus never scraped the exporter"
+            time.sleep(0.3)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path),
+               "XDG_CONFIG_HOME": str(tmp_path / "config")}
+        env.pop("GPUTOP_HOSTS", None)
+        listing = tmp_path / "modules.json"
+        done = subprocess.run([sys.executable, "-c", RUN_AND_LIST, str(listing),
+                               "--prometheus", url, *command], env=env,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        prom.terminate()
+        prom.wait(10)
+        exporter.close()
+    assert done.returncode in (0, 2), done.stderr  # check: 2 where a card is unhealthy
+    assert "GPU" in done.stdout or "warning" in done.stdout.lower(), done.stdout
+    modules: list[str] = json.loads(listing.read_text())
+    assert "gputop.sources.prompivot" in modules  # it did read Prometheus
+    bad = [m for m in modules
+           if any(m == f or m.startswith(f + ".") for f in PROMETHEUS_FORBIDDEN)]
+    assert not bad, f"{command} through Prometheus loaded {bad}"
 
 
 # NVML calls of one process, by function name; FAKENVML_TRACE writes one line per call.

@@ -240,3 +240,91 @@ def test_an_opened_host_is_read_in_full_the_rest_in_brief(cluster: Cluster) -> N
     assert opened[host] is True and opened[HOST] is False
     feed.focus(None)
     assert clocks()[host] is False
+
+
+def _answers(url: str, view: str, at: float) -> dict[str, list[Any]]:
+    """Every query of ``view`` evaluated by the real Prometheus at one instant ``at``:
+    two views read at the same instant see the same samples."""
+    import urllib.parse
+    import urllib.request
+
+    from gputop.sources import promql
+
+    out = {}
+    for name, expr in promql.queries(view, "").items():
+        data = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"}).encode()
+        with urllib.request.urlopen(f"{url}/api/v1/query", data=data, timeout=30) as resp:
+            doc = json.load(resp)
+        assert doc["status"] == "success", (name, doc)
+        out[name] = doc["data"]["result"]
+    return out
+
+
+def _snapshots(answers: dict[str, list[Any]], names: list[str], view: str,
+               at: float) -> list[Any]:
+    from gputop.sources import promql
+    from gputop.sources.prompivot import Pivot
+
+    pivot = Pivot({}, {}, promql.complete(view))
+    for name in names:
+        pivot.add(name, answers[name])
+    return pivot.snapshots(at, 120.0, {})
+
+
+def test_a_card_is_the_same_whichever_answer_places_it_first(cluster: Cluster) -> None:
+    # The memory's series carry a card's identity labels, the other fields only its key
+    # labels; the pivot places the card once for both.  Whichever comes first, every
+    # card of dcgm-exporter's hosts and of gputop serve's gets the same snapshot.
+    from gputop.sources import promql
+
+    at = time.time()
+    answers = _answers(cluster.url, promql.SUMMARY, at)
+    fields = [n for n in answers if n in promql.FIELD_NAMES]
+    others = [n for n in answers if n not in promql.FIELD_NAMES]
+    assert "mem_used" in fields and fields.index("mem_used") > 0
+    memory_first = ["mem_used", *[n for n in fields if n != "mem_used"]]
+    memory_last = [*[n for n in fields if n != "mem_used"], "mem_used"]
+    first = _snapshots(answers, [*others, *memory_first], promql.SUMMARY, at)
+    last = _snapshots(answers, [*others, *memory_last], promql.SUMMARY, at)
+    reversed_ = _snapshots(answers, [*others, *reversed(fields)], promql.SUMMARY, at)
+    assert first == last == reversed_
+    hosts = {s.host: s for s in first}
+    dcgm = {g.index: g for g in hosts[HOST].gpus}
+    assert dcgm[0].uuid and dcgm[0].name and dcgm[0].util_gpu is not None
+    assert dcgm[0].workloads and dcgm[1].mig_devices
+    serve = next(s for s in first if "gputop serve" in s.source and s.gpus)
+    assert all(g.uuid and g.name and g.mem_total for g in serve.gpus)
+
+
+# What `--once` prints of a card (commands/once.py) and what its health rules read.
+_SHOWN = ("index", "uuid", "name", "state", "util_gpu", "mem_used", "mem_total", "temp",
+          "power_draw", "power_limit", "fan", "mig_mode", "workloads")
+
+
+def test_the_one_shots_view_shows_what_the_full_view_shows(cluster: Cluster) -> None:
+    # `--once` asks for its table's columns and the unhealthy series only; at one instant,
+    # on dcgm-exporter's and gputop serve's series, it prints what the full view has.
+    from gputop.sources import promql
+
+    at = time.time()
+    views = {}
+    for view in (promql.SUMMARY, promql.FULL):
+        answers = _answers(cluster.url, view, at)
+        views[view] = {s.host: s for s in _snapshots(answers, list(answers), view, at)}
+    brief, full = views[promql.SUMMARY], views[promql.FULL]
+    assert brief.keys() == full.keys() and HOST in brief
+    for host, snap in full.items():
+        other = brief[host]
+        assert (other.state, other.error, other.source) == (snap.state, snap.error,
+                                                            snap.source), host
+        assert [[getattr(g, f) for f in _SHOWN] for g in other.gpus] == \
+            [[getattr(g, f) for f in _SHOWN] for g in snap.gpus], host
+        assert [[(d.gi, d.profile, d.mem_used, d.mem_total, d.sm_active)
+                 for d in g.mig_devices] for g in other.gpus] == \
+            [[(d.gi, d.profile, d.mem_used, d.mem_total, d.sm_active)
+              for d in g.mig_devices] for g in snap.gpus], host
+        assert (other.processes, other.reservations, other.reported_warnings,
+                other.xid_events) == (snap.processes, snap.reservations,
+                                      snap.reported_warnings, snap.xid_events), host
+    assert any(g.mig_devices for g in brief[HOST].gpus)
+    assert any(s.processes for s in brief.values())

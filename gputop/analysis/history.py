@@ -10,9 +10,11 @@ whose host state is not ok (unreachable, stale...) carries no data and breaks no
 an SSH blip must not reset an idle timer, and must not extend one either (the next real
 snapshot continues the run, with its own time).
 
-Process samples are stored run-length encoded (an idle kernel holding memory for hours
-is one run), so the process window can be long enough for the idle rule while the GPU
-window, which keeps whole Gpu records for any field, stays short.  Beyond the last
+GPU and host readings are kept by column (analysis/columns.py: a field that never
+changed costs nothing, a number 8 bytes a reading), so that ten minutes of 1,000 hosts x
+8 GPUs take about 15 MB.  Process samples are stored run-length encoded (an idle kernel
+holding memory for hours is one run), so the process window can be long enough for the
+idle rule while the GPU window stays short.  Beyond the last
 FINE_SAMPLES samples, a process's samples are merged a few at a time (lowest memory,
 highest utilization: never more idle than observed), so a busy process is cheap too.
 
@@ -22,14 +24,15 @@ every public method.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import threading
+from array import array
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator
 from itertools import chain
 from typing import Any, NamedTuple
 
+from gputop.analysis.columns import Window, compact_due, layout
 from gputop.model import SOURCE_SIMULATED_PAST, Gpu, GpuProcess, HostSnapshot
 
 ProcessKey = tuple[str, int, "int | None"]  # (host, pid, start_ticks)
@@ -131,31 +134,44 @@ class _Runs:
                 return
 
 
-class _SeriesMemo:
-    """One series as last read: its samples, the newest record's sequence number, and
-    the earliest time it covers."""
-
-    __slots__ = ("items", "low", "seq")
-
-    def __init__(self, items: deque[tuple[float, Any]], seq: int, low: float) -> None:
-        self.items, self.seq, self.low = items, seq, low
-
-
 class _HostTimes:
     """Sequence number -> time of each ok snapshot of one host, within the window."""
 
-    __slots__ = ("base", "times")
+    __slots__ = ("base", "head", "times")
 
     def __init__(self) -> None:
-        self.base = 0  # sequence number of times[0]
-        self.times: deque[float] = deque()
+        self.base = 0  # sequence number of times[head]
+        self.head = 0  # times[:head] are dropped, awaiting a shift
+        self.times = array("d")
+
+    def __bool__(self) -> bool:
+        return len(self.times) > self.head
 
     @property
     def latest(self) -> int:
-        return self.base + len(self.times) - 1
+        return self.base + len(self.times) - self.head - 1
+
+    @property
+    def newest(self) -> float:
+        return self.times[-1]
 
     def time_of(self, seq: int) -> float:
-        return self.times[seq - self.base]
+        return self.times[self.head + seq - self.base]
+
+    def first_at(self, when: float) -> int:
+        """The first sequence number whose time is ``when`` or later (latest + 1: none)."""
+        return self.base + bisect_left(self.times, when, self.head) - self.head
+
+    def of(self, seqs: array[int], low: int, high: int) -> list[float]:
+        """The times of ``seqs[low:high]`` (all kept)."""
+        if high <= low:
+            return []
+        first, last = seqs[low], seqs[high - 1]
+        start = self.head - self.base
+        if last - first == high - 1 - low:  # no gaps: one slice
+            return self.times[start + first:start + last + 1].tolist()
+        times = self.times
+        return [times[start + seq] for seq in seqs[low:high]]
 
     def append(self, time: float) -> int:
         self.times.append(time)
@@ -164,9 +180,14 @@ class _HostTimes:
     def trim(self, oldest: float) -> None:
         # Keep the newest sample even when the clock jumped: a series is never empty
         # right after a sample was added.
-        while len(self.times) > 1 and self.times[0] < oldest:
-            self.times.popleft()
-            self.base += 1
+        times = self.times
+        cut = min(bisect_left(times, oldest, self.head), len(times) - 1)
+        if cut > self.head:
+            self.base += cut - self.head
+            self.head = cut
+        if compact_due(self.head, len(times)):
+            del times[:self.head]
+            self.head = 0
 
 
 def _merge(rows: list[GpuProcess]) -> tuple[Any, ...]:
@@ -205,16 +226,13 @@ class History:
         self.process_seconds = float(process_seconds if process_seconds is not None else seconds)
         self._lock = threading.Lock()
         self._times: dict[str, _HostTimes] = {}
-        self._hosts: dict[str, deque[tuple[int, HostSnapshot]]] = {}
-        self._gpus: dict[tuple[str, int], deque[tuple[int, Gpu]]] = {}
+        self._hosts: dict[str, Window] = {}
+        self._gpus: dict[str, dict[int, Window]] = {}  # host -> GPU index -> its window
         # per host, so that trimming one host's processes never walks the others'
         self._procs: dict[str, dict[ProcessKey, _Runs]] = {}
         self._first_seen: dict[ProcessKey, float] = {}
         # per host, TRIM_EVERY sets of process keys: each add tidies one of them
         self._buckets: dict[str, list[set[ProcessKey]]] = {}
-        # The series read last, by (host, gpu or None, field): extended by the new samples
-        # on the next read (see _memo_series).
-        self._memo: dict[tuple[str, int | None, str], _SeriesMemo] = {}
         # A longer record than this window (the usage ledger, docs/ledger.md): (host, pid,
         # start_time) -> when the process's current run at 0 % SM began, or None.
         self.recorded_idle: Callable[[str, int, float | None], float | None] | None = None
@@ -243,21 +261,34 @@ class History:
         times = self._times.get(host)
         if times is None:
             times = self._times[host] = _HostTimes()
-        elif times.times and snap.time < times.times[-1]:
+        elif times and snap.time < times.newest:
             # An older snapshot delivered late adds nothing we can place in order.
             return
         seq = times.append(snap.time)
         # The host ring spans the longer of the two windows: process runs need it.
         times.trim(snap.time - max(self.seconds, self.process_seconds))
+        first = max(times.first_at(snap.time - self.seconds), times.base)
 
-        hs = self._hosts.setdefault(host, deque())
-        hs.append((seq, _without_bulk(snap)))
-        _trim_records(hs, times, snap.time - self.seconds)
+        record = self._hosts.get(host)
+        if record is None:
+            record = self._hosts[host] = Window(_HOST_LAYOUT)
+        record.add(snap, seq)
+        record.trim(first)
 
+        cards = self._gpus.setdefault(host, {})
         for gpu in snap.gpus:
-            ring = self._gpus.setdefault((host, gpu.index), deque())
-            ring.append((seq, gpu))
-            _trim_records(ring, times, snap.time - self.seconds)
+            card = cards.get(gpu.index)
+            if card is None:
+                card = cards[gpu.index] = Window(_GPU_LAYOUT)
+            card.add(gpu, seq)
+        # Every card of the host, listed now or not: a card gone stays within the window.
+        gone = []
+        for index, card in cards.items():
+            card.trim(first)
+            if not card:
+                gone.append(index)
+        for index in gone:
+            del cards[index]
 
         procs_of_host = self._procs.setdefault(host, {})
         buckets = self._buckets.setdefault(host, [set() for _ in range(TRIM_EVERY)])
@@ -313,7 +344,7 @@ class History:
     def host_series(self, host: str, field: str) -> list[tuple[float, Any]]:
         """(time, value) of a HostSnapshot field (e.g. cpu_percent); None values left out."""
         with self._lock:
-            return self._memo_series((host, None, field), self._hosts.get(host, ()), None)
+            return self._series(host, self._hosts.get(host), field, None)
 
     def gpu_series(
         self, host: str, gpu: int, field: str, since: float | None = None
@@ -321,99 +352,44 @@ class History:
         """(time, value) of a Gpu field or property (e.g. util_gpu, mem_percent).
 
         Samples where the value is None (not supported, GPU lost) are left out.  With
-        ``since``, only samples from that time on: the ring is walked from the newest end
-        and the walk stops there, so a view's per-tick cost follows what it draws, not how
-        long gputop has run.
+        ``since``, only samples from that time on: the window is cut by bisection, so a
+        view's per-tick cost follows what it draws, not how long gputop has run.  A
+        property's values are computed once per sample (columns.Window), so the same
+        window asked for every refresh computes only the new samples.
         """
         with self._lock:
-            return self._memo_series((host, gpu, field), self._gpus.get((host, gpu), ()),
-                                     since)
+            return self._series(host, self._gpus.get(host, {}).get(gpu), field, since)
 
-    def _memo_series(
-        self, key: tuple[str, int | None, str], ring: Sequence[tuple[int, Any]],
-        since: float | None,
-    ) -> list[tuple[float, Any]]:
-        """``_series``, read from the newest end only as far as the last read of the same
-        series went: the dashboard asks for the same windows every refresh, and walking
-        them whole grew its tick with the refresh rate (720 samples a series at 0.25 s).
-        A read reaching further back than the last one walks the ring; call with the lock
-        held."""
-        host, _, field = key
+    def _series(self, host: str, window: Window | None, field: str,
+                since: float | None) -> list[tuple[float, Any]]:
+        """(time, value) of ``field`` over a window; call with the lock held."""
         times = self._times.get(host)
-        if times is None or not ring or not times.times:
+        if window is None or times is None or not window or not times:
             return []
-        # The oldest sample the walk could return: the ring and the host's times are
-        # trimmed on their own schedules.
-        oldest = ring[0][0]
-        first = times.time_of(oldest) if oldest >= times.base else times.times[0]
-        low = max(since if since is not None else -math.inf, first)
-        memo = self._memo.get(key)
-        newest = ring[-1][0]
-        if memo is None or low < memo.low:
-            memo = self._memo[key] = _SeriesMemo(
-                deque(self._series(host, ring, field, low)), newest, low)
-            return list(memo.items)
-        fresh = []
-        for seq, record in reversed(ring):
-            if seq <= memo.seq:
-                break
-            value = getattr(record, field)
-            if value is not None:
-                fresh.append((times.time_of(seq), value))
-        fresh.reverse()
-        items = memo.items
-        items.extend(fresh)
-        while items and items[0][0] < low:
-            items.popleft()
-        memo.seq, memo.low = newest, low
-        return list(items)
-
-    def _series(
-        self,
-        host: str,
-        ring: Sequence[tuple[int, Any]],
-        field: str,
-        since: float | None = None,
-    ) -> list[tuple[float, Any]]:
-        """(time, value) of ``field`` over a ring of (seq, record); call with the lock held."""
-        times = self._times.get(host)
-        if times is None:
-            return []
-        out = []
+        first = times.base
         if since is not None:
-            for seq, record in reversed(ring):
-                if seq < times.base:
-                    break
-                t = times.time_of(seq)
-                if t < since:
-                    break
-                value = getattr(record, field)
-                if value is not None:
-                    out.append((t, value))
-            out.reverse()
-            return out
-        for seq, record in ring:
-            if seq >= times.base:
-                value = getattr(record, field)
-                if value is not None:
-                    out.append((times.time_of(seq), value))
-        return out
+            first = max(first, times.first_at(since))
+        low, high = window.first_at(first), len(window.seqs)
+        return window.series(field, low, high, times.of(window.seqs, low, high))
 
     def gpu_streak(self, host: str, gpu: int, predicate: Callable[[Gpu], bool]) -> float | None:
         """Start time of the current unbroken run of GPU samples satisfying predicate.
 
         None if the latest snapshot of the host lacks the GPU or the predicate is false
-        for it.  Bounded by ``seconds``.
+        for it.  Bounded by ``seconds``.  The predicate gets each sample's Gpu, rebuilt
+        from the columns.
         """
         with self._lock:
-            ring = self._gpus.get((host, gpu))
+            window = self._gpus.get(host, {}).get(gpu)
             times = self._times.get(host)
-            if not ring or times is None or ring[-1][0] != times.latest:
+            if not window or times is None or window.seqs[-1] != times.latest:
                 return None
             start = None
             expect = times.latest
-            for seq, record in reversed(ring):
-                if seq != expect or not predicate(record):
+            seqs = window.seqs
+            for at in range(len(seqs) - 1, window.first_at(times.base) - 1, -1):
+                seq = seqs[at]
+                if seq != expect or not predicate(window.record(at)):
                     break
                 start = times.time_of(seq)
                 expect = seq - 1
@@ -522,7 +498,7 @@ class History:
     def latest_time(self, host: str) -> float | None:
         with self._lock:
             times = self._times.get(host)
-            return times.times[-1] if times and times.times else None
+            return times.newest if times else None
 
 
 def _coarse(values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -555,20 +531,11 @@ def _mergeable(prev: _Run, run: _Run) -> bool:
     )
 
 
-def _without_bulk(snap: HostSnapshot) -> HostSnapshot:
-    """Host series need only the host-level fields; do not keep every process alive."""
-    return dataclasses.replace(snap, gpus=(), processes=(), topology=(), device_holders=())
-
-
 def _first_seq_after(times: _HostTimes, oldest: float) -> int:
-    seq = times.base
-    for t in times.times:
-        if t >= oldest:
-            return seq
-        seq += 1
-    return times.latest
+    return min(times.first_at(oldest), times.latest)
 
 
-def _trim_records(ring: deque[tuple[int, Any]], times: _HostTimes, oldest: float) -> None:
-    while ring and (ring[0][0] < times.base or times.time_of(ring[0][0]) < oldest):
-        ring.popleft()
+_GPU_LAYOUT = layout(Gpu)
+# Host series need only the host-level fields: the bulk is never kept (the newest
+# snapshot, which the window refers to, is the one the views hold anyway).
+_HOST_LAYOUT = layout(HostSnapshot, skip=("gpus", "processes", "topology", "device_holders"))

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gputop.analysis import health, orphans
-from gputop.analysis.history import History
 from gputop.model import SOURCE_SIMULATED_PAST, HealthWarning, HostSnapshot
+
+if TYPE_CHECKING:  # the dashboard's; a one-shot (warnings_once) keeps no history
+    from gputop.analysis.history import History
 
 Flags = dict[tuple[int, int], orphans.ProcessFlags]
 
@@ -28,6 +31,8 @@ class Settings:
 
     def history(self) -> History:
         """A History long enough for the sparklines and for the slowest idle rule."""
+        from gputop.analysis.history import History
+
         seconds = max(self.history_minutes * 60.0, 120.0)
         th = self.thresholds
         longest_rule = max(self.rules.idle_minutes, th.idle_minutes, th.input_bound_minutes)

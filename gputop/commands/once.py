@@ -6,6 +6,7 @@ checks sys.modules), so that `gputop --once` starts in a fraction of a second.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -233,8 +234,14 @@ def _host_header(snap: HostSnapshot) -> str:
     return "  ".join(parts)
 
 
+@functools.lru_cache(maxsize=256)
+def _card_name(name: str | None) -> str:
+    # A site's 8,000 cards have a handful of model names: each is made visible and cut once.
+    return _fit(visible(name or "n/a"), 24)
+
+
 def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> str:
-    name = _fit(visible(gpu.name or "n/a"), 24)
+    name = _card_name(gpu.name)
     if gpu.state != model.GPU_OK:
         text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {visible(gpu.error or '')}"
         return paint(_fit(text, width), _RED)

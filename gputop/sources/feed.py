@@ -145,6 +145,9 @@ class LocalFeed:
         self._identity = identity
         self._env = dispatch_env
         self._seed = seed
+        self._first_at: float | None = None  # when first_snapshot() polled (monotonic)
+        # A first_snapshot() poll that outlasted its wait: (done, [snapshot]), for run().
+        self._first_pending: tuple[threading.Event, list[HostSnapshot]] | None = None
         # Made on first use: asyncio costs a one-shot command (which never runs a feed)
         # tens of ms to import.
         self._closed_event: asyncio.Event | None = None
@@ -206,6 +209,28 @@ class LocalFeed:
             message = f"collection failed: {type(err).__name__}: {err}"
             return error_snapshot(self.host, time.time(), HOST_ERROR, message)
 
+    def first_snapshot(self, wait: float) -> HostSnapshot | None:
+        """Poll once before the feed runs: the dashboard draws this snapshot before its UI
+        has loaded (gputop/ui/launch.py) and applies it itself, so ``run`` does not emit
+        it and polls next an interval later.  The poll runs in a thread: a card that
+        takes seconds to answer must not hold the UI back, so after ``wait`` seconds this
+        returns None and ``run`` emits the snapshot when the poll ends (no second poll
+        meanwhile).  None for a feed with a seed (--demo): its past must come first."""
+        if self._seed is not None or self._first_at is not None or self._first_pending:
+            return None
+        done, box = threading.Event(), []
+
+        def first_poll() -> None:
+            box.append(self.poll())  # poll() never raises
+            done.set()
+
+        threading.Thread(target=first_poll, name="first poll", daemon=True).start()
+        if not done.wait(wait):
+            self._first_pending = (done, box)
+            return None
+        self._first_at = time.monotonic()
+        return box[0]
+
     def _learn_gpu_uuids(self, snapshot: HostSnapshot) -> None:
         # Reservations name cards by UUID where known; the action env learns them from the
         # first snapshot that has them, since the feed is built before any GPU was read.
@@ -231,6 +256,16 @@ class LocalFeed:
         if self._seed is not None:
             for data in await asyncio.to_thread(self._seed):
                 emit(HostSnapshot.from_dict(data))
+        if self._first_pending is not None:  # first_snapshot() stopped waiting for it
+            done, box = self._first_pending
+            await asyncio.to_thread(done.wait)
+            self._first_pending = None
+            self._first_at = time.monotonic()
+            emit(box[0])
+        if self._first_at is not None:  # first_snapshot() took the first poll
+            delay = max(0.0, interval - (time.monotonic() - self._first_at))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), timeout=delay)
         # Each poll is awaited before the next is scheduled, so polls never overlap even
         # when one takes longer than the interval.
         while not self._closed.is_set():

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputop.config import Config, analysis_settings
-from gputop.hosts import HostSpec
 from gputop.model import SOURCE_SIMULATED_PAST, HostSnapshot, error_snapshot
 from gputop.options import SourceOptions
 from gputop.sources.backend import NoDriverError
@@ -29,6 +27,7 @@ from gputop.sources.identity import Identity, local_identity, named_identity
 
 if TYPE_CHECKING:
     from gputop.actions.dispatch import ActionEnv
+    from gputop.hosts import HostSpec
     from gputop.sources.assembler import HostAssembler
     from gputop.sources.feed import Collects, Feed, LocalFeed
     from gputop.sources.hostsource import HostSource
@@ -75,6 +74,10 @@ def plan_sources(options: SourceOptions) -> SourcePlan:
     means SSH, plus this machine with --local.  Raises SourceError for a bad hosts file."""
     if options.demo:
         return SourcePlan(demo=options.demo, local=False, ssh_hosts=())
+    if options.prometheus and options.hosts_file is None and options.host_list is None:
+        # --prometheus alone: no default hosts file, no local NVML (nor hosts.py to load)
+        return SourcePlan(demo=None, local=options.local, ssh_hosts=(),
+                          prometheus=options.prometheus)
     from gputop.hosts import HostsFileError, find_hosts_file, load, parse_host_list
 
     try:
@@ -136,6 +139,8 @@ def _is_cluster(demo: str | None) -> bool:
 def demo_reservations_dir(scenario: str) -> str:
     """Where --demo keeps reservations: per user and scenario, never the real store."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(scenario))
+    import tempfile  # the demo's store only: tempfile pulls in random and hashlib
+
     return os.path.join(tempfile.gettempdir(), f"gputop-demo-{os.getuid()}", safe, "reservations")
 
 

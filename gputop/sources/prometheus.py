@@ -19,6 +19,7 @@ answer is untrusted: sizes, counts and values are checked, never trusted.
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import gc
 import http.client
@@ -26,11 +27,11 @@ import json
 import math
 import queue
 import random
+import threading
 import time
 import urllib.parse
 import zlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gputop import model
@@ -338,22 +339,37 @@ class PrometheusFeed(ReadOnlyFeed):
             except Exception as err:  # a bug must not leave poll() waiting
                 answers.put((name, PromError(model.HOST_ERROR, f"{type(err).__name__}")))
 
+        # Plain threads, each taking the next query: concurrent.futures would load
+        # logging and traceback into every one-shot for nothing it needs here.
+        todo = collections.deque(exprs.items())
+
+        def work() -> None:
+            while True:
+                try:
+                    name, expr = todo.popleft()
+                except IndexError:
+                    return
+                ask(name, expr)
+
+        workers = [threading.Thread(target=work, name=f"promql-{n}", daemon=True)
+                   for n in range(min(PARALLEL_QUERIES, len(exprs)))]
+        for worker in workers:
+            worker.start()
         warnings: list[str] = []
         failure: PromError | None = None
-        with ThreadPoolExecutor(max_workers=min(PARALLEL_QUERIES, len(exprs)),
-                                thread_name_prefix="promql") as pool:
-            started = [pool.submit(ask, name, expr) for name, expr in exprs.items()]
-            for _ in started:
-                name, answer = answers.get()
-                if isinstance(answer, PromError):
-                    if failure is None:
-                        failure, stop = answer, True  # the rest would fail alike
-                    continue
-                if failure is None and answer is not None:
-                    result, found = answer
-                    take(name, result)
-                    warnings += [w for w in found if w not in warnings]
-                del answer
+        for _ in exprs:
+            name, answer = answers.get()
+            if isinstance(answer, PromError):
+                if failure is None:
+                    failure, stop = answer, True  # the rest would fail alike
+                continue
+            if failure is None and answer is not None:
+                result, found = answer
+                take(name, result)
+                warnings += [w for w in found if w not in warnings]
+            del answer
+        for worker in workers:
+            worker.join()
         if failure is not None:
             raise failure
         return warnings

@@ -179,6 +179,7 @@ class Pivot:
         self.hosts = _Hosts(known_names if known_names is not None else {},
                             known_texts if known_texts is not None else {})
         self.units: dict[Any, dict[str, Any] | None] = {}
+        self.placed: dict[Any, tuple[_Host, dict[str, Any] | None]] = {}  # by key labels
         self.up: dict[str, float] = {}
         self.scraped: dict[str, float] = {}
 
@@ -191,7 +192,7 @@ class Pivot:
                                                     for v in labels.values()):
                     _identity(hosts.of(labels), labels, hosts.texts)
         elif name in FIELD_NAMES:
-            _fields(hosts, self.units, name, result, name in IDENTITY_FIELDS)
+            _fields(hosts, self.units, name, result, name in IDENTITY_FIELDS, self.placed)
         elif name == "_up":
             for labels, value in samples(result):
                 instance = labels.get("instance")
@@ -236,15 +237,20 @@ def pivot(answers: Mapping[str, Iterable[Any]], now: float, stale_after_s: float
 
 _KEY_LABELS = ("Hostname", "hostname", "instance", "gpu", "uuid", "GPU_I_ID")  # promql.KEY
 _UNSEEN: dict[str, Any] = {}
+_NOWHERE = _Host("")  # where a series that names no card is placed: nowhere
+_UNPLACED: tuple[_Host | None, None] = (None, None)
 
 
 def _fields(hosts: _Hosts, units: dict[Any, dict[str, Any] | None], name: str,
-            result: Iterable[Any], identity: bool = False) -> None:
+            result: Iterable[Any], identity: bool = False,
+            placed: dict[Any, tuple[_Host, dict[str, Any] | None]] | None = None) -> None:
     """One field's answer, the hot path (8,000 samples a field at 1,000 hosts): a card
     is looked up by its labels once per refresh, not once per sample; ``identity``: its
-    labels are the card's identity too (promql.IDENTITY_FIELDS)."""
+    labels are the card's identity too (promql.IDENTITY_FIELDS); ``placed``: the host
+    and unit of each set of key labels seen (kept by the Pivot across its answers)."""
     isfinite = math.isfinite
     get = units.get
+    placed = {} if placed is None else placed
     for item in result:
         try:
             # The key labels (promql.KEY) only, in the server's order: a card's key.
@@ -255,11 +261,18 @@ def _fields(hosts: _Hosts, units: dict[Any, dict[str, Any] | None], name: str,
             continue  # not a sample, or an unhashable label: not trusted
         if unit is _UNSEEN:
             labels = {k: v for k, v in key if k in _KEY_LABELS}
-            try:
-                host = hosts.of(labels)
-                unit = units[key] = _unit(host, labels)
-            except (TypeError, AttributeError):
-                unit = units[key] = None
+            # A value query keeps the key labels alone, the memory's the identity too:
+            # by its key labels a card is placed once, not once per label set.
+            short = tuple(labels.items())
+            host, unit = placed.get(short, _UNPLACED)
+            if host is None:
+                try:
+                    host = hosts.of(labels)
+                    unit = _unit(host, labels)
+                except (TypeError, AttributeError):
+                    host, unit = _NOWHERE, None
+                placed[short] = (host, unit)
+            units[key] = unit
             if identity and unit is not None:
                 full = dict(key)
                 if all(v.__class__ is str for v in full.values()):

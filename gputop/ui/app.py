@@ -21,12 +21,11 @@ import asyncio
 import gc
 import os
 import queue
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from platformdirs import user_downloads_path
 from textual import on
@@ -39,12 +38,8 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from gputop.analysis.history import History
 from gputop.analysis.pipeline import Analysed, Analyser, Settings
-from gputop.config import Config, ConfigError, analysis_settings, load_config
-from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_USAGE
-from gputop.ledger.query import LedgerSeries, RecordedIdle
-from gputop.ledger.store import existing_path
+from gputop.config import Config, analysis_settings
 from gputop.model import HostSnapshot
-from gputop.options import SourceOptions
 from gputop.sources.feed import REPLAY, Capabilities, Feed, ProcessDetails
 from gputop.sources.identity import Identity, named_identity
 from gputop.text import visible
@@ -52,6 +47,9 @@ from gputop.ui.faults import FaultLog, restart_delay
 from gputop.ui.keys import bindings
 from gputop.ui.screens.dashboard import DashboardScreen
 from gputop.ui.state import UiState
+
+if TYPE_CHECKING:
+    from gputop.ledger.query import LedgerSeries
 
 
 class SnapshotAnalysed(Message):
@@ -87,7 +85,7 @@ class GputopApp(App[int]):
     TITLE = "gputop"
 
     BINDINGS: ClassVar[list[BindingType]] = bindings("app")
-    # The usage ledger's long history lines (run_app sets it when a ledger exists).
+    # The usage ledger's long history lines (launch.run_app sets it when a ledger exists).
     ledger_series: LedgerSeries | None = None
 
     def __init__(
@@ -101,7 +99,10 @@ class GputopApp(App[int]):
         history: History | None = None,
         me: str | None = None,
         settings: Settings | None = None,
+        first: HostSnapshot | None = None,
     ) -> None:
+        """``first``: the feeds' first snapshot, taken before the app was built (the
+        start-up skeleton's, gputop/ui/launch.py); applied before the first frame."""
         super().__init__()
         self.config = config or Config()
         self.interval = float(interval or self.config.interval)
@@ -127,6 +128,8 @@ class GputopApp(App[int]):
         self._gc_frozen = False  # see freeze_startup_objects
         self.faults = FaultLog()
         self.restart_base_s = 1.0  # first restart delay of a failed worker; it doubles
+        self._first = first
+        self.started = False  # mounted: Textual owns the terminal
         self.dashboard = DashboardScreen()
         if self.config.keys:
             self.set_keymap(self.config.keys)
@@ -135,6 +138,12 @@ class GputopApp(App[int]):
         return self.dashboard
 
     def on_mount(self) -> None:
+        self.started = True
+        if self._first is not None:
+            # Before the analysis thread runs and before the dashboard is composed: its
+            # first frame shows this snapshot, not "waiting for the first snapshot".
+            self.ingest(self._first)
+            self._first = None
         if self.feeds:
             self.run_worker(self._analysis_loop, name="analysis", group="analysis",
                             thread=True, exit_on_error=False)
@@ -402,50 +411,3 @@ def screenshot_directory(env: Mapping[str, str] | None = None,
         except OSError:
             pass  # an unusable state directory: the current one still works
     return Path.cwd()
-
-
-# -- entry point -----------------------------------------------------------------------
-
-
-def _history(settings: Settings) -> History:
-    """The session's history; idle runs reach back before it when a ledger is there."""
-    history = settings.history()
-    ledger = existing_path()
-    if ledger is not None:
-        history.recorded_idle = RecordedIdle(ledger)
-    return history
-
-
-def _ledger_series() -> LedgerSeries | None:
-    ledger = existing_path()
-    return LedgerSeries(ledger) if ledger is not None else None
-
-
-def run_app(options: SourceOptions, interval: float | None) -> int:
-    try:
-        config = load_config(options.config_path)
-        settings = analysis_settings(config)
-    except ConfigError as err:
-        print(f"gputop: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    interval = interval if interval is not None else config.interval
-    if not 0.1 <= interval <= 3600:
-        print(f"gputop: --interval {interval:g}: expected 0.1 to 3600 seconds", file=sys.stderr)
-        return EXIT_USAGE
-    from gputop.sources.opener import NoDriverError, SourceError, open_feeds
-
-    try:
-        feeds = open_feeds(options, config, dashboard=True)
-    except NoDriverError as err:
-        print(str(err), file=sys.stderr)
-        return EXIT_NO_DRIVER
-    except SourceError as err:
-        text = str(err)
-        print(text if text.startswith("gputop") else f"gputop: {text}", file=sys.stderr)
-        return EXIT_USAGE
-    app = GputopApp(feeds, config, interval=interval, readonly=options.readonly,
-                    settings=settings, history=_history(settings))
-    app.ledger_series = _ledger_series()
-    result = app.run()
-    return int(result or 0)
-

@@ -1,6 +1,7 @@
 """Formatting for the dashboard: sizes, durations, gauges, sparklines, untrusted text.
 
-No Textual here, only strings and rich Text, so the helpers are cheap to test.
+No Textual here, only strings and rich Text, so the helpers are cheap to test (and to
+import: rich only when a Text is made).
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from gputop.analysis.durations import format_duration
 from gputop.text import visible
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 KIB = 1024
 MIB = KIB * 1024
@@ -24,8 +27,20 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
+def short_name(name: str | None) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3'; the vendor is the same on every card."""
+    if not name:
+        return "?"
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "Tesla "):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
 def safe_text(text: str | None, style: str = "") -> Text:
     """Untrusted text as a rich Text: never parsed as markup, escapes made visible."""
+    from rich.text import Text  # here: the start-up skeleton uses fmt before rich loads
+
     return Text(visible(text), style=style, no_wrap=True, overflow="ellipsis")
 
 
@@ -112,6 +127,8 @@ def _fresh(series: Sequence[tuple[float, float]], last: tuple[float, float] | No
     the series that was fed: start again)."""
     if last is None:
         return len(series)
+    if not series:  # nothing left of what was fed (another host's panel, a long gap)
+        return None
     fresh = 0
     for sample in reversed(series):
         if sample[0] <= last[0]:
@@ -136,22 +153,32 @@ class SparkTrack:
         self._slots: dict[int, float] = {}
         self._last: tuple[float, float] | None = None  # the newest sample fed
         self._newest = 0
+        # The last line drawn, (width, last slot, text), and the lowest slot changed
+        # since: a tick redraws only the cells from there (most ticks: the newest one)
+        # and shifts the rest, instead of all `width` cells of every line every tick.
+        self._drawn: tuple[int, int, str] | None = None
+        self._touched: int | None = None
 
     def feed(self, series: Sequence[tuple[float, float]]) -> None:
         fresh = _fresh(series, self._last)
         if fresh is None:  # not the series fed before (another host, a reset): afresh
             self._slots, self._newest, self._last = {}, 0, None
+            self._drawn = self._touched = None
             fresh = len(series)
         if not fresh:
             return
         slots, step = self._slots, self.step
+        touched = self._touched
         for t, value in series[len(series) - fresh:]:
             k = math.floor(t / step)
             old = slots.get(k)
             if old is None or value > old:
                 slots[k] = value
+                if touched is None or k < touched:
+                    touched = k
             if k > self._newest:
                 self._newest = k
+        self._touched = touched
         self._last = series[-1]
         if len(slots) > 2 * self.keep:  # amortised: a dict rebuilt every `keep` slots
             oldest = self._newest - self.keep
@@ -163,8 +190,25 @@ class SparkTrack:
         if width <= 0:
             return ""
         last = math.floor(now / self.step)
+        first = last - width + 1
+        redraw = first  # the first slot whose cell is drawn afresh
+        kept = ""  # the cells before it, from the last line drawn
+        drawn = self._drawn
+        # (A line reaching back to slots `feed` may have dropped is drawn afresh, as
+        # the dropped slots are blank: only when `now` lags the newest sample.)
+        if (drawn is not None and drawn[0] == width and drawn[1] <= last
+                and first > self._newest - self.keep):
+            shift = last - drawn[1]
+            # Slots after the last line's end were never drawn, and changed ones are
+            # drawn again; the cells before both are the last line's, shifted.
+            redraw = drawn[1] + 1 if self._touched is None else min(self._touched,
+                                                                      drawn[1] + 1)
+            redraw = max(redraw, first)
+            kept = drawn[2][shift:shift + redraw - first]
         get = self._slots.get
-        return "".join(_spark_char(get(k)) for k in range(last - width + 1, last + 1))
+        text = kept + "".join(_spark_char(get(k)) for k in range(redraw, last + 1))
+        self._drawn, self._touched = (width, last, text), None
+        return text
 
 
 class WindowStats:

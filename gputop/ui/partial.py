@@ -10,8 +10,11 @@ to the terminal close to what actually changed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
@@ -51,6 +54,78 @@ def changed_regions(old: Sequence[Strip], new: Sequence[Strip]) -> list[Region] 
         last = next(i for i in range(len(a) - 1, first - 1, -1) if a[i] != b[i])
         regions.append(Region(first, y, last - first + 1, 1))
     return regions
+
+
+_STYLES: dict[str, Style] = {}
+
+
+def _style_of(style: str | Style) -> Style:
+    if isinstance(style, Style):
+        return style
+    parsed = _STYLES.get(style)
+    if parsed is None:
+        parsed = _STYLES[style] = Style.parse(style) if style else Style()
+    return parsed
+
+
+def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
+    """A Text of non-overlapping spans (what the GPU panels and the header lines build)
+    as one Strip per line."""
+    plain = text.plain
+    pieces: list[tuple[str, Style]] = []
+    pos = 0
+    for span in sorted(text.spans, key=lambda sp: sp.start):
+        if span.start > pos:
+            pieces.append((plain[pos:span.start], base))
+        pieces.append((plain[span.start:span.end], base + _style_of(span.style)))
+        pos = max(pos, span.end)
+    if pos < len(plain):
+        pieces.append((plain[pos:], base))
+    lines: list[list[Segment]] = [[]]
+    for chunk, style in pieces:
+        parts = chunk.split("\n")
+        for i, part in enumerate(parts):
+            if i:
+                lines.append([])
+            if part:
+                lines[-1].append(Segment(part, style))
+    # Neighbouring spans of one style become one segment: one colour code sent, not two.
+    return [Strip(Segment.simplify(line)).crop_extend(0, width, base) for line in lines]
+
+
+class RepaintsChanges(Widget):
+    """A one-line ``render()`` widget that dirties only the cells of its line that changed.
+
+    ``repaint_changes()`` (call it where ``refresh()`` was called) renders the line, compares
+    it with the one drawn last and dirties from its first to its last changed cell, or
+    nothing: the header's clock text "1s old" is the same most seconds, and the host
+    line's CPU figure changes while its histories, further right, move every few seconds.
+    A new size, a line cut by the width (its ellipsis) or a first draw repaint it all.
+    Mix in before the Textual base class."""
+
+    _painted: tuple[Any, list[Strip]] | None = None
+
+    def repaint_changes(self) -> None:
+        width = self.size.width
+        text = self.render()
+        assert isinstance(text, Text)
+        old = self._painted
+        key = (self.size, self.is_mounted)
+        if text.cell_len > width or "\n" in text.plain:
+            self._painted = None
+            self.refresh()
+            return
+        new = text_strips(text, max(width, 1), Style())
+        self._painted = (key, new)
+        regions = changed_regions(old[1], new) if old is not None and old[0] == key else None
+        if regions is None:
+            self.refresh()
+        elif regions:
+            self.refresh(*regions)
+
+    def notify_style_update(self) -> None:
+        self._painted = None
+        super().notify_style_update()
 
 
 class StyleOnce(Widget):

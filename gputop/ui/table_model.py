@@ -15,6 +15,13 @@ from gputop.analysis import workload_groups
 from gputop.analysis.health import workloads as workload_rules
 from gputop.model import GpuProcess
 from gputop.ui import fmt
+from gputop.ui.columns import (  # noqa: F401 (COLUMNS, Column, layout: the table's names)
+    COLUMNS,
+    Column,
+    by_gpu_memory,
+    layout,
+    process_cell,
+)
 from gputop.ui.state import RowKey
 
 FLAG_SHORT = {"zombie": "ZOMB", "orphan": "ORPH", "idle": "IDLE", "kernel": "KERN",
@@ -22,34 +29,6 @@ FLAG_SHORT = {"zombie": "ZOMB", "orphan": "ORPH", "idle": "IDLE", "kernel": "KER
               "nojob": "NJOB", "foreign-gpu": "XGPU"}
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
-    id: str
-    title: str
-    width: int  # 0: takes the rest of the line
-    right: bool  # right-aligned (numbers)
-    drop: int  # order in which narrow terminals hide it; 0 never
-
-
-COLUMNS: dict[str, Column] = {
-    c.id: c
-    for c in (
-        Column("gpu", "GPU", 3, True, 0),
-        Column("pid", "PID", 7, True, 0),
-        Column("user", "USER", 9, False, 0),
-        Column("type", "TYPE", 4, False, 2),
-        Column("gpu_mem", "GPU-MEM", 7, True, 0),
-        Column("sm", "SM%", 4, True, 0),
-        Column("cpu", "CPU%", 5, True, 4),
-        Column("rss", "RSS", 6, True, 1),
-        Column("time", "TIME", 8, True, 3),
-        Column("flags", "STATE/FLAGS", 11, False, 0),
-        Column("job", "JOB", 16, False, 5),  # shown where some process has one
-        Column("command", "COMMAND", 0, False, 0),
-    )
-}
-
-MIN_COMMAND = 20
 
 
 @dataclass(slots=True)
@@ -158,7 +137,7 @@ SORT_KEYS: dict[str, Callable[[Row, float], Any]] = {
     "pid": lambda r, now: r.proc.pid,
     "user": lambda r, now: (r.proc.user or "", r.proc.pid),
     "type": lambda r, now: (r.proc.type, r.proc.pid),
-    "gpu_mem": lambda r, now: (_num(r.proc.gpu_mem), r.proc.pid),
+    "gpu_mem": lambda r, now: by_gpu_memory(r.proc),
     "sm": lambda r, now: (_num(r.proc.sm_util), r.proc.pid),
     "cpu": lambda r, now: (_num(r.proc.cpu_percent), r.proc.pid),
     "rss": lambda r, now: (_num(r.proc.rss), r.proc.pid),
@@ -185,38 +164,16 @@ def cell(column: str, row: Row, now: float) -> str:
     p = row.proc
     if row.tree_parent and column not in ("pid", "user", "gpu_mem", "command"):
         return ""
-    if column == "gpu":
-        return p.gpu_label  # "0:1" on MIG device 1 of card 0
-    if column == "pid":
-        return str(p.pid)
-    if column == "user":
-        return fmt.visible(p.user) if p.user else ("?" if p.visible else "-")
-    if column == "type":
-        return p.type
-    if column == "gpu_mem":
-        if row.subtree_mem is not None:
-            return "Σ" + fmt.size(row.subtree_mem)
-        return fmt.size(p.gpu_mem)
-    if column == "sm":
-        return "-" if p.sm_util is None else str(p.sm_util)
-    if column == "cpu":
-        return "-" if p.cpu_percent is None else f"{p.cpu_percent:.0f}"
-    if column == "rss":
-        return fmt.size(p.rss)
-    if column == "time":
-        return fmt.duration(None if p.start_time is None else now - p.start_time)
+    if column == "gpu_mem" and row.subtree_mem is not None:
+        return "Σ" + fmt.size(row.subtree_mem)
     if column == "flags":
-        state = p.state or ("?" if p.visible else "-")
+        state = process_cell("flags", p, now)
         return " ".join([state, *(FLAG_SHORT.get(f, f.upper()) for f in row.flags)])
     if column == "command":
         if row.tree_parent:
             return row.branch + (fmt.visible(p.command) if p.command else "?") + " (no GPU)"
-        if p.command:
-            return row.branch + fmt.visible(p.command)
-        return row.branch + ("(not in this PID namespace)" if not p.visible else "?")
-    if column == "job":
-        return fmt.visible(p.workload.label) if p.workload is not None else "-"
-    raise KeyError(column)
+        return row.branch + process_cell("command", p, now)
+    return process_cell(column, p, now)
 
 
 def _group_cell(column: str, row: Row, now: float) -> str:
@@ -257,22 +214,3 @@ def _group_cell(column: str, row: Row, now: float) -> str:
         count = len(group.pids)
         return fmt.visible(f"{what}{name}: GPUs {gpus}, {count} process{'es' if count > 1 else ''}")
     raise KeyError(column)
-
-
-def layout(columns: Iterable[str], width: int) -> list[tuple[Column, int]]:
-    """The columns that fit ``width`` with their widths; one space between columns.
-
-    Narrow terminals hide the least useful columns first (Column.drop) so COMMAND keeps
-    at least MIN_COMMAND cells.
-    """
-    shown = [COLUMNS[c] for c in columns]
-
-    def fixed(cols: list[Column]) -> int:
-        return sum(c.width + 1 for c in cols if c.width)
-
-    droppable = sorted((c for c in shown if c.drop), key=lambda c: c.drop)
-    has_command = any(not c.width for c in shown)
-    while droppable and width - fixed(shown) < (MIN_COMMAND if has_command else 0):
-        shown.remove(droppable.pop(0))
-    rest = max(width - fixed(shown), 1)
-    return [(c, c.width or rest) for c in shown]

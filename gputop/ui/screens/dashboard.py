@@ -141,8 +141,11 @@ class DashboardScreen(Screen[None]):
         # Immediate: drawn in the same turn as the change, as the app's caller expects.
         app.state_changed.subscribe(self, self._data_changed, immediate=True)
         app.view_changed.subscribe(self, self._view_changed, immediate=True)
-        self._dirty = bool(app.state.snapshots)  # snapshots applied before this screen was
         self.set_interval(app.interval, self.tick, name="refresh")
+        if app.state.snapshots:
+            # Applied before this screen was (the start-up snapshot, a replay): drawn in
+            # the first frame, not a refresh interval later.
+            self.refresh_view(mounting=True)
 
     # -- data in -----------------------------------------------------------------------
 
@@ -156,9 +159,10 @@ class DashboardScreen(Screen[None]):
     def _view_changed(self, _state: UiState) -> None:
         self.refresh_view()
 
-    def _ready(self) -> bool:
+    def _ready(self, mounting: bool = False) -> bool:
         # Snapshots and ticks can arrive before the widgets exist or while they go away.
-        return self.is_mounted and bool(self.query(HeaderBar))
+        # In on_mount the widgets are composed, though Textual says mounted only after.
+        return (mounting or self.is_mounted) and bool(self.query(HeaderBar))
 
     def tick(self) -> None:
         """The refresh timer: while this screen is on top, redraw only what aged (nothing
@@ -174,9 +178,9 @@ class DashboardScreen(Screen[None]):
 
     # -- drawing -----------------------------------------------------------------------
 
-    def refresh_view(self) -> None:
+    def refresh_view(self, mounting: bool = False) -> None:
         """Bring every widget up to date with the state."""
-        if not self._ready():
+        if not self._ready(mounting):
             return
         self._dirty = False
         app = self.app

@@ -29,9 +29,9 @@ from gputop.analysis.holders import holders
 from gputop.analysis.pick import others_on
 from gputop.model import HostSnapshot, Reservation
 from gputop.ui import fmt
+from gputop.ui.headline import host_title
 from gputop.ui.keys import bindings
 from gputop.ui.screens.confirm import ConfirmScreen
-from gputop.ui.widgets.header import host_title
 
 if TYPE_CHECKING:
     from textual import getters

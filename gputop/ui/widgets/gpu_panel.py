@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.message import Message
@@ -28,7 +26,7 @@ from gputop.model import (
     Reservation,
 )
 from gputop.ui import fmt
-from gputop.ui.partial import StyleOnce, changed_regions
+from gputop.ui.partial import StyleOnce, changed_regions, text_strips
 
 # Clock events that are not a slowdown anyone should look at.
 BENIGN_CLOCK_EVENTS = frozenset(
@@ -57,16 +55,6 @@ class PanelData:
     # panel then reads only their new samples.  False (a ledger range): drawn afresh.
     appending: bool = True
     host: str = ""  # whose card: panels are reused when the dashboard shows another host
-
-
-def short_name(name: str | None) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3'; the vendor is the same on every card."""
-    if not name:
-        return "?"
-    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "Tesla "):
-        if name.startswith(prefix):
-            return name[len(prefix):]
-    return name
 
 
 class GpuPanel(StyleOnce):
@@ -264,7 +252,7 @@ class GpuPanel(StyleOnce):
         out = Text(no_wrap=True, overflow="ellipsis")
         # line 1: identity, P-state, clocks, badges
         out.append(f"{gpu.index} ", style="bold")
-        out.append(fmt.visible(short_name(gpu.name)), style="bold")
+        out.append(fmt.visible(fmt.short_name(gpu.name)), style="bold")
         if gpu.pstate is not None:
             out.append(f"  P{gpu.pstate}")
         if gpu.clock_sm is not None:
@@ -360,7 +348,7 @@ class GpuPanel(StyleOnce):
             return self._lost(gpu, width)
         out = Text(no_wrap=True, overflow="ellipsis")
         out.append(f"{gpu.index:>2} ", style="bold")
-        out.append(fmt.visible(short_name(gpu.name))[:14].ljust(14), style="bold")
+        out.append(fmt.visible(fmt.short_name(gpu.name))[:14].ljust(14), style="bold")
         bar_w = max(min((width - 64) // 3, 12), 3)
         self._gauge(out, " ", gpu.util_gpu, _frac(gpu.util_gpu, 100), "util", bar_w,
                     f"{fmt.percent(gpu.util_gpu):>4}")
@@ -484,39 +472,3 @@ def worst(warnings: list[HealthWarning]) -> str | None:
         return None
     return min((w.severity for w in warnings), key=lambda s: SEVERITY_ORDER.get(s, 9),
                default=CRITICAL)
-
-
-_STYLES: dict[str, Style] = {}
-
-
-def _style_of(style: str | Style) -> Style:
-    if isinstance(style, Style):
-        return style
-    parsed = _STYLES.get(style)
-    if parsed is None:
-        parsed = _STYLES[style] = Style.parse(style) if style else Style()
-    return parsed
-
-
-def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
-    """A Text of non-overlapping spans (what the panel builds) as one Strip per line."""
-    plain = text.plain
-    pieces: list[tuple[str, Style]] = []
-    pos = 0
-    for span in sorted(text.spans, key=lambda sp: sp.start):
-        if span.start > pos:
-            pieces.append((plain[pos:span.start], base))
-        pieces.append((plain[span.start:span.end], base + _style_of(span.style)))
-        pos = max(pos, span.end)
-    if pos < len(plain):
-        pieces.append((plain[pos:], base))
-    lines: list[list[Segment]] = [[]]
-    for chunk, style in pieces:
-        parts = chunk.split("\n")
-        for i, part in enumerate(parts):
-            if i:
-                lines.append([])
-            if part:
-                lines[-1].append(Segment(part, style))
-    # Neighbouring spans of one style become one segment: one colour code sent, not two.
-    return [Strip(Segment.simplify(line)).crop_extend(0, width, base) for line in lines]

@@ -9,20 +9,12 @@ from rich.text import Text
 from textual.widget import Widget
 
 from gputop.model import HealthWarning, HostSnapshot
-from gputop.ui import fmt
+from gputop.ui import fmt, headline
+from gputop.ui.partial import RepaintsChanges
 from gputop.ui.widgets.gpu_panel import HISTORY_MEM_STYLE, SEVERITY_BADGE, span_label
 
 
-def host_title(snap: HostSnapshot) -> str:
-    """The host as configured (what the user typed or the hosts file calls it), then the
-    machine's own name where it differs: several hosts can share a hostname (``vm``)."""
-    name = fmt.visible(snap.host)
-    if snap.hostname and snap.hostname != snap.host:
-        return f"{name} ({fmt.visible(snap.hostname)})"
-    return name
-
-
-class HeaderBar(Widget):
+class HeaderBar(RepaintsChanges, Widget):
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $panel; }
     """
@@ -42,48 +34,18 @@ class HeaderBar(Widget):
         signature = (id(snapshot), interval, hosts, self._age_text())
         if signature != self._signature:
             self._signature = signature
-            self.refresh()
+            self.repaint_changes()
 
     def _age_text(self) -> str:
         if self.snapshot is None:
             return ""
-        age = max(self.now - self.snapshot.time, 0.0)
-        return f"{age:.0f}s"
+        return headline.age_text(self.now, self.snapshot)
 
     def render(self) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis")
-        out.append(" gputop ", style="bold reverse")
-        snap = self.snapshot
-        if snap is None:
-            out.append("  waiting for the first snapshot…", style="dim")
-            return out
-        wide = self.size.width >= 110
-        out.append(" ")
-        out.append(host_title(snap), style="bold")
-        if snap.demo:
-            out.append(" ")
-            out.append(" DEMO ", style="bold reverse yellow")
-        if self.hosts > 1:
-            # The table below lists this host only: say where the others are.
-            hint = " · c: cluster, p: all processes" if wide else ""
-            out.append(f" (one of {self.hosts} hosts{hint})", style="dim")
-        # Narrow terminals drop the words, never the data age.
-        age = max(self.now - snap.time, 0.0)
-        stale = age > max(3 * self.interval, 3.0)
-        out.append(f" · {'data ' if wide else ''}{self._age_text()} old",
-                   style="bold red" if stale else "dim")
-        if snap.driver_version:
-            out.append(f" · {'driver ' if wide else ''}{fmt.visible(snap.driver_version)}")
-        if snap.cuda_version:
-            out.append(f" · CUDA {fmt.visible(snap.cuda_version)}")
-        out.append(f" · {len(snap.gpus)} GPU{'s' if len(snap.gpus) != 1 else ''}")
-        if snap.queue:
-            out.append(f" · {len(snap.queue)} in queue (Q)", style="bold")
-        out.append(f" · {'every ' if wide else ''}{self.interval:g}s")
-        if not snap.ok:
-            out.append(f" · {snap.state}", style="bold red")
-            if snap.error:
-                out.append(f": {fmt.visible(snap.error)}", style="red")
+        for text, style in headline.header_parts(self.snapshot, self.interval, self.now,
+                                                  self.hosts, self.size.width >= 110):
+            out.append(text, style=style)
         return out
 
 
@@ -101,7 +63,7 @@ SPARK_MIN = 8  # narrower than this a history says nothing: leave it out
 SPARK_MAX = 40
 
 
-class HostLine(Widget):
+class HostLine(RepaintsChanges, Widget):
     DEFAULT_CSS = """
     HostLine { height: 1; }
     """
@@ -121,7 +83,7 @@ class HostLine(Widget):
         signature = (id(snapshot), tuple(w.key for w in warnings), status)
         if signature != self._signature:
             self._signature = signature
-            self.refresh()
+            self.repaint_changes()
 
     def render(self) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis")

@@ -23,28 +23,13 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gputop.config import COLUMNS as DEFAULT_COLUMNS
-from gputop.text import without_program_dir
+from gputop.ui.columns import Column, layout, right, row_text
 from gputop.ui.keys import bindings
 from gputop.ui.partial import StyleOnce, changed_regions
 from gputop.ui.state import RowKey
-from gputop.ui.table_model import Column, Row, cell, layout
+from gputop.ui.table_model import Row, cell
 
 CURSOR = "process-table--cursor"
-
-
-def _cells(cols: list[tuple[Column, int]], values: list[str]) -> str:
-    parts = []
-    for (col, width), value in zip(cols, values, strict=True):
-        if col.id == "command" and len(value) > width:  # cut: the script, not the path
-            value = without_program_dir(value)
-        text = set_cell_size(value, width) if not col.right else _right(value, width)
-        parts.append(text)
-    return " ".join(parts)
-
-
-def _right(value: str, width: int) -> str:
-    value = set_cell_size(value, min(len(value), width))
-    return " " * (width - len(value)) + value
 
 
 class TableHeader(Widget):
@@ -90,7 +75,7 @@ class TableHeader(Widget):
             # A title that fills its column puts the marker in the gap after it, so every
             # column shows its direction without widening the table.
             cell_width = width + 1 if len(title) > width else width
-            text = _right(title, cell_width) if col.right else set_cell_size(title, cell_width)
+            text = right(title, cell_width) if col.right else set_cell_size(title, cell_width)
             segments.append(Segment(text, sort_style if sorted_here else style))
             if cell_width == width:
                 segments.append(Segment(" ", style))
@@ -292,7 +277,7 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
         cols = self._layout(max(width - 1, 1))
         values = [cell(col.id, row, self.now) for col, _w in cols]
         tagged = row.key in self.tagged
-        text = ("*" if tagged else " ") + _cells(cols, values)
+        text = ("*" if tagged else " ") + row_text(cols, values)
         style = self.row_style(row, index == self.cursor)
         return Strip([Segment(text, style)]).adjust_cell_length(width, style)
 
