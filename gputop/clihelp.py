@@ -4,8 +4,6 @@ subcommand, and what an unknown command is told. A new subcommand is one entry i
 
 from __future__ import annotations
 
-import difflib
-
 # name: (one line for `gputop --help`, two examples for `gputop NAME --help`)
 COMMANDS: dict[str, tuple[str, tuple[str, str]]] = {
     "check": ("health warnings; exit 0 ok, 1 warning, 2 critical (for cron)",
@@ -64,6 +62,8 @@ def examples_epilog(command: str) -> str:
 
 def unknown_command(word: str) -> str:
     """One line for `gputop WORD` where WORD is no command: the nearest one, if any."""
+    import difflib  # only for a mistyped command: 2-4 ms of every start otherwise
+
     near = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.5)
     hint = f"; did you mean '{near[0]}'?" if near else ""
     return f"gputop: unknown command '{word}'{hint} (gputop --help lists the commands)"

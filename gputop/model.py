@@ -13,8 +13,10 @@ probe.  ``to_dict`` is the inverse and is what ``gputop --json`` prints.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 SCHEMA_VERSION = 1
 
@@ -74,15 +76,140 @@ def _field_names(cls: type) -> frozenset[str]:
     return names
 
 
-class _Record:
+class Record:
+    """What every record shares (the model's, and the analysis' frozen slotted types):
+    frozen dataclass equality, hash, repr and pickling, computed from the fields in order
+    (``record`` sets ``_names`` and ``_values`` on each class)."""
+
     __slots__ = ()
+    _names: ClassVar[tuple[str, ...]]
+    _values: ClassVar[Callable[..., tuple[Any, ...]]]  # an attrgetter: obj -> its fields
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
+    # As dataclass(eq=True, frozen=True) writes them: equal when of the same class with
+    # equal fields, the hash of the fields' tuple, "Name(field=value, ...)".
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return bool(self._values(self) == self._values(other))
+        return NotImplemented
 
-@dataclass(frozen=True, slots=True)
-class NvLink(_Record):
+    def __hash__(self) -> int:
+        return hash(self._values(self))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in
+                          zip(self._names, self._values(self), strict=True))
+        return f"{self.__class__.__qualname__}({shown})"
+
+    # Frozen, as dataclass(frozen=True) makes it, and pickled the way it pickles a frozen
+    # slotted class (its _dataclass_getstate / _dataclass_setstate).
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __getstate__(self) -> list[Any]:
+        return list(self._values(self))
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for name, value in zip(self._names, state, strict=True):
+            object.__setattr__(self, name, value)
+
+
+if TYPE_CHECKING:
+    # For mypy a record is exactly a frozen slotted dataclass: it checks construction,
+    # frozenness and dataclasses.replace as before.  (Its dataclass plugin knows the
+    # decorator by this import, typing_extensions is no stdlib for the probe.)
+    from dataclasses import dataclass as record
+else:
+    def record(*, frozen: bool, slots: bool):
+        """``@record(frozen=True, slots=True)``: ``@dataclass(frozen=True, slots=True)``,
+        made cheap to define.
+
+        dataclass compiles the source of __init__, __repr__, __eq__, __hash__ and the frozen
+        __setattr__/__delattr__ for every class at every start (its exec calls; a Gpu's 75
+        fields make each of them long): 15 ms for the twelve records here, a tenth of
+        `gputop --once`.  Here dataclass writes only the slots and the field metadata (so
+        dataclasses.fields, replace and asdict work as before); equality, hash, repr,
+        frozenness and pickling are Record's, over an attrgetter of the fields, and
+        __init__ is _init_for's, which sets the slots as the generated one does (a frozen
+        dataclass's __init__ sets each field with object.__setattr__: no faster).  Every
+        record has a docstring: without one dataclass builds it from inspect.signature.
+        tests/test_model_records.py compares each record with a real dataclass.
+        """
+        if not (frozen and slots):
+            raise TypeError("a record is frozen and slotted: record(frozen=True, slots=True)")
+        return _make_record
+
+    def _make_record(cls):
+        cls = dataclass(slots=True, init=False, repr=False, eq=False)(cls)
+        fields = dataclasses.fields(cls)
+        cls._names = tuple(f.name for f in fields)
+        cls._values = attrgetter(*cls._names) if len(fields) > 1 else (
+            lambda obj, _get=attrgetter(cls._names[0]): (_get(obj),))
+        cls.__init__ = _init_for(cls, fields)
+        return cls
+
+
+def _init_for(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[..., None]:
+    """The __init__ dataclass would write for ``cls``: the fields in order, positional or
+    by keyword, their defaults, the same TypeErrors.  (No record has a default factory.)"""
+    missing = dataclasses.MISSING
+    if any(f.default_factory is not missing for f in fields):
+        raise TypeError(f"{cls.__qualname__}: a record field cannot have a default_factory")
+    names = tuple(f.name for f in fields)
+    count = len(names)
+    defaults = {f.name: f.default for f in fields}
+    required = tuple(f.name for f in fields if f.default is missing)
+    # (slot setter, name): the slot's own descriptor, as the frozen class refuses setattr
+    plan: tuple[tuple[Any, str], ...] = tuple((cls.__dict__[n].__set__, n) for n in names)
+    where = f"{cls.__qualname__}.__init__()"
+    takes = (f"{count + 1}" if len(required) == count else
+             f"from {len(required) + 1} to {count + 1}")  # counting self, as Python does
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args:
+            if len(args) > count:
+                raise TypeError(f"{where} takes {takes} positional arguments but "
+                                f"{len(args) + 1} were given")
+            for name, value in zip(names, args, strict=False):
+                if name in kwargs:
+                    raise TypeError(f"{where} got multiple values for argument '{name}'")
+                kwargs[name] = value
+        values = {**defaults, **kwargs}  # one C-level merge, then a slot each
+        if len(values) != count:
+            unknown = next(k for k in kwargs if k not in defaults)
+            raise TypeError(f"{where} got an unexpected keyword argument '{unknown}'")
+        for name in required:
+            if values[name] is missing:
+                raise TypeError(_missing(where, [n for n in required if values[n] is missing]))
+        for put, name in plan:
+            put(self, values[name])
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
+
+
+def _missing(where: str, names: list[str]) -> str:
+    """Python's words for missing arguments: 'a', 'a' and 'b', 'a', 'b', and 'c'."""
+    quoted = [f"'{n}'" for n in names]
+    if len(quoted) == 1:
+        listed = quoted[0]
+    elif len(quoted) == 2:
+        listed = " and ".join(quoted)
+    else:
+        listed = ", ".join(quoted[:-1]) + ", and " + quoted[-1]
+    plural = "argument" if len(names) == 1 else "arguments"
+    return f"{where} missing {len(names)} required positional {plural}: {listed}"
+
+
+@record(frozen=True, slots=True)
+class NvLink(Record):
+    """One NVLink of a card: up or down, and the PCI bus id of its far end."""
+
     link: int
     active: bool | None = None
     remote_pci_bus_id: str | None = None
@@ -110,8 +237,10 @@ def _links(items: Any) -> tuple[NvLink, ...]:
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class Gpu(_Record):
+@record(frozen=True, slots=True)
+class Gpu(Record):
+    """One card of a host at one moment: identity, use, limits and health counters."""
+
     index: int
     state: str = GPU_OK
     error: str | None = None  # why state is not ok
@@ -259,8 +388,8 @@ class Gpu(_Record):
 # -- MIG: instances of a card in MIG mode, see docs/mig.md ----------------------
 
 
-@dataclass(frozen=True, slots=True)
-class MigDevice(_Record):
+@record(frozen=True, slots=True)
+class MigDevice(Record):
     """One MIG device (a compute instance inside a GPU instance) of card ``gpu``.
 
     Temperature, power and clocks belong to the parent card; ``sm_active`` comes from GPM
@@ -335,8 +464,8 @@ def mig_memory(gpu: Gpu) -> tuple[int | None, int | None]:
 WORKLOAD_KINDS = ("slurm", "docker", "podman", "containerd", "crio", "k8s")
 
 
-@dataclass(frozen=True, slots=True)
-class Workload(_Record):
+@record(frozen=True, slots=True)
+class Workload(Record):
     """The Slurm job, container or pod a process runs in (from its cgroup); see
     docs/workloads.md.  Names are None until (and unless) a name source answers."""
 
@@ -396,8 +525,10 @@ class Workload(_Record):
         return cls(**clean)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuProcess(_Record):
+@record(frozen=True, slots=True)
+class GpuProcess(Record):
+    """A process NVML lists on a card, with what /proc says about it."""
+
     pid: int
     gpu: int  # GPU index on its host
     type: str = "C"  # "C" compute, "G" graphics, "C+G" both
@@ -446,8 +577,8 @@ class GpuProcess(_Record):
         return proc
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceHolder(_Record):
+@record(frozen=True, slots=True)
+class DeviceHolder(Record):
     """A process holding /dev/nvidia* open (found by scanning /proc/*/fd)."""
 
     pid: int
@@ -456,16 +587,18 @@ class DeviceHolder(_Record):
     devices: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class XidEvent(_Record):
+@record(frozen=True, slots=True)
+class XidEvent(Record):
+    """An XID error the driver reported for a card (NVML events)."""
+
     gpu: int | None  # None: the event could not be placed on a GPU ("GPU unknown")
     xid: int
     time: float  # epoch seconds
     detail: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Link(_Record):
+@record(frozen=True, slots=True)
+class Link(Record):
     """Topology between two GPUs, in `nvidia-smi topo -m` vocabulary."""
 
     gpu_a: int
@@ -474,8 +607,10 @@ class Link(_Record):
     nvlinks: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation(_Record):
+@record(frozen=True, slots=True)
+class Reservation(Record):
+    """A user's claim on a card or MIG device until a time (docs/reservations.md)."""
+
     gpu: int
     user: str
     until: float  # epoch seconds
@@ -501,8 +636,8 @@ class Reservation(_Record):
         return _flat(cls, data)
 
 
-@dataclass(frozen=True, slots=True)
-class QueueJob(_Record):
+@record(frozen=True, slots=True)
+class QueueJob(Record):
     """A `gputop run` job in a host's line (docs/queue.md); running while a reservation
     carries its id."""
 
@@ -530,8 +665,10 @@ class QueueJob(_Record):
         return job
 
 
-@dataclass(frozen=True, slots=True)
-class HealthWarning(_Record):
+@record(frozen=True, slots=True)
+class HealthWarning(Record):
+    """One finding of the health rules (analysis/health/), shown and exported."""
+
     severity: str  # CRITICAL / WARNING / INFO
     code: str  # stable id, e.g. "gpu-lost", "xid-79", "pcie-width"
     message: str  # one line
@@ -550,8 +687,10 @@ class HealthWarning(_Record):
         return _flat(cls, data)
 
 
-@dataclass(frozen=True, slots=True)
-class HostSnapshot(_Record):
+@record(frozen=True, slots=True)
+class HostSnapshot(Record):
+    """Everything known about one host at one moment: the unit every view shows."""
+
     host: str  # the name the user knows it by ("localhost" or the hosts-file name)
     time: float  # epoch seconds when collected
     state: str = HOST_OK

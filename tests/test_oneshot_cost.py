@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("asyncio", "http", "ssl", "email", "textual", "rich", "gputop.ui",
              "gputop.sources.prometheus", "gputop.sources.serveapi", "gputop.sources.ssh",
              "gputop.sources.oneshot", "gputop.ledger", "gputop.actions.queue",
-             "gputop.commands.queue", "gputop.analysis.queue_plan")
+             "gputop.commands.queue", "gputop.analysis.queue_plan",
+             "difflib")  # only to suggest a command for a mistyped one
 
 # Runs gputop's main in this interpreter and writes the modules it loaded on the way out.
 RUN_AND_LIST = """
@@ -277,7 +278,7 @@ def test_the_dashboard_asks_settings_every_ten_seconds_and_field_values_once(
 
 
 UNSHOWN_CALLS = ("nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
-                 "nvmlDeviceGetPcieThroughput")
+                 "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetBAR1MemoryInfo")
 
 
 def test_nothing_the_dashboard_runs_reads_what_its_stream_leaves_out() -> None:
@@ -288,10 +289,13 @@ def test_nothing_the_dashboard_runs_reads_what_its_stream_leaves_out() -> None:
                for p in (ROOT / "gputop" / part).rglob("*.py")]
     assert len(readers) > 20
     for path in readers:
-        text = path.read_text()
+        # A MIG device has a BAR1 of its own (MigDevice.bar1_used, read by sources/mig.py),
+        # which the panel shows as ``dev.bar1_used``: the card's is the one left out.
+        text = path.read_text().replace("dev.bar1_", "")
         assert not [k for k in _UNSHOWN if k in text], path
 
 
-UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs")
+UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs", "bar1_used",
+           "bar1_total")
 SETTINGS_KEYS = ("power_limit", "persistence_mode", "compute_mode", "ecc_mode",
                  "ecc_mode_pending", "mig_mode", "mig_mode_pending")

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gputop.analysis.durations import format_duration
-from gputop.model import DeviceHolder, GpuProcess, HostSnapshot
+from gputop.model import DeviceHolder, GpuProcess, HostSnapshot, Record, record
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -57,14 +57,18 @@ _NOTEBOOK_SERVERS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class OrphanRules:
+@record(frozen=True, slots=True)
+class OrphanRules(Record):
+    """When an idle process is worth flagging (config: reclaim)."""
+
     idle_minutes: float = 30.0
     idle_min_mem_mib: int = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessFlags:
+@record(frozen=True, slots=True)
+class ProcessFlags(Record):
+    """What the orphan rules found about one process, and why."""
+
     kernel: bool = False
     orphan: bool = False
     idle: bool = False
@@ -100,8 +104,8 @@ class ProcessFlags:
         return bool(self.reasons)
 
 
-@dataclass(frozen=True, slots=True)
-class Reclaimable:
+@record(frozen=True, slots=True)
+class Reclaimable(Record):
     """One process (over all its GPUs) whose memory a kill would give back."""
 
     host: str

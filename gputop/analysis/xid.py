@@ -16,13 +16,14 @@ import calendar
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from gputop.model import CRITICAL, WARNING, Gpu, XidEvent
+from gputop.model import CRITICAL, WARNING, Gpu, Record, XidEvent, record
 
 
-@dataclass(frozen=True, slots=True)
-class XidInfo:
+@record(frozen=True, slots=True)
+class XidInfo(Record):
+    """What one XID code means, how bad it is and what to do."""
+
     code: int
     name: str
     severity: str
@@ -200,8 +201,8 @@ def describe(code: int) -> str:
 # ---------------------------------------------------------------- kernel log lines
 
 
-@dataclass(frozen=True, slots=True)
-class KernelXid:
+@record(frozen=True, slots=True)
+class KernelXid(Record):
     """One `NVRM: Xid (PCI:...): N, ...` line from dmesg or the journal."""
 
     pci_bus_id: str  # as the kernel writes it, e.g. "0000:9b:00"

@@ -227,8 +227,10 @@ class NvmlBackend:
         self._now = 0.0  # the time of the read under way
         # (function, handle, arguments) -> when it answered NotSupported, see _call
         self._unsupported: dict[Any, float] = {}
-        # index -> (when, the settings read then, their field errors), see _settings
-        self._settings_read: dict[int, tuple[float, dict[str, Any], tuple[str, ...]]] = {}
+        # (index, group) -> (when, the group's fields read then, their field errors):
+        # the fields read less often than every refresh, see READ_EVERY and _kept
+        self._kept_reads: dict[tuple[int, str], tuple[float, dict[str, Any],
+                                                      tuple[str, ...]]] = {}
         # MIG devices list processes as cards do (the first value of _running).
         self._card_gpm = CardGpm(nvml, self._get)
         self._mig = MigReader(nvml, self._get, lambda *args: self._running(*args)[0],
@@ -666,7 +668,8 @@ class NvmlBackend:
     def _broken_gpu(self, index: int, state: str, message: str) -> dict[str, Any]:
         # Keep whatever identity we already know, so the user sees which card is gone.
         known = self._static.get(index, {})
-        self._settings_read.pop(index, None)  # a card back from an error is asked afresh
+        for group in READ_EVERY:  # a card back from an error is asked afresh
+            self._kept_reads.pop((index, group), None)
         gpu: dict[str, Any] = {key: known.get(key) for key in _IDENTITY_KEYS}
         gpu.update(index=index, state=state, error=message)
         return gpu
@@ -688,9 +691,10 @@ class NvmlBackend:
         else:
             gpu.update(dict.fromkeys(_UNSHOWN))
         self._memory(gpu, handle)
-        bar1 = get("nvmlDeviceGetBAR1MemoryInfo", handle)
-        gpu["bar1_used"] = getattr(bar1, "bar1Used", None)
-        gpu["bar1_total"] = getattr(bar1, "bar1Total", None)
+        if shown:  # the dashboard shows a MIG device's BAR1 (sources/mig.py), not a card's
+            bar1 = get("nvmlDeviceGetBAR1MemoryInfo", handle)
+            gpu["bar1_used"] = getattr(bar1, "bar1Used", None)
+            gpu["bar1_total"] = getattr(bar1, "bar1Total", None)
         gpu["temp"] = get(
             "nvmlDeviceGetTemperature", handle, self._const("NVML_TEMPERATURE_GPU", 0)
         )
@@ -716,8 +720,11 @@ class NvmlBackend:
             *((_FI_NVLINK_GET_STATE, n) for n in range(links)), *counters])
         self._ecc(gpu, handle, batch[:ecc] if batch is not None else None)
         self._clock_events(gpu, handle)
-        gpu["pcie_gen"] = get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
-        gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth", handle)
+        if shown:  # serve, --json, check: every read, as they export or judge it once
+            self._pcie_link(gpu, handle)
+        else:
+            self._kept(gpu, "pcie_link", lambda: self._pcie_link(gpu, handle),
+                       urgent=lambda last: _pcie_link_urgent(last, gpu, static))
         if shown:
             for key, const, default in (("pcie_tx_kbs", "NVML_PCIE_UTIL_TX_BYTES", _PCIE_TX),
                                         ("pcie_rx_kbs", "NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)):
@@ -727,36 +734,51 @@ class NvmlBackend:
             index, handle, batch[ecc:ecc + links] if batch is not None else None)
         self._counters(gpu, handle, batch[ecc + links:] if batch is not None else None)
 
-    def _settings(self, gpu: dict[str, Any], handle: Any) -> None:
-        """What an admin sets (power limit, persistence, compute, ECC and MIG modes), read
-        again every SETTINGS_SECONDS rather than every refresh: five of a card's thirty
-        calls a tick, for values that change by hand, if ever.  A failure is reported each read
-        as if it had been asked again."""
+    def _kept(self, gpu: dict[str, Any], group: str, read: Callable[[], Any],
+              urgent: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """Fill ``gpu`` with ``group``'s fields (READ_EVERY): ``read()`` them when they are
+        due (first read, READ_EVERY[group] seconds since the last, or ``urgent(last
+        values)``), else the values of the last read, with that read's field errors
+        reported again as if they had been asked again."""
         index, now = gpu["index"], self._now
-        cached = self._settings_read.get(index)
-        if cached is not None and 0 <= now - cached[0] < SETTINGS_SECONDS:
+        fields = _READ_GROUPS[group]
+        cached = self._kept_reads.get((index, group))
+        if cached is not None and 0 <= now - cached[0] < READ_EVERY[group] and not (
+                urgent is not None and urgent(cached[1])):
             gpu.update(cached[1])
             if self._field_errors is not None:
                 self._field_errors.extend(e for e in cached[2] if e not in self._field_errors)
             return
-        get = self._get
         errors = self._field_errors if self._field_errors is not None else []
         before = len(errors)
-        read: dict[str, Any] = {}
-        read["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
+        read()
+        self._kept_reads[(index, group)] = (now, {k: gpu.get(k) for k in fields},
+                                            tuple(errors[before:]))
+
+    def _settings(self, gpu: dict[str, Any], handle: Any) -> None:
+        """What an admin sets (power limit, persistence, compute, ECC and MIG modes): five
+        of a card's thirty calls a tick, for values that change by hand, if ever; read
+        every READ_EVERY["settings"] seconds (_kept)."""
+        self._kept(gpu, "settings", lambda: self._read_settings(gpu, handle))
+
+    def _read_settings(self, gpu: dict[str, Any], handle: Any) -> None:
+        get = self._get
+        gpu["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
         persistence = get("nvmlDeviceGetPersistenceMode", handle)
-        read["persistence_mode"] = bool(persistence) if persistence is not None else None
+        gpu["persistence_mode"] = bool(persistence) if persistence is not None else None
         mode = get("nvmlDeviceGetComputeMode", handle)
-        read["compute_mode"] = _COMPUTE_MODES.get(mode, str(mode)) if mode is not None else None
+        gpu["compute_mode"] = _COMPUTE_MODES.get(mode, str(mode)) if mode is not None else None
         ecc = get("nvmlDeviceGetEccMode", handle)
-        read["ecc_mode"] = bool(ecc[0]) if ecc else None
-        read["ecc_mode_pending"] = bool(ecc[1]) if ecc else None
+        gpu["ecc_mode"] = bool(ecc[0]) if ecc else None
+        gpu["ecc_mode_pending"] = bool(ecc[1]) if ecc else None
         # Changed only by an admin, and in effect only after a reset (sources/mig.py).
         mig = get("nvmlDeviceGetMigMode", handle)
-        read["mig_mode"] = bool(mig[0]) if mig else None
-        read["mig_mode_pending"] = bool(mig[1]) if mig else None
-        self._settings_read[index] = (now, read, tuple(errors[before:]))
-        gpu.update(read)
+        gpu["mig_mode"] = bool(mig[0]) if mig else None
+        gpu["mig_mode_pending"] = bool(mig[1]) if mig else None
+
+    def _pcie_link(self, gpu: dict[str, Any], handle: Any) -> None:
+        gpu["pcie_gen"] = self._get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        gpu["pcie_width"] = self._get("nvmlDeviceGetCurrPcieLinkWidth", handle)
 
     @staticmethod
     def _counter_fields(links: int) -> list[tuple[int, int]]:
@@ -1047,8 +1069,10 @@ _LEAN_SKIPS = ("util_enc", "util_dec", "bar1_used", "bar1_total", "clock_sm", "c
 
 # What the dashboard's stream leaves out (None): no view, rule or record of the dashboard
 # reads them (tests/test_oneshot_cost.py looks); `serve`, --json and --once's full read
-# (--json) still do.  Five of a card's calls a refresh.
-_UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs")
+# (--json) still do.  Six of a card's calls a refresh.  A card's BAR1 is one of them: the
+# dashboard shows the BAR1 of MIG devices only (their own fields, sources/mig.py).
+_UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs", "bar1_used",
+            "bar1_total")
 
 
 # Field ids (nvml.h) of what _ecc reads one call at a time, and the keys they fill.
@@ -1075,6 +1099,48 @@ _FIELD_VALUE_TYPES = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal
 # How long a card's settings (power limit, persistence, compute, ECC and MIG modes) are kept
 # before they are read again: a change made by hand shows within this.
 SETTINGS_SECONDS = 10.0
+
+# The one home for "how often is field X read" where it is not every refresh: each group's
+# fields are read together, at most every READ_EVERY[group] seconds (NvmlBackend._kept),
+# sooner where the group's rule below says so.  Fields that never change are read once
+# (_static_fields); what the dashboard shows nowhere, never by it (_UNSHOWN).
+_READ_GROUPS = {
+    # Every read but a lean one (it reads power limit and persistence once, directly).
+    "settings": ("power_limit", "persistence_mode", "compute_mode", "ecc_mode",
+                 "ecc_mode_pending", "mig_mode", "mig_mode_pending"),
+    # The dashboard's stream only (serve, --json and check read them every time): see
+    # _pcie_link_urgent for when they are read every refresh all the same.
+    "pcie_link": ("pcie_gen", "pcie_width"),
+}
+READ_EVERY = {"settings": SETTINGS_SECONDS, "pcie_link": SETTINGS_SECONDS}
+
+
+def _pcie_link_urgent(last: dict[str, Any], gpu: dict[str, Any], static: dict[str, Any]) -> bool:
+    """Whether the dashboard reads a card's PCIe generation and width this refresh rather
+    than keeping ``last`` (read at most READ_EVERY["pcie_link"] seconds ago); ``gpu``: this
+    refresh's fields read so far (its util).
+
+    The health rules (analysis/health/gpu.py) warn when the width is below the maximum
+    (any load) and when the generation is below it while the card is busy (util at or
+    above ``busy_util``, 20 % by default).  A card trains its link down (a lower
+    generation) when idle and back up under load; a link that loses width or generation
+    under load has retrained after errors and stays so until a reset.  So the link is read
+    every refresh while either is below its maximum and the card has some load (util above
+    0, the lowest any busy threshold can be): a busy card whose link is still training up,
+    or a live warning that must clear as soon as the link recovers; and while the width
+    is below its maximum at any load.  A link at its maximum, or an idle card's trained-
+    down generation, is read every READ_EVERY seconds: a fault shows within that, not
+    lost.  util unknown (None) reads every refresh, as the rules cannot tell either.
+    """
+    width, width_max = last.get("pcie_width"), static.get("pcie_width_max")
+    gen, gen_max = last.get("pcie_gen"), static.get("pcie_gen_max")
+    util = gpu.get("util_gpu")
+    if util is None:
+        return True
+    # A field the card does not give (None) is asked again with the group.
+    if width is not None and width_max is not None and width < width_max:
+        return True
+    return util > 0 and gen is not None and gen_max is not None and gen < gen_max
 
 
 def _watts(milliwatts: Any) -> float | None:
