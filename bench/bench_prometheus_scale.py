@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from compiled import compiled_copy
 from promgen import GPUS, Exporters, host_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,11 +82,13 @@ def start(hosts: int, tmp: Path) -> tuple[subprocess.Popen[bytes], str, Exporter
 
 def timed(args: list[str], keep: bool = False,
           root: Path = ROOT) -> tuple[float, float, float, int, str]:
-    """wall s, CPU s and peak RSS MB of one fresh `gputop` process (the one in ``root``),
-    its exit status, and its output if ``keep`` (else read and dropped: a parent that
-    grows would pass its size on to the next child's peak RSS at fork)."""
+    """wall s, CPU s and peak RSS MB of one fresh `gputop` process (the one in ``root``,
+    byte-compiled as installed), its exit status, and its output if ``keep`` (else read
+    and dropped: a parent that grows would pass its size on to the next child's peak RSS
+    at fork)."""
+    tree = compiled_copy(root)
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "gputop.cli", *args], cwd=root,
+    proc = subprocess.Popen([sys.executable, "-m", "gputop.cli", *args], cwd=tree,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env={**os.environ, "COLUMNS": "160"})
     out = b""

@@ -46,6 +46,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from helpers import fakenvml  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from compiled import compiled_copy  # noqa: E402
+
 BENCH_VENV = Path(os.environ.get("BENCH_VENV", ROOT / ".venv-nvitop"))
 NVITOP_VERSION = "1.7.2"
 GPUTOP = [str(Path(sys.executable).parent / "gputop")]
@@ -53,21 +56,6 @@ COLS, ROWS = 200, 50
 # Shown by gputop's GPU panels, never by its start-up skeleton: the complete dashboard.
 GPUTOP_PANELS = b"UTIL"
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def compiled_copy(tree: Path) -> str:
-    """A copy of ``tree``'s gputop package with its bytecode written, for PYTHONPATH.
-
-    nvitop's venv was byte-compiled by pip when it was installed, and so is a user's
-    gputop; a checkout is not, and with PYTHONDONTWRITEBYTECODE set (as in these sessions)
-    every run compiled all of gputop's modules again: 0.1 s of a 0.25 s `--once`.  A copy,
-    so that measuring another checkout (--tree) writes nothing into it."""
-    out = Path(tempfile.mkdtemp(prefix="bench-gputop-"))
-    shutil.copytree(tree / "gputop", out / "gputop",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(out / "gputop")],
-                   check=True)
-    return str(out)
 
 
 def nvitop() -> list[str]:
@@ -345,7 +333,6 @@ def main() -> int:
                 g = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds)
                 n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds)
                 big.add(g["cpu"], n["cpu"])
-    shutil.rmtree(tree, ignore_errors=True)
     print(f"gputop from {source} (bytecode compiled); nvitop {NVITOP_VERSION}; "
           f"{os.cpu_count()} CPUs; "
           f"TUI {COLS}x{ROWS}, {args.warmup:g} s warm-up then {args.tui_seconds:g} s measured")
