@@ -5,11 +5,11 @@ from a real ledger file, the policy key, and the line's order and reasons."""
 from __future__ import annotations
 
 import math
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from helpers.ledgers import as_schema_1
 
 from gputop.analysis import fair_share, queue_plan
 from gputop.analysis.fair_share import Use, decayed_hours, fractions, weight
@@ -209,12 +209,7 @@ def test_a_schema_1_ledger_counts_through_its_backfill(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     _ledger(path, [("alice", 0, hour, 3600.0), ("alice", 0, hour, 1800.0),
                    ("alice", 1, hour + 1, 1800.0), ("bob", 1, hour, 3600.0)])
-    conn = sqlite3.connect(path)
-    for table in ("holder_hourly", "workloads", "actions"):
-        conn.execute(f"DROP TABLE {table}")
-    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
-    conn.commit()
-    conn.close()
+    as_schema_1(path)
     hours, warning = share_usage.recent_hours(str(path), HALF, NOW)
     assert warning is None
     mid = hour * 3600 + 1800

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from pathlib import Path
 
 import pytest
+from helpers.ledgers import as_schema_1
 
 from gputop.cli import main
 from gputop.commands import report_html
@@ -107,12 +107,7 @@ def test_a_schema_1_ledger_is_read_and_upgraded_with_the_same_card_hours(
 ) -> None:
     old = tmp_path / "old.sqlite"
     old.write_bytes(hour.read_bytes())
-    conn = sqlite3.connect(old)
-    for table in ("holder_hourly", "workloads", "actions"):
-        conn.execute(f"DROP TABLE {table}")
-    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
-    conn.commit()
-    conn.close()
+    as_schema_1(old)
     _check_card_hours(_doc(old))  # read as it is, without changing it
     assert not store.has_table(store.open_reader(str(old)), "holder_hourly")
     store.open_writer(str(old)).close()  # the recorder upgrades it
