@@ -30,10 +30,9 @@ import os
 import random
 import shlex
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import asyncssh
 
 from gputop import model
 from gputop.hosts import HostSpec, split_target
@@ -42,6 +41,13 @@ from gputop.sources import bundle, networds, smi, untrusted
 from gputop.sources.feed import READONLY_WHY, Capabilities, ProcessDetails
 from gputop.sources.hostsource import fallback_snapshot
 from gputop.sources.identity import Identity, named_identity
+
+# cryptography 51 warns that DSA is deprecated whenever asyncssh (2.24) merely names its
+# DSA classes at import: five lines on stderr before every `--hosts` run, about keys
+# nobody here chose.  Silenced for warnings raised from asyncssh's modules only.
+warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh\..*")
+
+import asyncssh  # noqa: E402  (after the filter above)
 
 DEFAULT_KNOWN_HOSTS = (
     "~/.ssh/known_hosts",
