@@ -16,7 +16,9 @@ under.  CPU is the child's user+system time (rusage, /proc), never wall time, ex
 first frames, wall time from the start to the first frame showing the processes (gputop:
 its start-up skeleton) and to gputop's complete dashboard (its GPU panels drawn).
 
-Environment: BENCH_VENV (default .venv-nvitop here; `--setup` installs nvitop 1.7.2 there).
+Each tool runs as pip installed it: nvitop 1.7.2 in BENCH_VENV (default .venv-nvitop here,
+made by `--setup`), gputop from ``--tree`` in build/bench-gputop-venv (bench/compiled.py:
+not editable, byte-compiled, reinstalled at every start of this script).
 The fake driver is built into build/fakenvml/ when missing.  Without nvitop it says so and
 exits 0: a benchmark, not a test.
 """
@@ -47,11 +49,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from helpers import fakenvml  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from compiled import compiled_copy  # noqa: E402
+from compiled import installed  # noqa: E402
 
 BENCH_VENV = Path(os.environ.get("BENCH_VENV", ROOT / ".venv-nvitop"))
 NVITOP_VERSION = "1.7.2"
-GPUTOP = [str(Path(sys.executable).parent / "gputop")]
 COLS, ROWS = 200, 50
 # Shown by gputop's GPU panels, never by its start-up skeleton: the complete dashboard.
 GPUTOP_PANELS = b"UTIL"
@@ -75,7 +76,7 @@ def fake_gpus(scenario: dict[str, Any]) -> Iterator[dict[str, str]]:
     """The tools' environment on ``scenario``, its processes real (sleeping) ones."""
     with tempfile.TemporaryDirectory() as tmp, fakenvml.processes(scenario):
         env = fakenvml.environment(fakenvml.write_scenario(Path(tmp) / "scenario", scenario))
-        env["PYTHONPATH"] = str(ROOT)
+        env.pop("PYTHONPATH", None)  # the installed gputop, never the checkout beside it
         env.pop("GPUTOP_HOSTS", None)
         yield env
 
@@ -255,6 +256,8 @@ def main() -> int:
                     help="seconds of uptime before the 0.25 s refresh row is measured")
     ap.add_argument("--host-procs", type=int, default=4000)
     ap.add_argument("--skip-big", action="store_true", help="skip the 8x500 TUI case")
+    ap.add_argument("--one-shots", action="store_true",
+                    help="only the one-shot rows (--once, --json, NVML calls): a minute")
     ap.add_argument("--tree", type=Path, default=ROOT,
                     help="the gputop checkout to measure (default: this one)")
     args = ap.parse_args()
@@ -271,27 +274,29 @@ def main() -> int:
         return rows[-1]
 
     source = str(args.tree.resolve())
-    tree = compiled_copy(args.tree.resolve())
+    gputop = [str(installed(args.tree.resolve()))]
     template = fakenvml.template("dgx8")
     with fake_gpus(template) as env:
-        env["PYTHONPATH"] = tree
         marker = str(template["devices"][-1]["processes"][-1]["pid"]).encode()
         once = row("`--once` CPU, quiet host, bytecode cached", "s", "<= 0.5", digits=3)
         calls = row("NVML calls, `--once`", "", "<= 1.0", digits=0)
         json_calls = row("NVML calls, `--json` (nvitop: `-1`)", "", "<= 1.0", digits=0)
-        once_cpu([*GPUTOP, "--once"], env)  # bytecode and page cache warm
+        once_cpu([*gputop, "--once"], env)  # bytecode and page cache warm
         once_cpu([*nvitop(), "-1"], env)
         for _ in range(args.runs):
-            once.add(once_cpu([*GPUTOP, "--once"], env), once_cpu([*nvitop(), "-1"], env))
-        calls.add(nvml_calls([*GPUTOP, "--once"], env), nvml_calls([*nvitop(), "-1"], env))
-        json_calls.add(nvml_calls([*GPUTOP, "--json"], env),
+            once.add(once_cpu([*gputop, "--once"], env), once_cpu([*nvitop(), "-1"], env))
+        calls.add(nvml_calls([*gputop, "--once"], env), nvml_calls([*nvitop(), "-1"], env))
+        json_calls.add(nvml_calls([*gputop, "--json"], env),
                        nvml_calls([*nvitop(), "-1"], env))
         with host_processes(args.host_procs):
             busy = row(f"`--json` CPU, {args.host_procs:,} other processes (nvitop: `-1`)",
                        "s", "<= 1.0", digits=3)
             for _ in range(args.runs):
-                busy.add(once_cpu([*GPUTOP, "--json"], env),
+                busy.add(once_cpu([*gputop, "--json"], env),
                          once_cpu([*nvitop(), "-1"], env))
+        if args.one_shots:
+            args.tui_runs = args.frame_runs = 0
+            args.skip_big = True
         first = row("first frame with the processes (wall)", "s", "<= 1.5", digits=2)
         full = row("first complete dashboard frame (wall; nvitop: its first frame)", "s", "",
                    digits=2)
@@ -300,7 +305,7 @@ def main() -> int:
         rss = row(f"RSS after {args.warmup + args.tui_seconds:g} s", "MiB", "<= 1.5")
         tcalls = row("NVML calls per second, TUI 1 s", "", "<= 1.0", digits=0)
         for _ in range(args.tui_runs):
-            g = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds,
+            g = tui([*gputop, "--interval", "1"], env, args.warmup, args.tui_seconds,
                     trace=True, marker=marker, full_marker=GPUTOP_PANELS)
             n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds,
                     trace=True, marker=marker)
@@ -311,7 +316,7 @@ def main() -> int:
             rss.add(g["rss"], n["rss"])
             tcalls.add(g["calls"], n["calls"])
         for _ in range(args.frame_runs):  # the first frames alone: more pairs, cheaply
-            g = tui([*GPUTOP, "--interval", "1"], env, 5.0, 0.1, marker=marker,
+            g = tui([*gputop, "--interval", "1"], env, 5.0, 0.1, marker=marker,
                     full_marker=GPUTOP_PANELS)
             n = tui([*nvitop(), "--interval", "1"], env, 5.0, 0.1, marker=marker)
             first.add(g["first"], n["first"])
@@ -320,25 +325,24 @@ def main() -> int:
                    "<= 1.0")
         kib4 = row("bytes to the terminal, 0.25 s refresh", "KiB/s", "<= 2 KiB/refresh")
         for _ in range(args.tui_runs):
-            g = tui([*GPUTOP, "--interval", "0.25"], env, args.long_uptime, args.tui_seconds)
+            g = tui([*gputop, "--interval", "0.25"], env, args.long_uptime, args.tui_seconds)
             n = tui([*nvitop(), "--interval", "0.25"], env, args.long_uptime,
                     args.tui_seconds)
             fast.add(g["cpu"], n["cpu"])
             kib4.add(g["kib"], n["kib"])
     if not args.skip_big:
         with host_processes(256) as pids, fake_gpus(crowded(8, 500, pids)) as env:
-            env["PYTHONPATH"] = tree
             big = row("TUI CPU, 8 GPUs x 500 processes", "ms/s", "keep <= 0.6")
             for _ in range(args.tui_runs):
-                g = tui([*GPUTOP, "--interval", "1"], env, args.warmup, args.tui_seconds)
+                g = tui([*gputop, "--interval", "1"], env, args.warmup, args.tui_seconds)
                 n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds)
                 big.add(g["cpu"], n["cpu"])
-    print(f"gputop from {source} (bytecode compiled); nvitop {NVITOP_VERSION}; "
+    print(f"gputop from {source} (pip-installed, not editable); nvitop {NVITOP_VERSION}; "
           f"{os.cpu_count()} CPUs; "
           f"TUI {COLS}x{ROWS}, {args.warmup:g} s warm-up then {args.tui_seconds:g} s measured")
     print("| measure | gputop | nvitop | ratio, median (min-max) | goal | pairs | load |")
     print("|---|---|---|---|---|---|---|")
-    print("\n".join(r.line() for r in rows))
+    print("\n".join(r.line() for r in rows if r.pairs))
     return 0
 
 
