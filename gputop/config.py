@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputop.keymap import BINDING_IDS, key_name_problem, new_conflicts
+from gputop.model import MutableRecord, record
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 if TYPE_CHECKING:
@@ -57,15 +58,15 @@ class ConfigError(Exception):
     """A bad config file; str() is one line naming file, line and key."""
 
 
-@dataclass
-class ReclaimConfig:
+@record(frozen=False, slots=True)
+class ReclaimConfig(MutableRecord):
     idle_minutes: float = 30.0
     idle_min_mem_mib: float = 1024.0
     kill_grace_s: float = 5.0
 
 
-@dataclass
-class ReservationsConfig:
+@record(frozen=False, slots=True)
+class ReservationsConfig(MutableRecord):
     """Where the store lives when ``$GPUTOP_RESERVATIONS_DIR`` does not say (that variable
     wins, everywhere: ``gputop.actions.store.store_directory`` holds the rule)."""
 
@@ -78,14 +79,14 @@ class ReservationsConfig:
 # -- `gputop serve` and the Prometheus source --------------------------------
 
 
-@dataclass
-class ServeConfig:
+@record(frozen=False, slots=True)
+class ServeConfig(MutableRecord):
     lowercase_hostname: bool = False  # also a `hostname` label, as newer dcgm-exporters do
     max_process_series: int = 1000  # per-process series per scrape, biggest holders first
 
 
-@dataclass
-class PrometheusConfig:
+@record(frozen=False, slots=True)
+class PrometheusConfig(MutableRecord):
     selector: str = ""  # label matchers that narrow the query, e.g. cluster="a"
     username: str = ""  # basic auth; the password from password_env or password_file
     password_env: str = ""
@@ -96,8 +97,8 @@ class PrometheusConfig:
     stale_after_s: float = 60.0  # series older than this: the host is stale
 
 
-@dataclass
-class Config:
+@record(frozen=False, slots=True)
+class Config(MutableRecord):
     path: str | None = None  # the file it came from; None: built-in defaults
     interval: float = 1.0
     thresholds: dict[str, tuple[float, float]] = field(

@@ -29,10 +29,11 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gputop.model import MutableRecord, Record, record
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 DEFAULT_PATH = "~/.config/gputop/hosts.yaml"
@@ -106,8 +107,8 @@ def target_parts(text: str) -> dict[str, Any]:
     return parts
 
 
-@dataclass(frozen=True)
-class HostSpec:
+@record(frozen=True, slots=True)
+class HostSpec(Record):
     name: str  # what the user calls it; also the ssh alias when hostname is None
     hostname: str | None = None  # None: let ~/.ssh/config resolve `name`
     user: str | None = None
@@ -136,8 +137,8 @@ _DEFAULT_KEYS = tuple(k for k in _HOST_KEYS if k not in ("name", "hostname", "ur
 _TOP_KEYS = ("defaults", "hosts", "groups")
 
 
-@dataclass
-class _Node:
+@record(frozen=False, slots=True)
+class _Node(MutableRecord):
     """A YAML value with the line it started on (1-based) and the node it came from."""
 
     value: Any

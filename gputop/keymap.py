@@ -9,11 +9,11 @@ be remappable in one place and unknown in another.  No Textual here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gputop.model import Record, record
 
 
-@dataclass(frozen=True)
-class KeyAction:
+@record(frozen=True, slots=True)
+class KeyAction(Record):
     id: str
     scope: str  # "app", "dashboard", "cluster", ... (see SCOPES)
     keys: str  # Textual key names, comma separated: "k,f9"

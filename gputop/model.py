@@ -77,13 +77,16 @@ def _field_names(cls: type) -> frozenset[str]:
 
 
 class Record:
-    """What every record shares (the model's, and the analysis' frozen slotted types):
-    frozen dataclass equality, hash, repr and pickling, computed from the fields in order
-    (``record`` sets ``_names`` and ``_values`` on each class)."""
+    """What every record shares (the model's types and the other data classes a one-shot
+    loads, the config and the source plan among them): dataclass equality, hash, repr and pickling, computed from the fields
+    in order (``record`` sets ``_names``, ``_values`` and ``_compared`` on each class).
+    Frozen; ``MutableRecord`` is the settable kind."""
 
     __slots__ = ()
     _names: ClassVar[tuple[str, ...]]
     _values: ClassVar[Callable[..., tuple[Any, ...]]]  # an attrgetter: obj -> its fields
+    # The same over the fields that take part in ==, as field(compare=False) leaves out.
+    _compared: ClassVar[Callable[..., tuple[Any, ...]]]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
@@ -92,11 +95,11 @@ class Record:
     # equal fields, the hash of the fields' tuple, "Name(field=value, ...)".
     def __eq__(self, other: object) -> bool:
         if other.__class__ is self.__class__:
-            return bool(self._values(self) == self._values(other))
+            return bool(self._compared(self) == self._compared(other))
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(self._values(self))
+        return hash(self._compared(self))
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={value!r}" for name, value in
@@ -119,51 +122,93 @@ class Record:
             object.__setattr__(self, name, value)
 
 
+class MutableRecord(Record):
+    """A record whose fields can be set, as ``@dataclass`` (not frozen) makes a class: and
+    so, like it, unhashable."""
+
+    __slots__ = ()
+    __hash__ = None  # type: ignore[assignment]
+    # object's own, not Record's refusal (and not a method that calls it: one call less)
+    __setattr__ = object.__setattr__  # type: ignore[assignment]
+    __delattr__ = object.__delattr__
+
+
 if TYPE_CHECKING:
-    # For mypy a record is exactly a frozen slotted dataclass: it checks construction,
-    # frozenness and dataclasses.replace as before.  (Its dataclass plugin knows the
-    # decorator by this import, typing_extensions is no stdlib for the probe.)
+    # For mypy a record is exactly a slotted dataclass, frozen or not: it checks
+    # construction, frozenness and dataclasses.replace as before.  (Its dataclass plugin
+    # knows the decorator by this import, typing_extensions is no stdlib for the probe.)
     from dataclasses import dataclass as record
 else:
     def record(*, frozen: bool, slots: bool):
-        """``@record(frozen=True, slots=True)``: ``@dataclass(frozen=True, slots=True)``,
-        made cheap to define.
+        """``@record(frozen=..., slots=True)`` on a subclass of Record (frozen) or
+        MutableRecord: ``@dataclass(frozen=..., slots=True)``, made cheap to define.
 
         dataclass compiles the source of __init__, __repr__, __eq__, __hash__ and the frozen
         __setattr__/__delattr__ for every class at every start (its exec calls; a Gpu's 75
-        fields make each of them long): 15 ms for the twelve records here, a tenth of
-        `gputop --once`.  Here dataclass writes only the slots and the field metadata (so
-        dataclasses.fields, replace and asdict work as before); equality, hash, repr,
-        frozenness and pickling are Record's, over an attrgetter of the fields, and
-        __init__ is _init_for's, which sets the slots as the generated one does (a frozen
-        dataclass's __init__ sets each field with object.__setattr__: no faster).  Every
-        record has a docstring: without one dataclass builds it from inspect.signature.
-        tests/test_model_records.py compares each record with a real dataclass.
+        fields make each of them long): 0.4-1 ms a class, 16 ms of the 44 classes a
+        `gputop --once` loads, a sixth of its CPU.  Here dataclass writes only the slots and
+        the field metadata (so dataclasses.fields, replace and asdict work as before);
+        equality, hash, repr, frozenness and pickling are Record's, over an attrgetter of
+        the fields, and __init__ is _init_for's, which sets the slots as the generated one
+        does (a frozen dataclass's __init__ sets each field with object.__setattr__: no
+        faster).  A class without a docstring gets its name as one: dataclass would build
+        it from inspect.signature.  tests/test_model_records.py compares each record with
+        a real dataclass.
         """
-        if not (frozen and slots):
-            raise TypeError("a record is frozen and slotted: record(frozen=True, slots=True)")
-        return _make_record
+        if not slots:
+            raise TypeError("a record is slotted: record(frozen=..., slots=True)")
+        return _make_frozen if frozen else _make_mutable
+
+    def _make_frozen(cls):
+        if issubclass(cls, MutableRecord) or not issubclass(cls, Record):
+            raise TypeError(f"{cls.__qualname__}: a frozen record subclasses Record")
+        return _make_record(cls)
+
+    def _make_mutable(cls):
+        if not issubclass(cls, MutableRecord):
+            raise TypeError(f"{cls.__qualname__}: a mutable record subclasses MutableRecord")
+        return _make_record(cls)
 
     def _make_record(cls):
+        if cls.__doc__ is None:
+            cls.__doc__ = cls.__name__
         cls = dataclass(slots=True, init=False, repr=False, eq=False)(cls)
         fields = dataclasses.fields(cls)
-        cls._names = tuple(f.name for f in fields)
-        cls._values = attrgetter(*cls._names) if len(fields) > 1 else (
-            lambda obj, _get=attrgetter(cls._names[0]): (_get(obj),))
+        cls._names = names = tuple(f.name for f in fields)
+        compared = tuple(f.name for f in fields if f.compare)
+        values = _getter(names)
+        # staticmethod: a getter made by a def would otherwise be bound to the instance
+        cls._values = staticmethod(values)
+        cls._compared = staticmethod(values if compared == names else _getter(compared))
         cls.__init__ = _init_for(cls, fields)
         return cls
 
 
+def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """obj -> the tuple of its ``names`` (attrgetter gives a bare value for one name)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    get: Callable[[Any], Any] = attrgetter(names[0]) if names else lambda obj: None
+
+    def values(obj: Any) -> tuple[Any, ...]:
+        return (get(obj),) if names else ()
+
+    return values
+
+
 def _init_for(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[..., None]:
     """The __init__ dataclass would write for ``cls``: the fields in order, positional or
-    by keyword, their defaults, the same TypeErrors.  (No record has a default factory.)"""
+    by keyword, their defaults (a default_factory called for each instance), the same
+    TypeErrors, then __post_init__ where the class has one."""
     missing = dataclasses.MISSING
-    if any(f.default_factory is not missing for f in fields):
-        raise TypeError(f"{cls.__qualname__}: a record field cannot have a default_factory")
+    if any(not f.init for f in fields):
+        raise TypeError(f"{cls.__qualname__}: every record field is an __init__ argument")
     names = tuple(f.name for f in fields)
     count = len(names)
-    defaults = {f.name: f.default for f in fields}
-    required = tuple(f.name for f in fields if f.default is missing)
+    factories = {f.name: f.default_factory for f in fields if f.default_factory is not missing}
+    defaults = {f.name: _FACTORY if f.name in factories else f.default for f in fields}
+    required = tuple(f.name for f in fields if f.default is missing and f.name not in factories)
+    post_init = getattr(cls, "__post_init__", None)
     # (slot setter, name): the slot's own descriptor, as the frozen class refuses setattr
     plan: tuple[tuple[Any, str], ...] = tuple((cls.__dict__[n].__set__, n) for n in names)
     where = f"{cls.__qualname__}.__init__()"
@@ -186,11 +231,20 @@ def _init_for(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[...,
         for name in required:
             if values[name] is missing:
                 raise TypeError(_missing(where, [n for n in required if values[n] is missing]))
+        for name, factory in factories.items():
+            if values[name] is _FACTORY:
+                values[name] = factory()
         for put, name in plan:
             put(self, values[name])
+        if post_init is not None:
+            post_init(self)
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     return __init__
+
+
+# The default of a field whose default_factory makes a new value for each instance.
+_FACTORY: Any = object()
 
 
 def _missing(where: str, names: list[str]) -> str:

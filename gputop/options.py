@@ -8,13 +8,13 @@ machine, SSH hosts from -H, --hosts, $GPUTOP_HOSTS or the default hosts file).  
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gputop.model import Record, record
 
 DEFAULT_TIMEOUT_S = 10.0
 
 
-@dataclass(frozen=True)
-class SourceOptions:
+@record(frozen=True, slots=True)
+class SourceOptions(Record):
     demo: str | None = None  # a scenario name or YAML file: the simulator instead of NVML
     hosts_file: str | None = None  # --hosts FILE
     host_list: str | None = None  # -H a,b: ad-hoc SSH hosts

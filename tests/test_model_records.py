@@ -1,30 +1,55 @@
-"""The model's records (model.record) behave as ``@dataclass(frozen=True, slots=True)``
-did: each is compared with a real one built from the same fields (issue 27: cheaper to
-define, nothing else changed)."""
+"""Every record of gputop (model.record: the model's types and the other data classes a
+one-shot loads) behaves as the ``@dataclass(frozen=..., slots=True)`` it stands for: each
+is compared with a real one built from the same fields (issue 27: cheaper to define,
+nothing else changed)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import pickle
+import pkgutil
 from typing import Any
 
 import pytest
 
+import gputop
 from gputop import model
-from gputop.analysis import orphans, xid
 
-RECORDS = [c for module in (model, orphans, xid) for c in vars(module).values()
-           if isinstance(c, type) and issubclass(c, model.Record) and c is not model.Record
-           and c.__module__ == module.__name__]
+
+def _all_records() -> list[type]:
+    """Every Record subclass defined in a gputop module (the UI's too)."""
+    for info in pkgutil.walk_packages(gputop.__path__, "gputop."):
+        importlib.import_module(info.name)
+    found: dict[str, type] = {}
+    pending = [model.Record]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            pending.append(sub)
+            if sub is not model.MutableRecord:
+                found[f"{sub.__module__}.{sub.__qualname__}"] = sub
+    return [found[name] for name in sorted(found)]
+
+
+RECORDS = _all_records()
+
+
+def _frozen(cls: type) -> bool:
+    return not issubclass(cls, model.MutableRecord)
 
 
 def _twin(cls: type) -> type:
-    """A real frozen slotted dataclass with ``cls``'s name, fields and defaults."""
-    spec = [(f.name, f.type, dataclasses.field(default=f.default)
-             if f.default is not dataclasses.MISSING else dataclasses.field())
-            for f in dataclasses.fields(cls)]
-    return dataclasses.make_dataclass(cls.__name__, spec, frozen=True, slots=True)
+    """A real slotted dataclass with ``cls``'s name, fields, defaults and frozenness."""
+    spec = []
+    for f in dataclasses.fields(cls):
+        kwargs: dict[str, Any] = {"compare": f.compare}
+        if f.default is not dataclasses.MISSING:
+            kwargs["default"] = f.default
+        if f.default_factory is not dataclasses.MISSING:
+            kwargs["default_factory"] = f.default_factory
+        spec.append((f.name, f.type, dataclasses.field(**kwargs)))
+    return dataclasses.make_dataclass(cls.__name__, spec, frozen=_frozen(cls), slots=True)
 
 
 def _values(cls: type, salt: int) -> dict[str, Any]:
@@ -41,30 +66,54 @@ def test_every_record_of_the_model_is_checked() -> None:
     assert {"Gpu", "GpuProcess", "HostSnapshot", "NvLink", "MigDevice", "Workload",
             "Reservation", "QueueJob", "HealthWarning", "XidEvent", "Link",
             "DeviceHolder", "OrphanRules", "ProcessFlags", "Reclaimable", "XidInfo",
-            "KernelXid"} <= names
+            "KernelXid",
+            # what a one-shot loads besides the model
+            "Config", "ReclaimConfig", "ReservationsConfig", "ServeConfig",
+            "PrometheusConfig", "SourceOptions", "SourcePlan", "Round", "Capabilities",
+            "ProcessDetails", "HostSpec", "Identity", "KeyAction", "Thresholds", "Settings",
+            "Analysed", "Trend", "InitFailure", "ClearedWarning", "Holders", "GhostMemory",
+            "HostSource"} <= names
 
 
-@pytest.mark.parametrize("cls", RECORDS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", RECORDS, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
 def test_a_record_behaves_as_its_dataclass(cls: type) -> None:
     twin = _twin(cls)
+    frozen = _frozen(cls)
     fields = dataclasses.fields(cls)
-    assert [(f.name, f.default) for f in fields] == [
-        (f.name, f.default) for f in dataclasses.fields(twin)]
+    assert [(f.name, f.default, f.default_factory, f.compare) for f in fields] == [
+        (f.name, f.default, f.default_factory, f.compare) for f in dataclasses.fields(twin)]
     assert cls.__match_args__ == twin.__match_args__  # type: ignore[attr-defined]
     a, b = _values(cls, 1), _values(cls, 2)
     ours, theirs = cls(**a), twin(**a)
     # repr, equality and hash as the generated ones (the name is the same).
     assert repr(ours) == repr(theirs)
-    assert ours == cls(**a) and hash(ours) == hash(cls(**a)) == hash(theirs)
-    assert type(ours).__doc__, "a record needs a docstring (dataclass would inspect one up)"
+    assert ours == cls(**a)
+    if frozen:
+        assert hash(ours) == hash(cls(**a)) == hash(theirs)
+    else:  # dataclass(eq=True) leaves a class that can change unhashable
+        for obj in (ours, theirs):
+            with pytest.raises(TypeError, match="unhashable"):
+                hash(obj)
+    assert type(ours).__doc__, "dataclass would inspect a signature up for a missing one"
     assert ours != cls(**b) and (ours == theirs) is False  # another class is never equal
     assert ours.__eq__(theirs) is NotImplemented
+    # A field left out of == (field(compare=False)) is left out of both.
+    for f in fields:
+        if not f.compare:
+            assert (cls(**{**a, f.name: b[f.name]}) == ours) is True
+            assert (twin(**{**a, f.name: b[f.name]}) == theirs) is True
     assert dataclasses.asdict(ours) == dataclasses.asdict(theirs)
-    # Positional arguments in field order, defaults for the rest.
-    required = [f.name for f in fields if f.default is dataclasses.MISSING]
+    # Positional arguments in field order, defaults (and default factories) for the rest.
+    required = [f.name for f in fields if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING]
     positional = [a[name] for name in required]
     assert cls(*positional) == cls(**{name: a[name] for name in required})
     assert repr(cls(*positional)) == repr(twin(*positional))
+    for f in fields:  # a factory's value is made anew for each instance, as dataclass does
+        if f.default_factory is not dataclasses.MISSING:
+            first, second = cls(*positional), cls(*positional)
+            assert getattr(first, f.name) == getattr(twin(*positional), f.name)
+            assert getattr(first, f.name) is not getattr(second, f.name)
     # The same errors: missing (all, the last), unexpected, twice, too many.  The
     # generated __init__ is named after dataclass's helper: compare what follows "()".
     calls = [lambda c: c(**a, bogus=1), lambda c: c(*a.values(), 1),
@@ -79,19 +128,27 @@ def test_a_record_behaves_as_its_dataclass(cls: type) -> None:
         with pytest.raises(TypeError) as want:
             call(twin)
         assert str(got.value).split("()", 1)[1] == str(want.value).split("()", 1)[1]
-    # Frozen and slotted.
+    # Frozen (or not) and slotted.
     name = fields[0].name
-    # (A name that is no field: 3.11's frozen slotted dataclass fails with a TypeError
-    # from its own super() call; a record says FrozenInstanceError.)
-    for change in (lambda o: setattr(o, name, 1), lambda o: delattr(o, name)):
-        with pytest.raises(dataclasses.FrozenInstanceError) as got:
-            change(ours)
-        with pytest.raises(dataclasses.FrozenInstanceError) as want:
-            change(theirs)
-        assert str(got.value) == str(want.value)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        ours.not_a_field = 1  # type: ignore[attr-defined]
-    assert getattr(ours, name) == a[name]
+    if frozen:
+        # (A name that is no field: 3.11's frozen slotted dataclass fails with a TypeError
+        # from its own super() call; a record says FrozenInstanceError.)
+        for change in (lambda o: setattr(o, name, 1), lambda o: delattr(o, name)):
+            with pytest.raises(dataclasses.FrozenInstanceError) as got:
+                change(ours)
+            with pytest.raises(dataclasses.FrozenInstanceError) as want:
+                change(theirs)
+            assert str(got.value) == str(want.value)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            ours.not_a_field = 1
+        assert getattr(ours, name) == a[name]
+    else:
+        for obj in (ours, theirs):
+            setattr(obj, name, b[name])
+            assert getattr(obj, name) == b[name]
+            setattr(obj, name, a[name])
+            with pytest.raises(AttributeError):
+                obj.not_a_field = 1  # slotted: no other attribute
     assert not hasattr(ours, "__dict__")
     # replace, pickling and copying keep the class and the values.
     changed = dataclasses.replace(ours, **{name: b[name]})

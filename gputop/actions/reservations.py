@@ -33,7 +33,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from gputop.actions.liveness import MAX_PID, cgroup_pids, process_alive, session_alive
@@ -56,6 +56,7 @@ from gputop.actions.store import (
     write_temp,
 )
 from gputop.actions.store import StoreError as ReservationError
+from gputop.model import MutableRecord, Record, record
 
 if TYPE_CHECKING:
     from gputop.actions.dispatch import ActionEnv
@@ -94,8 +95,8 @@ _TMP_FILE = re.compile(re.escape(TMP_PREFIX) + r"gpu(\d{1,4})-")
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
 
 
-@dataclass(frozen=True)
-class _Target:
+@record(frozen=True, slots=True)
+class _Target(Record):
     index: int
     uuid: str | None
     mig: int | None = None  # one MIG device (its slot) of card ``index``
@@ -109,8 +110,8 @@ class _Target:
         return f"GPU {self.index}:{self.mig}" if self.mig is not None else f"GPU {self.index}"
 
 
-@dataclass
-class _Entry:
+@record(frozen=False, slots=True)
+class _Entry(MutableRecord):
     name: str
     path: str
     key: str
@@ -161,8 +162,8 @@ class _Entry:
         }
 
 
-@dataclass
-class _Scan:
+@record(frozen=False, slots=True)
+class _Scan(MutableRecord):
     entries: list[_Entry]
     problems: list[str]  # one line per file that was read and skipped
     # (path, owner uid, card): leftovers of killed writers, or writers busy right now
@@ -466,8 +467,8 @@ def _describe(known: dict[int, str | None]) -> str:
 _CACHE: ScanCache[_Scan] = ScanCache()
 
 
-@dataclass(frozen=True)
-class _Wanted:
+@record(frozen=True, slots=True)
+class _Wanted(Record):
     """Which reservation files a scan reads: the names of this host's own cards.
 
     What decides "reserved" must not depend on how many other files exist or how they

@@ -18,9 +18,7 @@ Only active reservations (``until`` after ``now``) hold anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from gputop.model import Gpu, HostSnapshot, Reservation
+from gputop.model import Gpu, HostSnapshot, Record, Reservation, record
 
 Held = tuple[Reservation, ...]
 
@@ -33,8 +31,8 @@ def reserves(reservation: Reservation, gpu: Gpu) -> bool:
     return reservation.gpu == gpu.index
 
 
-@dataclass(frozen=True)
-class Holders:
+@record(frozen=True, slots=True)
+class Holders(Record):
     """One host's active reservations, by what they hold; each list in store order (the
     first is the holder when a store has several)."""
 

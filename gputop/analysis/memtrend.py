@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from gputop.model import Record, record
 
 PARTS = 3  # the window is cut in this many parts; memory must rise in each
 MIN_SAMPLES_PER_PART = 2
 
 
-@dataclass(frozen=True, slots=True)
-class Trend:
+@record(frozen=True, slots=True)
+class Trend(Record):
     rate: float  # bytes per second, > 0
     eta: float  # seconds until the line reaches the total (0 when already there)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from gputop.analysis.durations import format_duration
 from gputop.model import DeviceHolder, GpuProcess, HostSnapshot, Record, record
@@ -120,8 +120,8 @@ class Reclaimable(Record):
     simulated: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class GhostMemory:
+@record(frozen=True, slots=True)
+class GhostMemory(Record):
     """Per host: GPU memory that no listed process explains."""
 
     unaccounted: dict[int, int] = field(default_factory=dict)  # gpu index -> bytes

@@ -9,11 +9,18 @@ snapshot of their single round.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from gputop.analysis import health, orphans
-from gputop.model import SOURCE_SIMULATED_PAST, HealthWarning, HostSnapshot
+from gputop.model import (
+    SOURCE_SIMULATED_PAST,
+    HealthWarning,
+    HostSnapshot,
+    MutableRecord,
+    Record,
+    record,
+)
 
 if TYPE_CHECKING:  # the dashboard's; a one-shot (warnings_once) keeps no history
     from gputop.analysis.history import History
@@ -21,8 +28,8 @@ if TYPE_CHECKING:  # the dashboard's; a one-shot (warnings_once) keeps no histor
 Flags = dict[tuple[int, int], orphans.ProcessFlags]
 
 
-@dataclass(frozen=True)
-class Settings:
+@record(frozen=True, slots=True)
+class Settings(Record):
     """What the user's config decides for the analysis (``gputop.config.analysis_settings``)."""
 
     thresholds: health.Thresholds = field(default_factory=health.Thresholds)
@@ -39,8 +46,8 @@ class Settings:
         return History(seconds=seconds, process_seconds=max(seconds, longest_rule * 60.0 + 300.0))
 
 
-@dataclass
-class Analysed:
+@record(frozen=False, slots=True)
+class Analysed(MutableRecord):
     """One snapshot with what the analysis made of it (computed off the UI thread)."""
 
     snapshot: HostSnapshot

@@ -13,10 +13,17 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gputop.model import HOST_ERROR, HOST_NO_GPU, HostSnapshot, error_snapshot, mig_map
+from gputop.model import (
+    HOST_ERROR,
+    HOST_NO_GPU,
+    HostSnapshot,
+    Record,
+    error_snapshot,
+    mig_map,
+    record,
+)
 from gputop.sources.backend import NoDriverError
 from gputop.sources.identity import Identity
 
@@ -28,8 +35,8 @@ if TYPE_CHECKING:
 Emit = Callable[[HostSnapshot], None]
 
 
-@dataclass(frozen=True)
-class Capabilities:
+@record(frozen=True, slots=True)
+class Capabilities(Record):
     """What a feed can do for one host."""
 
     kill: bool = False  # signal processes (with the pid-reuse guard)
@@ -73,8 +80,8 @@ class ReadOnlyFeed:
         return {"ok": False, "message": self.why}
 
 
-@dataclass(frozen=True)
-class ProcessDetails:
+@record(frozen=True, slots=True)
+class ProcessDetails(Record):
     facts: dict[str, Any] | None  # procfs' process() dict, or {"error": ...}
     parents: list[dict[str, Any]] | None
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gputop.model import MutableRecord, record
 from gputop.sources.assembler import HostAssembler
 from gputop.sources.backend import NoDriverError, ProcessReader
 
@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 
-@dataclass
-class HostSource:
+@record(frozen=False, slots=True)
+class HostSource(MutableRecord):
     """One host's collector, and what the actions on that host act through."""
 
     collector: HostAssembler

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass
+
+from gputop.model import Record, record
 
 
-@dataclass(frozen=True)
-class Identity:
+@record(frozen=True, slots=True)
+class Identity(Record):
     user: str | None  # login name; None while not known (an SSH host not yet connected)
     uid: int | None = None  # known for this machine only
     is_root: bool = False

@@ -12,7 +12,7 @@ Stdlib-only: shipped to remote hosts inside the SSH probe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gputop.model import Record, record
 
 # NVML return codes (nvml.h); nvidia-smi exits with the same numbers.
 ERR_NO_PERMISSION = 4
@@ -27,8 +27,8 @@ ERR_LIB_RM_VERSION_MISMATCH = 18
 ERR_UNKNOWN = 999
 
 
-@dataclass(frozen=True)
-class InitFailure:
+@record(frozen=True, slots=True)
+class InitFailure(Record):
     """One way NVML (and so nvidia-smi) can fail to start on a host."""
 
     code: int

@@ -16,11 +16,10 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputop.config import Config, analysis_settings
-from gputop.model import SOURCE_SIMULATED_PAST, HostSnapshot, error_snapshot
+from gputop.model import SOURCE_SIMULATED_PAST, HostSnapshot, Record, error_snapshot, record
 from gputop.options import SourceOptions
 from gputop.sources.backend import NoDriverError
 from gputop.sources.identity import Identity, local_identity, named_identity
@@ -58,8 +57,8 @@ class SourceError(Exception):
     """A bad source argument (scenario file, hosts file); str() is one line for the user."""
 
 
-@dataclass(frozen=True)
-class SourcePlan:
+@record(frozen=True, slots=True)
+class SourcePlan(Record):
     """Which sources the options name; every command and the dashboard follow it."""
 
     demo: str | None
@@ -424,8 +423,8 @@ def _demo_feed(
 # -- one round ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Round:
+@record(frozen=True, slots=True)
+class Round(Record):
     """One snapshot of every host, and who acts there (for the rules about "my" cards)."""
 
     snapshots: list[HostSnapshot]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from gputop.model import Record, record
 
-@dataclass(frozen=True, slots=True)
-class Thresholds:
+
+@record(frozen=True, slots=True)
+class Thresholds(Record):
     """Tunable limits; the config file's ``health:`` section uses the same names."""
 
     # The classic "memory above N %" alert, off (0) by default: caching allocators

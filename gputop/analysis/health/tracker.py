@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from gputop.analysis.health.common import HOST_STATE, sort_warnings
 from gputop.analysis.health.thresholds import Thresholds
-from gputop.model import HealthWarning
+from gputop.model import HealthWarning, Record, record
 
 
-@dataclass(frozen=True, slots=True)
-class ClearedWarning:
+@record(frozen=True, slots=True)
+class ClearedWarning(Record):
     warning: HealthWarning
     cleared: float  # epoch seconds when it stopped being reported
 
