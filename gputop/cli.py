@@ -9,6 +9,7 @@ module under ``gputop/commands/`` and is imported only when used.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 
@@ -284,6 +285,7 @@ def _run_ledger_command(command: str, options: SourceOptions, args: argparse.Nam
     if command == "record":
         from gputop.commands import record
 
+        _runs_for_long()
         return record.run(options, args)
     if command == "quota":
         from gputop.commands import quota
@@ -385,6 +387,7 @@ def _run_subcommand(command: str, options: SourceOptions, args: argparse.Namespa
     if command == "run":
         from gputop.commands import run
 
+        _runs_for_long()
         return run.run(options, args)
     if command == "queue":
         from gputop.commands import queue
@@ -393,6 +396,7 @@ def _run_subcommand(command: str, options: SourceOptions, args: argparse.Namespa
     if command == "serve":
         from gputop.commands import serve
 
+        _runs_for_long()
         return serve.run(options, args)
     from gputop.commands import reserve
 
@@ -415,6 +419,7 @@ def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
             return EXIT_USAGE
         from gputop.commands import watch
 
+        _runs_for_long()
         return watch.run(options, args.watch)
     if args.once or args.json:
         from gputop.commands import once
@@ -422,8 +427,33 @@ def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
         return once.run(options, as_json=args.json, topology=args.topology)
     from gputop.ui.launch import run_app
 
+    _runs_for_long()  # the app tunes the collector itself once its first frame is drawn
     return run_app(options, args.interval)
 
 
+def entry() -> None:
+    """The `gputop` command (the console script; `python -m gputop.cli`).
+
+    A one-shot loads some 190 modules and is gone within a tenth of a second: while they
+    load, the cyclic collector walks their objects again and again, and all of them once
+    more as the interpreter exits, 15 ms of a 75 ms `gputop --once` (bench/README.md),
+    with no garbage to find.  So collection is off until a command that runs for long
+    turns it on (``_runs_for_long``), and what is alive at the end is frozen: the
+    interpreter's last collection skips it (reference counting still frees it).
+    ``main`` itself leaves the collector alone, for callers that go on (tests)."""
+    gc.disable()
+    try:
+        code = main()
+    finally:
+        gc.freeze()
+    raise SystemExit(code)
+
+
+def _runs_for_long() -> None:
+    """Before a command that runs until stopped (the dashboard, --watch, serve, record,
+    run): its garbage must be collected, as in any program (see ``entry``)."""
+    gc.enable()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()
