@@ -1165,13 +1165,96 @@ def _init_failure_message(err: BaseException) -> str:
     return f"gputop: NVML could not start: {err}."
 
 
+class OneCallLists:
+    """pynvml with its list reads made in one call where the list fits a buffer.
+
+    pynvml reads a card's processes and process samples in two calls: one for the count,
+    then one with an array of that size.  Each is a query of the driver's resource manager,
+    per card and kind, every refresh: a third of a `gputop --once`'s NVML calls on a busy
+    8-GPU host.  Here the array is there from the first call, sized by the last answer
+    (never below ``FIRST``); a list that grew past it gets NVML's INSUFFICIENT_SIZE and the
+    size it needs, and a second call, as pynvml's first would have.  Entries and errors
+    are pynvml's own (its structs, friendly objects and NVMLError).  Everything else, and
+    these too where this pynvml lacks what they need, is pynvml's."""
+
+    FIRST = 16
+    _LISTS = (  # (function, pynvml's struct of one entry)
+        ("nvmlDeviceGetComputeRunningProcesses_v3", "c_nvmlProcessInfo_v3_t"),
+        ("nvmlDeviceGetGraphicsRunningProcesses_v3", "c_nvmlProcessInfo_v3_t"),
+        ("nvmlDeviceGetMPSComputeRunningProcesses_v3", "c_nvmlProcessInfo_v3_t"),
+    )
+    _SAMPLES = ("nvmlDeviceGetProcessUtilization", "c_nvmlProcessUtilizationSample_t")
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+        self._sizes: dict[tuple[str, Any], int] = {}
+        needed = ("_nvmlGetFunctionPointer", "nvmlStructToFriendlyObject", "NVMLError",
+                  "NVML_SUCCESS", "NVML_ERROR_INSUFFICIENT_SIZE")
+        if all(hasattr(nvml, name) for name in needed):
+            for name, struct in self._LISTS:
+                if hasattr(nvml, struct) and hasattr(nvml, name):
+                    setattr(self, name, self._lister(name, getattr(nvml, struct)))
+            name, struct = self._SAMPLES
+            if hasattr(nvml, struct) and hasattr(nvml, name):
+                setattr(self, name, self._sampler(name, getattr(nvml, struct)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._nvml, name)
+
+    def _call(self, name: str, handle: Any, struct: Any,
+              call: Callable[[Any, Any], int]) -> tuple[Any, int]:
+        """(array, entries) of one list read: ``call(count, array)`` gives NVML's return."""
+        nvml, key = self._nvml, (name, _handle_key(handle))
+        size = self._sizes.get(key, self.FIRST)
+        for _attempt in range(2):
+            count = ctypes.c_uint(size)
+            array = (struct * size)()
+            ret = call(ctypes.byref(count), array)
+            if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                break
+            size = count.value * 2 + 5  # room for a list still growing, as pynvml leaves
+        if ret != nvml.NVML_SUCCESS:
+            raise nvml.NVMLError(ret)
+        self._sizes[key] = max(self.FIRST, count.value * 2 + 5)
+        return array, count.value
+
+    def _lister(self, name: str, struct: Any) -> Callable[[Any], list[Any]]:
+        nvml = self._nvml
+        missing = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE: usedGpuMemory under WDDM
+
+        def running(handle: Any) -> list[Any]:
+            fn = nvml._nvmlGetFunctionPointer(name)
+            array, n = self._call(name, handle, struct, lambda c, a: fn(handle, c, a))
+            out = []
+            for i in range(n):
+                entry = nvml.nvmlStructToFriendlyObject(array[i])
+                if getattr(entry, "usedGpuMemory", None) == missing:
+                    entry.usedGpuMemory = None
+                out.append(entry)
+            return out
+
+        return running
+
+    def _sampler(self, name: str, struct: Any) -> Callable[[Any, int], list[Any]]:
+        nvml = self._nvml
+
+        def samples(handle: Any, since: int) -> list[Any]:
+            fn = nvml._nvmlGetFunctionPointer(name)
+            stamp = ctypes.c_ulonglong(since)
+            array, n = self._call(name, handle, struct, lambda c, a: fn(handle, a, c, stamp))
+            return list(array[:n])
+
+        return samples
+
+
 def open_nvml(lean: bool = False, topology: bool = True, dashboard: bool = False) -> NvmlBackend:
     """The NVML backend of this machine; NoDriverError when there is no GPU to read."""
     try:
         import pynvml
     except ImportError:
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
-    backend = NvmlBackend(pynvml, lean=lean, topology=topology, dashboard=dashboard)
+    backend = NvmlBackend(OneCallLists(pynvml), lean=lean, topology=topology,
+                          dashboard=dashboard)
     # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
     if backend.count() == 0:
         raise NoDriverError(NO_GPUS_MESSAGE)
