@@ -9,10 +9,12 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import fakenvml
@@ -302,3 +304,44 @@ UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs", "ba
            "bar1_total")
 SETTINGS_KEYS = ("power_limit", "persistence_mode", "compute_mode", "ecc_mode",
                  "ecc_mode_pending", "mig_mode", "mig_mode_pending")
+
+
+# The `gputop` command (cli.entry), and the collector's state as the interpreter exits.
+GC_AT_EXIT = """
+import atexit, gc, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(
+    {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()})))
+sys.argv = ["gputop", *sys.argv[2:]]
+from gputop.cli import entry
+entry()
+"""
+
+
+def _collector_at_exit(tmp_path: Path, *args: str, interrupt: bool = False) -> dict[str, Any]:
+    state = tmp_path / "gc.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "NO_COLOR": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", GC_AT_EXIT, str(state), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        if interrupt:  # a command that runs until Ctrl+C: once it has printed a frame
+            assert proc.stdout.readline()
+            proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    found: dict[str, Any] = json.loads(state.read_text())
+    return found
+
+
+def test_a_one_shot_runs_without_the_cyclic_collector_and_freezes_before_exit(
+        tmp_path: Path) -> None:
+    # The modules loaded are not walked again and again, nor once more at exit.
+    once = _collector_at_exit(tmp_path, "--demo", "lab", "--once")
+    assert once["enabled"] is False and once["frozen"] > 10_000, once
+    # A command that runs until stopped collects its garbage as any program does.
+    watch = _collector_at_exit(tmp_path, "--demo", "lab", "--once", "--watch", "0.5",
+                               interrupt=True)
+    assert watch["enabled"] is True, watch
