@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gputop.keymap import BINDING_IDS, key_name_problem, new_conflicts
-from gputop.model import MutableRecord, record
+from gputop.records import MutableRecord, record
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gputop.model import MutableRecord, Record, record
+from gputop.records import MutableRecord, Record, record
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 DEFAULT_PATH = "~/.config/gputop/hosts.yaml"

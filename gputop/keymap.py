@@ -9,7 +9,7 @@ be remappable in one place and unknown in another.  No Textual here.
 
 from __future__ import annotations
 
-from gputop.model import Record, record
+from gputop.records import Record, record
 
 
 @record(frozen=True, slots=True)

@@ -8,7 +8,7 @@ machine, SSH hosts from -H, --hosts, $GPUTOP_HOSTS or the default hosts file).  
 
 from __future__ import annotations
 
-from gputop.model import Record, record
+from gputop.records import Record, record
 
 DEFAULT_TIMEOUT_S = 10.0
 

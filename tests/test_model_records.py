@@ -1,4 +1,4 @@
-"""Every record of gputop (model.record: the model's types and the other data classes a
+"""Every record of gputop (records.record: the model's types and the other data classes a
 one-shot loads) behaves as the ``@dataclass(frozen=..., slots=True)`` it stands for: each
 is compared with a real one built from the same fields (issue 27: cheaper to define,
 nothing else changed)."""
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import gputop
-from gputop import model
+from gputop import model, records
 
 
 def _all_records() -> list[type]:
@@ -23,11 +23,11 @@ def _all_records() -> list[type]:
     for info in pkgutil.walk_packages(gputop.__path__, "gputop."):
         importlib.import_module(info.name)
     found: dict[str, type] = {}
-    pending = [model.Record]
+    pending = [records.Record]
     while pending:
         for sub in pending.pop().__subclasses__():
             pending.append(sub)
-            if sub is not model.MutableRecord:
+            if sub is not records.MutableRecord:
                 found[f"{sub.__module__}.{sub.__qualname__}"] = sub
     return [found[name] for name in sorted(found)]
 
@@ -36,7 +36,7 @@ RECORDS = _all_records()
 
 
 def _frozen(cls: type) -> bool:
-    return not issubclass(cls, model.MutableRecord)
+    return not issubclass(cls, records.MutableRecord)
 
 
 def _twin(cls: type) -> type:

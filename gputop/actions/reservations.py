@@ -56,7 +56,7 @@ from gputop.actions.store import (
     write_temp,
 )
 from gputop.actions.store import StoreError as ReservationError
-from gputop.model import MutableRecord, Record, record
+from gputop.records import MutableRecord, Record, record
 
 if TYPE_CHECKING:
     from gputop.actions.dispatch import ActionEnv

@@ -18,7 +18,8 @@ Only active reservations (``until`` after ``now``) hold anything.
 
 from __future__ import annotations
 
-from gputop.model import Gpu, HostSnapshot, Record, Reservation, record
+from gputop.model import Gpu, HostSnapshot, Reservation
+from gputop.records import Record, record
 
 Held = tuple[Reservation, ...]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
-from gputop.model import Record, record
+from gputop.records import Record, record
 
 PARTS = 3  # the window is cut in this many parts; memory must rise in each
 MIN_SAMPLES_PER_PART = 2

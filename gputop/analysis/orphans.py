@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import field
 
 from gputop.analysis.durations import format_duration
-from gputop.model import DeviceHolder, GpuProcess, HostSnapshot, Record, record
+from gputop.model import DeviceHolder, GpuProcess, HostSnapshot
+from gputop.records import Record, record
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

@@ -17,7 +17,8 @@ import re
 import time
 from collections.abc import Iterable
 
-from gputop.model import CRITICAL, WARNING, Gpu, Record, XidEvent, record
+from gputop.model import CRITICAL, WARNING, Gpu, XidEvent
+from gputop.records import Record, record
 
 
 @record(frozen=True, slots=True)

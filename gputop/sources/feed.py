@@ -15,15 +15,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gputop.model import (
-    HOST_ERROR,
-    HOST_NO_GPU,
-    HostSnapshot,
-    Record,
-    error_snapshot,
-    mig_map,
-    record,
-)
+from gputop.model import HOST_ERROR, HOST_NO_GPU, HostSnapshot, error_snapshot, mig_map
+from gputop.records import Record, record
 from gputop.sources.backend import NoDriverError
 from gputop.sources.identity import Identity
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gputop.model import MutableRecord, record
+from gputop.records import MutableRecord, record
 from gputop.sources.assembler import HostAssembler
 from gputop.sources.backend import NoDriverError, ProcessReader
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import pwd
 
-from gputop.model import Record, record
+from gputop.records import Record, record
 
 
 @record(frozen=True, slots=True)

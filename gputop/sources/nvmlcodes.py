@@ -12,7 +12,7 @@ Stdlib-only: shipped to remote hosts inside the SSH probe.
 
 from __future__ import annotations
 
-from gputop.model import Record, record
+from gputop.records import Record, record
 
 # NVML return codes (nvml.h); nvidia-smi exits with the same numbers.
 ERR_NO_PERMISSION = 4

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gputop.config import Config, analysis_settings
-from gputop.model import SOURCE_SIMULATED_PAST, HostSnapshot, Record, error_snapshot, record
+from gputop.model import SOURCE_SIMULATED_PAST, HostSnapshot, error_snapshot
 from gputop.options import SourceOptions
+from gputop.records import Record, record
 from gputop.sources.backend import NoDriverError
 from gputop.sources.identity import Identity, local_identity, named_identity
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from gputop.model import Record, record
+from gputop.records import Record, record
 
 
 @record(frozen=True, slots=True)

@@ -10,7 +10,8 @@ from typing import Any
 
 from gputop.analysis.health.common import HOST_STATE, sort_warnings
 from gputop.analysis.health.thresholds import Thresholds
-from gputop.model import HealthWarning, Record, record
+from gputop.model import HealthWarning
+from gputop.records import Record, record
 
 
 @record(frozen=True, slots=True)
