@@ -20,10 +20,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gputop.keymap import BINDING_IDS, key_name_problem, new_conflicts
 from gputop.records import MutableRecord, record
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
@@ -115,16 +113,18 @@ class Config(MutableRecord):
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
 
 
-def default_path() -> Path:
+def default_path() -> str:
+    """~/.config/gputop/config.yaml, XDG_CONFIG_HOME honoured.  (A string: every start
+    asks, and pathlib is 2 ms of a one-shot's imports.)"""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "gputop" / "config.yaml"
+    return os.path.join(base, "gputop", "config.yaml")
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """The config from ``path`` (must exist) or the default file (may be absent)."""
     if path is None:
         candidate = default_path()
-        if not candidate.exists():
+        if not os.path.exists(candidate):
             return Config()
         path = candidate
     name = str(path)
@@ -240,6 +240,9 @@ class _Reader:
         config.columns = tuple(columns)
 
     def _keys(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
+        # The dashboard's key map, loaded for a file that rebinds keys (most have none)
+        from gputop.keymap import BINDING_IDS, key_name_problem, new_conflicts
+
         for name, k, v, full in self.mapping(vnode, key):
             if name not in BINDING_IDS:
                 raise self.fail(k, full, "unknown binding id (see the help screen, '?')")

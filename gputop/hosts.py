@@ -28,16 +28,11 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from gputop.records import MutableRecord, Record, record
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
-
-DEFAULT_PATH = "~/.config/gputop/hosts.yaml"
-ENV_VAR = "GPUTOP_HOSTS"
 
 
 class HostsFileError(ValueError):
@@ -429,22 +424,3 @@ def parse_host_list(text: str) -> list[HostSpec]:
     if not specs:
         raise HostsFileError("-H: no hosts given; name them as [user@]host[:port],...")
     return specs
-
-
-def find_hosts_file(
-    explicit: str | None, environ: Mapping[str, str] | None = None
-) -> tuple[Path | None, str]:
-    """Which hosts file applies: (path or None, where it came from).
-
-    Order: --hosts PATH, then $GPUTOP_HOSTS, then ~/.config/gputop/hosts.yaml when
-    it exists.  ``where`` is "--hosts", "$GPUTOP_HOSTS", "default" or "".
-    """
-    env = os.environ if environ is None else environ
-    if explicit:
-        return Path(explicit).expanduser(), "--hosts"
-    if env.get(ENV_VAR):
-        return Path(env[ENV_VAR]).expanduser(), f"${ENV_VAR}"
-    default = Path(DEFAULT_PATH).expanduser()
-    if default.is_file():
-        return default, "default"
-    return None, ""

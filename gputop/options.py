@@ -8,6 +8,9 @@ machine, SSH hosts from -H, --hosts, $GPUTOP_HOSTS or the default hosts file).  
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from gputop.records import Record, record
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -23,3 +26,27 @@ class SourceOptions(Record):
     readonly: bool = False  # no action of any kind
     config_path: str | None = None  # --config FILE (None: the default file, if any)
     prometheus: str | None = None  # --prometheus URL: a cluster read from Prometheus
+
+
+HOSTS_FILE = "~/.config/gputop/hosts.yaml"  # the default hosts file, where it exists
+HOSTS_ENV_VAR = "GPUTOP_HOSTS"
+
+
+def find_hosts_file(
+    explicit: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[str | None, str]:
+    """Which hosts file applies: (path or None, where it came from).
+
+    Order: --hosts PATH, then $GPUTOP_HOSTS, then ~/.config/gputop/hosts.yaml when
+    it exists.  ``where`` is "--hosts", "$GPUTOP_HOSTS", "default" or "".  Here, not in
+    hosts.py, so that a run without a hosts file never loads the hosts file's reader.
+    """
+    env = os.environ if environ is None else environ
+    if explicit:
+        return os.path.expanduser(explicit), "--hosts"
+    if env.get(HOSTS_ENV_VAR):
+        return os.path.expanduser(env[HOSTS_ENV_VAR]), f"${HOSTS_ENV_VAR}"
+    default = os.path.expanduser(HOSTS_FILE)
+    if os.path.isfile(default):
+        return default, "default"
+    return None, ""

@@ -14,12 +14,11 @@ from gputop.config import Config
 from gputop.hosts import (
     HostsFileError,
     HostSpec,
-    find_hosts_file,
     load,
     parse_host_list,
     parse_text,
 )
-from gputop.options import SourceOptions
+from gputop.options import SourceOptions, find_hosts_file
 from gputop.sources.opener import SourceError, narrow_to_one, open_feeds, plan_sources
 
 REPO = Path(__file__).resolve().parent.parent
@@ -142,14 +141,14 @@ def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     default = home / ".config" / "gputop" / "hosts.yaml"
     default.parent.mkdir(parents=True)
     default.write_text("- d1\n")
-    assert find_hosts_file(None, env) == (default, "default")
+    assert find_hosts_file(None, env) == (str(default), "default")
     env_file = tmp_path / "env.yaml"
     env_file.write_text("- e1\n")
     env["GPUTOP_HOSTS"] = str(env_file)
-    assert find_hosts_file(None, env) == (env_file, "$GPUTOP_HOSTS")
+    assert find_hosts_file(None, env) == (str(env_file), "$GPUTOP_HOSTS")
     explicit = tmp_path / "x.yaml"
     explicit.write_text("- x1\n")
-    assert find_hosts_file(str(explicit), env)[0] == explicit
+    assert find_hosts_file(str(explicit), env)[0] == str(explicit)
 
     # The one decision every command and the dashboard follow (sources/opener.py).
     def planned(environ: dict[str, str], **options: Any) -> list[str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import pwd
 import re
@@ -273,6 +272,8 @@ def write_temp(directory: str, record: dict[str, Any], tag: str) -> str:
     """A complete, fsync'd, world-readable temp file holding `record` as JSON, named
     ``.tmp-<tag>-...``: the record's own module decides what the tag says (and so who
     may clean up a dead writer's leftover)."""
+    import json  # here and in read_json: an empty store is read without it
+
     payload = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     for _ in range(10):
         import secrets  # only when writing: reading the store is on `gputop --once`'s path
@@ -390,6 +391,8 @@ def read_json(
         problems.append(f"{path}: not a regular file of at most {max_bytes} bytes "
                         f"(larger than {max_bytes} bytes); skipped")
         return None
+    import json
+
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):

@@ -6,9 +6,12 @@ shown as it is (the CLI prints it, the reserve dialog shows it under the field).
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import datetime as dt
 
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
@@ -61,6 +64,8 @@ def parse_until(text: str, now: float, tz: dt.tzinfo | None = None) -> float:
 def _parse_end_time(spec: str, now: float, tz: dt.tzinfo | None, original: str) -> float:
     # Naive local time (tz None) or a zoneinfo zone: both do wall-clock arithmetic, so
     # "tomorrow 18:00" stays 18:00 across a DST change.
+    import datetime as dt  # `until 18:00` only: a table of durations needs no calendar
+
     current = dt.datetime.fromtimestamp(now, tz)
     full = _DATE_CLOCK.fullmatch(spec)
     if full:

@@ -12,7 +12,6 @@ are not sure of get the generic entry, which still shows the number.
 
 from __future__ import annotations
 
-import calendar
 import re
 import time
 from collections.abc import Iterable
@@ -259,6 +258,8 @@ def _stamp(line: str) -> tuple[str | None, float | None]:
     if match is None:
         return None, None
     text = match.group("stamp").strip()
+    import calendar  # kernel log lines only: no other XID path needs it
+
     try:
         # `dmesg -T` prints ctime-style dates; seconds since boot ("12.345") are not dates.
         return text, float(calendar.timegm(time.strptime(text, "%a %b %d %H:%M:%S %Y")))

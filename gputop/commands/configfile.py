@@ -4,12 +4,13 @@ examples shipped in the package (gputop/examples/), printed to start a file from
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import resources
 
 from gputop.config import ConfigError, default_path, load_config
 from gputop.exitcodes import EXIT_OK
-from gputop.hosts import DEFAULT_PATH, ENV_VAR, find_hosts_file
+from gputop.options import HOSTS_ENV_VAR, HOSTS_FILE, find_hosts_file
 
 CONFIG_EXAMPLE = "config.example.yaml"
 HOSTS_EXAMPLE = "hosts.example.yaml"
@@ -32,10 +33,10 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
     config = default_path()
     hosts, where = find_hosts_file(None)
-    print(f"config file: {config} ({'found' if config.is_file() else 'absent: defaults'};"
+    print(f"config file: {config} ({'found' if os.path.isfile(config) else 'absent: defaults'};"
           " --config FILE for another)")
     print(f"hosts file:  {hosts} (from {where})" if hosts else
-          f"hosts file:  none (--hosts FILE, ${ENV_VAR} or {DEFAULT_PATH}): this machine only")
+          f"hosts file:  none (--hosts FILE, ${HOSTS_ENV_VAR} or {HOSTS_FILE}): this machine only")
     print(_store_line())
     print("examples:    gputop config --example, gputop config --hosts-example")
     print("Prometheus:  gputop config --alert-rules, --alert-rules-opt-in, "

@@ -7,7 +7,6 @@ checks sys.modules), so that `gputop --once` starts in a fraction of a second.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import time
@@ -65,6 +64,8 @@ def _report(options: SourceOptions, as_json: bool, topology: bool = False) -> in
     out = sys.stdout
     with common.reader_may_leave():
         if as_json:
+            import json  # --json only: a text table loads no JSON encoder
+
             json.dump(json_document(snapshots, now, warnings), out, indent=1,
                       default=_json_default)
             out.write("\n")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputop.config import Config, analysis_settings
 from gputop.model import SOURCE_SIMULATED_PAST, HostSnapshot, error_snapshot
-from gputop.options import SourceOptions
+from gputop.options import SourceOptions, find_hosts_file
 from gputop.records import Record, record
 from gputop.sources.backend import NoDriverError
 from gputop.sources.identity import Identity, local_identity, named_identity
@@ -78,16 +78,16 @@ def plan_sources(options: SourceOptions) -> SourcePlan:
         # --prometheus alone: no default hosts file, no local NVML (nor hosts.py to load)
         return SourcePlan(demo=None, local=options.local, ssh_hosts=(),
                           prometheus=options.prometheus)
-    from gputop.hosts import HostsFileError, find_hosts_file, load, parse_host_list
+    path = None
+    if options.host_list is None:
+        path, _where = find_hosts_file(options.hosts_file)
+        if path is None:  # this machine alone: the hosts file's reader stays unloaded
+            return SourcePlan(demo=None, local=True, ssh_hosts=(), prometheus=None)
+    from gputop.hosts import HostsFileError, load, parse_host_list
 
     try:
-        if options.host_list is not None:
-            specs = parse_host_list(options.host_list)
-        elif options.prometheus and options.hosts_file is None:
-            specs = []  # --prometheus alone: no default hosts file, no local NVML
-        else:
-            path, _where = find_hosts_file(options.hosts_file)
-            specs = load(path) if path is not None else []
+        specs = (parse_host_list(options.host_list) if options.host_list is not None
+                 else load(path) if path is not None else [])
     except HostsFileError as err:
         raise SourceError(f"gputop: {err}") from None
     local = (not specs and not options.prometheus) or options.local

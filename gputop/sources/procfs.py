@@ -14,7 +14,6 @@ import pwd
 import time
 from typing import Any
 
-from gputop.sources.devscan import scan_device_holders
 from gputop.sources.workload import WorkloadResolver
 
 _DEFAULT_CLK_TCK = 100
@@ -115,6 +114,8 @@ class ProcFs:
 
     def device_holders(self) -> tuple[list[dict[str, Any]], str | None]:
         """Processes with /dev/nvidia* open (sources/devscan.py)."""
+        from gputop.sources.devscan import scan_device_holders  # never in a lean read
+
         return scan_device_holders(self.root)
 
     # -- host --------------------------------------------------------------------------

@@ -17,7 +17,6 @@ says so once (``notes()``) and ids are shown instead.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -145,6 +144,8 @@ def _state(value: Any) -> str | None:
 
 def parse_squeue_json(text: str) -> dict[str, dict[str, Any]]:
     """Job facts by job id from ``squeue --json`` output (any Slurm from 21.08 on)."""
+    import json  # here and for the Engine API: only where a process is in a job
+
     data = json.loads(text)
     jobs = data.get("jobs") if isinstance(data, dict) else None
     if not isinstance(jobs, list):
@@ -329,6 +330,8 @@ def container_name(
         raise ValueError(f"HTTP {response.status}")
     if len(body) > MAX_API_BYTES:
         raise ValueError("answer too long")
+    import json
+
     data = json.loads(body)
     name = data.get("Name") if isinstance(data, dict) else None
     if not isinstance(name, str) or not name:

@@ -6,7 +6,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from gputop.analysis import memtrend
 from gputop.analysis.health.common import GIB, Adder, gib
 from gputop.analysis.health.thresholds import Thresholds
 from gputop.model import WARNING, Gpu
@@ -41,6 +40,8 @@ def rules(host: str, gpu: Gpu, history: Any, th: Thresholds, add: Adder) -> None
     series: Callable[..., list[tuple[float, Any]]] | None = getattr(history, "gpu_series", None)
     if series is None or th.oom_horizon_minutes <= 0:
         return
+    from gputop.analysis import memtrend  # with a history only: a one-shot has none
+
     window = th.oom_window_minutes * 60
     trend = memtrend.forecast(
         series(host, i, "mem_used", since=add.now - window), gpu.mem_total, add.now, window
