@@ -78,7 +78,7 @@ bench-ssh: $(STAMP)
 .PHONY: bench-nvitop
 bench-nvitop: $(STAMP)
 	$(BIN)/python bench/bench_vs_nvitop.py --setup
-	$(BIN)/python bench/bench_vs_nvitop.py
+	$(BIN)/python bench/bench_vs_nvitop.py --write-readme
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) build *.egg-info

@@ -256,6 +256,8 @@ def main() -> int:
                     help="seconds of uptime before the 0.25 s refresh row is measured")
     ap.add_argument("--host-procs", type=int, default=4000)
     ap.add_argument("--skip-big", action="store_true", help="skip the 8x500 TUI case")
+    ap.add_argument("--write-readme", action="store_true",
+                    help="also put the table into README.md, between its bench_vs_nvitop marks")
     ap.add_argument("--one-shots", action="store_true",
                     help="only the one-shot rows (--once, --json, NVML calls): a minute")
     ap.add_argument("--tree", type=Path, default=ROOT,
@@ -337,13 +339,33 @@ def main() -> int:
                 g = tui([*gputop, "--interval", "1"], env, args.warmup, args.tui_seconds)
                 n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds)
                 big.add(g["cpu"], n["cpu"])
-    print(f"gputop from {source} (pip-installed, not editable); nvitop {NVITOP_VERSION}; "
-          f"{os.cpu_count()} CPUs; "
-          f"TUI {COLS}x{ROWS}, {args.warmup:g} s warm-up then {args.tui_seconds:g} s measured")
-    print("| measure | gputop | nvitop | ratio, median (min-max) | goal | pairs | load |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(r.line() for r in rows if r.pairs))
+    table = [
+        f"gputop from {source} (pip-installed, not editable); nvitop {NVITOP_VERSION}; "
+        f"{os.cpu_count()} CPUs; TUI {COLS}x{ROWS}, {args.warmup:g} s warm-up then "
+        f"{args.tui_seconds:g} s measured",
+        "| measure | gputop | nvitop | ratio, median (min-max) | goal | pairs | load |",
+        "|---|---|---|---|---|---|---|",
+        *(r.line() for r in rows if r.pairs),
+    ]
+    print("\n".join(table))
+    if args.write_readme:
+        write_readme(table[1:], " ".join(sys.argv[1:]))
     return 0
+
+
+README_MARKS = ("<!-- bench_vs_nvitop -->", "<!-- /bench_vs_nvitop -->")
+
+
+def write_readme(table: list[str], arguments: str) -> None:
+    """The README's table, between its marks, with the date and the command that made it
+    (the prose around it is the README's own)."""
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start, end = (text.index(mark) for mark in README_MARKS)
+    made = (f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} CPUs, load in the "
+            f"last column: `python bench/bench_vs_nvitop.py {arguments}`.")
+    block = "\n".join([README_MARKS[0], made, "", *table, README_MARKS[1]])
+    readme.write_text(text[:start] + block + text[end + len(README_MARKS[1]):])
 
 
 if __name__ == "__main__":
