@@ -93,41 +93,6 @@ def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
     return [Strip(Segment.simplify(line)).crop_extend(0, width, base) for line in lines]
 
 
-class RepaintsChanges(Widget):
-    """A one-line ``render()`` widget that dirties only the cells of its line that changed.
-
-    ``repaint_changes()`` (call it where ``refresh()`` was called) renders the line, compares
-    it with the one drawn last and dirties from its first to its last changed cell, or
-    nothing: the header's clock text "1s old" is the same most seconds, and the host
-    line's CPU figure changes while its histories, further right, move every few seconds.
-    A new size, a line cut by the width (its ellipsis) or a first draw repaint it all.
-    Mix in before the Textual base class."""
-
-    _painted: tuple[Any, list[Strip]] | None = None
-
-    def repaint_changes(self) -> None:
-        width = self.size.width
-        text = self.render()
-        assert isinstance(text, Text)
-        old = self._painted
-        key = (self.size, self.is_mounted)
-        if text.cell_len > width or "\n" in text.plain:
-            self._painted = None
-            self.refresh()
-            return
-        new = text_strips(text, max(width, 1), Style())
-        self._painted = (key, new)
-        regions = changed_regions(old[1], new) if old is not None and old[0] == key else None
-        if regions is None:
-            self.refresh()
-        elif regions:
-            self.refresh(*regions)
-
-    def notify_style_update(self) -> None:
-        self._painted = None
-        super().notify_style_update()
-
-
 class StyleOnce(Widget):
     """A widget whose ``base_style`` (its ``rich_style``) is resolved once per style
     update, not once per drawn line: ``rich_style`` walks every ancestor's styles and
@@ -163,4 +128,52 @@ class StyleOnce(Widget):
     def notify_style_update(self) -> None:
         self._base_style = None
         self._row_styles = None
+        super().notify_style_update()
+
+
+class RepaintsChanges(StyleOnce):
+    """A one-line ``render()`` widget that dirties only the cells of its line that changed.
+
+    ``repaint_changes()`` (call it where ``refresh()`` was called) renders the line, compares
+    it with the one drawn last and dirties from its first to its last changed cell, or
+    nothing: the header's clock text "1s old" is the same most seconds, and the host
+    line's CPU figure changes while its histories, further right, move every few seconds.
+    A new size, a line cut by the width (its ellipsis) or a first draw repaint it all.
+    The line it compared is the one drawn (``render_line``): Textual's own path would
+    render the Text a second time, through its Content, on every repaint.
+    Mix in before the Textual base class."""
+
+    _painted: tuple[Any, list[Strip]] | None = None
+
+    def repaint_changes(self) -> None:
+        width = self.size.width
+        text = self.render()
+        assert isinstance(text, Text)
+        old = self._painted
+        key = (self.size, self.is_mounted)
+        if text.cell_len > width or "\n" in text.plain:
+            self._painted = None
+            self.refresh()
+            return
+        new = text_strips(text, max(width, 1), self.base_style)
+        self._painted = (key, new)
+        regions = changed_regions(old[1], new) if old is not None and old[0] == key else None
+        if regions is None:
+            self.refresh()
+        elif regions:
+            self.refresh(*regions)
+
+    def render_line(self, y: int) -> Strip:
+        painted = self._painted
+        if painted is None or painted[0] != (self.size, True) or y >= len(painted[1]):
+            # Not painted here (before the first update, cut by the width, resized since):
+            # Textual renders ``render()`` itself.
+            return super().render_line(y)
+        # Textual clears these when it renders the content itself; this line API never
+        # does, and each partial repaint adds its region.
+        self._dirty_regions.clear()
+        return painted[1][y]
+
+    def notify_style_update(self) -> None:
+        self._painted = None
         super().notify_style_update()
