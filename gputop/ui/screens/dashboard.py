@@ -34,7 +34,7 @@ from gputop.ui import table_model, tree
 from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey, UiState
 from gputop.ui.widgets.filter_input import FilterInput
-from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData, history_reach
+from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
 from gputop.ui.widgets.header import HeaderBar, HostHistory, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
@@ -123,6 +123,7 @@ class DashboardScreen(Screen[None]):
         self._panels: dict[int, GpuPanel] = {}
         self._drawn_host: str | None = None  # the host whose snapshot was drawn last
         self._widgets: Widgets | None = None
+        self._reads: dict[tuple[str, int, str, float], list[tuple[float, float]]] = {}
         self.history_range: float | None = None  # None: this session; else seconds of ledger
 
     # -- layout ------------------------------------------------------------------------
@@ -210,6 +211,7 @@ class DashboardScreen(Screen[None]):
         if not self._ready(mounting):
             return
         self._dirty = False
+        self._reads.clear()
         app = self.app
         state = app.state
         snap = state.snapshot
@@ -258,11 +260,17 @@ class DashboardScreen(Screen[None]):
         return min(kept, max(180.0, 60 * self.app.interval))
 
     def _host_history(self, host: str, now: float) -> HostHistory:
+        return HostHistory(partial(self._host_series, host), now, self._span())
+
+    def _host_series(self, host: str, name: str, since: float) -> list[tuple[float, float]]:
+        """The host line's "cpu" or "mem" history (percent) from ``since`` on."""
         history = self.app.state.history
-        total = dict(history.host_series(host, "mem_total"))
-        mem = [(t, 100.0 * (1 - avail / total[t]))
-               for t, avail in history.host_series(host, "mem_available") if total.get(t)]
-        return HostHistory(history.host_series(host, "cpu_percent"), mem, now, self._span())
+        if name == "cpu":
+            return history.host_series(host, "cpu_percent", since)
+        total = dict(history.host_series(host, "mem_total", since))
+        return [(t, 100.0 * (1 - avail / total[t]))
+                for t, avail in history.host_series(host, "mem_available", since)
+                if total.get(t)]
 
     def _update_panels(self, snap: HostSnapshot, now: float) -> None:
         box = self._composed().gpus
@@ -295,18 +303,20 @@ class DashboardScreen(Screen[None]):
         for gpu in snap.gpus:
             panel = self._panels[gpu.index]
             panel.set_class(state.selected_gpu == gpu.index, "-selected")
+            util_series: list[tuple[float, float]] = []
+            mem_series: list[tuple[float, float]] = []
+            read = None
             if recorded is not None:
                 util_series, mem_series = recorded.get(gpu.index, ([], []))
             else:
-                # Only the samples the panel draws, however long the history kept.
-                since = now - history_reach(span, history.seconds, bool(self._compact),
-                                            panel.size.width)
-                util_series = history.gpu_series(snap.host, gpu.index, "util_gpu", since)
-                mem_series = history.gpu_series(snap.host, gpu.index, "mem_percent", since)
+                # The panel reads what it has not seen yet (and a new line the samples
+                # it draws), however long the history kept.
+                read = partial(self._gpu_series, snap.host, gpu.index)
             panel.update_data(PanelData(
                 gpu=gpu,
                 util_series=util_series,
                 mem_series=mem_series,
+                read=read,
                 warnings=state.warnings_for(snap.host, gpu.index),
                 reservations=held.of_card(gpu.index),
                 mig_reservations=held.of_devices(gpu),
@@ -332,6 +342,19 @@ class DashboardScreen(Screen[None]):
             panel.folded_lines(), max(1, self.size.height // 24))
         if panel.styles.max_height is None or panel.styles.max_height.value != limit:
             panel.styles.max_height = limit
+
+    def _gpu_series(self, host: str, index: int, name: str,
+                    since: float) -> list[tuple[float, float]]:
+        """A GPU panel's "util" or "mem" history (percent) from ``since`` on; a panel's
+        lines and figures that saw the same samples ask for the same part once a
+        refresh (``_reads``, emptied by ``refresh_view``)."""
+        key = (host, index, name, since)
+        series = self._reads.get(key)
+        if series is None:
+            field = "util_gpu" if name == "util" else "mem_percent"
+            series = self._reads[key] = self.app.state.history.gpu_series(
+                host, index, field, since)
+        return series
 
     def _arrange_panels(self, count: int, mig_rows: int = 0) -> None:
         width, height = self.size
