@@ -42,18 +42,59 @@ def changed_regions(old: Sequence[Strip], new: Sequence[Strip]) -> list[Region] 
         return None
     regions = []
     for y, (before, after) in enumerate(zip(old, new, strict=True)):
-        if before is after:
+        if before is after or before == after:  # most lines of a quiet tick
             continue
-        a, b = _cells(before), _cells(after)
-        if a is None or b is None or len(a) != len(b):
-            regions.append(Region(0, y, max(before.cell_length, after.cell_length), 1))
-            continue
-        if a == b:
-            continue
-        first = next(i for i in range(len(a)) if a[i] != b[i])
-        last = next(i for i in range(len(a) - 1, first - 1, -1) if a[i] != b[i])
-        regions.append(Region(first, y, last - first + 1, 1))
+        span = _text_span(before, after)
+        if span is None:
+            span = _cell_span(before, after)
+        if span is not None:
+            regions.append(Region(span[0], y, span[1] - span[0], 1))
     return regions
+
+
+def _text_span(before: Strip, after: Strip) -> tuple[int, int] | None:
+    """[first, last + 1) of the changed characters of two lines whose segments differ
+    in their text only (same styles, same lengths, one cell a character), as a process
+    row whose TIME ticked; None for any other pair (``_cell_span`` compares those)."""
+    if len(before) != len(after):
+        return None
+    for a, b in zip(before, after):  # noqa: B905 (same length, checked above)
+        if a.style != b.style or len(a.text) != len(b.text) or a.control or b.control:
+            return None
+    old, new = before.text, after.text
+    if len(old) != before.cell_length or len(new) != after.cell_length:
+        return None
+    first = _common_prefix(old, new)
+    if first == len(old):  # not reached: equal text, styles and lengths are equal strips
+        return None
+    # Equal lengths, different text: the common prefix and suffix do not overlap.
+    return first, len(old) - _common_prefix(old[::-1], new[::-1])
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many leading characters two strings share (bisection over slices: C compares
+    a few times, not a Python loop over every character)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _cell_span(before: Strip, after: Strip) -> tuple[int, int] | None:
+    """[first, last + 1) of the changed cells, character and style, of two lines; the
+    whole line where a character is not one cell wide; None where none changed."""
+    a, b = _cells(before), _cells(after)
+    if a is None or b is None or len(a) != len(b):
+        return 0, max(before.cell_length, after.cell_length)
+    if a == b:
+        return None
+    first = next(i for i in range(len(a)) if a[i] != b[i])
+    last = next(i for i in range(len(a) - 1, first - 1, -1) if a[i] != b[i])
+    return first, last + 1
 
 
 _STYLES: dict[str, Style] = {}
