@@ -190,7 +190,7 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
             self._shown = None
             self.refresh()
             return
-        new = [self._line(y) for y in range(len(old[1]))]
+        new = self._lines(len(old[1]))
         self._shown = (key, new)
         regions = changed_regions(old[1], new)
         if regions is None:
@@ -258,15 +258,22 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
         key = self._view_key()
         shown = self._shown
         if shown is None or shown[0] != key:
-            shown = self._shown = (key, [self._line(n) for n in range(key[2])])
+            shown = self._shown = (key, self._lines(key[2]))
         if y < len(shown[1]):
             return shown[1][y]
-        return self._line(y)
+        return self._lines(y + 1)[y]
 
-    def _line(self, y: int) -> Strip:
+    def _lines(self, count: int) -> list[Strip]:
+        """The first ``count`` visible lines (the view's geometry looked up once: each
+        look-up is a Textual property computed afresh)."""
         width = self.scrollable_content_region.width
-        index = int(self.scroll_offset.y) + y
+        top = int(self.scroll_offset.y)
         base = self.base_style
+        cols = self._layout(max(width - 1, 1))
+        return [self._line(index, width, base, cols) for index in range(top, top + count)]
+
+    def _line(self, index: int, width: int, base: Style,
+              cols: list[tuple[Column, int]]) -> Strip:
         if index >= len(self.rows):
             if index == 0 and self.empty_text:
                 text = " " + self.empty_text
@@ -274,7 +281,6 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
                     width, base)
             return Strip.blank(width, base)
         row = self.rows[index]
-        cols = self._layout(max(width - 1, 1))
         values = [cell(col.id, row, self.now) for col, _w in cols]
         tagged = row.key in self.tagged
         text = ("*" if tagged else " ") + row_text(cols, values)
