@@ -109,9 +109,13 @@ def _style_of(style: str | Style) -> Style:
     return parsed
 
 
-def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
+def text_strips(text: Text, width: int, base: Style,
+                drawn: list[tuple[Any, Strip]] | None = None) -> list[Strip]:
     """A Text of non-overlapping spans (what the GPU panels and the header lines build)
-    as one Strip per line."""
+    as one Strip per line.  ``drawn``: the lines made last time for this widget, updated
+    here; a line of the same pieces, width and base is handed back as the same Strip
+    (changed_regions then skips it at once): a panel whose history line moved redraws
+    that line, not its three."""
     plain = text.plain
     pieces: list[tuple[str, Style]] = []
     pos = 0
@@ -130,8 +134,27 @@ def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
                 lines.append([])
             if part:
                 lines[-1].append(Segment(part, style))
+    if drawn is None:
+        return [_strip(line, width, base) for line in lines]
+    strips = []
+    for y, line in enumerate(lines):
+        key = (width, base, *line)
+        if y < len(drawn) and drawn[y][0] == key:
+            strips.append(drawn[y][1])
+            continue
+        strip = _strip(line, width, base)
+        if y < len(drawn):
+            drawn[y] = (key, strip)
+        else:
+            drawn.append((key, strip))
+        strips.append(strip)
+    del drawn[len(lines):]
+    return strips
+
+
+def _strip(line: list[Segment], width: int, base: Style) -> Strip:
     # Neighbouring spans of one style become one segment: one colour code sent, not two.
-    return [Strip(Segment.simplify(line)).crop_extend(0, width, base) for line in lines]
+    return Strip(Segment.simplify(line)).crop_extend(0, width, base)
 
 
 class StyleOnce(Widget):

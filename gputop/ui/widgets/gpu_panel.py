@@ -94,6 +94,7 @@ class GpuPanel(StyleOnce):
         self._signature: Any = None
         self._strips: list[Strip] = []
         self._strips_key: Any = None
+        self._drawn: list[tuple[Any, Strip]] = []  # text_strips' lines, reused unchanged
         self._stats: tuple[str, str] = ("", "")
         # Kept from tick to tick, fed the new samples only (fmt.SparkTrack): by (series,
         # seconds per cell), and by (series, span).
@@ -174,7 +175,8 @@ class GpuPanel(StyleOnce):
         if old is None or not self.is_mounted or key[1:] != self._strips_key[1:]:
             self.refresh()
             return
-        new = text_strips(self.render(), max(self.size.width, 1), self.base_style)
+        new = text_strips(self.render(), max(self.size.width, 1), self.base_style,
+                          self._drawn)
         regions = changed_regions(old, new)
         self._strips, self._strips_key = new, key
         if regions is None:
@@ -204,7 +206,8 @@ class GpuPanel(StyleOnce):
         base = self.base_style
         key = self._key()
         if key != self._strips_key:
-            self._strips = text_strips(self.render(), max(self.size.width, 1), base)
+            self._strips = text_strips(self.render(), max(self.size.width, 1), base,
+                                       self._drawn)
             self._strips_key = key
         if y < len(self._strips):
             return self._strips[y]
