@@ -154,6 +154,7 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
         # The visible lines as last drawn, and what they were drawn for (scroll, size,
         # style): set_rows repaints only the cells that changed (gputop/ui/partial.py).
         self._shown: tuple[Any, list[Strip]] | None = None
+        self._drawn: dict[RowKey, tuple[Any, Strip]] = {}
 
     # -- data ----------------------------------------------------------------------
 
@@ -265,12 +266,29 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
 
     def _lines(self, count: int) -> list[Strip]:
         """The first ``count`` visible lines (the view's geometry looked up once: each
-        look-up is a Textual property computed afresh)."""
+        look-up is a Textual property computed afresh).  A row drawn last time with the
+        same process record, marks and TIME text is the same Strip: a quiet refresh
+        formats one cell a row, not ten (``_drawn``, the rows on screen by key)."""
         width = self.scrollable_content_region.width
         top = int(self.scroll_offset.y)
         base = self.base_style
         cols = self._layout(max(width - 1, 1))
-        return [self._line(index, width, base, cols) for index in range(top, top + count)]
+        timed = any(col.id == "time" for col, _w in cols)
+        drawn, self._drawn = self._drawn, {}
+        lines = []
+        for index in range(top, top + count):
+            if index >= len(self.rows):
+                lines.append(self._line(index, width, base, cols))
+                continue
+            row = self.rows[index]
+            key = (row, row.key in self.tagged, index == self.cursor, self.me, width, base,
+                   cols, cell("time", row, self.now) if timed else None)
+            old = drawn.get(row.key)
+            line = old[1] if old is not None and old[0] == key else self._line(
+                index, width, base, cols)
+            self._drawn[row.key] = (key, line)
+            lines.append(line)
+        return lines
 
     def _line(self, index: int, width: int, base: Style,
               cols: list[tuple[Column, int]]) -> Strip:
@@ -321,4 +339,5 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._shown = None
+        self._drawn = {}  # the rows' styles (cursor, tagged...) may be others now
         self.refresh()
