@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import itertools
 import os
 import statistics
 import sys
@@ -40,23 +41,33 @@ class Clock:
         return self.now
 
 
-def snapshots(clock: Clock, step: float) -> Iterator[HostSnapshot]:
-    """Snapshots of one simulated 8-GPU host, ``step`` simulated seconds apart."""
+def snapshots(clock: Clock, step: float, steady: bool = False) -> Iterator[HostSnapshot]:
+    """Snapshots of one simulated 8-GPU host, ``step`` simulated seconds apart.
+
+    ``steady``: the host of bench_vs_nvitop.py's fake driver, whose cards read the same
+    every time: the first snapshot again and again, only its time and the host's CPU
+    figure moving (the processes age, as real ones do).
+    """
     nvml = sim.SimNvml(sim.synthetic_scenario(GPUS, PROCESSES), clock=clock)
     collector = nvml_collector(nvml, sim.SimProcs(nvml), host="synthetic", demo=True,
                                clock=clock)
-    while True:
-        yield HostSnapshot.from_dict(collector.collect())
+    first = HostSnapshot.from_dict(collector.collect())
+    for i in itertools.count():
+        if steady:
+            yield dataclasses.replace(first, time=clock.now, cpu_percent=10.0 + i % 7)
+        else:
+            yield first if i == 0 else HostSnapshot.from_dict(collector.collect())
         clock.now += step
 
 
 async def tick_cost(refresh: float, uptime_s: float, ticks: int,
-                    profile: str | None = None) -> float:
+                    profile: str | None = None, steady: bool = False,
+                    size: tuple[int, int] = (160, 50)) -> float:
     """Median CPU ms of one refresh after ``uptime_s`` of history at ``refresh``."""
     from gputop.ui.app import GputopApp
 
     clock = Clock(START)
-    feed = snapshots(clock, refresh)
+    feed = snapshots(clock, refresh, steady)
     seeds = [next(feed) for _ in range(16)]
     app = GputopApp(config=Config(), clock=clock, me="alice")
     an = app.analyser
@@ -70,11 +81,11 @@ async def tick_cost(refresh: float, uptime_s: float, ticks: int,
     import cProfile
 
     profiler = cProfile.Profile() if profile else None
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app.run_test(size=size) as pilot:
         for i in range(ticks + 3):
-            snap = next(feed)
+            snap = next(feed)  # the simulated host's collection: not the tick's
             clock.now = snap.time
-            if profiler is not None and i == 3:
+            if profiler is not None and i >= 3:
                 profiler.enable()
             t0 = time.process_time()
             app._apply_result(an(snap))  # History.add, the rules; then the view
@@ -82,8 +93,9 @@ async def tick_cost(refresh: float, uptime_s: float, ticks: int,
             await pilot.pause()
             if i >= 3:  # the first frames lay the screen out
                 costs.append(1000 * (time.process_time() - t0))
+            if profiler is not None:
+                profiler.disable()
     if profiler is not None and profile:
-        profiler.disable()
         profiler.dump_stats(profile)
     return statistics.median(costs)
 
@@ -96,12 +108,17 @@ def main() -> None:
                     help="minutes")
     ap.add_argument("--profile", metavar="FILE",
                     help="cProfile the ticks of the first refresh and uptime into FILE")
+    ap.add_argument("--steady", action="store_true",
+                    help="cards that read the same every tick (bench_vs_nvitop's fake driver)")
+    ap.add_argument("--size", default="160x50", help="the screen, COLSxROWS (160x50)")
     args = ap.parse_args()
+    cols, rows = (int(n) for n in args.size.split("x"))
+    size = (cols, rows)
     import gputop
 
     if args.profile:
         cost = asyncio.run(tick_cost(args.refresh[0], args.uptime[0] * 60, args.ticks,
-                                     args.profile))
+                                     args.profile, args.steady, size))
         import pstats
 
         print(f"{cost:.1f} ms a tick")
@@ -109,12 +126,14 @@ def main() -> None:
         return
 
     print(f"gputop from {os.path.dirname(gputop.__file__)}; {GPUS} GPUs x {PROCESSES} "
-          f"processes, 160x50; load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+          f"processes{', steady' if args.steady else ''}, {args.size}; "
+          f"load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print("| refresh | " + " | ".join(f"{u:g} min" for u in args.uptime)
           + " | CPU at the last uptime |")
     print("|---|" + "---|" * (len(args.uptime) + 1))
     for refresh in args.refresh:
-        cells = [asyncio.run(tick_cost(refresh, u * 60, args.ticks)) for u in args.uptime]
+        cells = [asyncio.run(tick_cost(refresh, u * 60, args.ticks, None, args.steady, size))
+                 for u in args.uptime]
         row = " | ".join(f"{c:.1f} ms" for c in cells)
         print(f"| {refresh:g} s | {row} | {cells[-1] / refresh:.0f} ms/s |", flush=True)
     print(f"median of {args.ticks} ticks per cell; CPU time of the process (one core)")

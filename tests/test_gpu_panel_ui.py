@@ -103,7 +103,9 @@ async def test_history_rows_are_labelled_with_their_window_and_numbers() -> None
         assert panel.data is not None and panel.data.span == 180.0
         history = panel.render().plain.splitlines()[2]
         assert history.startswith("util 3m ") and " mem 3m " in history
-        utils = [v for t, v in panel.data.util_series if t >= panel.data.now - 180.0]
+        # The panel reads the history itself (PanelData.read), only what it has not seen.
+        series = app.state.history.gpu_series(panel.data.host, 3, "util_gpu")
+        utils = [v for t, v in series if panel.data.now - 180.0 <= t <= panel.data.now]
         expected = f"min{min(utils):>4.0f} avg{sum(utils) / len(utils):>4.0f} max" \
             f"{max(utils):>4.0f}%"
         assert expected in history

@@ -420,7 +420,8 @@ async def test_sparkline_history_shown_in_full_panels() -> None:
         await pilot.pause()
         panel = app.dashboard.gpu_panel(0)
         assert not panel.has_class("-compact")
-        assert panel.data is not None and len(panel.data.util_series) >= 120
+        assert panel.data is not None and panel.data.read is not None
+        assert len(panel.data.read("util", panel.data.now - 180.0)) >= 120
         lines = panel.render().plain.splitlines()
         assert len(lines) == 3
         spark = lines[2]

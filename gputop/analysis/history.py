@@ -341,10 +341,12 @@ class History:
         with self._lock:
             return list(self._times)
 
-    def host_series(self, host: str, field: str) -> list[tuple[float, Any]]:
-        """(time, value) of a HostSnapshot field (e.g. cpu_percent); None values left out."""
+    def host_series(self, host: str, field: str,
+                    since: float | None = None) -> list[tuple[float, Any]]:
+        """(time, value) of a HostSnapshot field (e.g. cpu_percent); None values left out;
+        with ``since``, from that time on (as ``gpu_series``)."""
         with self._lock:
-            return self._series(host, self._hosts.get(host), field, None)
+            return self._series(host, self._hosts.get(host), field, since)
 
     def gpu_series(
         self, host: str, gpu: int, field: str, since: float | None = None

@@ -20,6 +20,9 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+# Their home is paths.py (no sqlite3 there, for the dashboard's start); named here too.
+from gputop.ledger.paths import SYSTEM_PATH, default_path, existing_path  # noqa: F401
+
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x67707574  # "gput": marks the file as ours in its header
 
@@ -113,25 +116,6 @@ class LedgerError(Exception):
 
 class LedgerBusy(LedgerError):
     """Another recorder holds the ledger; str() says who."""
-
-
-def default_path() -> str:
-    """A user's ledger: $XDG_STATE_HOME/gputop/ledger.sqlite (~/.local/state/...)."""
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return os.path.join(state, "gputop", "ledger.sqlite")
-
-
-SYSTEM_PATH = "/var/lib/gputop/ledger.sqlite"  # the systemd unit's (docs/ledger.md)
-
-
-def existing_path() -> str | None:
-    """The ledger the dashboard reads: the user's, else the system's, if either exists."""
-    for path in (default_path(), SYSTEM_PATH):
-        if os.path.isfile(path):
-            return path
-    return None
 
 
 _LOCKED = ("{path}: locked by another program ({err}); try again when it lets go"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gputop.analysis.durations import format_duration
@@ -137,6 +137,22 @@ def _fresh(series: Sequence[tuple[float, float]], last: tuple[float, float] | No
     return fresh  # every sample is newer than the last one fed (a pause, a gap)
 
 
+Reader = Callable[[float], Sequence[tuple[float, float]]]  # a series from a time on
+
+
+def feed_from(last: tuple[float, float] | None, read: Reader, since: float,
+              feed: Callable[[Sequence[tuple[float, float]]], None]) -> None:
+    """Feed the samples after ``last`` (the newest one fed, None: nothing yet) read from
+    its time on, or the series from ``since`` where it no longer holds ``last``: a tick
+    then reads the new samples from the history, not the window (720 at 0.25 s)."""
+    if last is not None:
+        fresh = read(last[0])
+        if _fresh(fresh, last) is not None:
+            feed(fresh)
+            return
+    feed(read(since))
+
+
 class SparkTrack:
     """``sparkline`` of a series that grows only at its newest end, kept up to date.
 
@@ -183,6 +199,12 @@ class SparkTrack:
         if len(slots) > 2 * self.keep:  # amortised: a dict rebuilt every `keep` slots
             oldest = self._newest - self.keep
             self._slots = {k: v for k, v in slots.items() if k > oldest}
+
+    def follow(self, read: Reader, since: float) -> None:
+        """``feed`` from ``read(t)``, the series from time ``t`` on, asking only for what
+        is new: from the newest sample fed, or from ``since`` (the oldest this line
+        draws) the first time and when the series no longer holds that sample."""
+        feed_from(self._last, read, since, self.feed)
 
     def line(self, width: int, now: float) -> str:
         """The last ``width`` cells up to ``now``, as ``sparkline`` over width*step
@@ -255,6 +277,10 @@ class WindowStats:
             self._low.popleft()
         while self._high and self._high[0][0] < start:
             self._high.popleft()
+
+    def follow(self, read: Reader, now: float) -> None:
+        """``feed`` from ``read(t)``, the series from time ``t`` on (SparkTrack.follow)."""
+        feed_from(self._last, read, now - self.span, lambda series: self.feed(series, now))
 
     def stats(self) -> tuple[float, float, float] | None:
         """(lowest, mean, highest), or None for an empty window."""

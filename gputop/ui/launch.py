@@ -115,19 +115,24 @@ def paint_skeleton(snap: HostSnapshot, interval: float, config: Config) -> bool:
 
 def _history(settings: Settings) -> History:
     """The session's history; idle runs reach back before it when a ledger is there."""
-    from gputop.ledger.query import RecordedIdle
-    from gputop.ledger.store import existing_path
+    from gputop.ledger.paths import existing_path
 
     history = settings.history()
     ledger = existing_path()
     if ledger is not None:
+        # Only then: the query module brings sqlite3 (about 1 MiB of the dashboard's RSS).
+        from gputop.ledger.query import RecordedIdle
+
         history.recorded_idle = RecordedIdle(ledger)
     return history
 
 
 def _ledger_series() -> LedgerSeries | None:
-    from gputop.ledger.query import LedgerSeries
-    from gputop.ledger.store import existing_path
+    from gputop.ledger.paths import existing_path
 
     ledger = existing_path()
-    return LedgerSeries(ledger) if ledger is not None else None
+    if ledger is None:
+        return None
+    from gputop.ledger.query import LedgerSeries
+
+    return LedgerSeries(ledger)

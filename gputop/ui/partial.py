@@ -42,18 +42,59 @@ def changed_regions(old: Sequence[Strip], new: Sequence[Strip]) -> list[Region] 
         return None
     regions = []
     for y, (before, after) in enumerate(zip(old, new, strict=True)):
-        if before is after:
+        if before is after or before == after:  # most lines of a quiet tick
             continue
-        a, b = _cells(before), _cells(after)
-        if a is None or b is None or len(a) != len(b):
-            regions.append(Region(0, y, max(before.cell_length, after.cell_length), 1))
-            continue
-        if a == b:
-            continue
-        first = next(i for i in range(len(a)) if a[i] != b[i])
-        last = next(i for i in range(len(a) - 1, first - 1, -1) if a[i] != b[i])
-        regions.append(Region(first, y, last - first + 1, 1))
+        span = _text_span(before, after)
+        if span is None:
+            span = _cell_span(before, after)
+        if span is not None:
+            regions.append(Region(span[0], y, span[1] - span[0], 1))
     return regions
+
+
+def _text_span(before: Strip, after: Strip) -> tuple[int, int] | None:
+    """[first, last + 1) of the changed characters of two lines whose segments differ
+    in their text only (same styles, same lengths, one cell a character), as a process
+    row whose TIME ticked; None for any other pair (``_cell_span`` compares those)."""
+    if len(before) != len(after):
+        return None
+    for a, b in zip(before, after):  # noqa: B905 (same length, checked above)
+        if a.style != b.style or len(a.text) != len(b.text) or a.control or b.control:
+            return None
+    old, new = before.text, after.text
+    if len(old) != before.cell_length or len(new) != after.cell_length:
+        return None
+    first = _common_prefix(old, new)
+    if first == len(old):  # not reached: equal text, styles and lengths are equal strips
+        return None
+    # Equal lengths, different text: the common prefix and suffix do not overlap.
+    return first, len(old) - _common_prefix(old[::-1], new[::-1])
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many leading characters two strings share (bisection over slices: C compares
+    a few times, not a Python loop over every character)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _cell_span(before: Strip, after: Strip) -> tuple[int, int] | None:
+    """[first, last + 1) of the changed cells, character and style, of two lines; the
+    whole line where a character is not one cell wide; None where none changed."""
+    a, b = _cells(before), _cells(after)
+    if a is None or b is None or len(a) != len(b):
+        return 0, max(before.cell_length, after.cell_length)
+    if a == b:
+        return None
+    first = next(i for i in range(len(a)) if a[i] != b[i])
+    last = next(i for i in range(len(a) - 1, first - 1, -1) if a[i] != b[i])
+    return first, last + 1
 
 
 _STYLES: dict[str, Style] = {}
@@ -68,9 +109,13 @@ def _style_of(style: str | Style) -> Style:
     return parsed
 
 
-def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
+def text_strips(text: Text, width: int, base: Style,
+                drawn: list[tuple[Any, Strip]] | None = None) -> list[Strip]:
     """A Text of non-overlapping spans (what the GPU panels and the header lines build)
-    as one Strip per line."""
+    as one Strip per line.  ``drawn``: the lines made last time for this widget, updated
+    here; a line of the same pieces, width and base is handed back as the same Strip
+    (changed_regions then skips it at once): a panel whose history line moved redraws
+    that line, not its three."""
     plain = text.plain
     pieces: list[tuple[str, Style]] = []
     pos = 0
@@ -89,43 +134,27 @@ def text_strips(text: Text, width: int, base: Style) -> list[Strip]:
                 lines.append([])
             if part:
                 lines[-1].append(Segment(part, style))
+    if drawn is None:
+        return [_strip(line, width, base) for line in lines]
+    strips = []
+    for y, line in enumerate(lines):
+        key = (width, base, *line)
+        if y < len(drawn) and drawn[y][0] == key:
+            strips.append(drawn[y][1])
+            continue
+        strip = _strip(line, width, base)
+        if y < len(drawn):
+            drawn[y] = (key, strip)
+        else:
+            drawn.append((key, strip))
+        strips.append(strip)
+    del drawn[len(lines):]
+    return strips
+
+
+def _strip(line: list[Segment], width: int, base: Style) -> Strip:
     # Neighbouring spans of one style become one segment: one colour code sent, not two.
-    return [Strip(Segment.simplify(line)).crop_extend(0, width, base) for line in lines]
-
-
-class RepaintsChanges(Widget):
-    """A one-line ``render()`` widget that dirties only the cells of its line that changed.
-
-    ``repaint_changes()`` (call it where ``refresh()`` was called) renders the line, compares
-    it with the one drawn last and dirties from its first to its last changed cell, or
-    nothing: the header's clock text "1s old" is the same most seconds, and the host
-    line's CPU figure changes while its histories, further right, move every few seconds.
-    A new size, a line cut by the width (its ellipsis) or a first draw repaint it all.
-    Mix in before the Textual base class."""
-
-    _painted: tuple[Any, list[Strip]] | None = None
-
-    def repaint_changes(self) -> None:
-        width = self.size.width
-        text = self.render()
-        assert isinstance(text, Text)
-        old = self._painted
-        key = (self.size, self.is_mounted)
-        if text.cell_len > width or "\n" in text.plain:
-            self._painted = None
-            self.refresh()
-            return
-        new = text_strips(text, max(width, 1), Style())
-        self._painted = (key, new)
-        regions = changed_regions(old[1], new) if old is not None and old[0] == key else None
-        if regions is None:
-            self.refresh()
-        elif regions:
-            self.refresh(*regions)
-
-    def notify_style_update(self) -> None:
-        self._painted = None
-        super().notify_style_update()
+    return Strip(Segment.simplify(line)).crop_extend(0, width, base)
 
 
 class StyleOnce(Widget):
@@ -163,4 +192,52 @@ class StyleOnce(Widget):
     def notify_style_update(self) -> None:
         self._base_style = None
         self._row_styles = None
+        super().notify_style_update()
+
+
+class RepaintsChanges(StyleOnce):
+    """A one-line ``render()`` widget that dirties only the cells of its line that changed.
+
+    ``repaint_changes()`` (call it where ``refresh()`` was called) renders the line, compares
+    it with the one drawn last and dirties from its first to its last changed cell, or
+    nothing: the header's clock text "1s old" is the same most seconds, and the host
+    line's CPU figure changes while its histories, further right, move every few seconds.
+    A new size, a line cut by the width (its ellipsis) or a first draw repaint it all.
+    The line it compared is the one drawn (``render_line``): Textual's own path would
+    render the Text a second time, through its Content, on every repaint.
+    Mix in before the Textual base class."""
+
+    _painted: tuple[Any, list[Strip]] | None = None
+
+    def repaint_changes(self) -> None:
+        width = self.size.width
+        text = self.render()
+        assert isinstance(text, Text)
+        old = self._painted
+        key = (self.size, self.is_mounted)
+        if text.cell_len > width or "\n" in text.plain:
+            self._painted = None
+            self.refresh()
+            return
+        new = text_strips(text, max(width, 1), self.base_style)
+        self._painted = (key, new)
+        regions = changed_regions(old[1], new) if old is not None and old[0] == key else None
+        if regions is None:
+            self.refresh()
+        elif regions:
+            self.refresh(*regions)
+
+    def render_line(self, y: int) -> Strip:
+        painted = self._painted
+        if painted is None or painted[0] != (self.size, True) or y >= len(painted[1]):
+            # Not painted here (before the first update, cut by the width, resized since):
+            # Textual renders ``render()`` itself.
+            return super().render_line(y)
+        # Textual clears these when it renders the content itself; this line API never
+        # does, and each partial repaint adds its region.
+        self._dirty_regions.clear()
+        return painted[1][y]
+
+    def notify_style_update(self) -> None:
+        self._painted = None
         super().notify_style_update()

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Container
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
@@ -33,7 +34,7 @@ from gputop.ui import table_model, tree
 from gputop.ui.keys import bindings
 from gputop.ui.state import RowKey, UiState
 from gputop.ui.widgets.filter_input import FilterInput
-from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData, history_reach
+from gputop.ui.widgets.gpu_panel import GpuPanel, PanelData
 from gputop.ui.widgets.header import HeaderBar, HostHistory, HostLine
 from gputop.ui.widgets.process_table import ProcessTable, TableHeader
 from gputop.ui.widgets.warnings import WarningsPanel
@@ -60,6 +61,18 @@ class NarrowFooter(Footer):
     def on_resize(self, event: events.Resize) -> None:
         self.compact = event.size.width < self.WIDE
         self.show_command_palette = event.size.width >= self.WIDE
+
+class Widgets(NamedTuple):
+    """The dashboard's widgets, in the order they are composed (the footer follows)."""
+
+    header: HeaderBar
+    hostline: HostLine
+    warnings: WarningsPanel
+    gpus: Container
+    table_header: TableHeader
+    table: ProcessTable
+    search: FilterInput
+
 
 class DashboardScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = bindings("dashboard")
@@ -109,35 +122,48 @@ class DashboardScreen(Screen[None]):
         self._panel_gpus: tuple[int, ...] = ()
         self._panels: dict[int, GpuPanel] = {}
         self._drawn_host: str | None = None  # the host whose snapshot was drawn last
+        self._widgets: Widgets | None = None
+        self._reads: dict[tuple[str, int, str, float], list[tuple[float, float]]] = {}
         self.history_range: float | None = None  # None: this session; else seconds of ledger
 
     # -- layout ------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         config = self.app.config
-        yield HeaderBar(id="header")
-        yield HostLine(id="hostline")
-        yield WarningsPanel()
-        yield Container(id="gpus")
-        yield TableHeader(config.columns, id="table-header")
-        yield ProcessTable(config.columns, id="processes")
-        yield FilterInput(placeholder="search command or user; Enter keeps it, Esc clears",
-                          id="search")
+        # Kept, not looked up: a query walks the screen's DOM, and a refresh asked for
+        # six widgets four times a second at 0.25 s.
+        self._widgets = Widgets(
+            header=HeaderBar(id="header"),
+            hostline=HostLine(id="hostline"),
+            warnings=WarningsPanel(),
+            gpus=Container(id="gpus"),
+            table_header=TableHeader(config.columns, id="table-header"),
+            table=ProcessTable(config.columns, id="processes"),
+            search=FilterInput(placeholder="search command or user; Enter keeps it, Esc "
+                               "clears", id="search"),
+        )
+        yield from self._widgets
         yield NarrowFooter()
 
     @property
     def table(self) -> ProcessTable:
-        return self.query_one(ProcessTable)
+        return self._composed().table
 
     @property
     def search_box(self) -> FilterInput:
-        return self.query_one("#search", FilterInput)
+        return self._composed().search
+
+    def _composed(self) -> Widgets:
+        widgets = self._widgets
+        if widgets is None:
+            raise NoMatches("the dashboard is not composed yet")
+        return widgets
 
     def on_mount(self) -> None:
         app = self.app
         self.table.me = app.state.me
         self.table.focus()
-        self.query_one(TableHeader).set_sort(self.sort_column, self.sort_reverse)
+        self._composed().table_header.set_sort(self.sort_column, self.sort_reverse)
         # Immediate: drawn in the same turn as the change, as the app's caller expects.
         app.state_changed.subscribe(self, self._data_changed, immediate=True)
         app.view_changed.subscribe(self, self._view_changed, immediate=True)
@@ -162,7 +188,9 @@ class DashboardScreen(Screen[None]):
     def _ready(self, mounting: bool = False) -> bool:
         # Snapshots and ticks can arrive before the widgets exist or while they go away.
         # In on_mount the widgets are composed, though Textual says mounted only after.
-        return (mounting or self.is_mounted) and bool(self.query(HeaderBar))
+        widgets = self._widgets
+        return (mounting or self.is_mounted) and widgets is not None and (
+            widgets.header.is_attached)
 
     def tick(self) -> None:
         """The refresh timer: while this screen is on top, redraw only what aged (nothing
@@ -173,7 +201,7 @@ class DashboardScreen(Screen[None]):
             self.refresh_view()
         else:
             state = self.app.state
-            self.query_one(HeaderBar).update_data(
+            self._composed().header.update_data(
                 state.snapshot, self.app.interval, self.app.clock(), len(state.snapshots))
 
     # -- drawing -----------------------------------------------------------------------
@@ -183,13 +211,15 @@ class DashboardScreen(Screen[None]):
         if not self._ready(mounting):
             return
         self._dirty = False
+        self._reads.clear()
         app = self.app
         state = app.state
         snap = state.snapshot
         now = app.clock()
-        self.query_one(HeaderBar).update_data(snap, app.interval, now, len(state.snapshots))
+        widgets = self._composed()
+        widgets.header.update_data(snap, app.interval, now, len(state.snapshots))
         host_warnings = state.warnings_for(snap.host) if snap else []
-        self.query_one(HostLine).update_data(
+        widgets.hostline.update_data(
             snap, host_warnings, self.filter_status(),
             self._host_history(snap.host, now) if snap else None)
         if snap is None:
@@ -206,10 +236,10 @@ class DashboardScreen(Screen[None]):
             rows = table_model.fold_rows(snap.host, rows, self.expanded)
         elif self.tree_view:
             rows = tree.tree_rows(rows)
-        table = self.table
+        table = widgets.table
         columns = table_model.shown_columns(app.config.columns, snap.processes)
         table.set_columns(columns)
-        self.query_one(TableHeader).set_columns(columns)
+        widgets.table_header.set_columns(columns)
         table.tagged = state.tagged
         table.empty_text = (NO_PROCESS_LIST_TEXT if NO_PROCESS_LIST in snap.missing
                             and not snap.processes else "")
@@ -230,14 +260,20 @@ class DashboardScreen(Screen[None]):
         return min(kept, max(180.0, 60 * self.app.interval))
 
     def _host_history(self, host: str, now: float) -> HostHistory:
+        return HostHistory(partial(self._host_series, host), now, self._span())
+
+    def _host_series(self, host: str, name: str, since: float) -> list[tuple[float, float]]:
+        """The host line's "cpu" or "mem" history (percent) from ``since`` on."""
         history = self.app.state.history
-        total = dict(history.host_series(host, "mem_total"))
-        mem = [(t, 100.0 * (1 - avail / total[t]))
-               for t, avail in history.host_series(host, "mem_available") if total.get(t)]
-        return HostHistory(history.host_series(host, "cpu_percent"), mem, now, self._span())
+        if name == "cpu":
+            return history.host_series(host, "cpu_percent", since)
+        total = dict(history.host_series(host, "mem_total", since))
+        return [(t, 100.0 * (1 - avail / total[t]))
+                for t, avail in history.host_series(host, "mem_available", since)
+                if total.get(t)]
 
     def _update_panels(self, snap: HostSnapshot, now: float) -> None:
-        box = self.query_one("#gpus", Container)
+        box = self._composed().gpus
         config = self.app.config
         indexes = tuple(g.index for g in snap.gpus)
         if indexes != self._panel_gpus:
@@ -267,18 +303,20 @@ class DashboardScreen(Screen[None]):
         for gpu in snap.gpus:
             panel = self._panels[gpu.index]
             panel.set_class(state.selected_gpu == gpu.index, "-selected")
+            util_series: list[tuple[float, float]] = []
+            mem_series: list[tuple[float, float]] = []
+            read = None
             if recorded is not None:
                 util_series, mem_series = recorded.get(gpu.index, ([], []))
             else:
-                # Only the samples the panel draws, however long the history kept.
-                since = now - history_reach(span, history.seconds, bool(self._compact),
-                                            panel.size.width)
-                util_series = history.gpu_series(snap.host, gpu.index, "util_gpu", since)
-                mem_series = history.gpu_series(snap.host, gpu.index, "mem_percent", since)
+                # The panel reads what it has not seen yet (and a new line the samples
+                # it draws), however long the history kept.
+                read = partial(self._gpu_series, snap.host, gpu.index)
             panel.update_data(PanelData(
                 gpu=gpu,
                 util_series=util_series,
                 mem_series=mem_series,
+                read=read,
                 warnings=state.warnings_for(snap.host, gpu.index),
                 reservations=held.of_card(gpu.index),
                 mig_reservations=held.of_devices(gpu),
@@ -294,16 +332,29 @@ class DashboardScreen(Screen[None]):
         mine = app.state.warnings_for(host)
         # This host's warnings (the same the host line counts); the others as a count.
         others = len(app.state.warnings) - len(mine)
-        for panel in self.query(WarningsPanel):
-            panel.show(mine, app.analyser.tracker.clearing, now, others=others)
-            # Warnings matter, but at 80x24 they must leave room for the processes.
-            # Set only on change: a style write costs a layout pass.
-            # A warning folded onto a second line (its reason would be cut at 80
-            # columns) gets that line, up to one more per 24 rows of terminal.
-            limit = max(2, self.size.height // 8) + min(
-                panel.folded_lines(), max(1, self.size.height // 24))
-            if panel.styles.max_height is None or panel.styles.max_height.value != limit:
-                panel.styles.max_height = limit
+        panel = self._composed().warnings
+        panel.show(mine, app.analyser.tracker.clearing, now, others=others)
+        # Warnings matter, but at 80x24 they must leave room for the processes.
+        # Set only on change: a style write costs a layout pass.
+        # A warning folded onto a second line (its reason would be cut at 80
+        # columns) gets that line, up to one more per 24 rows of terminal.
+        limit = max(2, self.size.height // 8) + min(
+            panel.folded_lines(), max(1, self.size.height // 24))
+        if panel.styles.max_height is None or panel.styles.max_height.value != limit:
+            panel.styles.max_height = limit
+
+    def _gpu_series(self, host: str, index: int, name: str,
+                    since: float) -> list[tuple[float, float]]:
+        """A GPU panel's "util" or "mem" history (percent) from ``since`` on; a panel's
+        lines and figures that saw the same samples ask for the same part once a
+        refresh (``_reads``, emptied by ``refresh_view``)."""
+        key = (host, index, name, since)
+        series = self._reads.get(key)
+        if series is None:
+            field = "util_gpu" if name == "util" else "mem_percent"
+            series = self._reads[key] = self.app.state.history.gpu_series(
+                host, index, field, since)
+        return series
 
     def _arrange_panels(self, count: int, mig_rows: int = 0) -> None:
         width, height = self.size
@@ -313,7 +364,7 @@ class DashboardScreen(Screen[None]):
         if compact == self._compact:
             return
         self._compact = compact
-        box = self.query_one("#gpus", Container)
+        box = self._composed().gpus
         box.styles.grid_size_columns = columns
         for panel in self._panels.values():
             panel.set_class(compact, "-compact")
@@ -406,7 +457,7 @@ class DashboardScreen(Screen[None]):
         self._sorted()
 
     def _sorted(self) -> None:
-        self.query_one(TableHeader).set_sort(self.sort_column, self.sort_reverse)
+        self._composed().table_header.set_sort(self.sort_column, self.sort_reverse)
         self.refresh_view()
 
     def action_mine(self) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from rich.text import Text
@@ -51,10 +53,11 @@ class HeaderBar(RepaintsChanges, Widget):
 
 @dataclass(frozen=True)
 class HostHistory:
-    """The host's CPU and memory use over the window the GPU panels show (0-100 %)."""
+    """The host's CPU and memory use (0-100 %) over the window the GPU panels show:
+    ``read("cpu" or "mem", t)`` gives the samples from time ``t`` on, so that the line
+    reads what is new since it last drew, not the window."""
 
-    cpu: list[tuple[float, float]]
-    mem: list[tuple[float, float]]
+    read: Callable[[str, float], Sequence[tuple[float, float]]]
     now: float
     span: float
 
@@ -75,11 +78,19 @@ class HostLine(RepaintsChanges, Widget):
         self.status = ""
         self.history: HostHistory | None = None
         self._signature: Any = None
+        # The histories' lines, fed the new samples only: by (series, seconds per cell),
+        # for the host they follow.
+        self._tracks: dict[tuple[str, float], fmt.SparkTrack] = {}
+        self._tracked: str | None = None
 
     def update_data(self, snapshot: HostSnapshot | None, warnings: list[HealthWarning],
                     status: str, history: HostHistory | None = None) -> None:
         self.snapshot, self.warnings, self.status = snapshot, warnings, status
         self.history = history
+        host = snapshot.host if snapshot is not None else None
+        if host != self._tracked:  # another host's lines: start afresh
+            self._tracks.clear()
+            self._tracked = host
         signature = (id(snapshot), tuple(w.key for w in warnings), status)
         if signature != self._signature:
             self._signature = signature
@@ -134,8 +145,18 @@ class HostLine(RepaintsChanges, Widget):
         spark_w = min((room - 2 * label_w) // 2, SPARK_MAX)
         if spark_w < SPARK_MIN:
             return
-        for label, series, style in (("cpu", history.cpu, "green dim"),
-                                     ("mem", history.mem, HISTORY_MEM_STYLE)):
+        for label, style in (("cpu", "green dim"), ("mem", HISTORY_MEM_STYLE)):
             out.append(f"  {label}", style="bold")
             out.append(f" {window} ", style="dim")
-            out.append(fmt.sparkline(series, spark_w, history.now, history.span), style=style)
+            out.append(self._line(label, history, spark_w), style=style)
+
+    def _line(self, label: str, history: HostHistory, cells: int) -> str:
+        """``cells`` cells of a history, as fmt.sparkline draws its window."""
+        step = history.span / cells
+        track = self._tracks.get((label, step))
+        if track is None or track.keep < cells:
+            if len(self._tracks) >= 4:  # widths come and go; keep the two in use
+                self._tracks.clear()
+            track = self._tracks[(label, step)] = fmt.SparkTrack(step, cells)
+        track.follow(partial(history.read, label), history.now - history.span)
+        return track.line(cells, history.now)

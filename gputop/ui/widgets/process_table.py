@@ -154,6 +154,7 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
         # The visible lines as last drawn, and what they were drawn for (scroll, size,
         # style): set_rows repaints only the cells that changed (gputop/ui/partial.py).
         self._shown: tuple[Any, list[Strip]] | None = None
+        self._drawn: dict[RowKey, tuple[Any, Strip]] = {}
 
     # -- data ----------------------------------------------------------------------
 
@@ -190,7 +191,7 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
             self._shown = None
             self.refresh()
             return
-        new = [self._line(y) for y in range(len(old[1]))]
+        new = self._lines(len(old[1]))
         self._shown = (key, new)
         regions = changed_regions(old[1], new)
         if regions is None:
@@ -258,15 +259,39 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
         key = self._view_key()
         shown = self._shown
         if shown is None or shown[0] != key:
-            shown = self._shown = (key, [self._line(n) for n in range(key[2])])
+            shown = self._shown = (key, self._lines(key[2]))
         if y < len(shown[1]):
             return shown[1][y]
-        return self._line(y)
+        return self._lines(y + 1)[y]
 
-    def _line(self, y: int) -> Strip:
+    def _lines(self, count: int) -> list[Strip]:
+        """The first ``count`` visible lines (the view's geometry looked up once: each
+        look-up is a Textual property computed afresh).  A row drawn last time with the
+        same process record, marks and TIME text is the same Strip: a quiet refresh
+        formats one cell a row, not ten (``_drawn``, the rows on screen by key)."""
         width = self.scrollable_content_region.width
-        index = int(self.scroll_offset.y) + y
+        top = int(self.scroll_offset.y)
         base = self.base_style
+        cols = self._layout(max(width - 1, 1))
+        timed = any(col.id == "time" for col, _w in cols)
+        drawn, self._drawn = self._drawn, {}
+        lines = []
+        for index in range(top, top + count):
+            if index >= len(self.rows):
+                lines.append(self._line(index, width, base, cols))
+                continue
+            row = self.rows[index]
+            key = (row, row.key in self.tagged, index == self.cursor, self.me, width, base,
+                   cols, cell("time", row, self.now) if timed else None)
+            old = drawn.get(row.key)
+            line = old[1] if old is not None and old[0] == key else self._line(
+                index, width, base, cols)
+            self._drawn[row.key] = (key, line)
+            lines.append(line)
+        return lines
+
+    def _line(self, index: int, width: int, base: Style,
+              cols: list[tuple[Column, int]]) -> Strip:
         if index >= len(self.rows):
             if index == 0 and self.empty_text:
                 text = " " + self.empty_text
@@ -274,7 +299,6 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
                     width, base)
             return Strip.blank(width, base)
         row = self.rows[index]
-        cols = self._layout(max(width - 1, 1))
         values = [cell(col.id, row, self.now) for col, _w in cols]
         tagged = row.key in self.tagged
         text = ("*" if tagged else " ") + row_text(cols, values)
@@ -315,4 +339,5 @@ class ProcessTable(StyleOnce, ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._shown = None
+        self._drawn = {}  # the rows' styles (cursor, tagged...) may be others now
         self.refresh()

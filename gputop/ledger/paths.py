@@ -1,0 +1,25 @@
+"""Where the ledger files are, without opening one: the dashboard asks whether a ledger
+exists at every start, and store.py (sqlite3 with it) is loaded only when one does."""
+
+from __future__ import annotations
+
+import os
+
+
+def default_path() -> str:
+    """A user's ledger: $XDG_STATE_HOME/gputop/ledger.sqlite (~/.local/state/...)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state, "gputop", "ledger.sqlite")
+
+
+SYSTEM_PATH = "/var/lib/gputop/ledger.sqlite"  # the systemd unit's (docs/ledger.md)
+
+
+def existing_path() -> str | None:
+    """The ledger the dashboard reads: the user's, else the system's, if either exists."""
+    for path in (default_path(), SYSTEM_PATH):
+        if os.path.isfile(path):
+            return path
+    return None
