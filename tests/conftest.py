@@ -22,24 +22,29 @@ def pytest_configure(config: pytest.Config) -> None:
     tests' other users make their own folders in it; TMPDIR reaches the subprocesses."""
     root = tempfile.mkdtemp(prefix="gputop-tests-")
     os.chmod(root, 0o1777)
-    config.stash[_TMP_ROOT] = (root, os.environ.get("TMPDIR"), tempfile.tempdir)
+    config.stash[_TMP_ROOT] = (root, os.environ.get("TMPDIR"), tempfile.tempdir,
+                               os.environ.get("XDG_STATE_HOME"))
     os.environ["TMPDIR"] = root
     tempfile.tempdir = root
+    # gputop's own state (its error log, a ledger, `gputop run`'s history) goes there too,
+    # never into the ~/.local/state of whoever runs the tests.
+    os.environ["XDG_STATE_HOME"] = os.path.join(root, "state")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    root, before, tempdir = config.stash.get(_TMP_ROOT, (None, None, None))
+    root, before, tempdir, state = config.stash.get(_TMP_ROOT, (None, None, None, None))
     if root is None:
         return
-    if before is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = before
+    for name, value in (("TMPDIR", before), ("XDG_STATE_HOME", state)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     tempfile.tempdir = tempdir
     shutil.rmtree(root, ignore_errors=True)
 
 
-_TMP_ROOT = pytest.StashKey[tuple[str, str | None, str | None]]()
+_TMP_ROOT = pytest.StashKey[tuple[str, str | None, str | None, str | None]]()
 
 
 @pytest.fixture
