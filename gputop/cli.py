@@ -437,9 +437,10 @@ def entry() -> None:
     A one-shot loads some 160 modules and is gone within a tenth of a second: while they
     load, the cyclic collector walks their objects again and again, and all of them once
     more as the interpreter exits, 18 ms of an 87 ms `gputop --once`
-    (docs/performance.md), with no garbage to find.  So collection is off until a command that runs for long
-    turns it on (``_runs_for_long``), and what is alive at the end is frozen: the
-    interpreter's last collection skips it (reference counting still frees it).
+    (docs/performance.md), with no garbage to find.  So collection is off until a
+    command that runs for long turns it on (``_runs_for_long``), and what is alive at
+    the end is frozen: the interpreter's last collection skips it (reference counting
+    still frees it).
     ``main`` itself leaves the collector alone, for callers that go on (tests)."""
     gc.disable()
     try:

@@ -1,4 +1,4 @@
-"""NVML's list reads in one call (sources/nvml.OneCallLists), through the real pynvml on
+"""NVML's list reads in one call (sources/nvmlcalls.FastPynvml), through the real pynvml on
 gputop's fake driver: the same entries as pynvml's own two-call functions, one call a
 read once the buffer fits, and a list that outgrows it read whole all the same."""
 
@@ -14,14 +14,14 @@ from helpers import fakenvml
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Each read of a list by pynvml's own function and twice by OneCallLists, with the NVML
+# Each read of a list by pynvml's own function and twice by FastPynvml, with the NVML
 # calls each made (FAKENVML_TRACE: one line a call).
 PROBE = """
 import json, os
 import pynvml
-from gputop.sources.nvml import OneCallLists
+from gputop.sources.nvmlcalls import FastPynvml
 pynvml.nvmlInit()
-lists = OneCallLists(pynvml)
+lists = FastPynvml(pynvml)
 trace = os.environ["FAKENVML_TRACE"]
 
 def calls():
@@ -67,7 +67,7 @@ def _read(tmp_path: Path, scenario: dict[str, Any]) -> dict[str, Any]:
 
 def test_list_reads_match_pynvml_in_one_call_once_the_buffer_fits(tmp_path: Path) -> None:
     crowded = [{"used_mib": 100 + n, "sm_util": n % 90, "mem_util": n % 7}
-               for n in range(40)]  # past OneCallLists.FIRST (16) entries
+               for n in range(40)]  # past FastPynvml.FIRST (16) entries
     few = [{"used_mib": 512, "type": "G", "sm_util": 5},
            {"used_mib": 256, "type": "M", "sm_util": 9}, {"type": "C"}]  # no used_mib
     scenario = {"devices": [{"name": "NVIDIA H100 80GB HBM3", "processes": crowded},
@@ -94,3 +94,52 @@ def test_list_reads_match_pynvml_in_one_call_once_the_buffer_fits(tmp_path: Path
     assert got["2 nvmlDeviceGetComputeRunningProcesses_v3"]["first"] == []
     # No sample since the time asked: NVML's NotFound, as pynvml raises it.
     assert got["2 nvmlDeviceGetProcessUtilization"]["first"] == "NVMLError_NotFound"
+
+
+# Field values read by pynvml and by FastPynvml, before and after the card changes (the
+# fake driver reads its scenario file again when it is replaced).
+FIELDS_PROBE = """
+import json, os, sys
+import pynvml
+from gputop.sources.nvmlcalls import FastPynvml
+pynvml.nvmlInit()
+fast = FastPynvml(pynvml)
+fields = [(82, 0), (83, 0), (94, 0), (3, 0), (999999, 0)]  # temp, energy, replays, ECC, none
+
+def shape(values):
+    out = []
+    for v in values:
+        if v.nvmlReturn != 0:
+            out.append(["error", v.nvmlReturn])
+        else:
+            kind = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}[v.valueType]
+            out.append(getattr(v.value, kind))
+    return out
+
+handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+reads = []
+for step in range(2):
+    reads.append([shape(pynvml.nvmlDeviceGetFieldValues(handle, fields)),
+                  shape(fast.nvmlDeviceGetFieldValues(handle, fields))])
+    if step == 0:
+        os.replace(sys.argv[1], os.environ["FAKENVML_SCENARIO"])
+print(json.dumps(reads))
+"""
+
+
+def test_field_values_from_one_prepared_array_match_pynvml_read_after_read(
+        tmp_path: Path) -> None:
+    card = {"name": "NVIDIA H100 80GB HBM3", "temperature_memory": 47, "pcie": {"replays": 3},
+            "energy_mj": 1_000, "ecc_mode": True,
+            "ecc_errors": {"volatile": {"corrected": 2, "uncorrected": 0}}}
+    later = {**card, "temperature_memory": 51, "pcie": {"replays": 9}, "energy_mj": 5_000,
+             "ecc_errors": {"volatile": {"corrected": 7, "uncorrected": 0}}}
+    env = fakenvml.environment(fakenvml.write_scenario(tmp_path / "s", {"devices": [card]}))
+    fakenvml.write_scenario(tmp_path / "later", {"devices": [later]})
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", FIELDS_PROBE, str(tmp_path / "later")],
+                          env=env, capture_output=True, text=True, timeout=60, check=True)
+    (theirs1, ours1), (theirs2, ours2) = json.loads(done.stdout)
+    assert ours1 == theirs1 and ours2 == theirs2
+    assert ours1[:4] == [47, 1_000, 3, 2] and ours2[:4] == [51, 5_000, 9, 7]  # fresh values
+    assert ours1[4][0] == ours2[4][0] == "error"  # an unknown field fails on its own

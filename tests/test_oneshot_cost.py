@@ -153,7 +153,7 @@ def test_nvml_calls_of_once_json_and_json_topology(tmp_path: Path) -> None:
     # card plus 5 for the driver.  gputop's table lists MPS clients too and shows XID
     # events as `check` does (issue 24.14), which nvitop does not (one registration a
     # card and the event set's create and wait), and still makes no more calls: its
-    # list reads are one call each (sources/nvml.OneCallLists), pynvml's two.
+    # list reads are one call each (sources/nvmlcalls.FastPynvml), pynvml's two.
     xid = once["nvmlDeviceRegisterEvents"] + once["nvmlEventSetCreate"] + \
         once["nvmlEventSetWait_v2"]
     assert xid <= gpus + 2, once
@@ -316,7 +316,7 @@ def test_nothing_the_dashboard_runs_reads_what_its_stream_leaves_out() -> None:
 
 
 UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs", "bar1_used",
-           "bar1_total")
+           "bar1_total", "temp_memory", "energy_mj", "pcie_replays", "nvlink_data_kib")
 SETTINGS_KEYS = ("power_limit", "persistence_mode", "compute_mode", "ecc_mode",
                  "ecc_mode_pending", "mig_mode", "mig_mode_pending")
 

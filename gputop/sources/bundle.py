@@ -61,6 +61,7 @@ MODULES = (
     "gputop.sources.mig",
     "gputop.sources.backend",
     "gputop.sources.nvmlcodes",
+    "gputop.sources.nvmlcalls",
     "gputop.sources.nvml",
     "gputop.sources.assembler",
     "gputop.sources.hostsource",

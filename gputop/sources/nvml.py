@@ -17,7 +17,6 @@ Rules this code keeps (see docs/design.md):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from gputop.sources.backend import NoDriverError, Reading
 from gputop.sources.gpm import CardGpm
 from gputop.sources.mig import MigReader
+from gputop.sources.nvmlcalls import FastPynvml, handle_key
 from gputop.sources.nvmlcodes import decode_clock_events, init_failure
 
 __all__ = ["NoDriverError", "NvmlBackend", "decode_clock_events", "open_nvml"]
@@ -139,16 +139,6 @@ def cpulist(words: Any) -> str | None:
         if cpu is not None:
             start = prev = cpu
     return ",".join(ranges)
-
-
-def _handle_key(handle: Any) -> Any:
-    """A stable key of a device handle: its pointer value for pynvml's ctypes pointers,
-    the object itself for the simulator's (one object per index)."""
-    if handle is None:
-        return None
-    if isinstance(handle, ctypes._Pointer):
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    return handle
 
 
 def normalize_bus_id(bus_id: Any) -> str | None:
@@ -290,7 +280,7 @@ class NvmlBackend:
 
     @staticmethod
     def _unsupported_key(name: str, args: tuple[Any, ...]) -> Any:
-        key = (name, _handle_key(args[0]) if args else None, *args[1:])
+        key = (name, handle_key(args[0]) if args else None, *args[1:])
         try:
             hash(key)
         except TypeError:
@@ -589,11 +579,11 @@ class NvmlBackend:
         the handle's pointer value.  nvmlDeviceGetIndex is not asked, because the card an
         XID 79 comes from is lost and answers nothing (or, via pynvml, garbage).
         """
-        key = _handle_key(device)
+        key = handle_key(device)
         if key is None:
             return None
         for index, handle in self._handles.items():
-            if _handle_key(handle) == key:
+            if handle_key(handle) == key:
                 return index
         return None
 
@@ -713,7 +703,7 @@ class NvmlBackend:
         # ECC, every link's state and the counters in one field-value call (three before).
         index = gpu["index"]
         links = len(self._nvlink_remote.get(index, ()))
-        counters = self._counter_fields(links)
+        counters = self._counter_fields(links) if shown else []
         ecc = len(_ECC_FIELDS)
         batch = self._field_values(handle, [
             *((field_id, 0) for _, field_id in _ECC_FIELDS),
@@ -732,7 +722,8 @@ class NvmlBackend:
                                self._const(const, default))
         gpu["nvlinks"] = self._nvlinks(
             index, handle, batch[ecc:ecc + links] if batch is not None else None)
-        self._counters(gpu, handle, batch[ecc + links:] if batch is not None else None)
+        if shown:
+            self._counters(gpu, handle, batch[ecc + links:] if batch is not None else None)
 
     def _kept(self, gpu: dict[str, Any], group: str, read: Callable[[], Any],
               urgent: Callable[[dict[str, Any]], bool] | None = None) -> None:
@@ -1072,7 +1063,11 @@ _LEAN_SKIPS = ("util_enc", "util_dec", "bar1_used", "bar1_total", "clock_sm", "c
 # (--json) still do.  Six of a card's calls a refresh.  A card's BAR1 is one of them: the
 # dashboard shows the BAR1 of MIG devices only (their own fields, sources/mig.py).
 _UNSHOWN = ("util_enc", "util_dec", "clock_gr", "pcie_tx_kbs", "pcie_rx_kbs", "bar1_used",
-            "bar1_total")
+            "bar1_total",
+            # dcgm-exporter's counters, for serve and --json: 39 of the 68 values of a card's
+            # field-value call on an H100 (NVLink data both ways, per link), each a struct
+            # pynvml fills in Python, four times a second at a 0.25 s refresh
+            "temp_memory", "energy_mj", "pcie_replays", "nvlink_data_kib")
 
 
 # Field ids (nvml.h) of what _ecc reads one call at a time, and the keys they fill.
@@ -1165,95 +1160,13 @@ def _init_failure_message(err: BaseException) -> str:
     return f"gputop: NVML could not start: {err}."
 
 
-class OneCallLists:
-    """pynvml with its list reads made in one call where the list fits a buffer.
-
-    pynvml reads a card's processes and process samples in two calls: one for the count,
-    then one with an array of that size.  Each is a query of the driver's resource manager,
-    per card and kind, every refresh: a third of a `gputop --once`'s NVML calls on a busy
-    8-GPU host.  Here the array is there from the first call, sized by the last answer
-    (never below ``FIRST``); a list that grew past it gets NVML's INSUFFICIENT_SIZE and the
-    size it needs, and a second call, as pynvml's first would have.  Entries and errors
-    are pynvml's own (its structs, friendly objects and NVMLError).  Everything else, and
-    these too where this pynvml lacks what they need, is pynvml's."""
-
-    FIRST = 16
-    _LISTS = (  # (function, pynvml's struct of one entry)
-        ("nvmlDeviceGetComputeRunningProcesses_v3", "c_nvmlProcessInfo_v3_t"),
-        ("nvmlDeviceGetGraphicsRunningProcesses_v3", "c_nvmlProcessInfo_v3_t"),
-        ("nvmlDeviceGetMPSComputeRunningProcesses_v3", "c_nvmlProcessInfo_v3_t"),
-    )
-    _SAMPLES = ("nvmlDeviceGetProcessUtilization", "c_nvmlProcessUtilizationSample_t")
-
-    def __init__(self, nvml: Any) -> None:
-        self._nvml = nvml
-        self._sizes: dict[tuple[str, Any], int] = {}
-        needed = ("_nvmlGetFunctionPointer", "nvmlStructToFriendlyObject", "NVMLError",
-                  "NVML_SUCCESS", "NVML_ERROR_INSUFFICIENT_SIZE")
-        if all(hasattr(nvml, name) for name in needed):
-            for name, struct in self._LISTS:
-                if hasattr(nvml, struct) and hasattr(nvml, name):
-                    setattr(self, name, self._lister(name, getattr(nvml, struct)))
-            name, struct = self._SAMPLES
-            if hasattr(nvml, struct) and hasattr(nvml, name):
-                setattr(self, name, self._sampler(name, getattr(nvml, struct)))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._nvml, name)
-
-    def _call(self, name: str, handle: Any, struct: Any,
-              call: Callable[[Any, Any], int]) -> tuple[Any, int]:
-        """(array, entries) of one list read: ``call(count, array)`` gives NVML's return."""
-        nvml, key = self._nvml, (name, _handle_key(handle))
-        size = self._sizes.get(key, self.FIRST)
-        for _attempt in range(2):
-            count = ctypes.c_uint(size)
-            array = (struct * size)()
-            ret = call(ctypes.byref(count), array)
-            if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
-                break
-            size = count.value * 2 + 5  # room for a list still growing, as pynvml leaves
-        if ret != nvml.NVML_SUCCESS:
-            raise nvml.NVMLError(ret)
-        self._sizes[key] = max(self.FIRST, count.value * 2 + 5)
-        return array, count.value
-
-    def _lister(self, name: str, struct: Any) -> Callable[[Any], list[Any]]:
-        nvml = self._nvml
-        missing = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE: usedGpuMemory under WDDM
-
-        def running(handle: Any) -> list[Any]:
-            fn = nvml._nvmlGetFunctionPointer(name)
-            array, n = self._call(name, handle, struct, lambda c, a: fn(handle, c, a))
-            out = []
-            for i in range(n):
-                entry = nvml.nvmlStructToFriendlyObject(array[i])
-                if getattr(entry, "usedGpuMemory", None) == missing:
-                    entry.usedGpuMemory = None
-                out.append(entry)
-            return out
-
-        return running
-
-    def _sampler(self, name: str, struct: Any) -> Callable[[Any, int], list[Any]]:
-        nvml = self._nvml
-
-        def samples(handle: Any, since: int) -> list[Any]:
-            fn = nvml._nvmlGetFunctionPointer(name)
-            stamp = ctypes.c_ulonglong(since)
-            array, n = self._call(name, handle, struct, lambda c, a: fn(handle, a, c, stamp))
-            return list(array[:n])
-
-        return samples
-
-
 def open_nvml(lean: bool = False, topology: bool = True, dashboard: bool = False) -> NvmlBackend:
     """The NVML backend of this machine; NoDriverError when there is no GPU to read."""
     try:
         import pynvml
     except ImportError:
         raise NoDriverError(NO_DRIVER_MESSAGE) from None
-    backend = NvmlBackend(OneCallLists(pynvml), lean=lean, topology=topology,
+    backend = NvmlBackend(FastPynvml(pynvml), lean=lean, topology=topology,
                           dashboard=dashboard)
     # A driver with zero GPUs leaves nothing to show, as no driver does (exit 3).
     if backend.count() == 0:
