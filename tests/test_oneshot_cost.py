@@ -262,7 +262,7 @@ print(json.dumps(out))
 
 def test_the_dashboard_asks_settings_every_ten_seconds_and_field_values_once(
         tmp_path: Path) -> None:
-    from gputop.sources.nvml import SETTINGS_SECONDS
+    from gputop.sources.nvml import HEALTH_SECONDS, SETTINGS_SECONDS
 
     times = [0.0, 1.0, SETTINGS_SECONDS - 0.5, SETTINGS_SECONDS + 0.5, SETTINGS_SECONDS + 1]
     with fakenvml.processes(fakenvml.template("dgx8")) as scenario:
@@ -276,8 +276,11 @@ def test_the_dashboard_asks_settings_every_ten_seconds_and_field_values_once(
     assert [all(a[name] == gpus for name in SETTINGS) for a in asked] == [
         True, False, False, True, False]
     assert not any(a[name] for a in (asked[1], asked[2], asked[4]) for name in SETTINGS)
-    # ECC counters, link states and the counters: one field-value call a card.
-    assert all(a["nvmlDeviceGetFieldValues"] == gpus for a in asked[1:])
+    # ECC counters and link states: one field-value call a card, with the clock-event
+    # reasons at most every HEALTH_SECONDS (the last read is 0.5 s after the one before).
+    assert HEALTH_SECONDS < 1.0  # a 1 s refresh reads them every time
+    for name in ("nvmlDeviceGetFieldValues", "nvmlDeviceGetCurrentClocksEventReasons"):
+        assert [a[name] for a in asked] == [gpus, gpus, gpus, gpus, 0], name
     # The values stand between the reads as read, and the one call fills every link.
     first = reads[0][1]
     assert first["power_limit"] is not None and first["ecc_mode"] is not None

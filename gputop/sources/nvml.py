@@ -700,29 +700,33 @@ class NvmlBackend:
         )[:3 if shown else 2]:
             gpu[key] = get("nvmlDeviceGetClockInfo", handle, self._const(const, default))
         gpu["pstate"] = get("nvmlDeviceGetPerformanceState", handle)
-        # ECC, every link's state and the counters in one field-value call (three before).
-        index = gpu["index"]
-        links = len(self._nvlink_remote.get(index, ()))
-        counters = self._counter_fields(links) if shown else []
-        ecc = len(_ECC_FIELDS)
-        batch = self._field_values(handle, [
-            *((field_id, 0) for _, field_id in _ECC_FIELDS),
-            *((_FI_NVLINK_GET_STATE, n) for n in range(links)), *counters])
-        self._ecc(gpu, handle, batch[:ecc] if batch is not None else None)
-        self._clock_events(gpu, handle)
         if shown:  # serve, --json, check: every read, as they export or judge it once
+            self._health(gpu, handle, counters=True)
             self._pcie_link(gpu, handle)
-        else:
-            self._kept(gpu, "pcie_link", lambda: self._pcie_link(gpu, handle),
-                       urgent=lambda last: _pcie_link_urgent(last, gpu, static))
-        if shown:
             for key, const, default in (("pcie_tx_kbs", "NVML_PCIE_UTIL_TX_BYTES", _PCIE_TX),
                                         ("pcie_rx_kbs", "NVML_PCIE_UTIL_RX_BYTES", _PCIE_RX)):
                 gpu[key] = get("nvmlDeviceGetPcieThroughput", handle,
                                self._const(const, default))
+        else:
+            self._kept(gpu, "health", lambda: self._health(gpu, handle, counters=False))
+            self._kept(gpu, "pcie_link", lambda: self._pcie_link(gpu, handle),
+                       urgent=lambda last: _pcie_link_urgent(last, gpu, static))
+
+    def _health(self, gpu: dict[str, Any], handle: Any, counters: bool) -> None:
+        """ECC, retired pages, row remapping, every link's state (and with ``counters``
+        dcgm-exporter's counters) in one field-value call, and the clock-event reasons."""
+        index = gpu["index"]
+        links = len(self._nvlink_remote.get(index, ()))
+        extra = self._counter_fields(links) if counters else []
+        ecc = len(_ECC_FIELDS)
+        batch = self._field_values(handle, [
+            *((field_id, 0) for _, field_id in _ECC_FIELDS),
+            *((_FI_NVLINK_GET_STATE, n) for n in range(links)), *extra])
+        self._ecc(gpu, handle, batch[:ecc] if batch is not None else None)
+        self._clock_events(gpu, handle)
         gpu["nvlinks"] = self._nvlinks(
             index, handle, batch[ecc:ecc + links] if batch is not None else None)
-        if shown:
+        if counters:
             self._counters(gpu, handle, batch[ecc + links:] if batch is not None else None)
 
     def _kept(self, gpu: dict[str, Any], group: str, read: Callable[[], Any],
@@ -1106,8 +1110,16 @@ _READ_GROUPS = {
     # The dashboard's stream only (serve, --json and check read them every time): see
     # _pcie_link_urgent for when they are read every refresh all the same.
     "pcie_link": ("pcie_gen", "pcie_width"),
+    # The dashboard's stream only: what the health rules judge (ECC, retired pages, row
+    # remapping, link states, clock-event reasons) at most about once a second, however
+    # fast it refreshes: counts and states that last, which no one reads at 4 Hz.
+    "health": (*(key for key, _ in _ECC_FIELDS), "nvlinks", "clock_event_mask",
+               "clock_event_reasons"),
 }
-READ_EVERY = {"settings": SETTINGS_SECONDS, "pcie_link": SETTINGS_SECONDS}
+# 0.9, not 1: a 1 s refresh whose poll comes a little early still reads them every time.
+HEALTH_SECONDS = 0.9
+READ_EVERY = {"settings": SETTINGS_SECONDS, "pcie_link": SETTINGS_SECONDS,
+              "health": HEALTH_SECONDS}
 
 
 def _pcie_link_urgent(last: dict[str, Any], gpu: dict[str, Any], static: dict[str, Any]) -> bool:
