@@ -8,8 +8,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import os
 import pickle
 import pkgutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -169,3 +173,29 @@ def test_a_snapshot_goes_through_json_as_before() -> None:
     back = model.HostSnapshot.from_dict(data)
     assert back == snap and hash(back) == hash(snap)
     assert back.gpus[0].nvlinks[0] == model.NvLink(link=0, active=True)
+
+
+def test_records_put_off_inspect_and_dataclasses_still_document_a_class() -> None:
+    """Importing the records loads dataclasses without inspect; a dataclass without a
+    docstring (which dataclasses writes from inspect.signature) then loads it, and gets
+    the docstring a plain dataclass gets."""
+    script = """
+import sys
+import gputop.records
+print("inspect" in sys.modules, "dataclasses" in sys.modules)
+from dataclasses import dataclass
+@dataclass
+class Point:
+    x: int
+    y: str = "a"
+print(Point.__doc__)
+import inspect
+print(inspect.signature(Point), sys.modules["dataclasses"].inspect is inspect)
+"""
+    # -S: no site hooks (an editable install's may load inspect first)
+    root = str(Path(gputop.__file__).parent.parent)
+    done = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=root))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "False True", "Point(x: int, y: str = 'a')", "(x: int, y: str = 'a') -> None True"]

@@ -87,6 +87,8 @@ def _index(text: str, digits: int = 5) -> int | None:
 
 @dataclass
 class _Card:
+    """One card as its series come in: its fields, MIG instances and workloads."""
+
     key: str
     index: int | None = None
     fields: dict[str, Any] = field(default_factory=dict)
@@ -96,6 +98,8 @@ class _Card:
 
 @dataclass
 class _Host:
+    """One host as its series come in: its cards, processes, reservations, warnings."""
+
     name: str
     instances: set[str] = field(default_factory=set)
     sources: set[str] = field(default_factory=set)
