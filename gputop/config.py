@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection
-from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from gputop.records import MutableRecord, record
+from gputop.records import MutableRecord, field, record
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 if TYPE_CHECKING:

@@ -12,10 +12,9 @@ probe.  ``to_dict`` is the inverse and is what ``gputop --json`` prints.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, TypeVar
 
-from gputop.records import Record, record
+from gputop.records import Record, record, replace
 
 SCHEMA_VERSION = 1
 
@@ -67,10 +66,10 @@ def _flat(cls: type[T], data: dict[str, Any]) -> T:
 _FIELD_CACHE: dict[type, frozenset[str]] = {}
 
 
-def _field_names(cls: type) -> frozenset[str]:
+def _field_names(cls: type[Any]) -> frozenset[str]:
     names = _FIELD_CACHE.get(cls)
     if names is None:
-        names = frozenset(f.name for f in dataclasses.fields(cls))
+        names = frozenset(cls._names)
         _FIELD_CACHE[cls] = names
     return names
 
@@ -442,7 +441,7 @@ class GpuProcess(Record):
     def from_dict(cls, data: dict[str, Any]) -> GpuProcess:
         proc = _flat(cls, data)
         if proc.workload is not None and not isinstance(proc.workload, Workload):
-            proc = dataclasses.replace(proc, workload=Workload.from_any(proc.workload))
+            proc = replace(proc, workload=Workload.from_any(proc.workload))
         return proc
 
 
@@ -530,7 +529,7 @@ class QueueJob(Record):
     def from_dict(cls, data: dict[str, Any]) -> QueueJob:
         job = _flat(cls, data)
         if job.gpu_ids is not None:
-            job = dataclasses.replace(job, gpu_ids=tuple(job.gpu_ids))
+            job = replace(job, gpu_ids=tuple(job.gpu_ids))
         return job
 
 
@@ -604,14 +603,14 @@ class HostSnapshot(Record):
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = Record.to_dict(self)  # (no zero-argument super: the class is built again)
         data["schema"] = SCHEMA_VERSION
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HostSnapshot:
         snap = _flat(cls, data)
-        return dataclasses.replace(
+        return replace(
             snap,
             load=tuple(snap.load) if snap.load is not None else None,  # type: ignore[arg-type]
             gpus=tuple(Gpu.from_dict(g) for g in data.get("gpus") or ()),

@@ -1,44 +1,52 @@
 """Records: gputop's data classes, each ``@dataclass(frozen=..., slots=True)`` as far as
 anyone can tell, but cheap to define.
 
-A one-shot (`gputop --once`) defines some 44 of them at every start, and dataclass
-compiles the source of __init__, __repr__, __eq__, __hash__ and, when frozen,
-__setattr__/__delattr__ for each (its exec calls): 0.4-1 ms a class, 16 ms of a
-`--once`.  ``record`` lets dataclass write only the slots and the field metadata (so
-dataclasses.fields, replace and asdict work as before) and shares the rest: equality,
-hash, repr, frozenness and pickling are ``Record``'s, over an attrgetter of the fields,
-and __init__ is one closure per class (``_init_for``).  tests/test_model_records.py
-compares every record with a real dataclass.
+A one-shot (`gputop --once`) defines some 40 of them at every start.  dataclass compiles
+the source of __init__, __repr__, __eq__, __hash__ and, when frozen,
+__setattr__/__delattr__ for each (its exec calls: 16 ms of a `--once`), and even its
+slots and field metadata alone cost 3-4 ms (the class built twice, every string
+annotation matched against ClassVar and InitVar), with 2 ms to import the module.  So
+``record`` builds the slotted class itself from the annotations; equality, hash, repr,
+frozenness and pickling are ``Record``'s, over an attrgetter of the fields; __init__ is
+one closure per class (``_init_for``).  The dataclasses module is loaded only where
+someone asks for a record's dataclass fields (``dataclasses.fields``, ``replace``,
+``asdict``): they are made then, from a dataclass of the same fields (``_Fields``).
+tests/test_model_records.py compares every record with a real dataclass.
 
 Stdlib-only: shipped to remote hosts inside the SSH probe (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-
-if "dataclasses" not in sys.modules and "inspect" not in sys.modules:
-    # dataclasses imports inspect (with ast, dis and tokenize: 4 ms, 7 % of a `--once`)
-    # only to write the docstring of a class that has none, which no record lacks.  It
-    # gets a stand-in that imports the real one when first asked; nobody else sees it.
-    class _InspectWhenAsked:
-        def __getattr__(self, name: str) -> Any:
-            import inspect
-
-            dataclasses.inspect = inspect  # type: ignore[attr-defined]
-            return getattr(inspect, name)
-
-    sys.modules["inspect"] = _InspectWhenAsked()  # type: ignore[assignment]
-    try:
-        import dataclasses
-    finally:
-        del sys.modules["inspect"]
-
-import dataclasses
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
+
+# The default of a field that has none (dataclasses.MISSING where the dataclass fields
+# are made), and the default of one whose default_factory makes a value per instance.
+_MISSING: Any = object()
+_FACTORY: Any = object()
+
+
+class _Fields:
+    """A record's ``__dataclass_fields__`` (and ``__dataclass_params__``), made when first
+    asked: those of a real dataclass of the same fields, then kept on the class."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type) -> Any:
+        specs = owner.__dict__.get("_specs")
+        if specs is None:  # Record itself, MutableRecord: no dataclass
+            raise AttributeError(self.name)
+        import dataclasses
+
+        twin: Any = dataclasses.make_dataclass(
+            owner.__name__, [(name, spec.type, spec.as_field()) for name, spec in specs.items()],
+            frozen=not issubclass(owner, MutableRecord))
+        type.__setattr__(owner, "__dataclass_fields__", twin.__dataclass_fields__)
+        type.__setattr__(owner, "__dataclass_params__", twin.__dataclass_params__)
+        return getattr(owner, self.name)
 
 
 class Record:
@@ -51,9 +59,13 @@ class Record:
     _values: ClassVar[Callable[..., tuple[Any, ...]]]  # an attrgetter: obj -> its fields
     # The same over the fields that take part in ==, as field(compare=False) leaves out.
     _compared: ClassVar[Callable[..., tuple[Any, ...]]]
+    if not TYPE_CHECKING:  # mypy takes a record for the dataclass it stands for
+        __dataclass_fields__ = _Fields("__dataclass_fields__")
+        __dataclass_params__ = _Fields("__dataclass_params__")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        """What dataclasses.asdict gives, without loading dataclasses (``--json``)."""
+        return _plain(self)
 
     # As dataclass(eq=True, frozen=True) writes them: equal when of the same class with
     # equal fields, the hash of the fields' tuple, "Name(field=value, ...)".
@@ -73,10 +85,14 @@ class Record:
     # Frozen, as dataclass(frozen=True) makes it, and pickled the way it pickles a frozen
     # slotted class (its _dataclass_getstate / _dataclass_setstate).
     def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        from dataclasses import FrozenInstanceError
+
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        from dataclasses import FrozenInstanceError
+
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __getstate__(self) -> list[Any]:
         return list(self._values(self))
@@ -97,12 +113,45 @@ class MutableRecord(Record):
     __delattr__ = object.__delattr__
 
 
+class _Spec:
+    """One field as ``field(...)`` (or a plain default) gives it."""
+
+    __slots__ = ("compare", "default", "default_factory", "type")
+
+    def __init__(self, default: Any = _MISSING, default_factory: Any = _MISSING,
+                 compare: bool = True) -> None:
+        if default is not _MISSING and default_factory is not _MISSING:
+            raise ValueError("cannot specify both default and default_factory")
+        self.default = default
+        self.default_factory = default_factory
+        self.compare = compare
+        self.type: Any = None  # the annotation, set by _specs
+
+    def as_field(self) -> Any:
+        import dataclasses
+
+        given = {"default": self.default, "default_factory": self.default_factory}
+        return dataclasses.field(compare=self.compare,
+                                 **{k: v for k, v in given.items() if v is not _MISSING})
+
+
 if TYPE_CHECKING:
-    # For mypy a record is exactly a slotted dataclass, frozen or not: it checks
-    # construction, frozenness and dataclasses.replace as before.  (Its dataclass plugin
-    # knows the decorator by this import, typing_extensions is no stdlib for the probe.)
+    # For mypy a record is exactly a slotted dataclass, frozen or not, and field is
+    # dataclasses.field: it checks construction, frozenness and dataclasses.replace as
+    # before.  (Its dataclass plugin knows the decorator by this import, typing_extensions
+    # is no stdlib for the probe.)
     from dataclasses import dataclass as record
+    from dataclasses import field as field
+    from dataclasses import replace as replace
 else:
+    def replace(obj, /, **changes):
+        """dataclasses.replace for a record: a new one, of ``changes`` and obj's fields."""
+        return obj.__class__(**{**dict(zip(obj._names, obj._values(obj), strict=True)), **changes})
+
+    def field(*, default=_MISSING, default_factory=_MISSING, compare=True):
+        """dataclasses.field for a record: a default or a default_factory, and compare."""
+        return _Spec(default, default_factory, compare)
+
     def record(*, frozen: bool, slots: bool):
         """``@record(frozen=..., slots=True)`` on a subclass of Record (frozen) or
         MutableRecord: ``@dataclass(frozen=..., slots=True)``, made cheap to define (see
@@ -126,18 +175,51 @@ else:
         return _make_record(cls)
 
     def _make_record(cls):
-        if cls.__doc__ is None:
-            cls.__doc__ = cls.__name__
-        cls = dataclass(slots=True, init=False, repr=False, eq=False)(cls)
-        fields = dataclasses.fields(cls)
-        cls._names = names = tuple(f.name for f in fields)
-        compared = tuple(f.name for f in fields if f.compare)
+        specs = _specs(cls)
+        names = tuple(specs)
+        # The class again with its fields as slots, as dataclass(slots=True) builds it:
+        # the class body's defaults (now in specs) and its __dict__ left out.
+        body = {key: value for key, value in cls.__dict__.items()
+                if key not in specs and key not in ("__dict__", "__weakref__")}
+        body["__slots__"] = names
+        if body.get("__doc__") is None:
+            body["__doc__"] = cls.__name__
+        qualname = cls.__qualname__
+        cls = type(cls)(cls.__name__, cls.__bases__, body)
+        cls.__qualname__ = qualname
+        cls._specs = specs
+        cls.__match_args__ = cls._names = names
+        compared = tuple(name for name, spec in specs.items() if spec.compare)
         values = _getter(names)
         # staticmethod: a getter made by a def would otherwise be bound to the instance
         cls._values = staticmethod(values)
         cls._compared = staticmethod(values if compared == names else _getter(compared))
-        cls.__init__ = _init_for(cls, fields)
+        cls.__init__ = _init_for(cls, specs)
         return cls
+
+
+def _specs(cls: type) -> dict[str, _Spec]:
+    """The fields of a record class in order, from its own annotations, with dataclass's
+    refusals: no mutable default, no field without a default after one with."""
+    specs: dict[str, _Spec] = {}
+    defaulted = None
+    # (since 3.10 a class's own: none of a base's, without inspect.get_annotations)
+    for name, annotation in getattr(cls, "__annotations__", {}).items():
+        if any(word in str(annotation) for word in ("ClassVar", "InitVar", "KW_ONLY")):
+            raise TypeError(f"{cls.__qualname__}.{name}: a record has plain fields only")
+        value = cls.__dict__.get(name, _MISSING)
+        spec = value if isinstance(value, _Spec) else _Spec(default=value)
+        spec.type = annotation
+        if spec.default is not _MISSING and spec.default.__class__.__hash__ is None:
+            raise ValueError(f"mutable default {type(spec.default)} for field {name} is not "
+                             "allowed: use default_factory")
+        if spec.default is _MISSING and spec.default_factory is _MISSING:
+            if defaulted is not None:
+                raise TypeError(f"non-default argument {name!r} follows default argument")
+        else:
+            defaulted = name
+        specs[name] = spec
+    return specs
 
 
 def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -152,18 +234,17 @@ def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return values
 
 
-def _init_for(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[..., None]:
+def _init_for(cls: type, specs: dict[str, _Spec]) -> Callable[..., None]:
     """The __init__ dataclass would write for ``cls``: the fields in order, positional or
     by keyword, their defaults (a default_factory called for each instance), the same
     TypeErrors, then __post_init__ where the class has one."""
-    missing = dataclasses.MISSING
-    if any(not f.init for f in fields):
-        raise TypeError(f"{cls.__qualname__}: every record field is an __init__ argument")
-    names = tuple(f.name for f in fields)
+    names = tuple(specs)
     count = len(names)
-    factories = {f.name: f.default_factory for f in fields if f.default_factory is not missing}
-    defaults = {f.name: _FACTORY if f.name in factories else f.default for f in fields}
-    required = tuple(f.name for f in fields if f.default is missing and f.name not in factories)
+    factories = {name: spec.default_factory for name, spec in specs.items()
+                 if spec.default_factory is not _MISSING}
+    defaults = {name: _FACTORY if name in factories else spec.default
+                for name, spec in specs.items()}
+    required = tuple(name for name, default in defaults.items() if default is _MISSING)
     post_init = getattr(cls, "__post_init__", None)
     # (slot setter, name): the slot's own descriptor, as the frozen class refuses setattr
     plan: tuple[tuple[Any, str], ...] = tuple((cls.__dict__[n].__set__, n) for n in names)
@@ -185,8 +266,8 @@ def _init_for(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[...,
             unknown = next(k for k in kwargs if k not in defaults)
             raise TypeError(f"{where} got an unexpected keyword argument '{unknown}'")
         for name in required:
-            if values[name] is missing:
-                raise TypeError(_missing(where, [n for n in required if values[n] is missing]))
+            if values[name] is _MISSING:
+                raise TypeError(_missing(where, [n for n in required if values[n] is _MISSING]))
         for name, factory in factories.items():
             if values[name] is _FACTORY:
                 values[name] = factory()
@@ -197,10 +278,6 @@ def _init_for(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[...,
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     return __init__
-
-
-# The default of a field whose default_factory makes a new value for each instance.
-_FACTORY: Any = object()
 
 
 def _missing(where: str, names: list[str]) -> str:
@@ -214,3 +291,36 @@ def _missing(where: str, names: list[str]) -> str:
         listed = ", ".join(quoted[:-1]) + ", and " + quoted[-1]
     plural = "argument" if len(names) == 1 else "arguments"
     return f"{where} missing {len(names)} required positional {plural}: {listed}"
+
+
+# Values dataclasses.asdict returns as they are (it deep-copies them: the same value).
+_ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
+
+
+def _plain(value: Any) -> Any:
+    """dataclasses.asdict's conversion: records (and other dataclasses) to dicts of their
+    fields, lists, tuples (named ones field by field) and dicts converted inside, anything
+    else deep-copied."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if isinstance(value, Record):
+        return {name: _plain(field_value) for name, field_value
+                in zip(value._names, value._values(value), strict=True)}
+    if kind is tuple or kind is list:
+        return kind(_plain(item) for item in value)
+    if kind is dict:
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    import dataclasses  # the rare rest: asdict's own rules
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return kind(*[_plain(item) for item in value])
+    if isinstance(value, (list, tuple)):
+        return kind(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return kind((_plain(key), _plain(item)) for key, item in value.items())
+    import copy
+
+    return copy.deepcopy(value)

@@ -106,7 +106,7 @@ def test_a_record_behaves_as_its_dataclass(cls: type) -> None:
         if not f.compare:
             assert (cls(**{**a, f.name: b[f.name]}) == ours) is True
             assert (twin(**{**a, f.name: b[f.name]}) == theirs) is True
-    assert dataclasses.asdict(ours) == dataclasses.asdict(theirs)
+    assert dataclasses.asdict(ours) == dataclasses.asdict(theirs) == records.Record.to_dict(ours)
     # Positional arguments in field order, defaults (and default factories) for the rest.
     required = [f.name for f in fields if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING]
@@ -175,27 +175,79 @@ def test_a_snapshot_goes_through_json_as_before() -> None:
     assert back.gpus[0].nvlinks[0] == model.NvLink(link=0, active=True)
 
 
-def test_records_put_off_inspect_and_dataclasses_still_document_a_class() -> None:
-    """Importing the records loads dataclasses without inspect; a dataclass without a
-    docstring (which dataclasses writes from inspect.signature) then loads it, and gets
-    the docstring a plain dataclass gets."""
+def test_records_load_no_dataclasses_until_their_fields_are_asked() -> None:
+    """The model loads without the dataclasses module; dataclasses.fields, replace and
+    is_dataclass then work on its records as on dataclasses, and Record itself is none."""
     script = """
 import sys
-import gputop.records
-print("inspect" in sys.modules, "dataclasses" in sys.modules)
-from dataclasses import dataclass
-@dataclass
-class Point:
-    x: int
-    y: str = "a"
-print(Point.__doc__)
-import inspect
-print(inspect.signature(Point), sys.modules["dataclasses"].inspect is inspect)
+from gputop import model, records
+gpu = model.Gpu(index=0, name="H100", nvlinks=(model.NvLink(0, True),))
+print("dataclasses" in sys.modules, repr(gpu.nvlinks[0]), gpu.to_dict()["nvlinks"])
+import dataclasses
+print([f.name for f in dataclasses.fields(model.Gpu)] == list(model.Gpu._names),
+      dataclasses.replace(gpu, name="A100").name, dataclasses.is_dataclass(gpu),
+      dataclasses.is_dataclass(records.Record), model.Gpu.__dataclass_params__.frozen)
 """
-    # -S: no site hooks (an editable install's may load inspect first)
+    # -S: no site hooks (an editable install's may load dataclasses first)
     root = str(Path(gputop.__file__).parent.parent)
     done = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, PYTHONPATH=root))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "False True", "Point(x: int, y: str = 'a')", "(x: int, y: str = 'a') -> None True"]
+        "False NvLink(link=0, active=True, remote_pci_bus_id=None) "
+        "({'link': 0, 'active': True, 'remote_pci_bus_id': None},)",
+        "True A100 True False True"]
+
+
+BODY = """
+class Point{base}:
+    \"\"\"A point.\"\"\"
+
+    x: int
+    label: str = "a"
+    tags: tuple[str, ...] = ()
+    seen: list[int] = field(default_factory=list, compare=False)
+"""
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_a_class_body_makes_the_record_its_dataclass_makes(frozen: bool) -> None:
+    """The same class body under @record and under @dataclass: the same fields (name,
+    annotation, default, factory, compare), slots, match args, repr and asdict."""
+    ours_ns: dict[str, Any] = {"field": records.field, "Record": records.Record,
+                               "MutableRecord": records.MutableRecord}
+    exec(BODY.format(base="(Record)" if frozen else "(MutableRecord)"), ours_ns)
+    theirs_ns: dict[str, Any] = {"field": dataclasses.field}
+    exec(BODY.format(base=""), theirs_ns)
+    ours = records.record(frozen=frozen, slots=True)(ours_ns["Point"])
+    theirs = dataclasses.dataclass(frozen=frozen, slots=True)(theirs_ns["Point"])
+    describe = [(f.name, f.type, f.default, f.default_factory, f.compare)
+                for f in dataclasses.fields(theirs)]
+    assert [(f.name, f.type, f.default, f.default_factory, f.compare)
+            for f in dataclasses.fields(ours)] == describe
+    assert ours.__slots__ == theirs.__slots__ == ("x", "label", "tags", "seen")
+    assert ours.__match_args__ == theirs.__match_args__
+    assert ours.__doc__ == theirs.__doc__ == "A point."
+    assert repr(ours(1, tags=("t",))) == repr(theirs(1, tags=("t",)))
+    assert ours(1, seen=[1]) == ours(1, seen=[2])  # compare=False
+    assert ours(1).to_dict() == dataclasses.asdict(theirs(1))
+    assert dataclasses.replace(ours(1), x=2) == records.replace(ours(1), x=2) == ours(2)
+
+
+@pytest.mark.parametrize("body", [
+    "x: list = []",  # a mutable default
+    "x: int = 0\n    y: int",  # a field without a default after one with
+    "x: int = field(default=0, default_factory=int)",
+])
+def test_a_record_refuses_what_dataclass_refuses(body: str) -> None:
+    source = "class C{base}:\n    " + body + "\n"
+    caught = []
+    for decorate, base, names in (
+            (records.record(frozen=True, slots=True), "(Record)",
+             {"field": records.field, "Record": records.Record}),
+            (dataclasses.dataclass(frozen=True, slots=True), "", {"field": dataclasses.field})):
+        with pytest.raises((TypeError, ValueError)) as got:
+            exec(source.format(base=base), names)
+            decorate(names["C"])
+        caught.append((type(got.value), str(got.value)))
+    assert caught[0] == caught[1]

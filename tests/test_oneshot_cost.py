@@ -29,7 +29,7 @@ FORBIDDEN = ("asyncio", "http", "ssl", "email", "textual", "rich", "gputop.ui",
              "gputop.sources.oneshot", "gputop.ledger", "gputop.actions.queue",
              "gputop.commands.queue", "gputop.analysis.queue_plan",
              "difflib",  # only to suggest a command for a mistyped one
-             "inspect")  # dataclasses' import of it is put off (gputop/records.py)
+             "dataclasses", "inspect")  # records are built without (gputop/records.py)
 
 # Runs gputop's main in this interpreter and writes the modules it loaded on the way out,
 # a line each (so that the harness itself loads no json).

@@ -9,10 +9,10 @@ gets ``{"ok": False, "message": ...}``; ``handle`` never raises.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gputop.actions import kill
+from gputop.records import MutableRecord, record
 
 if TYPE_CHECKING:
     from gputop.actions.reservations import GpuUuids, MigDevices
@@ -28,8 +28,8 @@ class SimulatedProcesses(kill.Processes, Protocol):
     def signal(self, pid: int, start_ticks: int | None, sig: int | str) -> dict[str, Any]: ...
 
 
-@dataclass
-class ActionEnv:
+@record(frozen=False, slots=True)
+class ActionEnv(MutableRecord):
     """What an action may touch on this host.
 
     ``sim``: the SimNvml of --demo (or a probe serving a scenario); then ``procs`` is its

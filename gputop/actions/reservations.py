@@ -33,7 +33,6 @@ import re
 import time
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from gputop.actions.liveness import MAX_PID, cgroup_pids, process_alive, session_alive
@@ -56,7 +55,7 @@ from gputop.actions.store import (
     write_temp,
 )
 from gputop.actions.store import StoreError as ReservationError
-from gputop.records import MutableRecord, Record, record
+from gputop.records import MutableRecord, Record, field, record
 
 if TYPE_CHECKING:
     from gputop.actions.dispatch import ActionEnv

@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import field
 
 from gputop.analysis.durations import format_duration
 from gputop.model import DeviceHolder, GpuProcess, HostSnapshot
-from gputop.records import Record, record
+from gputop.records import Record, field, record
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

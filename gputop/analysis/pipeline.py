@@ -9,12 +9,11 @@ snapshot of their single round.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field
 from typing import TYPE_CHECKING
 
 from gputop.analysis import health, orphans
 from gputop.model import SOURCE_SIMULATED_PAST, HealthWarning, HostSnapshot
-from gputop.records import MutableRecord, Record, record
+from gputop.records import MutableRecord, Record, field, record
 
 if TYPE_CHECKING:  # the dashboard's; a one-shot (warnings_once) keeps no history
     from gputop.analysis.history import History

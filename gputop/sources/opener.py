@@ -12,7 +12,6 @@ naming the file, exit EXIT_USAGE).  Nothing here prints.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gputop.config import Config, analysis_settings
 from gputop.model import SOURCE_SIMULATED_PAST, HostSnapshot, error_snapshot
 from gputop.options import SourceOptions, find_hosts_file
-from gputop.records import Record, record
+from gputop.records import Record, record, replace
 from gputop.sources.backend import NoDriverError
 from gputop.sources.identity import Identity, local_identity, named_identity
 
@@ -106,7 +105,7 @@ def narrow_to_one(plan: SourcePlan, host: str | None) -> SourcePlan:
 
         names = [h[1] for h in CLUSTER_HOSTS]
         if host in names:
-            return dataclasses.replace(plan, demo_host=host)
+            return replace(plan, demo_host=host)
         shown = ", ".join(names)
         if host is None:
             raise SourceError(f"several hosts ({shown}): choose one with --host")
@@ -409,7 +408,7 @@ def _demo_feed(
     if isinstance(clock, _FrozenClock):
         collector = _WarmedUp(collector, clock)
     env = None if lean else source.action_env(store, options.readonly)
-    identity = dataclasses.replace(named_identity(scenario.me),
+    identity = replace(named_identity(scenario.me),
                                    reserves_as=local_identity().user)
     seed = None
     if history and not one_shot:

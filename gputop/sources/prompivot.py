@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from gputop import model
@@ -32,6 +31,7 @@ from gputop.model import (
     XidEvent,
     error_snapshot,
 )
+from gputop.records import MutableRecord, field, record
 from gputop.sources.promql import FIELD_NAMES, IDENTITY_FIELDS
 
 MAX_LABEL_CHARS = 1024
@@ -85,8 +85,8 @@ def _index(text: str, digits: int = 5) -> int | None:
     return int(text) if text.isdigit() and len(text) <= digits else None
 
 
-@dataclass
-class _Card:
+@record(frozen=False, slots=True)
+class _Card(MutableRecord):
     """One card as its series come in: its fields, MIG instances and workloads."""
 
     key: str
@@ -96,8 +96,8 @@ class _Card:
     workloads: dict[tuple[str, str], Workload] = field(default_factory=dict)
 
 
-@dataclass
-class _Host:
+@record(frozen=False, slots=True)
+class _Host(MutableRecord):
     """One host as its series come in: its cards, processes, reservations, warnings."""
 
     name: str

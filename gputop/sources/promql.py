@@ -15,7 +15,7 @@ when it maps jobs), nvidia_gpu_exporter (``nvidia_smi_*``, lowercase ``uuid``) a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gputop.records import Record, record
 
 MIB = 1024**2
 
@@ -48,8 +48,8 @@ VIEWS = (SUMMARY, OVERVIEW, FULL)
 BRIEF = (SUMMARY, OVERVIEW)  # the views that leave healthy values on the server
 
 
-@dataclass(frozen=True)
-class Field:
+@record(frozen=True, slots=True)
+class Field(Record):
     """One snapshot field and where each exporter has it: (metric, scale) pairs."""
 
     name: str

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -41,7 +40,7 @@ class Thresholds(Record):
             return cls()
         if not isinstance(section, Mapping):
             raise ValueError("health: expected a mapping of thresholds")
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = set(cls._names)
         values: dict[str, float] = {}
         for key, value in section.items():
             if key not in names:

@@ -4,14 +4,13 @@ the session log."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
 from gputop.analysis.health.common import HOST_STATE, sort_warnings
 from gputop.analysis.health.thresholds import Thresholds
 from gputop.model import HealthWarning
-from gputop.records import Record, record
+from gputop.records import Record, record, replace
 
 
 @record(frozen=True, slots=True)
@@ -60,7 +59,7 @@ class WarningTracker:
             if old is not None and old.since is not None:
                 since = old.since if w.since is None else min(old.since, w.since)
                 if w.since != since:
-                    w = dataclasses.replace(w, since=since)
+                    w = replace(w, since=since)
             if old != w:
                 self._active[key] = w
                 self._of_host.setdefault(w.host, set()).add(key)
