@@ -142,7 +142,9 @@ def child_zombies(parent: int) -> list[int]:
 # a cgroup per job, where one can be made: nothing in it can leave it (a process may move
 # only into cgroups its user may write), so "the job still runs" is exact.
 
-_CGROUP_NAME = re.compile(r"(?:/[A-Za-z0-9_.@:=+-]{1,255}){0,32}/gputop-job-[0-9a-f]{8}-\d{1,3}")
+# Patterns compiled when first used (re's own cache), not at import: a one-shot that
+# parses none of them does not pay for them.
+_CGROUP_NAME = r"(?:/[A-Za-z0-9_.@:=+-]{1,255}){0,32}/gputop-job-[0-9a-f]{8}-\d{1,3}"
 
 
 @functools.lru_cache(maxsize=4)
@@ -174,7 +176,7 @@ def make_job_cgroup(job_id: str, attempt: int) -> str | None:
     if mine is None:
         return None
     rel = f"{mine.rstrip('/')}/gputop-job-{job_id}-{attempt}"
-    if not _CGROUP_NAME.fullmatch(rel):
+    if not re.fullmatch(_CGROUP_NAME, rel):
         return None
     try:
         os.mkdir(root + rel, 0o755)
@@ -197,7 +199,7 @@ def enter_cgroup(rel: str, pid: int) -> bool:
 def cgroup_pids(rel: Any, uid: int | None = None) -> list[int]:
     """The processes in a job's cgroup. ``rel`` is someone's input (a reservation's): it
     must be a job cgroup's path and, with ``uid``, that user's (they made it)."""
-    if not isinstance(rel, str) or len(rel) > 4096 or not _CGROUP_NAME.fullmatch(rel):
+    if not isinstance(rel, str) or len(rel) > 4096 or not re.fullmatch(_CGROUP_NAME, rel):
         return []
     root = cgroup2_root()
     if root is None:
@@ -248,6 +250,6 @@ def sweep_job_cgroups() -> None:
     except OSError:
         return
     for name in names:
-        if _CGROUP_NAME.fullmatch(f"{mine.rstrip('/')}/{name}"):
+        if re.fullmatch(_CGROUP_NAME, f"{mine.rstrip('/')}/{name}"):
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(base, name))

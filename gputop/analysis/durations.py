@@ -14,14 +14,16 @@ if TYPE_CHECKING:
     import datetime as dt
 
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
-_DURATION_FULL = re.compile(r"(?:\d+(?:\.\d+)?\s*[dhms]\s*)+")
-_CLOCK = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
-_DATE_CLOCK = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T]([01]?\d|2[0-3]):([0-5]\d)")
+# Patterns compiled when first used (re's own cache), not at import: a one-shot that
+# parses none of them does not pay for them.
+_DURATION_PART = r"(\d+(?:\.\d+)?)\s*([dhms])"
+_DURATION_FULL = r"(?:\d+(?:\.\d+)?\s*[dhms]\s*)+"
+_CLOCK = r"([01]?\d|2[0-3]):([0-5]\d)"
+_DATE_CLOCK = r"(\d{4})-(\d{2})-(\d{2})[ T]([01]?\d|2[0-3]):([0-5]\d)"
 
 # GPU memory is counted in binary units everywhere (nvidia-smi prints MiB), so "20G"
 # means 20 GiB; "GB" and "GiB" are accepted as the same thing rather than as a trap.
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
+_SIZE = r"(?i)(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?"
 _SIZE_FACTOR = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -30,12 +32,12 @@ def parse_duration(text: str) -> float:
     cleaned = text.strip().lower()
     if not cleaned:
         raise ValueError("empty duration: use e.g. 4h, 30m, 1h30m or 'until 18:00'")
-    if not _DURATION_FULL.fullmatch(cleaned):
+    if not re.fullmatch(_DURATION_FULL, cleaned):
         raise ValueError(
             f"bad duration {text!r}: use e.g. 4h, 30m, 1h30m, 2d or 'until 18:00'"
         )
     seconds = sum(
-        float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(cleaned)
+        float(number) * _UNIT_SECONDS[unit] for number, unit in re.findall(_DURATION_PART, cleaned)
     )
     if seconds <= 0:
         raise ValueError(f"bad duration {text!r}: it must be longer than zero")
@@ -56,7 +58,7 @@ def parse_until(text: str, now: float, tz: dt.tzinfo | None = None) -> float:
         if not spec:
             raise ValueError("'until' needs a time: e.g. 'until 18:00'")
         return _parse_end_time(spec, now, tz, original=text)
-    if _CLOCK.fullmatch(cleaned) or _DATE_CLOCK.fullmatch(cleaned):
+    if re.fullmatch(_CLOCK, cleaned) or re.fullmatch(_DATE_CLOCK, cleaned):
         return _parse_end_time(cleaned, now, tz, original=text)
     return now + parse_duration(cleaned)
 
@@ -67,7 +69,7 @@ def _parse_end_time(spec: str, now: float, tz: dt.tzinfo | None, original: str) 
     import datetime as dt  # `until 18:00` only: a table of durations needs no calendar
 
     current = dt.datetime.fromtimestamp(now, tz)
-    full = _DATE_CLOCK.fullmatch(spec)
+    full = re.fullmatch(_DATE_CLOCK, spec)
     if full:
         year, month, day, hour, minute = (int(part) for part in full.groups())
         try:
@@ -79,7 +81,7 @@ def _parse_end_time(spec: str, now: float, tz: dt.tzinfo | None, original: str) 
         if end.timestamp() <= now:
             raise ValueError(f"{original!r} is in the past")
         return end.timestamp()
-    clock = _CLOCK.fullmatch(spec)
+    clock = re.fullmatch(_CLOCK, spec)
     if not clock:
         raise ValueError(
             f"bad time {original!r}: use HH:MM or YYYY-MM-DD HH:MM, e.g. 'until 18:00'"
@@ -93,7 +95,7 @@ def _parse_end_time(spec: str, now: float, tz: dt.tzinfo | None, original: str) 
 
 def parse_size(text: str) -> int:
     """`20G`, `512M`, `1.5T`, `20GiB`, `1000` (bytes) -> bytes. Units are binary."""
-    match = _SIZE.fullmatch(text.strip())
+    match = re.fullmatch(_SIZE, text.strip())
     if not match:
         raise ValueError(f"bad size {text!r}: use e.g. 20G, 512M, 1.5T")
     number = float(match.group(1))

@@ -214,17 +214,17 @@ class KernelXid(Record):
     time: float | None  # epoch seconds when the stamp is a calendar date (read as UTC)
 
 
-_XID_LINE = re.compile(
-    r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)(?:, (?P<rest>.*))?$"
-)
-_STAMP = re.compile(r"^\s*\[(?P<stamp>[^\]]+)\]")
-_PID = re.compile(r"^pid=(?P<pid>'?(?:\d+|<unknown>)'?)$")
-_NAME = re.compile(r"^name=(?P<name>.*)$")
+# Patterns compiled when first used (re's own cache), not at import: a one-shot that
+# parses none of them does not pay for them.
+_XID_LINE = r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)(?:, (?P<rest>.*))?$"
+_STAMP = r"^\s*\[(?P<stamp>[^\]]+)\]"
+_PID = r"^pid=(?P<pid>'?(?:\d+|<unknown>)'?)$"
+_NAME = r"^name=(?P<name>.*)$"
 
 
 def parse_kernel_line(line: str) -> KernelXid | None:
     """Parse one kernel log line; None when it is not an XID report."""
-    match = _XID_LINE.search(line.rstrip("\n"))
+    match = re.search(_XID_LINE, line.rstrip("\n"))
     if match is None:
         return None
     rest = match.group("rest") or ""
@@ -233,11 +233,11 @@ def parse_kernel_line(line: str) -> KernelXid | None:
     # Newer drivers write "pid=N, name=cmd, detail"; older ones only the detail.
     parts = rest.split(", ", 2)
     used = 0
-    if parts and (m := _PID.match(parts[0])):
+    if parts and (m := re.match(_PID, parts[0])):
         raw = m.group("pid").strip("'")
         pid = int(raw) if raw.isdigit() else None
         used = 1
-        if len(parts) > 1 and (n := _NAME.match(parts[1])):
+        if len(parts) > 1 and (n := re.match(_NAME, parts[1])):
             process = n.group("name") or None
             used = 2
     detail = ", ".join(parts[used:]) if used else rest
@@ -254,7 +254,7 @@ def parse_kernel_line(line: str) -> KernelXid | None:
 
 
 def _stamp(line: str) -> tuple[str | None, float | None]:
-    match = _STAMP.match(line)
+    match = re.match(_STAMP, line)
     if match is None:
         return None, None
     text = match.group("stamp").strip()

@@ -41,31 +41,35 @@ MAX_TEXT = 256  # a name, user, account or partition longer than this is cut
 MAX_K8S_ENTRIES = 20000
 
 _HEX64 = r"[0-9a-f]{64}"
+# Patterns compiled when first used (re's own cache), not at import, and tried only on a
+# path holding their literal start: most processes are in none of them, and a one-shot
+# of a host without jobs or containers compiles none.
 # Sites may put the node name in front of slurmstepd.scope, and cgroup v1 has
 # /slurm/uid_N/ instead, so only the job_N component is relied on.
-_SLURM = re.compile(r"/job_(\d{1,19})(?:/step_([A-Za-z0-9_]{1,32}))?(?=/|$)")
+_SLURM = r"/job_(\d{1,19})(?:/step_([A-Za-z0-9_]{1,32}))?(?=/|$)"
 # The systemd driver: kubepods[-qos]-pod<uid with _>.slice (kind adds a kubelet- prefix),
 # then the container's scope, or on cgroup v1 with containerd ":cri-containerd:<id>".
-_K8S_SYSTEMD = re.compile(
+_K8S_SYSTEMD = (
     r"kubepods(?:-(?:besteffort|burstable))?-pod([0-9a-f]{8}(?:_[0-9a-f]{4}){3}_[0-9a-f]{12})"
     r"\.slice(?:/(?:cri-containerd|crio|docker)-(" + _HEX64 + r")\.scope"
     r"|:(?:cri-containerd|crio|docker):(" + _HEX64 + r"))?"
 )
-_K8S_CGROUPFS = re.compile(
+_K8S_CGROUPFS = (
     r"/kubepods/(?:(?:besteffort|burstable)/)?pod([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})"
     r"(?:/(" + _HEX64 + r"))?"
 )
-# (pattern, runtime); conmon scopes (libpod-conmon-, crio-conmon-) are the monitor, not
-# the container, and do not match because their id is not right after the prefix.
+# (literal start, pattern, runtime); conmon scopes (libpod-conmon-, crio-conmon-) are the
+# monitor, not the container, and do not match because their id is not right after the
+# prefix.
 _CONTAINERS = (
-    (re.compile(r"/docker-(" + _HEX64 + r")\.scope"), "docker"),
-    (re.compile(r"/docker/(" + _HEX64 + r")(?=/|$)"), "docker"),
-    (re.compile(r"/libpod-(" + _HEX64 + r")\.scope"), "podman"),
-    (re.compile(r"/libpod_parent/libpod-(" + _HEX64 + r")(?=/|$)"), "podman"),
-    (re.compile(r"/cri-containerd-(" + _HEX64 + r")\.scope"), "containerd"),
-    (re.compile(r"/crio-(" + _HEX64 + r")\.scope"), "crio"),
+    ("/docker-", r"/docker-(" + _HEX64 + r")\.scope", "docker"),
+    ("/docker/", r"/docker/(" + _HEX64 + r")(?=/|$)", "docker"),
+    ("/libpod-", r"/libpod-(" + _HEX64 + r")\.scope", "podman"),
+    ("/libpod_parent/", r"/libpod_parent/libpod-(" + _HEX64 + r")(?=/|$)", "podman"),
+    ("/cri-containerd-", r"/cri-containerd-(" + _HEX64 + r")\.scope", "containerd"),
+    ("/crio-", r"/crio-(" + _HEX64 + r")\.scope", "crio"),
 )
-_GRES_IDX = re.compile(r"gpu(?::[^:(]*)*\(IDX:([0-9,\-]{1,256})\)")
+_GRES_IDX = r"gpu(?::[^:(]*)*\(IDX:([0-9,\-]{1,256})\)"
 
 
 def parse_cgroup(text: str) -> dict[str, Any] | None:
@@ -80,20 +84,22 @@ def parse_cgroup(text: str) -> dict[str, Any] | None:
         if len(parts) == 3:
             paths.append(parts[2])
     for path in paths:
-        m = _SLURM.search(path)
+        m = re.search(_SLURM, path) if "/job_" in path else None
         if m:
             return {"kind": "slurm", "id": m.group(1), "step": m.group(2)}
     for path in paths:
-        m = _K8S_SYSTEMD.search(path)
+        if "kubepods" not in path:
+            continue
+        m = re.search(_K8S_SYSTEMD, path)
         if m:
             uid = m.group(1).replace("_", "-")
             return {"kind": "k8s", "id": uid, "container_id": m.group(2) or m.group(3)}
-        m = _K8S_CGROUPFS.search(path)
+        m = re.search(_K8S_CGROUPFS, path)
         if m:
             return {"kind": "k8s", "id": m.group(1), "container_id": m.group(2)}
     for path in paths:
-        for pattern, runtime in _CONTAINERS:
-            m = pattern.search(path)
+        for start, pattern, runtime in _CONTAINERS:
+            m = re.search(pattern, path) if start in path else None
             if m:
                 return {"kind": runtime, "id": m.group(1)}
     return None
@@ -103,7 +109,7 @@ def gres_gpus(detail: Any) -> list[int] | None:
     """GPU indexes from one ``gres_detail`` entry, e.g. ``gpu:a100:2(IDX:0,2-3)``."""
     if not isinstance(detail, str):
         return None
-    m = _GRES_IDX.search(detail)
+    m = re.search(_GRES_IDX, detail)
     if not m:
         return None
     found: list[int] = []
