@@ -365,7 +365,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args_list and not args_list[0].startswith("-"):  # the dashboard has no positional
             print(clihelp.unknown_command(args_list[0]), file=sys.stderr)
             return EXIT_USAGE
-        args = build_parser().parse_args(args_list)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(args_list)
+        if extra:  # `gputop --demo lab chek`: a mistyped command after the options
+            word = next((w for w in extra if not w.startswith("-")), None)
+            if word is None:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            print(clihelp.unknown_command(word), file=sys.stderr)
+            return EXIT_USAGE
         return _run_main(source_options(args), args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

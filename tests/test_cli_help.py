@@ -52,6 +52,26 @@ def test_unknown_command_suggests_the_nearest(word: str, near: str,
                    "(gputop --help lists the commands)\n")
 
 
+def test_a_mistyped_command_after_the_options_is_named_too(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--demo", "lab", "chek"]) == exitcodes.EXIT_USAGE
+    assert capsys.readouterr().err == ("gputop: unknown command 'chek'; did you mean "
+                                       "'check'? (gputop --help lists the commands)\n")
+    with pytest.raises(SystemExit) as done:  # an unknown option: argparse's words, as before
+        cli.main(["--demo", "lab", "--bogus"])
+    assert done.value.code == exitcodes.EXIT_USAGE
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_an_unknown_demo_lists_every_name_demo_takes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--demo", "nosuch", "--once"]) == exitcodes.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("gputop: nosuch: no such scenario (built-in: ")
+    for name in ("cluster", "dgx-h100", "faulty", "lab", "mig", "slurm"):
+        assert name in err.split("built-in: ")[1], name
+
+
 def test_unknown_command_without_a_near_one(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["xyzzy", "--once"]) == exitcodes.EXIT_USAGE
     assert "did you mean" not in capsys.readouterr().err

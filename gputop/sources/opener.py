@@ -389,7 +389,7 @@ def _demo_feed(
 
     def load() -> Scenario:
         if machine is None:
-            return sim.load_scenario(name)
+            return sim.load_scenario(name, also=(CLUSTER,))
         return cluster_machine(name, machine[0], machine[1])
 
     try:

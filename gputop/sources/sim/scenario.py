@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -698,8 +698,9 @@ def list_scenarios() -> list[tuple[str, str]]:
     return sorted(found)
 
 
-def load_scenario(name_or_path: str) -> Scenario:
-    """A built-in scenario by name ('dgx-h100') or a YAML file by path."""
+def load_scenario(name_or_path: str, also: Sequence[str] = ()) -> Scenario:
+    """A built-in scenario by name ('dgx-h100') or a YAML file by path; ``also``: other
+    names the caller takes, listed with the built-in ones when the name is none."""
     path = Path(name_or_path).expanduser()
     looks_like_path = os.sep in name_or_path or name_or_path.endswith((".yaml", ".yml"))
     if not looks_like_path:
@@ -707,7 +708,7 @@ def load_scenario(name_or_path: str) -> Scenario:
         if builtin.is_file():
             path = builtin
         elif not path.is_file():
-            names = ", ".join(sorted(p.stem for p in _SCENARIO_DIR.glob("*.yaml")))
+            names = ", ".join(sorted([*(p.stem for p in _SCENARIO_DIR.glob("*.yaml")), *also]))
             raise ScenarioError(f"{name_or_path}: no such scenario (built-in: {names})")
     if not path.is_file():
         raise ScenarioError(f"{path}: no such scenario file")
