@@ -157,8 +157,7 @@ else:
         MutableRecord: ``@dataclass(frozen=..., slots=True)``, made cheap to define (see
         the module's docstring).  __init__ sets the slots as the generated one does (a
         frozen dataclass's sets each field with object.__setattr__: no faster).  A class
-        without a docstring gets its name as one: dataclass would build it from
-        inspect.signature.
+        without a docstring gets its name as one.
         """
         if not slots:
             raise TypeError("a record is slotted: record(frozen=..., slots=True)")
