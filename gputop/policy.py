@@ -165,7 +165,7 @@ def _users(node: Any, name: str, key: str) -> frozenset[str]:
 
 
 def _fair_share(node: Any, name: str) -> dict[str, Any]:
-    # No 'ledger': the system's (gputop.ledger.store.SYSTEM_PATH), one for every user.
+    # No 'ledger': the system's (gputop.ledger.paths.SYSTEM_PATH), one for every user.
     out: dict[str, Any] = {}
     for key, _k, vnode, full in mapping_items(node, name, PolicyError, "fair_share",
                                               known=("half_life", "ledger")):

@@ -57,9 +57,9 @@ def groups_of(user: str, members: dict[str, set[str]]) -> set[str]:
 
 
 def _ledger_path(quotas: quota.Quotas, given: str | None) -> str:
-    from gputop.ledger import store
+    from gputop.ledger.paths import SYSTEM_PATH
 
-    return given or quotas.ledger or store.SYSTEM_PATH
+    return given or quotas.ledger or SYSTEM_PATH
 
 
 def standings(quotas: quota.Quotas, path: str, now: float,

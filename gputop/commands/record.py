@@ -21,7 +21,7 @@ from gputop.analysis.durations import format_duration
 from gputop.analysis.pipeline import Settings, warnings_once
 from gputop.commands import common
 from gputop.exitcodes import EXIT_OK
-from gputop.ledger import store
+from gputop.ledger import paths, store
 from gputop.ledger.writer import LedgerFull, Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
@@ -45,7 +45,7 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
         raise common.usage_error("--raw-days must be more than 0")
     config = common.config(options)
     settings = common.settings(config)
-    path = args.db or store.default_path()
+    path = args.db or paths.default_path()
     # Sources first: no driver or a bad hosts file leaves no ledger file behind.
     feeds = common.feeds(options, config)
     lock = store.WriterLock(path)

@@ -78,12 +78,12 @@ def _cost() -> tuple[CostRates | None, dict[str, set[str]]]:
 
 def _report(args: argparse.Namespace) -> int:
     from gputop.commands import report_formats
-    from gputop.ledger import query, report, store
+    from gputop.ledger import paths, query, report, store
 
     if args.top < 0:
         raise common.usage_error("--top must be 0 or more")
     t_from, t_to = period(args.since, args.start, args.end, time.time())
-    path = args.db or store.default_path()
+    path = args.db or paths.default_path()
     if args.jobs:
         return _jobs(path, t_from, t_to, args)
     try:

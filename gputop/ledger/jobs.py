@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputop.actions.liveness import process_alive
-from gputop.ledger import store
+from gputop.ledger import paths
 
 TABLE = "job_history"
 _SCHEMA = f"""
@@ -78,7 +78,7 @@ def recorder_running(ledger: str) -> bool:
 def write_path() -> str:
     """Where this user's jobs are recorded: the ledger when a recorder runs and we may
     write it, else our own file."""
-    ledger = store.existing_path()
+    ledger = paths.existing_path()
     if ledger and recorder_running(ledger) and os.access(ledger, os.W_OK):
         return ledger
     return own_path()
@@ -86,11 +86,11 @@ def write_path() -> str:
 
 def read_paths() -> list[str]:
     """Every history this user may read: their own file and the ledger's."""
-    paths = [own_path()]
-    ledger = store.existing_path()
-    if ledger and ledger not in paths:
-        paths.append(ledger)
-    return paths
+    found = [own_path()]
+    ledger = paths.existing_path()
+    if ledger and ledger not in found:
+        found.append(ledger)
+    return found
 
 
 def _safe_file(path: str, create: bool) -> None:

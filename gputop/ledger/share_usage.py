@@ -12,7 +12,7 @@ import math
 import time
 
 from gputop.analysis.fair_share import HOUR, Use, decayed_hours
-from gputop.ledger import query, store
+from gputop.ledger import paths, query, store
 
 HORIZON_HALF_LIVES = 10  # older use counts under 0.1 %: not read
 CACHE_S = 60.0  # a waiting run plans every few seconds; the ledger changes per interval
@@ -37,7 +37,7 @@ def recent_hours(path: str | None, half_life_s: float, now: float | None = None
                  ) -> tuple[dict[str, float], str | None]:
     """Each user's decayed GPU-hours from the ledger, and a warning when it cannot be
     read (then nobody has any: the line is first come, first served)."""
-    path = path or store.SYSTEM_PATH
+    path = path or paths.SYSTEM_PATH
     now = time.time() if now is None else now
     key = (path, half_life_s)
     cached = _cache.get(key)

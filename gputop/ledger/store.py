@@ -20,9 +20,6 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-# Their home is paths.py (no sqlite3 there, for the dashboard's start); named here too.
-from gputop.ledger.paths import SYSTEM_PATH, default_path, existing_path  # noqa: F401
-
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x67707574  # "gput": marks the file as ours in its header
 
