@@ -61,15 +61,12 @@ class FastPynvml:
                   "NVML_SUCCESS", "NVML_ERROR_INSUFFICIENT_SIZE")
         if not all(hasattr(nvml, name) for name in needed):
             return
-        for name, struct in (*self._LISTS, self._SAMPLES, self._FIELDS):
-            if not (hasattr(nvml, struct) and hasattr(nvml, name)):
-                continue
-            if name == self._SAMPLES[0]:
-                setattr(self, name, self._sampler(name, getattr(nvml, struct)))
-            elif name == self._FIELDS[0]:
-                setattr(self, name, self._field_values(name, getattr(nvml, struct)))
-            else:
-                setattr(self, name, self._lister(name, getattr(nvml, struct)))
+        made: list[tuple[str, str, Callable[[str, Any], Any]]] = [
+            (*names, self._lister) for names in self._LISTS]
+        made += [(*self._SAMPLES, self._sampler), (*self._FIELDS, self._field_values)]
+        for name, struct, make in made:
+            if hasattr(nvml, struct) and hasattr(nvml, name):
+                setattr(self, name, make(name, getattr(nvml, struct)))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._nvml, name)
