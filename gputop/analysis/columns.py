@@ -20,13 +20,14 @@ call).  Positions are physical indexes into the columns; ``head`` is the first o
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
+
+from gputop.records import Record, replace
 
 # Stand-ins for None in the typed columns.  A real NaN float goes to a list column, so a
 # NaN read back from a float column always means None.
@@ -53,9 +54,9 @@ class Layout:
 
     __slots__ = ("fields", "index", "properties", "row")
 
-    def __init__(self, cls: type, skip: tuple[str, ...] = ()) -> None:
+    def __init__(self, cls: type[Record], skip: tuple[str, ...] = ()) -> None:
         self.fields: tuple[str, ...] = tuple(
-            f.name for f in dataclasses.fields(cls) if f.name not in skip)
+            name for name in cls._names if name not in skip)
         self.index = {name: i for i, name in enumerate(self.fields)}
         self.properties: dict[str, property] = {
             name: attr for klass in reversed(cls.__mro__)
@@ -72,7 +73,7 @@ _GETTERS: dict[tuple[str, ...], Getter] = {}
 _GETTERS_CAP = 1024
 
 
-def layout(cls: type, skip: tuple[str, ...] = ()) -> Layout:
+def layout(cls: type[Record], skip: tuple[str, ...] = ()) -> Layout:
     """The layout of ``cls``, without the fields in ``skip`` (never kept, never read)."""
     found = _LAYOUTS.get((cls, skip))
     if found is None:
@@ -318,7 +319,7 @@ class Window:
         """The record at a position, rebuilt (for predicates over whole records)."""
         if not self._varying:
             return self.newest
-        return dataclasses.replace(
+        return replace(
             self.newest, **{name: _decode(col, at) for name, col in self._varying.items()})
 
     def series(self, name: str, low: int, high: int,
