@@ -52,17 +52,23 @@ def _env(tmp_path: Path, scenario: dict) -> dict[str, str]:
     return env
 
 
-def _loaded_modules(tmp_path: Path, env: dict[str, str], *args: str) -> list[str]:
-    """The modules of one run; without `site` (-S), whose editable-install hook in the test
-    virtualenv loads pathlib and more before gputop starts (an installed gputop's does not),
-    the libraries found on PYTHONPATH instead."""
+def _run_listing(tmp_path: Path, env: dict[str, str],
+                 *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """One run and the modules it loaded; without `site` (-S), whose editable-install hook
+    in the test virtualenv loads pathlib and more before gputop starts (an installed
+    gputop's does not), the libraries found on PYTHONPATH instead."""
     listing = tmp_path / "modules.txt"
     env = dict(env, PYTHONPATH=f"{env['PYTHONPATH']}:{sysconfig.get_paths()['purelib']}")
     done = subprocess.run([sys.executable, "-S", "-c", RUN_AND_LIST, str(listing), *args],
                           env=env, capture_output=True, text=True, timeout=120)
+    return done, listing.read_text().splitlines() if listing.exists() else []
+
+
+def _loaded_modules(tmp_path: Path, env: dict[str, str], *args: str) -> list[str]:
+    done, modules = _run_listing(tmp_path, env, *args)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip(), "printed nothing"
-    return listing.read_text().splitlines()
+    return modules
 
 
 # A plain table of this machine, with no hosts or config file and an empty store, needs
@@ -110,17 +116,13 @@ def test_prometheus_one_shot_loads_only_what_it_uses(tmp_path: Path,
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path),
                "XDG_CONFIG_HOME": str(tmp_path / "config")}
         env.pop("GPUTOP_HOSTS", None)
-        listing = tmp_path / "modules.txt"
-        done = subprocess.run([sys.executable, "-c", RUN_AND_LIST, str(listing),
-                               "--prometheus", url, *command], env=env,
-                              capture_output=True, text=True, timeout=120)
+        done, modules = _run_listing(tmp_path, env, "--prometheus", url, *command)
     finally:
         prom.terminate()
         prom.wait(10)
         exporter.close()
     assert done.returncode in (0, 2), done.stderr  # check: 2 where a card is unhealthy
     assert "GPU" in done.stdout or "warning" in done.stdout.lower(), done.stdout
-    modules = listing.read_text().splitlines()
     assert "gputop.sources.prompivot" in modules  # it did read Prometheus
     bad = [m for m in modules
            if any(m == f or m.startswith(f + ".") for f in PROMETHEUS_FORBIDDEN)]

@@ -408,8 +408,7 @@ def _demo_feed(
     if isinstance(clock, _FrozenClock):
         collector = _WarmedUp(collector, clock)
     env = None if lean else source.action_env(store, options.readonly)
-    identity = replace(named_identity(scenario.me),
-                                   reserves_as=local_identity().user)
+    identity = replace(named_identity(scenario.me), reserves_as=local_identity().user)
     seed = None
     if history and not one_shot:
         # The whole window the idle rules look back over, less the sample live data adds.
