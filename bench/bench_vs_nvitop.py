@@ -263,6 +263,8 @@ def main() -> int:
     ap.add_argument("--tree", type=Path, default=ROOT,
                     help="the gputop checkout to measure (default: this one)")
     args = ap.parse_args()
+    if args.one_shots and args.write_readme:
+        ap.error("--one-shots makes part of the table: the README keeps the whole one")
     if args.setup:
         setup()
         return 0
