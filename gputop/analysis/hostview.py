@@ -41,11 +41,6 @@ class CardView(Record):
     jobs: str  # the jobs the card's exporter names (dcgm-exporter's pod, hpc_job); "" none
 
     @property
-    def holder(self) -> Reservation | None:
-        """The whole card's holder (the first in store order)."""
-        return self.holders[0] if self.holders else None
-
-    @property
     def reserved(self) -> bool:
         """Whether the whole card is held: what pick, the cluster cell and
         ``gputop_gpu_reserved`` without ``GPU_I_ID`` call reserved."""
@@ -65,8 +60,6 @@ class Hold(Record):
 @record(frozen=True, slots=True)
 class HostView(Record):
     snapshot: HostSnapshot
-    now: float
-    held: Holders
     cards: tuple[CardView, ...]  # in the snapshot's order
     # every active reservation of this host's cards and MIG devices, by card then MIG slot
     holds: tuple[Hold, ...]
@@ -93,7 +86,7 @@ def view(snapshot: HostSnapshot, now: float) -> HostView:
                           _share(*found) if found else 1.0))
     holds.sort(key=lambda h: (h.reservation.gpu, h.reservation.mig_device is not None,
                               h.reservation.mig_device or 0))
-    return HostView(snapshot, now, held, cards, tuple(holds))
+    return HostView(snapshot, cards, tuple(holds))
 
 
 def card_view(gpu: Gpu, held: Holders | None = None) -> CardView:
