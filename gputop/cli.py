@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from gputop import __version__, clihelp, commands
 from gputop.clihelp import Command
+from gputop.config import DEFAULT_INTERVAL_S
 from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
@@ -99,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --json: also the GPU interconnect (NVLink remote ends, "
                         "`gputop topo`'s links), which costs the driver calls per link")
     parser.add_argument("--interval", type=float, metavar="S",
-                        help="refresh interval in seconds (default: the config's, 1)")
+                        help="refresh interval in seconds (default: the config's, "
+                        f"{DEFAULT_INTERVAL_S:g})")
     parser.add_argument(
         "--readonly", action="store_true", help="disable every action (kill, reserve, release)"
     )

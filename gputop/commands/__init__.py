@@ -71,4 +71,5 @@ def function(ref: str) -> Callable[..., Any]:
     import importlib
 
     module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)  # type: ignore[no-any-return]
+    found: Callable[..., Any] = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return found

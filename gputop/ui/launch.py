@@ -14,7 +14,14 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from gputop.config import Config, ConfigError, analysis_settings, load_config
+from gputop.config import (
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
+    Config,
+    ConfigError,
+    analysis_settings,
+    load_config,
+)
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_USAGE
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
@@ -38,8 +45,9 @@ def run_app(options: SourceOptions, interval: float | None) -> int:
         print(f"gputop: {err}", file=sys.stderr)
         return EXIT_USAGE
     interval = interval if interval is not None else config.interval
-    if not 0.1 <= interval <= 3600:
-        print(f"gputop: --interval {interval:g}: expected 0.1 to 3600 seconds", file=sys.stderr)
+    if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:
+        print(f"gputop: --interval {interval:g}: expected {MIN_INTERVAL_S:g} to "
+              f"{MAX_INTERVAL_S:g} seconds", file=sys.stderr)
         return EXIT_USAGE
     from gputop.sources.opener import NoDriverError, SourceError, open_feeds
 
