@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.ui import demo_snapshots
 
 from gputop import commands
 from gputop.columns import COLUMNS
 from gputop.exitcodes import EXIT_USAGE
 from gputop.ui import table_model
 from gputop.ui.cells import process_cell
-from helpers.ui import demo_snapshots
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
