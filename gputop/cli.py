@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from gputop import __version__, clihelp, commands
 from gputop.clihelp import Command
-from gputop.config import DEFAULT_INTERVAL_S
 from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from gputop.model import DEFAULT_INTERVAL_S
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 NAMES = tuple(c.name for c in commands.COMMANDS)

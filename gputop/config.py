@@ -22,17 +22,12 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from gputop.columns import COLUMNS, DEFAULT_COLUMNS
+from gputop.model import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 from gputop.records import MutableRecord, field, record
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
-
-# The refresh interval, seconds: the config's `interval:`, `gputop --interval`, and every
-# screen and feed that refreshes (none faster than the lower bound).
-DEFAULT_INTERVAL_S = 1.0
-MIN_INTERVAL_S = 0.1
-MAX_INTERVAL_S = 3600.0
 
 # Gauges with a threshold colour: value >= warn is the warn colour, >= crit the crit one.
 DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {

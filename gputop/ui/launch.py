@@ -14,16 +14,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from gputop.config import (
-    MAX_INTERVAL_S,
-    MIN_INTERVAL_S,
-    Config,
-    ConfigError,
-    analysis_settings,
-    load_config,
-)
+from gputop.config import Config, ConfigError, analysis_settings, load_config
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_USAGE
-from gputop.model import HostSnapshot
+from gputop.model import MAX_INTERVAL_S, MIN_INTERVAL_S, HostSnapshot
 from gputop.options import SourceOptions
 
 # How long the start waits for this machine's first snapshot before it loads the UI
