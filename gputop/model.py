@@ -19,8 +19,8 @@ from gputop.records import Record, record, replace
 SCHEMA_VERSION = 1
 
 # The refresh interval, seconds: the config's `interval:` and `gputop --interval` are
-# checked against these bounds; the feeds, the screens and the remote probe refresh no
-# faster than the lower one.
+# checked against these bounds; the feeds and the screens refresh no faster than the
+# lower one.
 DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 3600.0

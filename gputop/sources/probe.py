@@ -201,9 +201,7 @@ def main(
     hard_exit = stdin is None
     stdin = stdin if stdin is not None else sys.stdin.buffer
     stdout = stdout if stdout is not None else sys.stdout.buffer
-    from gputop.model import DEFAULT_INTERVAL_S, MIN_INTERVAL_S
-
-    interval = max(MIN_INTERVAL_S, float(config.get("interval", DEFAULT_INTERVAL_S)))
+    interval = max(0.05, float(config.get("interval", 1.0)))
     host = str(config.get("host") or "")
     stop = threading.Event()
     out = _Out(stdout, stop)
