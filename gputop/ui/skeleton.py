@@ -22,7 +22,7 @@ from rich.cells import cell_len, set_cell_size
 from gputop.analysis import hostview
 from gputop.model import HostSnapshot
 from gputop.ui import fmt, headline
-from gputop.ui.columns import by_gpu_memory, layout, process_cell, right, row_text
+from gputop.ui.cells import by_gpu_memory, layout, process_cell, right, row_text
 
 # The alternate screen, cursor hidden, cleared; and back (when Textual never started).
 ENTER = "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J"
