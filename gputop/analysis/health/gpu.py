@@ -23,7 +23,7 @@ def is_data_centre(name: str | None) -> bool:
     return bool(name and _DATA_CENTRE.search(name))
 
 
-@rule("xid-unwatched", INFO, scope=HOST, reads=("xid_watched",),
+@rule("xid-unwatched", INFO, scope=HOST, reads=("xid_watched",), unexported=("xid_watched",),
       summary="XID errors are not watched on this host (driver gives no XID events)",
       hint="check `dmesg | grep Xid` on the host for GPU errors",
       when="the driver gives no XID events on this host: check `dmesg` yourself")
@@ -56,7 +56,7 @@ def _xid(ctx: Context) -> Iterator[Finding]:
                       severity=info.severity, code=f"xid-{event.xid}")
 
 
-@rule("gpu-lost", CRITICAL, scope=BROKEN_CARD, reads=("state", "error"), alert="GpuFallenOffBus",
+@rule("gpu-lost", CRITICAL, scope=BROKEN_CARD, reads=("state",), alert="GpuFallenOffBus",
       summary="GPU has fallen off the bus",
       hint="look for XID 79 in dmesg; the card needs a reset or a reboot; "
       "check PCIe seating, power and cooling if it repeats",
