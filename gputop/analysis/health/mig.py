@@ -36,7 +36,7 @@ def _pending(ctx: Context) -> Iterator[Finding]:
       summary="the MIG devices of this GPU cannot be read",
       hint="run gputop as root on the host, or give the container "
       "NVIDIA_MIG_MONITOR_DEVICES=all",
-      when="the card is in MIG mode but its MIG devices cannot be read (no permission)")
+      when="the driver refused to list the card's MIG devices (no permission; docs/mig.md)")
 def _unreadable(ctx: Context) -> Iterator[Finding]:
     for gpu in ctx.snapshot.gpus:
         if gpu.mig_note:

@@ -131,6 +131,13 @@ class Rule(Record):
 
 _RULES: list[Rule] = []
 
+# The shipped alerts (gputop/examples/alert-rules*.yaml) that no rule raises, and why.
+ALERTS_OF_NO_RULE = {
+    # The Prometheus source shows such a host as host-state (a warning); the alert pages
+    # (critical): nothing is known of its GPUs.  Issue 40 reconsiders the alerts.
+    "GpuExporterDown": "a GPU exporter Prometheus cannot scrape: no host judges itself",
+}
+
 
 def rule(
     code: str,
