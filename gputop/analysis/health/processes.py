@@ -7,7 +7,7 @@ table's flags and these warnings never disagree.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gputop.analysis import orphans
 from gputop.analysis.durations import format_duration
@@ -15,6 +15,9 @@ from gputop.analysis.health.common import MIB, gib, one_line
 from gputop.analysis.health.registry import HOST, Context, Finding, orphan_rules, rule
 from gputop.model import INFO, GpuProcess
 from gputop.text import without_program_dir
+
+if TYPE_CHECKING:
+    from gputop.analysis.history import ProcessSample
 
 __all__ = ["orphan_rules"]
 
@@ -95,7 +98,7 @@ def _input_bound(ctx: Context) -> Iterator[Finding]:
         if proc.sm_util is not None and proc.sm_util > th.input_bound_sm_percent:
             continue  # computing now, so no starving streak: spare the history walk
 
-        def starving(sample: Any) -> bool:
+        def starving(sample: ProcessSample) -> bool:
             # The streak is the SM side only; the CPU side is the current reading. History
             # does keep CPU % per sample now (the metrics screen), but a data loader's CPU
             # wanders (60-100 %), and a per-sample cut would reset the streak on every dip.

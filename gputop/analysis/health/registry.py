@@ -11,7 +11,7 @@ the families, in the order their rules are listed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gputop.analysis.health.thresholds import Thresholds
@@ -20,6 +20,7 @@ from gputop.records import Record, record
 
 if TYPE_CHECKING:
     from gputop.analysis import orphans
+    from gputop.analysis.history import ProcessSample
 
 # Where a rule runs: once per host that cannot be seen, once per host that can, once per
 # readable card (``ctx.card`` set), once per card that is lost or unreadable.
@@ -39,7 +40,7 @@ class HealthHistory(Protocol):
 
     def process_streak(
         self, host: str, pid: int, start_ticks: int | None,
-        predicate: Callable[[Any], bool], key: Any = None,
+        predicate: Callable[[ProcessSample], bool], key: Hashable | None = None,
     ) -> float | None: ...
 
     def simulated(self, host: str, when: float) -> bool: ...
