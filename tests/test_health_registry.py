@@ -85,7 +85,9 @@ def test_a_relayed_warning_has_its_rules_sentence_and_hint() -> None:
             continue
         got = health.relayed(rule.code, rule.severities[0], "h1", 3)
         assert (got.code, got.message, got.hint, got.gpu, got.host) == (
-            rule.code, rule.summary, rule.hint or None, 3, "h1")
+            rule.code, rule.summary, registry.hint_of(rule, 3), 3, "h1")
+    unreadable = health.relayed("gpu-unreadable", "warning", "h1", 3)
+    assert unreadable.hint == "check `nvidia-smi -i 3` and dmesg on the host"
     xid = health.relayed("xid-79", "critical", "h1", 0)
     assert "fallen off the bus" in xid.message.lower() and xid.hint
     newer = health.relayed("from-a-newer-gputop", "warning", "h1", None)

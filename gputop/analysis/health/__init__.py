@@ -35,6 +35,7 @@ from gputop.analysis.health.registry import (
     HealthHistory,
     Rule,
     by_code,
+    hint_of,
     orphan_rules,
     rules,
     rules_table,
@@ -103,7 +104,7 @@ def relayed(code: str, severity: str, hostname: str, index: int | None) -> Healt
     if found is not None and found.code == "xid-N" and len(number) <= 6:
         message, hint = xid.describe(int(number)), xid.lookup(int(number)).hint
     elif found is not None:
-        message, hint = found.summary, found.hint or None
+        message, hint = found.summary, hint_of(found, index)
     else:
         message = f"gputop on the host reports {code}"
         hint = "reported by gputop on the host: `gputop check` there tells more"

@@ -29,7 +29,7 @@ def is_data_centre(name: str | None) -> bool:
       when="the driver gives no XID events on this host: check `dmesg` yourself")
 def _xid_unwatched(ctx: Context) -> Iterator[Finding]:
     if ctx.snapshot.xid_watched is False:
-        yield Finding("XID errors are not watched on this host (driver gives no XID events)")
+        yield Finding()
 
 
 @rule("xid-N", (CRITICAL, WARNING), scope=HOST, reads=("xid_events",), alert="GpuXidError",
@@ -64,21 +64,19 @@ def _xid(ctx: Context) -> Iterator[Finding]:
 def _lost(ctx: Context) -> Iterator[Finding]:
     gpu = ctx.card
     if gpu.state == model.GPU_LOST:
-        yield Finding(f"GPU lost: {gpu.error}" if gpu.error else "GPU has fallen off the bus",
-                      gpu=gpu.index)
+        yield Finding(f"GPU lost: {gpu.error}" if gpu.error else None, gpu=gpu.index)
 
 
 @rule("gpu-unreadable", WARNING, scope=BROKEN_CARD, reads=("state", "error"),
       unexported=("state", "error"),
       summary="GPU could not be read",
-      hint="check `nvidia-smi -i GPU` and dmesg on the host",
+      hint="check `nvidia-smi -i {gpu}` and dmesg on the host",
       when="the collector could not read the card at all")
 def _unreadable(ctx: Context) -> Iterator[Finding]:
     gpu = ctx.card
     if gpu.state != model.GPU_LOST:
         yield Finding("GPU could not be read" + (f": {gpu.error}" if gpu.error else ""),
-                      gpu=gpu.index,
-                      hint=f"check `nvidia-smi -i {gpu.index}` and dmesg on the host")
+                      gpu=gpu.index)
 
 
 @rule("fields-unreadable", INFO, reads=("field_errors",), unexported=("field_errors",),
@@ -113,7 +111,7 @@ def _ecc(ctx: Context) -> Iterator[Finding]:
       when="row remapping failed")
 def _remap_failure(ctx: Context) -> Iterator[Finding]:
     if ctx.card.remap_failure:
-        yield Finding("row remapping failed", gpu=ctx.card.index)
+        yield Finding(gpu=ctx.card.index)
 
 
 @rule("remap-pending", CRITICAL, reads=("remap_pending",), alert="GpuMemoryErrors",
@@ -122,8 +120,7 @@ def _remap_failure(ctx: Context) -> Iterator[Finding]:
       when="remapped rows wait for a reset")
 def _remap_pending(ctx: Context) -> Iterator[Finding]:
     if ctx.card.remap_pending:
-        yield Finding("remapped rows pending: memory repair waits for a GPU reset",
-                      gpu=ctx.card.index)
+        yield Finding(gpu=ctx.card.index)
 
 
 @rule("retired-pages-pending", CRITICAL, reads=("retired_pages_pending",),
@@ -133,8 +130,7 @@ def _remap_pending(ctx: Context) -> Iterator[Finding]:
       when="retired pages wait for a reset")
 def _retired(ctx: Context) -> Iterator[Finding]:
     if ctx.card.retired_pages_pending:
-        yield Finding("retired pages pending: a reset is needed to retire them",
-                      gpu=ctx.card.index)
+        yield Finding(gpu=ctx.card.index)
 
 
 def _near_shutdown(gpu: Gpu, margin: float) -> bool:
@@ -169,7 +165,7 @@ def _reasons(gpu: Gpu) -> set[str]:
       when="clock-event reasons `hw_thermal_slowdown` or `sw_thermal_slowdown`")
 def _thermal(ctx: Context) -> Iterator[Finding]:
     if _reasons(ctx.card).intersection(_THERMAL):
-        yield Finding("clocks slowed because the GPU is too hot", gpu=ctx.card.index)
+        yield Finding(gpu=ctx.card.index)
 
 
 @rule("power-brake", WARNING, reads=("clock_event_reasons",),
@@ -178,8 +174,7 @@ def _thermal(ctx: Context) -> Iterator[Finding]:
       when="`hw_power_brake_slowdown`")
 def _brake(ctx: Context) -> Iterator[Finding]:
     if _reasons(ctx.card).intersection(_BRAKE):
-        yield Finding("clocks slowed by the power brake (external power-supply signal)",
-                      gpu=ctx.card.index)
+        yield Finding(gpu=ctx.card.index)
 
 
 @rule("hw-slowdown", WARNING, reads=("clock_event_reasons",),
@@ -191,7 +186,7 @@ def _hw_slowdown(ctx: Context) -> Iterator[Finding]:
     # us something is wrong (power supply, thermal, or external signal).
     reasons = _reasons(ctx.card)
     if "hw_slowdown" in reasons and not reasons.intersection(_THERMAL + _BRAKE):
-        yield Finding("clocks slowed by the hardware (HW slowdown)", gpu=ctx.card.index)
+        yield Finding(gpu=ctx.card.index)
 
 
 # The SW power cap holding a busy card well below what it is made to draw: a power limit
@@ -320,7 +315,7 @@ def _persistence(ctx: Context) -> Iterator[Finding]:
         if g.state == model.GPU_OK and g.persistence_mode is False and is_data_centre(g.name)
     ]
     if len(off) == 1:
-        yield Finding("persistence mode is off on a data-centre card", gpu=off[0])
+        yield Finding(gpu=off[0])
     elif off:
         # One host-level line instead of eight identical ones: one setting of the host.
         yield Finding(

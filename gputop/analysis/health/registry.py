@@ -48,9 +48,10 @@ class HealthHistory(Protocol):
 
 @record(frozen=True, slots=True)
 class Finding(Record):
-    """One thing a check found; the rule fills in code, severity and hint unless set."""
+    """One thing a check found; the rule fills in what is not set: the message (its
+    summary), hint, severity and code."""
 
-    message: str
+    message: str | None = None
     gpu: int | None = None
     pid: int | None = None
     since: float | None = None  # None: now
@@ -118,7 +119,7 @@ class Rule(Record):
     severities: tuple[str, ...]  # what it can raise; the first is its default
     family: str  # the module it is declared in
     summary: str  # the fixed sentence a relayed warning carries
-    hint: str  # "": none
+    hint: str  # "": none; "{gpu}" stands for the card's index
     when: str  # docs/health.md: when it fires
     check: Check
     scope: str = CARD
@@ -204,12 +205,17 @@ def run(selected: Iterable[Rule], ctx: Context) -> list[HealthWarning]:
     return out
 
 
+def hint_of(r: Rule, gpu: int | None) -> str | None:
+    return r.hint.replace("{gpu}", "N" if gpu is None else str(gpu)) or None
+
+
 def _warnings(r: Rule, ctx: Context) -> Iterator[HealthWarning]:
     for f in r.check(ctx):
         yield HealthWarning(
-            severity=f.severity or r.severities[0], code=f.code or r.code, message=f.message,
+            severity=f.severity or r.severities[0], code=f.code or r.code,
+            message=r.summary if f.message is None else f.message,
             host=ctx.snapshot.host, gpu=f.gpu, pid=f.pid,
-            hint=(r.hint or None) if f.hint is None else f.hint,
+            hint=hint_of(r, f.gpu) if f.hint is None else f.hint,
             since=ctx.now if f.since is None else f.since)
 
 
