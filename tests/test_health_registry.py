@@ -143,3 +143,21 @@ def test_a_rule_added_in_one_place_appears_everywhere(tmp_path: Path) -> None:
     assert len(found) >= 7 and found[0]["hint"] == "the throwaway rule's own hint"
     assert {w["gpu"] for w in found} <= set(range(8))
     assert found[0]["message"].startswith("throwaway on GPU ")
+
+
+def test_a_wrong_declaration_stops_the_import() -> None:
+    def nothing(ctx: registry.Context) -> list[registry.Finding]:
+        return []
+
+    for kwargs, problem in (
+        ({"code": "gpu-lost"}, "declared twice"),
+        ({"severities": "fatal"}, "unknown severity"),
+        ({"thresholds": ("no_such",)}, "unknown threshold"),
+        ({"unexported": ("temp",)}, "does not read"),
+    ):
+        args = {"code": "x-new", "severities": "info", **kwargs}
+        with pytest.raises(ValueError, match=problem):
+            registry.rule(args["code"], args["severities"], summary="s", hint="h", when="w",
+                          thresholds=kwargs.get("thresholds", ()),
+                          unexported=kwargs.get("unexported", ()))(nothing)
+    assert registry.by_code("x-new") is None

@@ -137,7 +137,7 @@ _RULES: list[Rule] = []
 ALERTS_OF_NO_RULE = {
     # The Prometheus source shows such a host as host-state (a warning); the alert pages
     # (critical): nothing is known of its GPUs.  Issue 40 reconsiders the alerts.
-    "GpuExporterDown": "a GPU exporter Prometheus cannot scrape: no host judges itself",
+    "GpuExporterDown": "Prometheus cannot scrape a GPU exporter: no host's gputop says so",
 }
 
 
@@ -156,13 +156,18 @@ def rule(
 ) -> Callable[[Check], Check]:
     """Declare the decorated check as a rule (its module is its family)."""
     levels = (severities,) if isinstance(severities, str) else severities
-    assert levels and all(s in SEVERITY_ORDER for s in levels), code
-    assert scope in SCOPES, code
-    assert set(unexported) <= set(reads), code
-    assert all(t in Thresholds._names for t in thresholds), code
+    # A mistake in a declaration stops the import, under python -O too.
+    for wrong, problem in (
+        (not levels or not set(levels) <= set(SEVERITY_ORDER), "unknown severity"),
+        (scope not in SCOPES, f"unknown scope {scope!r}"),
+        (not set(unexported) <= set(reads), "unexported names a field it does not read"),
+        (not set(thresholds) <= set(Thresholds._names), "unknown threshold"),
+        (code in {r.code for r in _RULES}, "declared twice"),
+    ):
+        if wrong:
+            raise ValueError(f"health rule {code}: {problem}")
 
     def add(check: Check) -> Check:
-        assert code not in {r.code for r in _RULES}, f"{code}: declared twice"
         family = check.__module__.rsplit(".", 1)[-1]
         _RULES.append(Rule(code, levels, family, summary, hint, when, check, scope, reads,
                            thresholds, unexported, alert))
@@ -223,9 +228,9 @@ def run_family(family: str, ctx: Context) -> list[HealthWarning]:
     return run((r for r in _RULES if r.family == family), ctx)
 
 
-def rules_table(selected: Iterable[Rule] | None = None) -> str:
+def rules_table() -> str:
     """docs/health.md's table of codes (tests/test_health_registry.py keeps it current)."""
     lines = ["| severity | code | when |", "|---|---|---|"]
-    for r in _RULES if selected is None else selected:
+    for r in _RULES:
         lines.append(f"| {'/'.join(r.severities)} | `{r.code}` | {r.when} |")
     return "\n".join(lines) + "\n"
