@@ -58,8 +58,7 @@ _READS = ("processes", "own_workload")
 
 
 @rule(NAME_SOURCE, INFO, scope=HOST, reads=("workload_notes",), unexported=("workload_notes",),
-      summary="a workload name source failed; ids are shown",
-      hint="",
+      summary="a workload name source failed; ids are shown", hint="",
       when="a name source (squeue, the Docker/Podman socket) failed; ids are shown")
 def _names(ctx: Context) -> Iterator[Finding]:
     for note in ctx.snapshot.workload_notes:
