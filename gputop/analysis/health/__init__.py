@@ -80,7 +80,7 @@ def warnings(
     ``orphan_rules(thresholds)``, when the caller has them already (the dashboard shows
     them in the process table); without them they are computed here, once.
     """
-    found = run(rules(), Context(snapshot, history, thresholds, now, me, flags))
+    found = run(Context(snapshot, history, thresholds, now, me, flags))
     if snapshot.ok:
         found.extend(_reported(snapshot, found))
     return sort_warnings(found)

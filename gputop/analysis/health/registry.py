@@ -11,7 +11,7 @@ the families, in the order their rules are listed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gputop.analysis.health.thresholds import Thresholds
@@ -65,6 +65,8 @@ class Context:
     the user, and (for a card rule) the card.  The process flags are classified once per
     snapshot, when a rule first asks."""
 
+    __slots__ = ("_flags", "card", "history", "me", "now", "snapshot", "thresholds")
+
     def __init__(
         self,
         snapshot: HostSnapshot,
@@ -80,13 +82,8 @@ class Context:
         self.now = snapshot.time if now is None else now
         self.me = me
         self._flags = flags
-        self._card: Gpu | None = None
-
-    @property
-    def card(self) -> Gpu:
-        """The card a CARD or BROKEN_CARD rule judges."""
-        assert self._card is not None, "a host rule has no card"
-        return self._card
+        # The card a CARD or BROKEN_CARD rule judges (a host rule has none: AttributeError).
+        self.card: Gpu
 
     def flags(self) -> Mapping[tuple[int, int], orphans.ProcessFlags]:
         """Every process's ``orphans`` verdict, classified with the health thresholds."""
@@ -188,44 +185,57 @@ def by_code(code: str) -> Rule | None:
     return next((r for r in _RULES if r.code == code), None)
 
 
-def run(selected: Iterable[Rule], ctx: Context) -> list[HealthWarning]:
-    """The warnings of ``selected`` rules for one snapshot, in rule order."""
+def run(ctx: Context, family: str | None = None) -> list[HealthWarning]:
+    """The warnings of every rule (or one family's) for one snapshot, in rule order."""
+    by_scope = _by_scope(family)
     snap = ctx.snapshot
-    chosen = list(selected)
     out: list[HealthWarning] = []
-
-    def judge(scope: str) -> None:
-        for r in chosen:
-            if r.scope == scope:
-                out.extend(_warnings(r, ctx))
-
     if not snap.ok:
-        judge(HOST_DOWN)
+        _judge(by_scope[HOST_DOWN], ctx, out)
         return out
-    judge(HOST)
+    _judge(by_scope[HOST], ctx, out)
+    card_rules, broken_rules = by_scope[CARD], by_scope[BROKEN_CARD]
     for card in snap.gpus:
-        ctx._card = card
-        judge(CARD if card.state == GPU_OK else BROKEN_CARD)
-    ctx._card = None
+        ctx.card = card
+        _judge(card_rules if card.state == GPU_OK else broken_rules, ctx, out)
     return out
+
+
+# The rules of each scope, per family (None: all), made once per registry size: the
+# dashboard runs them every refresh for every host.
+_SCOPED: dict[str | None, tuple[int, dict[str, list[Rule]]]] = {}
+
+
+def _by_scope(family: str | None) -> dict[str, list[Rule]]:
+    cached = _SCOPED.get(family)
+    if cached is not None and cached[0] == len(_RULES):
+        return cached[1]
+    scoped: dict[str, list[Rule]] = {scope: [] for scope in SCOPES}
+    for r in _RULES:
+        if family is None or r.family == family:
+            scoped[r.scope].append(r)
+    _SCOPED[family] = (len(_RULES), scoped)
+    return scoped
 
 
 def hint_of(r: Rule, gpu: int | None) -> str | None:
     return r.hint.replace("{gpu}", "N" if gpu is None else str(gpu)) or None
 
 
-def _warnings(r: Rule, ctx: Context) -> Iterator[HealthWarning]:
-    for f in r.check(ctx):
-        yield HealthWarning(
-            severity=f.severity or r.severities[0], code=f.code or r.code,
-            message=r.summary if f.message is None else f.message,
-            host=ctx.snapshot.host, gpu=f.gpu, pid=f.pid,
-            hint=hint_of(r, f.gpu) if f.hint is None else f.hint,
-            since=ctx.now if f.since is None else f.since)
+def _judge(selected: list[Rule], ctx: Context, out: list[HealthWarning]) -> None:
+    host = ctx.snapshot.host
+    for r in selected:
+        for f in r.check(ctx):
+            out.append(HealthWarning(
+                severity=f.severity or r.severities[0], code=f.code or r.code,
+                message=r.summary if f.message is None else f.message,
+                host=host, gpu=f.gpu, pid=f.pid,
+                hint=hint_of(r, f.gpu) if f.hint is None else f.hint,
+                since=ctx.now if f.since is None else f.since))
 
 
 def run_family(family: str, ctx: Context) -> list[HealthWarning]:
-    return run((r for r in _RULES if r.family == family), ctx)
+    return run(ctx, family)
 
 
 def rules_table() -> str:
