@@ -116,3 +116,50 @@ def test_rules_fire_in_a_real_prometheus_scraping_gputop_serve(tmp_path: Path) -
     assert all(a["labels"]["severity"] == "critical" for a in memory)
     assert not [a for a in alerts if a["labels"].get("Hostname") == "lab-gpu-03"
                 and a["labels"]["alertname"] in ("GpuMemoryErrors", "GpuFallenOffBus")]
+
+
+def _shipped_alerts() -> dict[str, dict[str, object]]:
+    return {rule["alert"]: rule for rules, _tests in PAIRS
+            for group in yaml.safe_load((RULES / rules).read_text())["groups"]
+            for rule in group["rules"]}
+
+
+def _codes_read(expr: str) -> set[str]:
+    """The codes an alert's expression selects of gputop_warning."""
+    import re
+
+    found = set()
+    for match in re.finditer(r'gputop_warning\{code=~?"([^"]*)"\}', expr):
+        found |= set(match.group(1).split("|"))
+    return found
+
+
+def test_the_shipped_alerts_and_the_health_registry_agree() -> None:
+    # Issue 36: each alert that has a gputop rule is declared on the rule (Rule.alert);
+    # the others are named, with why, in registry.ALERTS_OF_NO_RULE.  Severities and the
+    # gputop_warning codes an alert selects must be the rules'.
+    from gputop.analysis import health
+    from gputop.analysis.health.registry import ALERTS_OF_NO_RULE
+
+    shipped = _shipped_alerts()
+    claimed: dict[str, list[health.Rule]] = {}
+    for rule in health.rules():
+        if rule.alert is not None:
+            assert rule.alert in shipped, f"{rule.code}: no shipped alert {rule.alert}"
+            claimed.setdefault(rule.alert, []).append(rule)
+    assert set(claimed) | set(ALERTS_OF_NO_RULE) == set(shipped)
+    assert not set(claimed) & set(ALERTS_OF_NO_RULE)
+    for name, rules in claimed.items():
+        labels = shipped[name]["labels"]
+        assert isinstance(labels, dict)
+        for rule in rules:
+            assert labels["severity"] in rule.severities, (name, rule.code)
+        expr = shipped[name]["expr"]
+        assert isinstance(expr, str)
+        # Every code the alert selects is a rule that names the alert.
+        assert _codes_read(expr) <= {r.code for r in rules}, name
+    # And a rule whose verdict is all an alert can read (gputop_warning) is selected.
+    for name, rules in claimed.items():
+        expr = str(shipped[name]["expr"])
+        if "gputop_warning" in expr:
+            assert {r.code for r in rules} == _codes_read(expr), name

@@ -328,3 +328,31 @@ def test_the_one_shots_view_shows_what_the_full_view_shows(cluster: Cluster) -> 
                                       snap.reported_warnings, snap.xid_events), host
     assert any(g.mig_devices for g in brief[HOST].gpus)
     assert any(s.processes for s in brief.values())
+
+
+def test_the_faulty_hosts_problems_arrive_with_their_own_sentence_and_hint(
+        cluster: Cluster) -> None:
+    # Issue 36: what gputop serve raised and no exported field lets this side judge used to
+    # arrive as "gputop on the host reports CODE" with a generic hint.  Now each comes
+    # with its rule's sentence (the exact one where the fields let this side re-judge it)
+    # and the rule's hint, and once.
+    from gputop.analysis import health
+
+    _status, local = check_json("--demo", "faulty")
+    [host] = {w["host"] for w in local["warnings"]}
+    _status, through = check_json("--prometheus", cluster.url)
+    arrived = [w for w in through["warnings"] if w["host"] == host]
+    assert len({(w["code"], w["gpu"]) for w in arrived}) == len(arrived)  # no copy
+    by_key = {(w["code"], w["gpu"]): w for w in arrived}
+    assert len(local["warnings"]) >= 5
+    relayed = 0
+    for mine in local["warnings"]:
+        there = by_key[(mine["code"], mine["gpu"])]
+        rule = health.registry.by_code(mine["code"])
+        assert rule is not None
+        assert there["message"] in (mine["message"], rule.summary), there
+        relayed += there["message"] == rule.summary != mine["message"]
+        assert there["hint"] == mine["hint"], there
+        assert there["severity"] == mine["severity"]
+    assert relayed  # some are the host's verdict, not this side's re-judging
+    assert not any("reports" in w["message"] for w in arrived)

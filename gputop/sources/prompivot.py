@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gputop import model
-from gputop.analysis import xid as xid_catalog
+from gputop.analysis import health
 from gputop.model import (
     GPU_LOST,
     GPU_OK,
@@ -51,7 +51,6 @@ _KINDS = {name: 3 if name[0] == "_" else 2 if name in _BOOL_FIELDS
           else 0 if name in _FLOAT_FIELDS else 1 for name in FIELD_NAMES}
 # What the overview shows; a field none of a host's GPUs has is named in `missing`.
 _CORE_FIELDS = ("util_gpu", "mem_used", "mem_total", "temp", "power_draw", "fan")
-_REPORTED_HINT = "reported by gputop on the host: `gputop check` there tells more"
 
 Sample = tuple[dict[str, Any], float]
 
@@ -479,14 +478,10 @@ def _mig_devices(card: _Card, index: int) -> tuple[MigDevice, ...]:
 
 
 def _reported(host: _Host) -> tuple[HealthWarning, ...]:
-    out = []
-    for (code, _gpu), (severity, gpu) in sorted(host.warnings.items()):
-        number = code.removeprefix("xid-")
-        message = (xid_catalog.describe(int(number)) if number != code and number.isdigit()
-                   and len(number) <= 6 else f"gputop on the host reports {code}")
-        out.append(HealthWarning(severity=severity, code=code, message=message,
-                                 host=host.name, gpu=gpu, hint=_REPORTED_HINT))
-    return tuple(out)
+    """The host's own verdicts, each with its rule's sentence and hint (a rule this side
+    judges from the fields as well gives its exact sentence, and this copy is dropped)."""
+    return tuple(health.relayed(code, severity, host.name, gpu)
+                 for (code, _gpu), (severity, gpu) in sorted(host.warnings.items()))
 
 
 def _snapshot(host: _Host, up: dict[str, float], scraped: dict[str, float], now: float,

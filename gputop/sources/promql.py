@@ -15,7 +15,13 @@ when it maps jobs), nvidia_gpu_exporter (``nvidia_smi_*``, lowercase ``uuid``) a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from gputop.records import Record, record
+
+if TYPE_CHECKING:
+    from gputop.analysis.health.registry import Rule
 
 MIB = 1024**2
 
@@ -63,6 +69,12 @@ class Field(Record):
     # In the overview: "" as in the summary, "zero" only where 0, "fan-zero" only on
     # cards whose fan is at 0, "skip" not asked.
     overview: str = ""
+    # The snapshot fields the pivot makes of a "_" field (its own name otherwise).
+    gives: tuple[str, ...] = ()
+
+    @property
+    def fills(self) -> tuple[str, ...]:
+        return self.gives or ((self.name,) if self.name[0] != "_" else ())
 
 
 DCGM_SPARE = "DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED"
@@ -77,8 +89,8 @@ FIELDS: tuple[Field, ...] = (
                         ("nvidia_smi_memory_total_bytes", 1))),
     # DCGM has no total: used + free + reserved.  The summary asks for free + reserved
     # summed by the server (one query, no vector matching), the pivot adds used.
-    Field("_mem_spare", ((DCGM_SPARE, MIB),), views=BRIEF),
-    Field("_mem_free", (("DCGM_FI_DEV_FB_FREE", MIB),), views=(FULL,)),
+    Field("_mem_spare", ((DCGM_SPARE, MIB),), views=BRIEF, gives=("mem_total",)),
+    Field("_mem_free", (("DCGM_FI_DEV_FB_FREE", MIB),), views=(FULL,), gives=("mem_total",)),
     Field("mem_reserved", (("DCGM_FI_DEV_FB_RESERVED", MIB),
                            ("nvidia_smi_memory_reserved_bytes", 1)), views=(FULL,)),
     # No rule reads temperature without the card's slowdown/shutdown thresholds (which
@@ -94,9 +106,10 @@ FIELDS: tuple[Field, ...] = (
     # The activity of a MIG instance (a card's own is its utilization).
     Field("_sm_active", (("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 100),), op="mig"),
     # gputop serve's verdict on a card: only the lost ones (value 0) matter.
-    Field("_lost", (("gputop_gpu_ok", 1),), op="lost"),
+    Field("_lost", (("gputop_gpu_ok", 1),), op="lost", gives=("state",)),
     # -- health: what the rules of analysis/health read, only where it is not healthy
-    Field("_xid", (("DCGM_FI_DEV_XID_ERRORS", 1),), unhealthy_only=True),
+    Field("_xid", (("DCGM_FI_DEV_XID_ERRORS", 1),), unhealthy_only=True,
+          gives=("xid_events",)),
     Field("ecc_volatile_uncorrected", (("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1),),
           unhealthy_only=True),
     Field("ecc_volatile_corrected", (("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 1),),
@@ -119,10 +132,12 @@ FIELDS: tuple[Field, ...] = (
     # The NVML clock-event mask (renamed in DCGM 3.3); only masks with a bit above
     # sw_power_cap (0x4) can raise a warning, so smaller ones stay on the server.
     Field("clock_event_mask", (("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 1),
-                               ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 1)), op="mask"),
-    Field("_thermal_violation", (("DCGM_FI_DEV_THERMAL_VIOLATION", 1),), op="rate"),
+                               ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 1)), op="mask",
+          gives=("clock_event_reasons",)),
+    Field("_thermal_violation", (("DCGM_FI_DEV_THERMAL_VIOLATION", 1),), op="rate",
+          gives=("clock_event_reasons",)),
     Field("_power_violation", (("DCGM_FI_DEV_POWER_VIOLATION", 1),), op="rate",
-          views=(FULL,)),
+          views=(FULL,), gives=("clock_event_reasons",)),
     # -- what only the full view shows
     Field("util_mem", (("DCGM_FI_DEV_MEM_COPY_UTIL", 1),
                        ("nvidia_smi_utilization_memory_ratio", 100)), views=(FULL,)),
@@ -145,6 +160,31 @@ FIELDS: tuple[Field, ...] = (
 FIELD_NAMES = frozenset(f.name for f in FIELDS)
 _FAN = next(f for f in FIELDS if f.name == "fan")
 IDENTITY_FIELDS = frozenset(f.name for f in FIELDS if f.by == IDENTITY)
+
+# What every view has of a host and its cards besides FIELDS: the pivot's own verdicts,
+# the identity labels, and what the host queries below give (gputop serve's).
+HOST_GIVES = frozenset({"state", "error", "index", "uuid", "name", "mig_mode", "workloads",
+                        "processes", "reservations"})
+# The views whose answers the health rules judge: the dashboard's overview and `check`,
+# and one opened host.
+JUDGED = (OVERVIEW, FULL)
+
+
+def asked(view: str) -> frozenset[str]:
+    """The snapshot fields ``view``'s answers can fill."""
+    return HOST_GIVES.union(*(f.fills for f in FIELDS if view in f.views
+                              and not (view == OVERVIEW and f.overview == "skip")))
+
+
+def unasked(rules: Iterable[Rule]) -> list[str]:
+    """"CODE: FIELD (VIEW)" for each field a health rule reads that a judged view does not
+    ask for.  A rule that declares some of its fields unexported is judged on the host
+    alone (its gputop_warning is relayed with its sentence), so its others need no query.
+    tests/test_health_registry.py keeps this empty."""
+    views = {view: asked(view) for view in JUDGED}
+    return [f"{r.code}: {name} ({view})" for r in rules if not r.unexported
+            for name in r.reads for view in JUDGED if name not in views[view]]
+
 
 # The metric whose presence makes a host a GPU host, one per exporter.
 GPU_METRICS = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_UTIL|gputop_up|nvidia_smi_gpu_info"

@@ -5,34 +5,58 @@ so every rule is tested against simulator scenarios and real captures.  The rule
 model fields that are None when a card does not report them; None never raises an alarm,
 because a consumer card's "Not Supported" is not a fault.
 
-One module per family of rules, and ``warnings`` here runs them all: ``gpu`` (the card
+Each rule is a ``registry.Rule`` declared once, in its family's module: ``gpu`` (the card
 itself: XIDs, ECC, temperature, clocks, PCIe, NVLink, fans, persistence), ``memory``,
-``processes``, ``reservations``, ``workloads``, ``mig``.  ``tracker.WarningTracker``
-turns the per-snapshot lists into what a person sees over time.
+``processes``, ``reservations``, ``workloads``, ``mig``, ``host`` (a host that cannot be
+seen); ``warnings`` here runs them all.
+``tracker.WarningTracker`` turns the per-snapshot lists into what a person sees over time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from gputop import model
-from gputop.analysis import orphans
-from gputop.analysis.health import gpu, memory, mig, processes, reservations, workloads
-from gputop.analysis.health.common import HOST_STATE, Adder, sort_warnings, worst
+from gputop.analysis import orphans, xid
+
+# The families, imported for their rules: this order is the registry's (and the docs').
+from gputop.analysis.health import (  # noqa: F401
+    gpu,
+    host,
+    memory,
+    mig,
+    processes,
+    reservations,
+    workloads,
+)
+from gputop.analysis.health.common import HOST_STATE, sort_warnings, worst
 from gputop.analysis.health.gpu import is_data_centre
-from gputop.analysis.health.processes import orphan_rules
+from gputop.analysis.health.registry import (
+    Context,
+    HealthHistory,
+    Rule,
+    by_code,
+    hint_of,
+    orphan_rules,
+    rules,
+    rules_table,
+    run,
+)
 from gputop.analysis.health.thresholds import Thresholds
 from gputop.analysis.health.tracker import ClearedWarning, WarningTracker
-from gputop.model import WARNING, HealthWarning, HostSnapshot
+from gputop.model import HealthWarning, HostSnapshot
 
 __all__ = [
     "HOST_STATE",
     "ClearedWarning",
+    "HealthHistory",
+    "Rule",
     "Thresholds",
     "WarningTracker",
     "is_data_centre",
     "orphan_rules",
+    "relayed",
+    "rules",
+    "rules_table",
     "sort_warnings",
     "warnings",
     "worst",
@@ -41,7 +65,7 @@ __all__ = [
 
 def warnings(
     snapshot: HostSnapshot,
-    history: Any = None,
+    history: HealthHistory | None = None,
     thresholds: Thresholds | None = None,
     now: float | None = None,
     me: str | None = None,
@@ -56,32 +80,10 @@ def warnings(
     ``orphan_rules(thresholds)``, when the caller has them already (the dashboard shows
     them in the process table); without them they are computed here, once.
     """
-    th = thresholds or Thresholds()
-    now = snapshot.time if now is None else now
-    out: list[HealthWarning] = []
-    add = Adder(out, snapshot.host, now)
-    if not snapshot.ok:
-        if snapshot.state != model.HOST_CONNECTING:
-            add(
-                WARNING,
-                HOST_STATE,
-                f"host {snapshot.state}" + (f": {snapshot.error}" if snapshot.error else ""),
-                hint="gputop cannot see this host's GPUs; check the host and the connection",
-            )
-        return sort_warnings(out)
-    gpu.xid_rules(snapshot, add)
-    up = gpu.any_nvlink_up(snapshot.gpus)
-    for card in snapshot.gpus:
-        gpu.card_rules(card, th, add, any_nvlink_up=up)
-        if card.state == model.GPU_OK:
-            memory.rules(snapshot.host, card, history, th, add)
-    gpu.persistence_rule(snapshot.gpus, add)
-    processes.rules(snapshot, history, th, add, flags)
-    out.extend(reservations.warnings(snapshot, now, me))
-    out.extend(workloads.warnings(snapshot, now))
-    out.extend(mig.warnings(snapshot, now))
-    out.extend(_reported(snapshot, out))
-    return sort_warnings(out)
+    found = run(Context(snapshot, history, thresholds, now, me, flags))
+    if snapshot.ok:
+        found.extend(_reported(snapshot, found))
+    return sort_warnings(found)
 
 
 def _reported(snapshot: HostSnapshot, found: list[HealthWarning]) -> list[HealthWarning]:
@@ -90,3 +92,21 @@ def _reported(snapshot: HostSnapshot, found: list[HealthWarning]) -> list[Health
     code, never a second copy of its rule.  A warning raised here too is shown once."""
     have = {(w.gpu, w.code) for w in found}
     return [w for w in snapshot.reported_warnings if (w.gpu, w.code) not in have]
+
+
+def relayed(code: str, severity: str, hostname: str, index: int | None) -> HealthWarning:
+    """A warning the host's gputop raised (its ``gputop_warning`` series), with the
+    sentence and hint of the rule that raised it; a code no rule here knows (a newer
+    gputop's) says only that it was reported."""
+    number = code.removeprefix("xid-")
+    found = by_code(code)
+    hint: str | None
+    if found is not None and found.code == "xid-N" and len(number) <= 6:
+        message, hint = xid.describe(int(number)), xid.lookup(int(number)).hint
+    elif found is not None:
+        message, hint = found.summary, hint_of(found, index)
+    else:
+        message = f"gputop on the host reports {code}"
+        hint = "reported by gputop on the host: `gputop check` there tells more"
+    return HealthWarning(severity=severity, code=code, message=message, host=hostname,
+                         gpu=index, hint=hint)

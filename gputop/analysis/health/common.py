@@ -1,4 +1,4 @@
-"""What the rule modules write their warnings with, and the order every list is shown in."""
+"""What the rule modules share: units, text helpers, and the order every list is shown in."""
 
 from __future__ import annotations
 
@@ -10,39 +10,6 @@ GIB = 1024**3
 MIB = 1024**2
 
 HOST_STATE = "host-state"  # the code of "this host cannot be seen"
-
-
-class Adder:
-    """Appends warnings for one host with the common fields filled in."""
-
-    def __init__(self, out: list[HealthWarning], host: str, now: float) -> None:
-        self.out = out
-        self.host = host
-        self.now = now
-
-    def __call__(
-        self,
-        severity: str,
-        code: str,
-        message: str,
-        *,
-        gpu: int | None = None,
-        pid: int | None = None,
-        hint: str | None = None,
-        since: float | None = None,
-    ) -> None:
-        self.out.append(
-            HealthWarning(
-                severity=severity,
-                code=code,
-                message=message,
-                host=self.host,
-                gpu=gpu,
-                pid=pid,
-                hint=hint,
-                since=self.now if since is None else since,
-            )
-        )
 
 
 def sort_warnings(items: Iterable[HealthWarning]) -> list[HealthWarning]:

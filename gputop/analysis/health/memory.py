@@ -1,13 +1,16 @@
-"""The memory rules of a working card (docs/health.md, "Memory: risk, not use")."""
+"""The memory rules of a working card (docs/health.md, "Memory: risk, not use").
+
+A full card is shown by its gauge's colour; it is a warning only when the next
+allocation is likely to fail, or (opt-in) above the site's classic limit.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Iterator
 
-from gputop.analysis.health.common import GIB, Adder, gib
-from gputop.analysis.health.thresholds import Thresholds
+from gputop.analysis.health.common import GIB, gib
+from gputop.analysis.health.registry import Context, Finding, rule
 from gputop.model import WARNING, Gpu
 
 _MEM_HINT = (
@@ -18,41 +21,57 @@ _OOM_HINT = (
     "the next allocation may fail: look for a leak (memory that grows every step), "
     "or free memory: smaller batch, mixed precision, activation checkpointing"
 )
+_READS = ("mem_used", "mem_total")
 
 
-def rules(host: str, gpu: Gpu, history: Any, th: Thresholds, add: Adder) -> None:
-    """OOM risk (nearly full, or growing towards full soon), and the opt-in classic alert.
+def _size(gpu: Gpu) -> str:
+    return f"({gib(gpu.mem_used)} of {gib(gpu.mem_total)} GiB)"
 
-    A full card is shown by its gauge's colour; it is a warning only when the next
-    allocation is likely to fail.
-    """
-    i = gpu.index
-    pct = gpu.mem_percent
-    if pct is None or gpu.mem_total is None or gpu.mem_used is None:
+
+def _percent(gpu: Gpu) -> float | None:
+    if gpu.mem_total is None or gpu.mem_used is None:
+        return None
+    return gpu.mem_percent
+
+
+@rule("oom-risk", WARNING, reads=_READS, alert="GpuOomForecast",
+      thresholds=("oom_percent", "oom_horizon_minutes", "oom_window_minutes"),
+      summary="the GPU is nearly out of memory: the next allocation may fail",
+      hint=_OOM_HINT,
+      when="memory at or above `oom_percent` (98 %) of the card, or growing so that a "
+      "straight line fitted over the last `oom_window_minutes` reaches the total within "
+      "`oom_horizon_minutes` (\"memory grows 1.2 GiB/min: full in ~9 min\"); needs history "
+      "for the trend")
+def _oom(ctx: Context) -> Iterator[Finding]:
+    gpu, th = ctx.card, ctx.thresholds
+    pct = _percent(gpu)
+    if pct is None or gpu.mem_total is None:
         return
-    size = f"({gib(gpu.mem_used)} of {gib(gpu.mem_total)} GiB)"
-    if th.mem_percent > 0 and pct > th.mem_percent:
-        add(WARNING, "mem-high", f"memory {pct:.0f}% full {size}", gpu=i, hint=_MEM_HINT)
     if th.oom_percent > 0 and pct >= th.oom_percent:
-        add(WARNING, "oom-risk", f"memory {pct:.0f}% full {size}: the next allocation may fail",
-            gpu=i, hint=_OOM_HINT)
+        yield Finding(f"memory {pct:.0f}% full {_size(gpu)}: the next allocation may fail",
+                      gpu=gpu.index)
         return
-    series: Callable[..., list[tuple[float, Any]]] | None = getattr(history, "gpu_series", None)
-    if series is None or th.oom_horizon_minutes <= 0:
+    if ctx.history is None or th.oom_horizon_minutes <= 0:
         return
     from gputop.analysis import memtrend  # with a history only: a one-shot has none
 
     window = th.oom_window_minutes * 60
-    trend = memtrend.forecast(
-        series(host, i, "mem_used", since=add.now - window), gpu.mem_total, add.now, window
-    )
+    series = ctx.history.gpu_series(ctx.snapshot.host, gpu.index, "mem_used",
+                                    since=ctx.now - window)
+    trend = memtrend.forecast(series, gpu.mem_total, ctx.now, window)
     if trend is None or trend.eta > th.oom_horizon_minutes * 60:
         return
-    add(
-        WARNING,
-        "oom-risk",
+    yield Finding(
         f"memory grows {trend.rate * 60 / GIB:.1f} GiB/min: full in "
-        f"~{max(math.ceil(trend.eta / 60), 1)} min {size}",
-        gpu=i,
-        hint=_OOM_HINT,
-    )
+        f"~{max(math.ceil(trend.eta / 60), 1)} min {_size(gpu)}",
+        gpu=gpu.index)
+
+
+@rule("mem-high", WARNING, reads=_READS, thresholds=("mem_percent",), alert="GpuMemoryHigh",
+      summary="GPU memory is above the site's limit", hint=_MEM_HINT,
+      when="**off by default**: memory used > `mem_percent` of the card, the classic "
+      "Prometheus rule, for sites that want it (`health: {mem_percent: 80}`)")
+def _high(ctx: Context) -> Iterator[Finding]:
+    pct, limit = _percent(ctx.card), ctx.thresholds.mem_percent
+    if pct is not None and limit > 0 and pct > limit:
+        yield Finding(f"memory {pct:.0f}% full {_size(ctx.card)}", gpu=ctx.card.index)

@@ -1,119 +1,120 @@
-"""The process rules: memory held idle or by an abandoned kernel, and input-bound work."""
+"""The process rules: memory held idle or by an abandoned kernel, and input-bound work.
+
+The orphan rules (analysis/orphans.py) decide "orphan" and "idle", so the process
+table's flags and these warnings never disagree.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from gputop.analysis import orphans
 from gputop.analysis.durations import format_duration
-from gputop.analysis.health.common import MIB, Adder, gib, one_line
-from gputop.analysis.health.thresholds import Thresholds
-from gputop.model import INFO, GpuProcess, HostSnapshot
+from gputop.analysis.health.common import MIB, gib, one_line
+from gputop.analysis.health.registry import HOST, Context, Finding, orphan_rules, rule
+from gputop.model import INFO, GpuProcess
 from gputop.text import without_program_dir
 
+if TYPE_CHECKING:
+    from gputop.analysis.history import ProcessSample
 
-def orphan_rules(thresholds: Thresholds) -> orphans.OrphanRules:
-    """The orphan/idle rules the health warnings use: the ``flags`` ``warnings`` expects."""
-    return orphans.OrphanRules(
-        idle_minutes=thresholds.idle_minutes, idle_min_mem_mib=int(thresholds.idle_memory_mib)
-    )
+__all__ = ["orphan_rules"]
 
 
-def rules(
-    snapshot: HostSnapshot,
-    history: Any,
-    th: Thresholds,
-    add: Adder,
-    flags: Mapping[tuple[int, int], orphans.ProcessFlags] | None,
-) -> None:
-    if not snapshot.processes:
+def _judged(ctx: Context) -> Iterator[tuple[GpuProcess, orphans.ProcessFlags]]:
+    """Each process these rules judge, with its flags; a zombie's memory is the reclaim
+    view's business (its parent must reap it)."""
+    if not ctx.snapshot.processes:
         return
-    # One pass over all processes: classifying each row on its own rescans the
-    # snapshot per row, which is what made 2,000 processes cost a quarter second.
-    if flags is None or any(p.key not in flags for p in snapshot.processes):
-        flags = orphans.classify_snapshot(snapshot, history, orphan_rules(th), add.now)
-    for proc in snapshot.processes:
-        _process_rules(snapshot, proc, history, th, add, flags)
+    flags = ctx.flags()
+    for proc in ctx.snapshot.processes:
+        if proc.state != "Z":
+            yield proc, flags[proc.key]
 
 
-def _process_rules(
-    snapshot: HostSnapshot,
-    proc: GpuProcess,
-    history: Any,
-    th: Thresholds,
-    add: Adder,
-    all_flags: Mapping[tuple[int, int], orphans.ProcessFlags],
-) -> None:
-    if proc.state == "Z":
-        return  # a zombie's memory is the reclaim view's business: its parent must reap it
-    # The orphan rules (analysis/orphans.py) decide "orphan" and "idle", so the process
-    # table's flags and these warnings never disagree.
-    flags = all_flags[proc.key]
-    held = proc.gpu_mem is not None and proc.gpu_mem >= th.idle_memory_mib * MIB
+def _told_idle(flags: orphans.ProcessFlags) -> bool:
+    return flags.idle and flags.idle_since is not None
+
+
+def _abandoned(ctx: Context, proc: GpuProcess, flags: orphans.ProcessFlags) -> bool:
     # A running process whose parent is gone (nohup, setsid) is normal: its orphan flag
     # stays in the detail view.  Only a kernel whose notebook server is gone holds memory
-    # for nobody for sure, so only it gets the "stop it" advice (idle ones get it below).
-    abandoned = flags.orphan and flags.kernel and held
-    if not (flags.idle or abandoned) and (
-        proc.cpu_percent is None or proc.cpu_percent < th.input_bound_cpu_percent
-    ):
-        return  # the common case: nothing to say, and no need to format the process
-    what = ", orphaned" if flags.orphan else ""
-    if flags.idle and flags.idle_since is not None:
-        add(
-            INFO,
-            "idle-memory",
-            f"{_who(proc)} holds {gib(proc.gpu_mem)} GiB at 0% SM for "
-            f"{format_duration(add.now - flags.idle_since, minutes=True)} "
-            f"({_source(flags)}){what}",
-            gpu=proc.gpu,
-            pid=proc.pid,
-            hint="if it is a forgotten notebook or job, stop it (reclaim view) to free the card",
-            since=flags.idle_since,
-        )
-        return
-    if abandoned:
-        reason = next((text for name, text in flags.reasons if name == "orphan"), "orphaned")
-        add(
-            INFO,
-            "orphan-memory",
-            f"{_who(proc)} holds {gib(proc.gpu_mem)} GiB, orphaned: {reason}",
-            gpu=proc.gpu,
-            pid=proc.pid,
-            hint="if nobody uses it any more, stop it (reclaim view) to free the card",
-        )
-    streak: Callable[..., float | None] | None = getattr(history, "process_streak", None)
-    if streak is None or proc.cpu_percent is None:
-        return
-    if proc.cpu_percent < th.input_bound_cpu_percent:
-        return
-    if "G" in (proc.type or ""):
-        return  # a display server or desktop app (type G, C+G) is no job starving for data
-    if proc.sm_util is not None and proc.sm_util > th.input_bound_sm_percent:
-        return  # computing now, so no starving streak: spare the history walk
+    # for nobody for sure, so only it gets the "stop it" advice (idle ones get theirs).
+    held = proc.gpu_mem is not None and proc.gpu_mem >= ctx.thresholds.idle_memory_mib * MIB
+    return flags.orphan and flags.kernel and held
 
-    def starving(sample: Any) -> bool:
-        # The streak is the SM side only; the CPU side is the current reading. History
-        # does keep CPU % per sample now (the metrics screen), but a data loader's CPU
-        # wanders (60-100 %), and a per-sample cut would reset the streak on every dip.
-        return sample.sm_util is not None and sample.sm_util <= th.input_bound_sm_percent
 
-    # The key names the predicate, so the history walks only the samples since last tick.
-    start = streak(snapshot.host, proc.pid, proc.start_ticks, starving,
-                   key=("input-bound", th.input_bound_sm_percent, th.input_bound_cpu_percent))
-    if start is not None and add.now - start >= th.input_bound_minutes * 60:
-        add(
-            INFO,
-            "input-bound",
-            f"{_who(proc)} at {_pct(proc.sm_util)} SM with {proc.cpu_percent:.0f}% CPU for "
-            f"{format_duration(add.now - start, minutes=True)}: probably waiting for input data",
-            gpu=proc.gpu,
-            pid=proc.pid,
-            hint="more data-loader workers, pinned memory, prefetching, data on faster "
-            "(local) storage",
-            since=start,
-        )
+@rule("orphan-memory", INFO, scope=HOST, reads=("processes",), unexported=("processes",),
+      thresholds=("idle_memory_mib",),
+      summary="a Jupyter kernel whose notebook server is gone holds GPU memory",
+      hint="if nobody uses it any more, stop it (reclaim view) to free the card",
+      when="a Jupyter kernel holding >= `idle_memory_mib` whose notebook server is gone "
+      "(flags from `analysis/orphans.py`); hint: stop it")
+def _orphan(ctx: Context) -> Iterator[Finding]:
+    for proc, flags in _judged(ctx):
+        if not _told_idle(flags) and _abandoned(ctx, proc, flags):
+            reason = next((text for name, text in flags.reasons if name == "orphan"),
+                          "orphaned")
+            yield Finding(f"{_who(proc)} holds {gib(proc.gpu_mem)} GiB, orphaned: {reason}",
+                          gpu=proc.gpu, pid=proc.pid)
+
+
+@rule("idle-memory", INFO, scope=HOST, reads=("processes",), unexported=("processes",),
+      thresholds=("idle_minutes", "idle_memory_mib"), alert="GpuMemoryHeldIdle",
+      summary="a process holds GPU memory at 0% SM",
+      hint="if it is a forgotten notebook or job, stop it (reclaim view) to free the card",
+      when="a process at 0 % SM for `idle_minutes` while holding >= `idle_memory_mib` "
+      "(observed by gputop; needs history)")
+def _idle(ctx: Context) -> Iterator[Finding]:
+    for proc, flags in _judged(ctx):
+        if flags.idle and flags.idle_since is not None:  # _told_idle, for mypy
+            what = ", orphaned" if flags.orphan else ""
+            yield Finding(
+                f"{_who(proc)} holds {gib(proc.gpu_mem)} GiB at 0% SM for "
+                f"{format_duration(ctx.now - flags.idle_since, minutes=True)} "
+                f"({_source(flags)}){what}",
+                gpu=proc.gpu, pid=proc.pid, since=flags.idle_since)
+
+
+@rule("input-bound", INFO, scope=HOST, reads=("processes",), unexported=("processes",),
+      thresholds=("input_bound_minutes", "input_bound_sm_percent", "input_bound_cpu_percent"),
+      summary="a process is probably waiting for input data: low SM with a busy CPU",
+      hint="more data-loader workers, pinned memory, prefetching, data on faster "
+      "(local) storage",
+      when="a process at <= `input_bound_sm_percent` SM with >= `input_bound_cpu_percent` "
+      "CPU for `input_bound_minutes`; hint: more loader workers, data on faster storage")
+def _input_bound(ctx: Context) -> Iterator[Finding]:
+    history, th = ctx.history, ctx.thresholds
+    if history is None:
+        return
+    for proc, flags in _judged(ctx):
+        if _told_idle(flags) or proc.cpu_percent is None:
+            continue  # an idle process is told about as idle only
+        if proc.cpu_percent < th.input_bound_cpu_percent:
+            continue
+        if "G" in (proc.type or ""):
+            continue  # a display server or desktop app (type G, C+G) starves for no data
+        if proc.sm_util is not None and proc.sm_util > th.input_bound_sm_percent:
+            continue  # computing now, so no starving streak: spare the history walk
+
+        def starving(sample: ProcessSample) -> bool:
+            # The streak is the SM side only; the CPU side is the current reading. History
+            # does keep CPU % per sample now (the metrics screen), but a data loader's CPU
+            # wanders (60-100 %), and a per-sample cut would reset the streak on every dip.
+            return sample.sm_util is not None and sample.sm_util <= th.input_bound_sm_percent
+
+        # The key names the predicate, so the history walks only the samples since last
+        # tick.
+        start = history.process_streak(
+            ctx.snapshot.host, proc.pid, proc.start_ticks, starving,
+            key=("input-bound", th.input_bound_sm_percent, th.input_bound_cpu_percent))
+        if start is not None and ctx.now - start >= th.input_bound_minutes * 60:
+            yield Finding(
+                f"{_who(proc)} at {_pct(proc.sm_util)} SM with {proc.cpu_percent:.0f}% CPU "
+                f"for {format_duration(ctx.now - start, minutes=True)}: probably waiting "
+                "for input data",
+                gpu=proc.gpu, pid=proc.pid, since=start)
 
 
 def _who(proc: GpuProcess) -> str:

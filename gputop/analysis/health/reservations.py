@@ -3,61 +3,67 @@ reserved card lost (docs/reservations.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator
 
 from gputop import model
 from gputop.analysis.durations import format_duration
+from gputop.analysis.health.registry import HOST, Context, Finding, rule, run_family
 from gputop.analysis.holders import active_reservations, mig_reservations
 from gputop.model import HostSnapshot, Reservation
 from gputop.text import clock
 
 EXPIRING_SOON_S = 15 * 60
+_READS = ("reservations", "processes")
 
 
-def warnings(
-    snapshot: HostSnapshot, now: float, me: str | None
-) -> list[model.HealthWarning]:
-    """A process of one user on a card another user reserved; my reservation ending
-    within 15 minutes; a reservation on a card that is lost or in error."""
-    out: list[model.HealthWarning] = []
-    reserved = active_reservations(snapshot, now)
-    for index, reservation in sorted(reserved.items()):
-        out.extend(_intruders(snapshot, index, reservation))
-        left = reservation.until - now
-        if me is not None and reservation.user == me and left < EXPIRING_SOON_S:
-            out.append(
-                model.HealthWarning(
-                    severity=model.INFO,
-                    code="reservation-expiring",
-                    message=f"your reservation of GPU {index} ends in {format_duration(left)}",
-                    host=snapshot.host,
-                    gpu=index,
-                    hint="extend it: reserve the card again (r in the dashboard, or "
-                    "gputop reserve --gpus ... --for ...)",
-                    since=reservation.since,
-                )
-            )
-        gpu = snapshot.gpu(index)
+def warnings(snapshot: HostSnapshot, now: float, me: str | None) -> list[model.HealthWarning]:
+    """This family's warnings alone (``pick`` and ``reserve`` judge a card by them)."""
+    return run_family(__name__.rsplit(".", 1)[-1], Context(snapshot, now=now, me=me))
+
+
+@rule("reserved-by-other", model.WARNING, scope=HOST, reads=_READS, unexported=_READS,
+      summary="another user runs processes on a reserved GPU",
+      hint="ask them to move, or the reservation's holder to release the card",
+      when="a process of one user on a card (or MIG device) another user reserved "
+      "(docs/reservations.md)")
+def _intruders(ctx: Context) -> Iterator[Finding]:
+    snapshot = ctx.snapshot
+    reserved = [*sorted(active_reservations(snapshot, ctx.now).items()),
+                *((r.gpu, r) for r in mig_reservations(snapshot, ctx.now).values())]
+    for index, reservation in reserved:
+        yield from _intruders_of(snapshot, index, reservation)
+
+
+@rule("reservation-expiring", model.INFO, scope=HOST, reads=("reservations",),
+      unexported=("reservations",),
+      summary="your reservation ends soon",
+      hint="extend it: reserve the card again (r in the dashboard, or "
+      "gputop reserve --gpus ... --for ...)",
+      when="my reservation of a card ends within 15 minutes")
+def _expiring(ctx: Context) -> Iterator[Finding]:
+    for index, reservation in sorted(active_reservations(ctx.snapshot, ctx.now).items()):
+        left = reservation.until - ctx.now
+        if ctx.me is not None and reservation.user == ctx.me and left < EXPIRING_SOON_S:
+            yield Finding(f"your reservation of GPU {index} ends in {format_duration(left)}",
+                          gpu=index, since=reservation.since)
+
+
+@rule("reservation-gpu-lost", model.WARNING, scope=HOST, reads=("reservations",),
+      unexported=("reservations",),
+      summary="a reserved GPU is lost or in error",
+      hint="the card cannot be used; release the reservation or ask an admin",
+      when="a reservation on a card that is lost or in error")
+def _lost(ctx: Context) -> Iterator[Finding]:
+    for index, reservation in sorted(active_reservations(ctx.snapshot, ctx.now).items()):
+        gpu = ctx.snapshot.gpu(index)
         if gpu is not None and gpu.state != model.GPU_OK:
-            out.append(
-                model.HealthWarning(
-                    severity=model.WARNING,
-                    code="reservation-gpu-lost",
-                    message=f"GPU {index} reserved by {reservation.user} is {gpu.state}",
-                    host=snapshot.host,
-                    gpu=index,
-                    hint="the card cannot be used; release the reservation or ask an admin",
-                    since=reservation.since,
-                )
-            )
-    for reservation in mig_reservations(snapshot, now).values():
-        out.extend(_intruders(snapshot, reservation.gpu, reservation))
-    return out
+            yield Finding(f"GPU {index} reserved by {reservation.user} is {gpu.state}",
+                          gpu=index, since=reservation.since)
 
 
-def _intruders(
+def _intruders_of(
     snapshot: HostSnapshot, index: int, reservation: Reservation
-) -> Sequence[model.HealthWarning]:
+) -> Iterator[Finding]:
     found: dict[str, list[int]] = {}
     for proc in snapshot.processes:
         # A process whose user we cannot see (another PID namespace) is not accused, nor
@@ -68,22 +74,9 @@ def _intruders(
             continue  # a reserved MIG device is intruded on only by its own
         if proc.user != reservation.user:
             found.setdefault(proc.user, []).append(proc.pid)
-    return [
-        model.HealthWarning(
-            severity=model.WARNING,
-            code="reserved-by-other",
-            message=f"{user} runs pid {', '.join(map(str, pids))} on GPU {reservation.label}, "
-            f"reserved by "
-            f"{reservation.user} until {_hhmm(reservation.until)}",
-            host=snapshot.host,
-            gpu=index,
-            pid=pids[0],
-            hint=f"ask {user} to move, or {reservation.user} to release the card",
-            since=reservation.since,
-        )
-        for user, pids in sorted(found.items())
-    ]
-
-
-def _hhmm(epoch: float) -> str:
-    return clock("%H:%M", epoch)
+    for user, pids in sorted(found.items()):
+        yield Finding(
+            f"{user} runs pid {', '.join(map(str, pids))} on GPU {reservation.label}, "
+            f"reserved by {reservation.user} until {clock('%H:%M', reservation.until)}",
+            gpu=index, pid=pids[0], since=reservation.since,
+            hint=f"ask {user} to move, or {reservation.user} to release the card")
