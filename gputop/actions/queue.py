@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 from gputop.actions import reservations, store
 from gputop.actions.liveness import MAX_PID, process_alive, process_start
 from gputop.actions.store import JOB_PREFIX, StoreError
+from gputop.storedir import RESERVATIONS_DIR
 
 if TYPE_CHECKING:
-    from gputop.actions.dispatch import ActionEnv
+    from gputop.actions.env import ActionEnv
 
 PRIORITIES = ("low", "normal", "high")
 MAX_JOB_BYTES = 4096
@@ -160,7 +161,7 @@ def cancel(directory: str, job_id: Any) -> dict[str, Any]:
 
 def handle(op: str, request: dict[str, Any], env: ActionEnv) -> dict[str, Any]:
     """Entry for gputop.actions.dispatch (ops "queue" and "queue_cancel")."""
-    directory = env.reservations_dir or store.DEFAULT_DIRECTORY
+    directory = env.reservations_dir or RESERVATIONS_DIR
     if op == "queue":
         return list_jobs(directory)
     if env.readonly:
