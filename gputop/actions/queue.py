@@ -24,12 +24,12 @@ import contextlib
 import math
 import os
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputop.actions import reservations, store
 from gputop.actions.liveness import MAX_PID, process_alive, process_start
 from gputop.actions.store import JOB_PREFIX, StoreError
+from gputop.records import Record, record
 from gputop.storedir import RESERVATIONS_DIR
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ MAX_MEM_BYTES = 2**50
 _NAME = re.compile(r"job\.([0-9a-f]{8})\.json")
 
 
-@dataclass(frozen=True)
-class Job:
+@record(frozen=True, slots=True)
+class Job(Record):
     """One job in line, as read and checked from its file."""
 
     id: str

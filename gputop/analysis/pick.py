@@ -21,12 +21,11 @@ One rule for `gputop pick`, `reserve --count` and `run` (``choose``; docs/reserv
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, field
 
 from gputop import model
 from gputop.analysis.holders import active_reservations, mig_reservations
 from gputop.model import Gpu, HostSnapshot, MigDevice, Reservation
-from gputop.records import Record, record
+from gputop.records import MutableRecord, Record, field, record
 
 MIG_UNIT = "MIG mode: its MIG devices are the unit (gputop pick / reserve)"
 
@@ -49,8 +48,8 @@ class Want(Record):
     own_reservations: bool = True
 
 
-@dataclass(frozen=True)
-class Ranking:
+@record(frozen=True, slots=True)
+class Ranking(Record):
     """The acceptable cards best first, and for every other card why it was left out."""
 
     chosen: tuple[Gpu, ...]
@@ -109,8 +108,8 @@ def pick(snapshot: HostSnapshot, want: Want, now: float, *,
 OTHERS = "in use by another user"  # the start of that rejection, for callers that explain it
 
 
-@dataclass
-class _Load:
+@record(frozen=False, slots=True)
+class _Load(MutableRecord):
     """Compute processes on one card or MIG device: mine, and the other users'."""
 
     mine: int = 0
@@ -199,8 +198,8 @@ def _limits(free: int | None, util: float | None, want: Want, no_util: str) -> s
 # -- MIG devices as pickable units --------------------------------------------
 
 
-@dataclass(frozen=True)
-class Choice:
+@record(frozen=True, slots=True)
+class Choice(Record):
     """A unit pick and reserve hand out: a whole card, or one MIG device of a card."""
 
     gpu: Gpu
@@ -229,8 +228,8 @@ class Choice:
         return self.mig.sm_active if self.mig is not None else self.gpu.util_gpu
 
 
-@dataclass(frozen=True)
-class DeviceRanking:
+@record(frozen=True, slots=True)
+class DeviceRanking(Record):
     chosen: tuple[Choice, ...]
     rejected: dict[str, str] = field(default_factory=dict)
 
@@ -309,8 +308,8 @@ def others_on(snapshot: HostSnapshot, units: Iterable[int | str], now: float,
 # -- the answer: what pick, reserve --count and run hand out ---------------------------
 
 
-@dataclass(frozen=True)
-class Answer:
+@record(frozen=True, slots=True)
+class Answer(Record):
     """The units to hand out, all for one process: ``want.count`` whole cards, or one MIG
     device; empty when the request cannot be met now, with ``why`` (one line)."""
 

@@ -18,7 +18,6 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputop.actions.reservations import ReservationError, check_note, check_until
@@ -31,7 +30,7 @@ from gputop.config import Config
 from gputop.exitcodes import EXIT_OK
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
-from gputop.records import replace
+from gputop.records import Record, record, replace
 from gputop.text import visible
 
 if TYPE_CHECKING:
@@ -145,8 +144,8 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@dataclass(frozen=True)
-class Pick:
+@record(frozen=True, slots=True)
+class Pick(Record):
     """What `reserve --count` asks for, and what it knows to rank the cards."""
 
     want: picking.Want

@@ -22,6 +22,8 @@ from gputop.commands.common import CommandError, action_failed, usage_error
 from gputop.commands.reserve import wanted
 from gputop.options import SourceOptions
 from gputop.policy import PolicyError, load_policy
+from gputop.sources.feed import LocalFeed
+from gputop.sources.opener import SourcePlan, open_feeds, reservations_dir
 from gputop.text import visible
 
 MAX_RETRIES = 100
@@ -47,12 +49,10 @@ def _run(options: SourceOptions, args: argparse.Namespace) -> int:
     why = queue_plan.refusal(user, request.count, request.priority, request.for_s, policy)
     if why:
         raise action_failed(f"refused: {why}")
-    from gputop.commands.quota import held_request  # GPU-hour quotas (issue 28.5)
+    # GPU-hour quotas (issue 28.5): the quota command's module loads the ledger's.
+    from gputop.commands.quota import held_request
 
     request = held_request(user, request)
-    from gputop.sources.feed import LocalFeed
-    from gputop.sources.opener import SourcePlan, open_feeds, reservations_dir
-
     plan = SourcePlan(demo=options.demo, local=not options.demo, ssh_hosts=())
     with common.source_errors():
         (feed,) = open_feeds(options, config, plan=plan)
