@@ -21,19 +21,14 @@ import os
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
+from gputop.columns import COLUMNS, DEFAULT_COLUMNS
+from gputop.model import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 from gputop.records import MutableRecord, field, record
 from gputop.storedir import RESERVATIONS_DIR
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
-
-# Process table columns, in their default order.
-COLUMNS = (
-    "gpu", "pid", "user", "type", "gpu_mem", "sm", "cpu", "rss", "time", "flags",
-    "job",  # hidden where no process has a workload
-    "command",
-)
 
 # Gauges with a threshold colour: value >= warn is the warn colour, >= crit the crit one.
 DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
@@ -98,12 +93,12 @@ class PrometheusConfig(MutableRecord):
 @record(frozen=False, slots=True)
 class Config(MutableRecord):
     path: str | None = None  # the file it came from; None: built-in defaults
-    interval: float = 1.0
+    interval: float = DEFAULT_INTERVAL_S
     thresholds: dict[str, tuple[float, float]] = field(
         default_factory=lambda: dict(DEFAULT_THRESHOLDS)
     )
     colors: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_COLORS))
-    columns: tuple[str, ...] = COLUMNS
+    columns: tuple[str, ...] = DEFAULT_COLUMNS
     keys: dict[str, str] = field(default_factory=dict)  # binding id -> "k,f9"
     history_minutes: float = 10.0
     health: dict[str, Any] = field(default_factory=dict)
@@ -190,7 +185,7 @@ class _Reader:
             sections[name](knode, vnode, full, config)
 
     def _interval(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
-        config.interval = self.number(vnode, key, 0.1, 3600)
+        config.interval = self.number(vnode, key, MIN_INTERVAL_S, MAX_INTERVAL_S)
 
     def _history(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         config.history_minutes = self.number(vnode, key, 2, 24 * 60)

@@ -18,6 +18,13 @@ from gputop.records import Record, record, replace
 
 SCHEMA_VERSION = 1
 
+# The refresh interval, seconds: the config's `interval:` and `gputop --interval` are
+# checked against these bounds; the feeds and the screens refresh no faster than the
+# lower one.
+DEFAULT_INTERVAL_S = 1.0
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 3600.0
+
 # Host states, shown in the UI and in --json.
 HOST_CONNECTING = "connecting"
 HOST_OK = "ok"

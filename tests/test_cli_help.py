@@ -12,24 +12,27 @@ from pathlib import Path
 
 import pytest
 
-from gputop import cli, clihelp, exitcodes, hosts
-from gputop.commands import configfile
+from gputop import cli, exitcodes, hosts
+from gputop.clihelp import Command
+from gputop.commands import COMMANDS, configfile, named
 from gputop.config import Config, load_config
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
-ALL = (*cli.SUBCOMMANDS, *cli.LEDGER_COMMANDS, cli.CONFIG_COMMAND)
+ALL = tuple(c.name for c in COMMANDS)
+
+
+def declared(command: str) -> Command:
+    found = named(command)
+    assert found is not None, command
+    return found
 
 
 def parser_of(command: str) -> argparse.ArgumentParser:
-    if command in cli.LEDGER_COMMANDS:
-        return cli.build_ledger_parser(command)
-    if command == cli.CONFIG_COMMAND:
-        return cli.build_config_parser()
-    return cli.build_subparser(command)
+    return cli.build_command_parser(declared(command))
 
 
-def test_every_command_has_one_help_entry() -> None:
-    assert sorted(clihelp.COMMANDS) == sorted(ALL)
+def test_every_command_is_declared_once() -> None:
+    assert len(set(ALL)) == len(ALL)
 
 
 def test_main_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,8 +40,8 @@ def test_main_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> No
         cli.main(["--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    for name, (summary, _) in clihelp.COMMANDS.items():
-        assert re.search(rf"^  {name} +{re.escape(summary)}$", out, re.M), name
+    for command in COMMANDS:
+        assert re.search(rf"^  {command.name} +{re.escape(command.summary)}$", out, re.M), command
     assert "examples:\n  gputop " in out
 
 
@@ -89,13 +92,13 @@ def test_subcommand_help_describes_every_option(command: str) -> None:
             assert "default" in action.help or action.required, f"{command} {name}"
     assert parser.description, command
     help_text = parser.format_help()
-    examples = clihelp.COMMANDS[command][1]
+    examples = declared(command).examples
     assert help_text.endswith("examples:\n" + "".join(f"  {e}\n" for e in examples))
 
 
 @pytest.mark.parametrize("command", ALL)
 def test_subcommand_examples_parse(command: str) -> None:
-    for example in clihelp.COMMANDS[command][1]:
+    for example in declared(command).examples:
         words = shlex.split(example)
         assert words[:2] == ["gputop", command], example
         parser_of(command).parse_args(words[2:])  # a bad example exits 2 here

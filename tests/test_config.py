@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gputop.config import COLUMNS, Config, ConfigError, load_config, parse_config
+from gputop.columns import DEFAULT_COLUMNS
+from gputop.config import Config, ConfigError, load_config, parse_config
 
 GOOD = """\
 interval: 2
@@ -40,7 +41,7 @@ def test_defaults_when_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert config.reclaim.idle_minutes == 30 and config.reclaim.idle_min_mem_mib == 1024
     assert config.reclaim.kill_grace_s == 5
     assert config.reservations.dir == "/var/tmp/gputop-reservations"
-    assert config.columns == COLUMNS
+    assert config.columns == DEFAULT_COLUMNS
 
 
 def test_xdg_config_home_is_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,7 +69,7 @@ def test_every_section_read() -> None:
 
 def test_empty_file_is_defaults() -> None:
     assert parse_config("", "e.yaml").interval == 1.0
-    assert parse_config("# only a comment\n", "e.yaml").columns == COLUMNS
+    assert parse_config("# only a comment\n", "e.yaml").columns == DEFAULT_COLUMNS
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from helpers import fakenvml
 from helpers.ui import demo_snapshots
 
 from gputop import model
-from gputop.config import COLUMNS
+from gputop.columns import DEFAULT_COLUMNS
 from gputop.sources.feed import LocalFeed
 from gputop.sources.hostsource import open_simulation
 from gputop.sources.identity import named_identity
@@ -124,7 +124,7 @@ def test_the_skeleton_is_cut_to_the_terminal_and_shows_hostile_text_escaped() ->
     hostile = dataclasses.replace(snap.processes[0], pid=4242, gpu_mem=10**12,
                                   command="evil\x1b[2Jcmd " + "x" * 300)
     snap = dataclasses.replace(snap, processes=(*snap.processes, hostile))
-    frame = skeleton.lines(snap, 80, 10, 1.0, snap.time, COLUMNS)
+    frame = skeleton.lines(snap, 80, 10, 1.0, snap.time, DEFAULT_COLUMNS)
     assert len(frame) == 10
     texts = ["".join(t for t, _s in line) for line in frame]
     assert all(len(t) <= 80 for t in texts)

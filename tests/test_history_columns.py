@@ -1,4 +1,4 @@
-"""The column-kept GPU and host history (analysis/columns.py) reads what a plain walk over
+"""The column-kept GPU and host history (analysis/columnar.py) reads what a plain walk over
 the snapshots fed reads: random feeds with gaps, unreachable and late snapshots, cards
 appearing and disappearing, fields that start varying late, change type, go None, NaN,
 MIG devices and workloads, windows asked for that move, grow and shrink."""

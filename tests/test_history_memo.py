@@ -1,5 +1,5 @@
 """History's series reuse what the last read of the same series computed (issue 27; the
-properties' columns in analysis/columns.py): every read equals a walk over the snapshots
+properties' columns in analysis/columnar.py): every read equals a walk over the snapshots
 fed, while samples are added, trimmed, missing and asked for with windows that move, grow
 and shrink."""
 

@@ -65,3 +65,30 @@ def test_config_accepts_every_registry_id(binding_id: str) -> None:
 def test_config_refuses_an_id_no_binding_has() -> None:
     with pytest.raises(ConfigError, match=r"c.yaml:2: key 'keys.sort_gpu': unknown binding id"):
         parse_config("keys:\n  sort_gpu: x\n", "c.yaml")
+
+
+def test_every_keymap_action_has_its_handler_where_it_is_bound() -> None:
+    # From the keymap's side: each entry is bound by exactly one UI class (the one whose
+    # BINDINGS come from its scope), and that class (or App, for "app.") has its action_X.
+    owners: dict[str, list[type[DOMNode]]] = {}
+    for cls, binding in _bindings():
+        if binding.id is not None:
+            owners.setdefault(binding.id, []).append(cls)
+    for entry in keymap.KEY_ACTIONS:
+        classes = owners.get(entry.id, [])
+        assert len(classes) == 1, f"{entry.id} (scope {entry.scope}) bound by {classes}"
+        name = re.match(r"(?:(app)\.)?(\w+)", entry.action)
+        assert name is not None, entry.action
+        owner = App if name.group(1) else classes[0]
+        assert callable(getattr(owner, f"action_{name.group(2)}", None)), (
+            f"keymap {entry.id}: {classes[0].__name__} has no action_{name.group(2)}")
+
+
+def test_a_scope_is_the_bindings_of_one_class() -> None:
+    # One declaration: a screen binds `bindings(SCOPE)` and so takes every entry of it.
+    scopes: dict[str, set[type[DOMNode]]] = {}
+    for cls, binding in _bindings():
+        if binding.id is not None:
+            scopes.setdefault(keymap.BY_ID[binding.id].scope, set()).add(cls)
+    assert {scope: len(classes) for scope, classes in scopes.items()} == {
+        scope: 1 for scope in keymap.SCOPES}

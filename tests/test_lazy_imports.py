@@ -36,6 +36,7 @@ LAZY = {
     "gputop.analysis.pipeline": "one-shot",
     "gputop.analysis.xid": "optional",
     "gputop.cli": "command",
+    "gputop.commands": "command",
     "gputop.clihelp": "optional",
     "gputop.commands.check": "one-shot",
     "gputop.commands.common": "one-shot",

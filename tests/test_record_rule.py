@@ -78,8 +78,8 @@ def _loaded(tmp_path: Path, args: list[str]) -> list[str]:
 
 
 def test_the_check_sees_a_dataclass() -> None:
-    sample = ROOT / "gputop" / "ui" / "columns.py"
-    assert dataclasses_in(sample), "columns.py lost its dataclass: pick another sample"
+    sample = ROOT / "gputop" / "ui" / "state.py"
+    assert dataclasses_in(sample), "ui/state.py lost its dataclasses: pick another sample"
 
 
 def test_the_probe_modules_use_records_only() -> None:

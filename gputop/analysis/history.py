@@ -10,7 +10,7 @@ whose host state is not ok (unreachable, stale...) carries no data and breaks no
 an SSH blip must not reset an idle timer, and must not extend one either (the next real
 snapshot continues the run, with its own time).
 
-GPU and host readings are kept by column (analysis/columns.py: a field that never
+GPU and host readings are kept by column (analysis/columnar.py: a field that never
 changed costs nothing, a number 8 bytes a reading), so that ten minutes of 1,000 hosts x
 8 GPUs take about 15 MB.  Process samples are stored run-length encoded (an idle kernel
 holding memory for hours is one run), so the process window can be long enough for the
@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable, Iterator
 from itertools import chain
 from typing import Any, NamedTuple
 
-from gputop.analysis.columns import Window, compact_due, layout
+from gputop.analysis.columnar import Window, compact_due, layout
 from gputop.model import SOURCE_SIMULATED_PAST, Gpu, GpuProcess, HostSnapshot
 
 ProcessKey = tuple[str, int, "int | None"]  # (host, pid, start_ticks)
@@ -356,7 +356,7 @@ class History:
         Samples where the value is None (not supported, GPU lost) are left out.  With
         ``since``, only samples from that time on: the window is cut by bisection, so a
         view's per-tick cost follows what it draws, not how long gputop has run.  A
-        property's values are computed once per sample (columns.Window), so the same
+        property's values are computed once per sample (columnar.Window), so the same
         window asked for every refresh computes only the new samples.
         """
         with self._lock:

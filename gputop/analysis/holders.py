@@ -1,7 +1,8 @@
 """Who holds each card and each MIG device of one host at one moment. Pure: no I/O.
 
-The one lookup every answer to "is this reserved, and by whom" goes through: `pick`,
-the dashboard's panels, the cluster cells, the reserve dialog and `gputop serve`.
+The one lookup every answer to "is this reserved, and by whom" goes through: `pick` and
+the reserve dialog directly, every view (`--once`, `--watch`, the skeleton, the panels,
+the cluster cells, `gputop serve`, the ledger) through the host view (hostview.py).
 
 A reservation names a whole card (``mig_uuid`` None) or one MIG device of it (``mig_uuid``
 set). The rule: **a reservation of a MIG device holds that device, not its card.** The

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from gputop.commands import common
+from gputop.commands.arguments import add_json
 from gputop.exitcodes import EXIT_CRITICAL, EXIT_NO_DRIVER, EXIT_OK, EXIT_WARNING
 from gputop.model import CRITICAL, INFO, WARNING, HealthWarning, HostSnapshot
 from gputop.options import SourceOptions
@@ -19,6 +20,11 @@ from gputop.text import visible
 
 _COLOURS = {CRITICAL: "\x1b[1;31m", WARNING: "\x1b[33m", INFO: "\x1b[36m"}
 _RESET = "\x1b[0m"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Print health warnings; exit 0 ok, 1 warning, 2 critical."
+    add_json(p)
 
 
 def run(options: SourceOptions, args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from importlib import resources
 
 from gputop.config import ConfigError, default_path, load_config
 from gputop.exitcodes import EXIT_OK
-from gputop.options import HOSTS_ENV_VAR, HOSTS_FILE, find_hosts_file
+from gputop.options import HOSTS_ENV_VAR, HOSTS_FILE, SourceOptions, find_hosts_file
 
 CONFIG_EXAMPLE = "config.example.yaml"
 HOSTS_EXAMPLE = "hosts.example.yaml"
@@ -23,7 +23,24 @@ def example(name: str) -> str:
     return (resources.files("gputop") / "examples" / name).read_text(encoding="utf-8")
 
 
-def run(args: argparse.Namespace) -> int:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Print where the config and hosts files are, or a commented example."
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--example", action="store_true",
+                       help="print a complete commented config.yaml (default: the paths)")
+    which.add_argument("--hosts-example", action="store_true",
+                       help="print a commented hosts file (default: the paths)")
+    which.add_argument("--alert-rules", action="store_true",
+                       help="print Prometheus alerting rules for gputop serve and "
+                            "dcgm-exporter hosts")
+    which.add_argument("--alert-rules-opt-in", action="store_true",
+                       help="print the opt-in rule (GPU memory above 80 %%)")
+    which.add_argument("--grafana-dashboard", action="store_true",
+                       help="print a Grafana dashboard (JSON) of gputop serve's own series")
+
+
+def run(options: SourceOptions, args: argparse.Namespace) -> int:
+    """Takes no source options (``options`` is the default, unused)."""
     for wanted, name in ((args.example, CONFIG_EXAMPLE), (args.hosts_example, HOSTS_EXAMPLE),
                          (args.alert_rules, ALERT_RULES),
                          (args.alert_rules_opt_in, ALERT_RULES_OPT_IN),
@@ -48,7 +65,6 @@ def _store_line() -> str:
     """Where this machine's reservations and `gputop run` line live, and why there:
     $GPUTOP_RESERVATIONS_DIR, else the config file's `reservations: dir:`, else the
     default (the same rule the commands and the remote probe use)."""
-    from gputop.options import SourceOptions
     from gputop.sources.opener import reservations_dir_from
 
     try:

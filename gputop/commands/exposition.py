@@ -14,8 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gputop.analysis import queue_plan
-from gputop.analysis.holders import holders
+from gputop.analysis import hostview, queue_plan
 from gputop.analysis.orphans import ProcessFlags
 from gputop.model import GPU_OK, Gpu, HealthWarning, HostSnapshot
 
@@ -268,15 +267,14 @@ def _own_gpu_families(
         total.add(labels, gpu.mem_total)
         if gpu.state == GPU_OK:
             idle.add(labels, held.get(gpu.index, 0))
-    holding = holders(snap, snap.time)
-    for gpu in snap.gpus:
-        card = {**host, **_gpu_of(by_index, gpu.index)}
+    for shown in hostview.view(snap, snap.time).cards:
+        card = {**host, **_gpu_of(by_index, shown.gpu.index)}
         # A MIG device's reservation is not its card's (analysis/holders.py): it carries
         # the instance's labels, as the MIG series above do.
-        units = [(card, holding.of_card(gpu.index))] + [
-            ({**card, "GPU_I_ID": "" if dev.gi is None else str(dev.gi),
-              "GPU_I_PROFILE": dev.profile or ""}, holding.of_device(dev.uuid))
-            for dev in gpu.mig_devices]
+        units = [(card, shown.holders)] + [
+            ({**card, "GPU_I_ID": "" if line.device.gi is None else str(line.device.gi),
+              "GPU_I_PROFILE": line.device.profile or ""}, line.holders)
+            for line in shown.devices]
         for labels, reservations in units:
             for res in reservations:
                 owned = {**labels, "owner": res.user}

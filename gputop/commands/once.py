@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from gputop import model
-from gputop.analysis import mig_display
+from gputop.analysis import hostview
 from gputop.analysis.durations import format_duration
 from gputop.analysis.health.common import HOST_STATE
 from gputop.commands import common
@@ -71,7 +71,7 @@ def _report(options: SourceOptions, as_json: bool, topology: bool = False) -> in
             out.write("\n")
         else:
             out.write(render_text(snapshots, warnings, width=terminal_width(out),
-                                  color=common.use_colour(out)))
+                                  color=common.use_colour(out), now=now))
     if common.nothing_to_show(snapshots):
         return EXIT_NO_DRIVER
     return EXIT_OK
@@ -153,11 +153,14 @@ def render_text(
     warnings: dict[str, list[model.HealthWarning]] | None = None,
     width: int | None = WIDTH,
     color: bool = False,
+    now: float | None = None,
 ) -> str:
+    """``now``: the moment whose reservations hold (None: each snapshot's own time)."""
     paint = _painter(color)
     blocks = []
     for snap in snapshots:
-        lines = _host_block(snap, width, paint)
+        lines = _host_block(hostview.view(snap, snap.time if now is None else now), width,
+                            paint)
         found = (warnings or {}).get(snap.host)
         if found and not snap.ok:
             # The block says the host's state and why already: not twice in other words.
@@ -180,8 +183,9 @@ _GPU_HEADER = (
 
 
 def _host_block(
-    snap: HostSnapshot, width: int | None, paint: Callable[[str, str], str]
+    shown: hostview.HostView, width: int | None, paint: Callable[[str, str], str]
 ) -> list[str]:
+    snap = shown.snapshot
     lines = [_fit(_host_header(snap), width)]
     if not snap.ok:
         # The header says the state (UNREACHABLE); this line only why, once.
@@ -190,15 +194,16 @@ def _host_block(
     lines.append(paint(_fit(_GPU_HEADER, width), _BOLD))
     if not snap.gpus:
         lines.append("  no GPUs")
-    for gpu in snap.gpus:
-        lines.append(_gpu_line(gpu, width, paint))
-        lines.extend(_fit(line, width) for line in mig_lines(gpu))
-        if gpu.workloads:  # the jobs an exporter names for the card (no process list)
-            lines.append(_fit(f"     jobs: {visible(gpu.jobs_label)}", width))
-    for res in sorted(snap.reservations, key=lambda r: r.gpu):
+    for card in shown.cards:
+        lines.append(_gpu_line(card.gpu, width, paint))
+        lines.extend(_fit(line, width) for line in mig_lines(card))
+        if card.jobs:  # the jobs an exporter names for the card (no process list)
+            lines.append(_fit(f"     jobs: {visible(card.jobs)}", width))
+    for hold in shown.holds:  # a MIG device's as "GPU 0:1": it holds the device, not the card
+        res = hold.reservation
         until = clock("%a %H:%M", res.until)
         note = f"  {visible(res.note)}" if res.note else ""
-        text = f"  GPU {res.gpu} reserved by {visible(res.user)} until {until}{note}"
+        text = f"  GPU {hold.unit} reserved by {visible(res.user)} until {until}{note}"
         lines.append(_fit(text, width))
     lines.append("")
     if model.NO_PROCESS_LIST in snap.missing and not snap.processes:
@@ -258,16 +263,16 @@ def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> 
     return paint(_fit(text, width), _YELLOW if hot else "")
 
 
-def mig_lines(gpu: Gpu) -> list[str]:
+def mig_lines(card: hostview.CardView) -> list[str]:
     """Under a MIG card: its MIG state, then one line per MIG device in the card
     line's columns."""
-    state = mig_display.summary(gpu)
-    lines = [f"     {state}"] if state else []
-    for dev in gpu.mig_devices:
+    gpu = card.gpu
+    lines = [f"     {card.mig_summary}"] if card.mig_summary else []
+    for line in card.devices:
+        dev = line.device
         mem = _mem_pair(dev.mem_used, dev.mem_total)
         bar1 = f"BAR1 {_mem(dev.bar1_used)}/{_mem(dev.bar1_total)}"
-        name, activity = mig_display.describe(dev), mig_display.activity(dev)
-        lines.append(f" {dev.label:<4}{name:<20} {activity:>9} {mem:>15}"
+        lines.append(f" {line.label:<4}{line.title:<20} {line.activity:>9} {mem:>15}"
                      f"  {visible(dev.uuid or 'n/a')}  {bar1}")
     if gpu.mig_note:
         lines.append(f"     {visible(gpu.mig_note)}")

@@ -15,6 +15,7 @@ from typing import Any
 from gputop.analysis import queue_plan
 from gputop.analysis.durations import format_duration, parse_duration
 from gputop.commands import common
+from gputop.commands.arguments import add_host, add_json
 from gputop.commands.common import action_failed, usage_error
 from gputop.exitcodes import EXIT_OK
 from gputop.model import HostSnapshot
@@ -22,6 +23,21 @@ from gputop.options import SourceOptions
 from gputop.policy import PolicyError, load_policy
 from gputop.sources.opener import LOCAL_HOST
 from gputop.text import visible
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "List the `gputop run` jobs of each host; 'cancel ID' removes one."
+    p.add_argument("action", nargs="?", metavar="cancel",
+                   help="cancel a waiting job (default: list the jobs)")
+    p.add_argument("id", nargs="?", metavar="ID", help="the job to cancel (with cancel)")
+    add_host(p)
+    add_json(p)
+    p.add_argument("--history", action="store_true", help="the jobs that ended, newest"
+                   " first (this host's, as far as I may read them)")
+    p.add_argument("--since", metavar="DURATION", help="with --history: e.g. 7d, 24h"
+                   " (default 7d)")
+    p.add_argument("--user", metavar="U", help="with --history: only U's jobs"
+                   " (default: everyone's I may read)")
 
 
 def run(options: SourceOptions, args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from gputop.analysis import quota
 from gputop.commands import common
+from gputop.commands.arguments import add_json, add_ledger
 from gputop.exitcodes import EXIT_OK
 from gputop.options import SourceOptions
 from gputop.text import visible
@@ -32,6 +33,12 @@ class Hold:
 
     refuse: bool
     message: str
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "GPU-hours used this period against the policy's quotas."
+    add_ledger(p)
+    add_json(p)
 
 
 def run(options: SourceOptions, args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gputop.analysis.durations import format_duration
 from gputop.analysis.pipeline import Settings, warnings_once
 from gputop.commands import common
+from gputop.commands.arguments import add_ledger
 from gputop.exitcodes import EXIT_OK
 from gputop.ledger import paths, store
 from gputop.ledger.writer import LedgerFull, Recorder, expire_raw
@@ -32,6 +33,18 @@ if TYPE_CHECKING:
 
 MIB = 1024 * 1024
 DAY = 86400.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Record GPU and process usage into the ledger until stopped."
+    add_ledger(p)
+    p.add_argument("--interval", type=float, default=10.0, metavar="S",
+                   help="seconds between samples (default %(default)g)")
+    p.add_argument("--raw-days", type=float, default=7.0, metavar="D",
+                   help="keep raw samples D days, then hourly rollups (default %(default)g)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="the policy's idle section only says what it would do"
+                        " (default: it acts)")
 
 
 def run(options: SourceOptions, args: argparse.Namespace) -> int:

@@ -12,11 +12,30 @@ import time
 from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import parse_duration
 from gputop.commands import common
+from gputop.commands.arguments import add_ledger
 from gputop.exitcodes import EXIT_OK
 from gputop.options import SourceOptions
 
 FORMATS = ("text", "md", "csv", "json", "html")
 DEFAULT_SINCE = "7d"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Who used which GPUs, how well, and how much was held idle."
+    add_ledger(p)
+    p.add_argument("--since", metavar="DURATION", help=f"e.g. 7d, 24h (default {DEFAULT_SINCE})")
+    p.add_argument("--from", dest="start", metavar="DATE",
+                   help="e.g. 2026-11-30 (default: --since before --to)")
+    p.add_argument("--to", dest="end", metavar="DATE", help="(default: now)")
+    p.add_argument("--by", choices=("user", "workload", "gpu", "host"), default="user",
+                   help="one row per (default: %(default)s)")
+    p.add_argument("--format", choices=FORMATS, default="text", help="(default: %(default)s)")
+    p.add_argument("--out", metavar="FILE", help="write here instead of stdout (default: stdout)")
+    p.add_argument("--top", type=int, default=10, metavar="N",
+                   help="how many of the worst idle holds (default %(default)d)")
+    p.add_argument("--jobs", action="store_true",
+                   help="one entry per `gputop run` and Slurm job: GPUs, runtime, limit,"
+                        " wait, SM %% and memory per GPU, advice (default: usage)")
 
 
 def run(options: SourceOptions, args: argparse.Namespace) -> int:

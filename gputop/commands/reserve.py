@@ -25,6 +25,7 @@ from gputop.analysis import pick as picking
 from gputop.analysis.durations import format_duration, parse_size, parse_until
 from gputop.analysis.pipeline import Settings, warnings_once
 from gputop.commands import common
+from gputop.commands.arguments import add_card_filters, add_host, add_json
 from gputop.commands.common import action_failed, usage_error
 from gputop.config import Config
 from gputop.exitcodes import EXIT_OK
@@ -42,10 +43,57 @@ if TYPE_CHECKING:
 PICK_ATTEMPTS = 3
 
 
-def run(command: str, options: SourceOptions, args: argparse.Namespace) -> int:
-    bodies = {"pick": _pick, "reserve": _reserve, "release": _release,
-              "reservations": _reservations}
-    return common.run(command, lambda: bodies[command](options, args))
+def add_pick_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Choose free, unreserved, healthy GPUs, best first (reserves nothing)."
+    _add_choice(p)
+    add_json(p)
+
+
+def add_reserve_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Reserve GPUs on a host so that colleagues see who holds them."
+    _add_choice(p)
+    p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma "
+                   "separated (default: the best --count free ones)")
+    p.add_argument("--for", dest="duration", required=True, metavar="DURATION",
+                   help="e.g. 4h, 30m, 1h30m, 'until 18:00' (required)")
+    p.add_argument("--note", default="", help="why; shown to everyone (default: none)")
+
+
+def _add_choice(p: argparse.ArgumentParser) -> None:
+    add_host(p)
+    p.add_argument("--count", type=int, metavar="N", help="how many GPUs (default 1)")
+    add_card_filters(p)
+    p.add_argument("--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES"
+                   "=...' (default: 'CUDA_VISIBLE_DEVICES=...')")
+
+
+def add_release_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Release my reservations (all of them, or --gpus)."
+    add_host(p)
+    p.add_argument("--gpus", metavar="LIST", help="GPU indexes or UUIDs, comma separated "
+                   "(default: all of mine on the host)")
+
+
+def add_reservations_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "List the active reservations."
+    add_host(p)
+    add_json(p)
+
+
+def pick(options: SourceOptions, args: argparse.Namespace) -> int:
+    return common.run("pick", lambda: _pick(options, args))
+
+
+def reserve(options: SourceOptions, args: argparse.Namespace) -> int:
+    return common.run("reserve", lambda: _reserve(options, args))
+
+
+def release(options: SourceOptions, args: argparse.Namespace) -> int:
+    return common.run("release", lambda: _release(options, args))
+
+
+def reservations(options: SourceOptions, args: argparse.Namespace) -> int:
+    return common.run("reservations", lambda: _reservations(options, args))
 
 
 # ---------------------------------------------------------------------------------------

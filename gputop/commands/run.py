@@ -18,6 +18,7 @@ from gputop.actions.reservations import ReservationError
 from gputop.analysis import queue_plan
 from gputop.analysis.durations import parse_duration
 from gputop.commands import common
+from gputop.commands.arguments import add_card_filters
 from gputop.commands.common import CommandError, action_failed, usage_error
 from gputop.commands.reserve import wanted
 from gputop.options import SourceOptions
@@ -27,6 +28,39 @@ from gputop.sources.opener import SourcePlan, open_feeds, reservations_dir
 from gputop.text import visible
 
 MAX_RETRIES = 100
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Wait in this host's line for free GPUs, reserve them, run CMD with"
+                     " CUDA_VISIBLE_DEVICES set, and release them when it ends.")
+    p.usage = "gputop run [options] -- CMD [ARGS...]"
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--gpus", type=int, metavar="N", help="how many GPUs (default 1)")
+    which.add_argument("--gpu-ids", metavar="LIST",
+                       help="these GPUs, e.g. 0,2 (default: any free ones)")
+    add_card_filters(p)
+    p.add_argument("--for", dest="duration", metavar="DURATION", help="stop CMD after this "
+                   "long (SIGTERM, then SIGKILL), e.g. 8h (default: no limit)")
+    p.add_argument("--note", default="", help="why; shown to everyone (default: none)")
+    p.add_argument("--priority", choices=("low", "normal", "high"), default="normal",
+                   help="place in the line, as policy allows (default: %(default)s)")
+    wait = p.add_mutually_exclusive_group()
+    wait.add_argument("--wait", metavar="DURATION",
+                      help="give up after waiting this long (default: wait until cards free)")
+    wait.add_argument("--no-wait", action="store_true", help="run now or give up "
+                      "(default: off)")
+    p.add_argument("--log", metavar="FILE", help="also write CMD's stdout and stderr to FILE"
+                   " (appended; default: the terminal only)")
+    p.add_argument("--quiet", action="store_true", help="CMD's output to --log FILE only,"
+                   " and no waiting line (default: off)")
+    p.add_argument("--retries", type=int, default=0, metavar="N", help="run CMD again up to"
+                   " N times when it fails, after a back-off (default: %(default)s)")
+    p.add_argument("--retry-delay", metavar="DURATION", help="the first back-off, doubled"
+                   " each retry (default: 10s)")
+    p.add_argument("--hang", metavar="DURATION", help="stop CMD (SIGTERM, then SIGKILL) when"
+                   " its GPUs sit at 0%% SM holding memory this long, e.g. 30m; it counts as"
+                   " failed, or is retried (default: off)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
 def run(options: SourceOptions, args: argparse.Namespace) -> int:

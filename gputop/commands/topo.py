@@ -6,9 +6,16 @@ import argparse
 import json
 
 from gputop.commands import common
+from gputop.commands.arguments import add_host, add_json
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_OK, EXIT_WARNING
 from gputop.options import SourceOptions
 from gputop.text import visible
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Print the GPU topology matrix (nvidia-smi topo -m vocabulary)."
+    add_host(p)
+    add_json(p)
 
 
 def run(options: SourceOptions, args: argparse.Namespace) -> int:

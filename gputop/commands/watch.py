@@ -77,7 +77,7 @@ async def _loop(feeds: Sequence[Feed], interval: float, settings: Settings,
             warnings = {s.host: warnings_once(s, settings, _me(feeds, s.host), now)
                         for s in snapshots}
             text = once.render_text(snapshots, warnings, width=once.terminal_width(out),
-                                    color=common.use_colour(out))
+                                    color=common.use_colour(out), now=now)
             header = f"gputop --watch {interval:g}  {time.strftime('%H:%M:%S')}  Ctrl+C quits"
             lead = _HOME_CLEAR if terminal else ("\n" if shown else "")
             out.write(f"{lead}{header}\n\n{text}")

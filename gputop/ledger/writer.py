@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputop.analysis import hostview
 from gputop.ledger.store import LedgerError, transaction
 from gputop.model import GpuProcess, HealthWarning, HostSnapshot
 
@@ -136,8 +137,8 @@ class Recorder:
         self.conn.executemany(_HOLDER_HOURLY, holder_rows(
             [(gpu_ids[p.gpu], p) for p in snap.processes if p.gpu in gpu_ids], hour, dur,
             self.idle_mem,
-            [(gpu_ids[r.gpu], r.user) for r in snap.reservations
-             if r.gpu in gpu_ids and r.active(t) and r.since <= t]))
+            [(gpu_ids[h.gpu], h.reservation.user, h.share) for h in hostview.view(snap, t).holds
+             if h.gpu in gpu_ids and h.reservation.since <= t]))
         self.conn.executemany(_WORKLOADS, [
             (host.host_id, label, w.kind, w.id[:200], _cut(w.user, 256), _cut(w.name, 256),
              w.end_time, t, t)
@@ -224,13 +225,18 @@ def _cut(text: str | None, size: int) -> str | None:
 
 
 def holder_rows(procs: list[tuple[int, GpuProcess]], hour: int, dur: float,
-                idle_mem: int, reserved: Sequence[tuple[int, str]] = ()) -> list[tuple[Any, ...]]:
+                idle_mem: int, reserved: Sequence[tuple[int, str, float]] = (),
+                ) -> list[tuple[Any, ...]]:
     """One interval's ``holder_hourly`` rows: per card, what each user, each workload and
     anyone at all (kind 'card') did there, counted once however many processes it ran.
     Busy: one of its processes above 0 % SM; idle: none busy, every SM % known (0), and
     one holding the idle threshold; SM %: its processes' sum, at most 100.
     Kind 'quota': what counts against a user's GPU-hour quota, a card they ran on or held
-    reserved (a reservation and a process on it count once)."""
+    reserved (a reservation and a process on it count once). ``reserved``: (card, user,
+    share) of each reservation: a whole card's share is 1; a MIG device's is the part of
+    its card it is (analysis/hostview.py), so holding one 1g.10gb of an 80 GB card costs
+    an eighth of the card's time, the devices a user holds on one card at most all of it.
+    A process on the card charges the whole card, as it always did."""
     found: dict[tuple[int, str, str], list[GpuProcess]] = defaultdict(list)
     for gpu_id, proc in procs:
         found[(gpu_id, "user", proc.user or "")].append(proc)
@@ -238,15 +244,19 @@ def holder_rows(procs: list[tuple[int, GpuProcess]], hour: int, dur: float,
         found[(gpu_id, "card", "")].append(proc)
         if proc.user:
             found[(gpu_id, "quota", proc.user)].append(proc)
-    for gpu_id, user in reserved:
+    shares: dict[tuple[int, str, str], float] = defaultdict(float)
+    for gpu_id, user, share in reserved:
         found.setdefault((gpu_id, "quota", user), [])  # held, with or without processes
+        shares[(gpu_id, "quota", user)] += share
     rows = []
-    for (gpu_id, kind, name), held in found.items():
+    for key, held in found.items():
+        gpu_id, kind, name = key
         busy = any((p.sm_util or 0) > 0 for p in held)
         idle = (not busy and all(p.sm_util is not None for p in held)
                 and any((p.gpu_mem or 0) >= idle_mem for p in held))
         sm = min(sum(p.sm_util or 0 for p in held), 100)
-        rows.append((gpu_id, hour, kind, name[:256], dur, dur if busy else 0.0,
+        charged = dur if held else dur * min(shares[key], 1.0)
+        rows.append((gpu_id, hour, kind, name[:256], charged, dur if busy else 0.0,
                      dur if idle else 0.0, sm * dur))
     return rows
 

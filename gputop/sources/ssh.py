@@ -249,13 +249,13 @@ class SshFeed:
         self._next_id = 0
         self._inflight = 0
         self.peak_inflight = 0  # most handshakes at once so far (tests, bench)
-        self._interval = 1.0
+        self._interval = model.DEFAULT_INTERVAL_S
         self._emit: Callable[[HostSnapshot], None] = lambda _s: None
 
     # -- the Feed protocol ---------------------------------------------------------
 
     async def run(self, interval: float, emit: Callable[[HostSnapshot], None]) -> None:
-        self._interval = max(0.05, float(interval))
+        self._interval = max(model.MIN_INTERVAL_S, float(interval))
         self._emit = emit
         self._gate = asyncio.Semaphore(self._max_inflight)
         for host in self._hosts.values():

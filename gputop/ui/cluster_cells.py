@@ -3,8 +3,8 @@
 One host line of the overview (``host_line``: name, state, one cell per GPU coloured by
 ``gpu_class``, ``!`` for a warning, ``R`` for a reservation of the whole card), the totals
 line above them, the jobs that span hosts, and the rows of the all-processes table with
-their filter (``ProcFilter``).  Whether a card is reserved is analysis/holders.py's
-answer: a reservation of one MIG device does not make its card reserved.
+their filter (``ProcFilter``).  Whether a card is reserved is the host view's answer
+(analysis/hostview.py): a reservation of one MIG device does not make its card reserved.
 
 Host names, users, labels and commands are untrusted text: built as ``rich.text.Text``,
 never parsed as markup.
@@ -22,7 +22,7 @@ from rich.text import Text
 from gputop import model
 from gputop.analysis import pick as picking
 from gputop.analysis import workload_groups
-from gputop.analysis.holders import holders
+from gputop.analysis.hostview import HostView, view
 from gputop.analysis.orphans import ProcessFlags
 from gputop.analysis.pipeline import Flags
 from gputop.model import Gpu, GpuProcess, HostSnapshot
@@ -61,13 +61,16 @@ GPU_STYLES = {
 }
 
 
-def gpu_class(gpu: Gpu, snap: HostSnapshot, now: float, warned: bool = False) -> str:
-    """free / busy / reserved / broken / unknown for one card."""
+def gpu_class(gpu: Gpu, snap: HostSnapshot, now: float, warned: bool = False,
+              shown: HostView | None = None) -> str:
+    """free / busy / reserved / broken / unknown for one card; ``shown``: the host's
+    view at ``now``, when the caller has it (one per host, not one per card)."""
     if gpu.state != model.GPU_OK:
         return BROKEN
     if warned and gpu.ecc_volatile_uncorrected:
         return BROKEN
-    if holders(snap, now).card(gpu.index) is not None:
+    card = (shown or view(snap, now)).card(gpu.index)
+    if card is not None and card.reserved:
         return RESERVED
     if picking.unknown(gpu):
         return UNKNOWN  # unknown is never free
@@ -124,8 +127,9 @@ def totals(
     for snap in snapshots:
         result.hosts += 1
         result.states[snap.state] = result.states.get(snap.state, 0) + 1
+        shown = view(snap, now)
         for gpu in snap.gpus:
-            kind = gpu_class(gpu, snap, now, (snap.host, gpu.index) in warned)
+            kind = gpu_class(gpu, snap, now, (snap.host, gpu.index) in warned, shown)
             result.gpus[kind] = result.gpus.get(kind, 0) + 1
         host_flags = flags.get(snap.host) or {}
         for proc in snap.processes:
@@ -231,12 +235,12 @@ def host_line(
     line.append(_fit(state, STATE_WIDTH).ljust(STATE_WIDTH), STATE_STYLES.get(snap.state, "red"))
     line.append(" ")
     if snap.gpus:
-        held = holders(snap, now)
-        for gpu in snap.gpus:
+        shown = view(snap, now)
+        for card in shown.cards:
+            gpu = card.gpu
             is_warned = (snap.host, gpu.index) in warned
-            reserved = held.card(gpu.index) is not None
-            line.append_text(gpu_cell(gpu, gpu_class(gpu, snap, now, is_warned), is_warned,
-                                      reserved, narrow))
+            line.append_text(gpu_cell(gpu, gpu_class(gpu, snap, now, is_warned, shown),
+                                      is_warned, card.reserved, narrow))
             line.append(" ")
         if snap.queue:
             line.append(f"Q{len(snap.queue)}", "bold yellow")  # `gputop run` jobs

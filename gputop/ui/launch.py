@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from gputop.config import Config, ConfigError, analysis_settings, load_config
 from gputop.exitcodes import EXIT_NO_DRIVER, EXIT_USAGE
-from gputop.model import HostSnapshot
+from gputop.model import MAX_INTERVAL_S, MIN_INTERVAL_S, HostSnapshot
 from gputop.options import SourceOptions
 
 # How long the start waits for this machine's first snapshot before it loads the UI
@@ -38,8 +38,9 @@ def run_app(options: SourceOptions, interval: float | None) -> int:
         print(f"gputop: {err}", file=sys.stderr)
         return EXIT_USAGE
     interval = interval if interval is not None else config.interval
-    if not 0.1 <= interval <= 3600:
-        print(f"gputop: --interval {interval:g}: expected 0.1 to 3600 seconds", file=sys.stderr)
+    if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:
+        print(f"gputop: --interval {interval:g}: expected {MIN_INTERVAL_S:g} to "
+              f"{MAX_INTERVAL_S:g} seconds", file=sys.stderr)
         return EXIT_USAGE
     from gputop.sources.opener import NoDriverError, SourceError, open_feeds
 

@@ -19,9 +19,10 @@ from typing import TextIO
 
 from rich.cells import cell_len, set_cell_size
 
+from gputop.analysis import hostview
 from gputop.model import HostSnapshot
 from gputop.ui import fmt, headline
-from gputop.ui.columns import by_gpu_memory, layout, process_cell, right, row_text
+from gputop.ui.cells import by_gpu_memory, layout, process_cell, right, row_text
 
 # The alternate screen, cursor hidden, cleared; and back (when Textual never started).
 ENTER = "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J"
@@ -40,7 +41,8 @@ def lines(snap: HostSnapshot, width: int, height: int, interval: float, now: flo
         headline.header_parts(snap, interval, now, wide=width >= 110),
         [("  starting the dashboard…", "dim")],
     ]
-    for gpu in snap.gpus:
+    for card in hostview.view(snap, now).cards:
+        gpu = card.gpu
         name = fmt.visible(fmt.short_name(gpu.name))  # as the GPU panels name it
         line: list[Part] = [(f" {gpu.index} {name}", "bold"), ("  ", "")]
         if gpu.state != "ok":
@@ -50,6 +52,12 @@ def lines(snap: HostSnapshot, width: int, height: int, interval: float, now: flo
                 None if gpu.mem_percent is None else gpu.mem_percent / 100, 10)
             line += [("MEM ", "bold"), ("▕" + filled, ""), (empty + "▏", "dim"),
                      (f"{fmt.size(gpu.mem_used)}/{fmt.size(gpu.mem_total)}", "")]
+        # Who holds it, as its panel will say: the card, or each held MIG device by label.
+        held = [("", r) for r in card.holders]
+        held += [(f" {dev.label}", r) for dev in card.devices for r in dev.holders]
+        for unit, r in held:
+            line += [(f"{unit} ", ""), ("RSV", "bold reverse"),
+                     (f" {fmt.visible(r.user)} {fmt.duration(r.until - now)}", "")]
         out.append(line)
     shown = [c for c in columns if c not in LEFT_OUT]
     cols = layout(shown, max(width - 1, 1))

@@ -13,15 +13,10 @@ from typing import Any
 
 from gputop.analysis import workload_groups
 from gputop.analysis.health import workloads as workload_rules
+from gputop.columns import COLUMNS
 from gputop.model import GpuProcess
 from gputop.ui import fmt
-from gputop.ui.columns import (  # noqa: F401 (COLUMNS, Column, layout: the table's names)
-    COLUMNS,
-    Column,
-    by_gpu_memory,
-    layout,
-    process_cell,
-)
+from gputop.ui.cells import by_gpu_memory, process_cell
 from gputop.ui.state import RowKey
 
 FLAG_SHORT = {"zombie": "ZOMB", "orphan": "ORPH", "idle": "IDLE", "kernel": "KERN",
@@ -149,8 +144,7 @@ SORT_KEYS: dict[str, Callable[[Row, float], Any]] = {
     "job": lambda r, now: (_job_text(r.proc), r.proc.pid),
 }
 
-# Numbers read best biggest first; names alphabetically.
-DESCENDING_BY_DEFAULT = frozenset({"gpu_mem", "sm", "cpu", "rss", "time", "flags"})
+DESCENDING_BY_DEFAULT = frozenset(c.id for c in COLUMNS.values() if c.descending)
 
 
 def sort_rows(rows: list[Row], column: str, reverse: bool, now: float) -> list[Row]:

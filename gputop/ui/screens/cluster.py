@@ -82,7 +82,7 @@ class ClusterScreen(Screen[None]):
         self.refresh_data()
         self.query_one(TextLines).focus()
         # A fixed redraw rate, not one per snapshot: 64 hosts must not mean 64 redraws a second.
-        self.set_interval(max(0.5, self.app.interval), self.refresh_data)
+        self.set_interval(self.app.interval, self.refresh_data)
 
     def snapshots(self) -> list[HostSnapshot]:
         state = self.app.state

@@ -59,7 +59,7 @@ class ClusterProcessesScreen(Screen[None]):
     def on_mount(self) -> None:
         self.refresh_data()
         self.query_one(TextLines).focus()
-        self.set_interval(max(0.5, self.app.interval), self.refresh_data)
+        self.set_interval(self.app.interval, self.refresh_data)
 
     def refresh_data(self) -> None:
         state = self.app.state

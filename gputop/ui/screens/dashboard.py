@@ -28,7 +28,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from gputop.analysis.holders import holders
+from gputop.analysis import hostview
 from gputop.model import NO_PROCESS_LIST, NO_PROCESS_LIST_TEXT, HostSnapshot
 from gputop.ui import table_model, tree
 from gputop.ui.keys import bindings
@@ -293,7 +293,7 @@ class DashboardScreen(Screen[None]):
         self._arrange_panels(len(indexes), sum(len(g.mig_devices) for g in snap.gpus))
         state = self.app.state
         history = state.history
-        held = holders(snap, now)
+        shown = hostview.view(snap, now)
         span = self._span()
         kept = history.seconds
         recorded = None
@@ -318,8 +318,7 @@ class DashboardScreen(Screen[None]):
                 mem_series=mem_series,
                 read=read,
                 warnings=state.warnings_for(snap.host, gpu.index),
-                reservations=held.of_card(gpu.index),
-                mig_reservations=held.of_devices(gpu),
+                card=shown.card(gpu.index),
                 now=now,
                 span=span,
                 kept=kept,

@@ -17,7 +17,7 @@ from textual import events
 from textual.message import Message
 from textual.strip import Strip
 
-from gputop.analysis import mig_display
+from gputop.analysis.hostview import CardView, card_view
 from gputop.config import DEFAULT_COLORS, DEFAULT_THRESHOLDS
 from gputop.model import (
     CRITICAL,
@@ -25,7 +25,6 @@ from gputop.model import (
     SEVERITY_ORDER,
     Gpu,
     HealthWarning,
-    Reservation,
 )
 from gputop.ui import fmt
 from gputop.ui.partial import StyleOnce, changed_regions, text_strips
@@ -47,12 +46,12 @@ class PanelData:
     util_series: list[tuple[float, float]] = field(default_factory=list)
     mem_series: list[tuple[float, float]] = field(default_factory=list)
     warnings: list[HealthWarning] = field(default_factory=list)
-    reservations: tuple[Reservation, ...] = ()  # of the whole card (analysis/holders.py)
+    # Its holders, MIG lines and jobs, as every view shows them (analysis/hostview.py);
+    # None: built from the card alone, held by nobody.
+    card: CardView | None = None
     now: float = 0.0
     span: float = 180.0  # seconds of history the sparkline covers
     kept: float = 0.0  # seconds of history kept; a compact row may show up to this much
-    # reservations of single MIG devices, by MIG UUID
-    mig_reservations: dict[str, tuple[Reservation, ...]] = field(default_factory=dict)
     # The series only grow at their newest end from tick to tick (the live history): the
     # panel then reads only their new samples.  False (a ledger range): drawn afresh.
     appending: bool = True
@@ -62,6 +61,10 @@ class PanelData:
     # and the two series above are left empty: a tick then costs the new samples, not the
     # 720 of a 3-minute window at 0.25 s, copied twice per card.
     read: Callable[[str, float], Sequence[tuple[float, float]]] | None = None
+
+    @property
+    def view(self) -> CardView:
+        return self.card or card_view(self.gpu)
 
 
 class GpuPanel(StyleOnce):
@@ -123,8 +126,8 @@ class GpuPanel(StyleOnce):
             self._spark("mem", data, 60, step),
             self._stats,
             tuple(w.key for w in data.warnings),
-            data.reservations,
-            tuple(sorted(data.mig_reservations.items())),
+            data.view.holders,  # the rest of the view follows from data.gpu
+            tuple(line.holders for line in data.view.devices),
             self.size.width,
             compact,
         )
@@ -190,7 +193,7 @@ class GpuPanel(StyleOnce):
     def _fit_height(self, data: PanelData, compact: bool) -> None:
         """A MIG card's full panel grows by one line per MIG device."""
         extra = (len(data.gpu.mig_devices) + (1 if data.gpu.mig_note else 0)
-                 + (1 if data.gpu.workloads else 0))
+                 + (1 if data.view.jobs else 0))
         height = 1 if compact else 3 + extra
         if self.styles.height is None or self.styles.height.value != height:
             self.styles.height = height
@@ -243,7 +246,7 @@ class GpuPanel(StyleOnce):
         for severity in sorted(counts, key=lambda s: SEVERITY_ORDER.get(s, 9)):
             mark, level = SEVERITY_BADGE.get(severity, ("?", "idle"))
             out.append(f" {mark}{counts[severity]}", style=f"bold {self._style(level)}")
-        for r in data.reservations:
+        for r in data.view.holders:
             left = fmt.duration(r.until - data.now)
             out.append(" RSV ", style="bold reverse")
             out.append(fmt.visible(r.user))
@@ -281,8 +284,8 @@ class GpuPanel(StyleOnce):
         slowed = [r for r in gpu.clock_event_reasons or () if r not in BENIGN_CLOCK_EVENTS]
         if slowed:
             out.append("  " + ",".join(slowed), style=self._style("warn"))
-        if gpu.mig_mode or gpu.mig_mode_pending:
-            out.append(f"  {mig_display.summary(gpu)}", style="bold")
+        if data.view.mig_summary:
+            out.append(f"  {data.view.mig_summary}", style="bold")
         out.append_text(self._badges(data))
         facts = gpu_facts(gpu)
         if facts:  # last: what a narrow panel cuts first
@@ -324,19 +327,20 @@ class GpuPanel(StyleOnce):
 
     def _mig_rows(self, out: Text, data: PanelData, bar_w: int) -> None:
         """One line per MIG device, its gauges in the columns of the card's."""
-        for dev in data.gpu.mig_devices:
+        for line in data.view.devices:
+            dev = line.device
             out.append("\n")
-            out.append(f"  {dev.label:<4}", style="bold")
-            out.append(f"{mig_display.describe(dev):<21}")
+            out.append(f"  {line.label:<4}", style="bold")
+            out.append(f"{line.title:<21}")
             self._gauge(out, "SM", dev.sm_active, _frac(dev.sm_active, 100), "util", bar_w,
-                        f"{mig_display.activity(dev):>9}")
+                        f"{line.activity:>9}")
             out.append("  ")
             mem_pct = _pct_of(dev.mem_used, dev.mem_total)
             self._gauge(out, "MEM", mem_pct, _frac(mem_pct, 100), "mem", bar_w,
                         f"{fmt.size(dev.mem_used)}/{fmt.size(dev.mem_total)}".rjust(12))
             out.append(f"  BAR1 {fmt.size(dev.bar1_used)}/{fmt.size(dev.bar1_total)}",
                        style="dim")
-            for r in data.mig_reservations.get(dev.uuid or "", ()):
+            for r in line.holders:
                 out.append(" RSV ", style="bold reverse")
                 out.append(fmt.visible(r.user))
                 out.append(f" {fmt.duration(r.until - data.now)}", style="dim")
@@ -344,10 +348,10 @@ class GpuPanel(StyleOnce):
         if data.gpu.mig_note:
             out.append("\n")
             out.append(f"  {fmt.visible(data.gpu.mig_note)}", style=self._style("warn"))
-        if data.gpu.workloads:  # the jobs its exporter names (dcgm-exporter's pod, hpc_job)
+        if data.view.jobs:  # the jobs its exporter names (dcgm-exporter's pod, hpc_job)
             out.append("\n")
             out.append("  jobs ", style="bold")
-            out.append(fmt.visible(data.gpu.jobs_label))
+            out.append(fmt.visible(data.view.jobs))
 
     def _history(self, out: Text, label: str, series: list[tuple[float, float]],
                  data: PanelData, width: int, style: str, stat: str) -> None:

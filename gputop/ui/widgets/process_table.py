@@ -22,8 +22,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
-from gputop.config import COLUMNS as DEFAULT_COLUMNS
-from gputop.ui.columns import Column, layout, right, row_text
+from gputop.columns import DEFAULT_COLUMNS, Column
+from gputop.ui.cells import layout, right, row_text
 from gputop.ui.keys import bindings
 from gputop.ui.partial import StyleOnce, changed_regions
 from gputop.ui.state import RowKey

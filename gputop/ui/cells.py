@@ -1,5 +1,6 @@
-"""The process table's columns: titles, widths, how narrow terminals drop them, a plain
-process's cell text and a row's text.  Pure and cheap to import (no Textual, no analysis):
+"""The process table's cells: which of the declared columns (gputop/columns.py) fit a
+width, a plain process's cell text and a row's text.  Pure and cheap to import (no
+Textual, no analysis):
 the start-up skeleton (gputop/ui/skeleton.py) draws its rows with them before Textual is
 loaded; the table (table_model.py, widgets/process_table.py) builds on them.
 """
@@ -7,44 +8,17 @@ loaded; the table (table_model.py, widgets/process_table.py) builds on them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.cells import set_cell_size
 
+from gputop.columns import COLUMNS, Column
 from gputop.text import visible, without_program_dir
 from gputop.ui import fmt
 
 if TYPE_CHECKING:
     from gputop.model import GpuProcess
 
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    id: str
-    title: str
-    width: int  # 0: takes the rest of the line
-    right: bool  # right-aligned (numbers)
-    drop: int  # order in which narrow terminals hide it; 0 never
-
-
-COLUMNS: dict[str, Column] = {
-    c.id: c
-    for c in (
-        Column("gpu", "GPU", 3, True, 0),
-        Column("pid", "PID", 7, True, 0),
-        Column("user", "USER", 9, False, 0),
-        Column("type", "TYPE", 4, False, 2),
-        Column("gpu_mem", "GPU-MEM", 7, True, 0),
-        Column("sm", "SM%", 4, True, 0),
-        Column("cpu", "CPU%", 5, True, 4),
-        Column("rss", "RSS", 6, True, 1),
-        Column("time", "TIME", 8, True, 3),
-        Column("flags", "STATE/FLAGS", 11, False, 0),
-        Column("job", "JOB", 16, False, 5),  # shown where some process has one
-        Column("command", "COMMAND", 0, False, 0),
-    )
-}
 
 MIN_COMMAND = 20
 
