@@ -4,7 +4,7 @@ One rule for `gputop pick`, `reserve --count` and `run` (``choose``; docs/reserv
 
 - "Free" means, without filters: no compute process listed on the card (a display server
   alone does not count). With --min-free-mem or --max-util I may share a card with my
-  own processes within those want.
+  own processes within those limits.
 - Filters only narrow: a card where another user's process runs is never chosen unless
   the request says ``share`` (--share), with or without filters.
 - A card is never picked when it is lost or in error, has a critical warning, or is
