@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gputop.columns import COLUMNS, DEFAULT_COLUMNS
 from gputop.model import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 from gputop.records import MutableRecord, field, record
+from gputop.storedir import RESERVATIONS_DIR
 from gputop.yamlnodes import compose, line_of, mapping_items, read_file, scalar_value
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class ReservationsConfig(MutableRecord):
     """Where the store lives when ``$GPUTOP_RESERVATIONS_DIR`` does not say (that variable
     wins, everywhere: ``gputop.actions.store.store_directory`` holds the rule)."""
 
-    dir: str = "/var/tmp/gputop-reservations"
+    dir: str = RESERVATIONS_DIR
     # "FILE:LINE" of `reservations: dir:`; None: the default.  Where, not what: a file
     # that spells out the default is the same config.
     dir_from: str | None = field(default=None, compare=False)

@@ -24,7 +24,7 @@ from helpers.ui import demo_snapshots, plain
 
 from gputop.analysis import hostview
 from gputop.analysis.holders import holders
-from gputop.analysis.pick import MIG_UNIT, rank, rank_devices
+from gputop.analysis.pick import MIG_UNIT, Want, rank, rank_devices
 from gputop.commands import exposition, watch
 from gputop.commands.once import json_document, render_text
 from gputop.config import Config, analysis_settings
@@ -82,8 +82,8 @@ def test_cluster_cell_pick_json_and_serve_agree() -> None:
     assert cluster_cells.gpu_class(whole.gpus[0], whole, NOW) == cluster_cells.RESERVED
 
     # pick: the device is bob's; the card is left out only for being a MIG card.
-    assert rank_devices(HELD, NOW, me="alice").rejected["0:3"] == "reserved by bob"
-    assert rank(HELD, NOW, me="alice").rejected[0] == MIG_UNIT
+    assert rank_devices(HELD, Want(me="alice"), NOW).rejected["0:3"] == "reserved by bob"
+    assert rank(HELD, Want(me="alice"), NOW).rejected[0] == MIG_UNIT
 
     # --json: the reservation names the device, and read back it holds the same.
     document = json_document([HELD], NOW)

@@ -20,7 +20,7 @@ from test_reservations import NOBODY, WorkerPool, base, directory, workers  # no
 
 from gputop.actions import reservations as store
 from gputop.analysis.health.reservations import warnings as reservation_warnings
-from gputop.analysis.pick import rank, rank_devices
+from gputop.analysis.pick import Want, rank, rank_devices
 from gputop.model import HostSnapshot, Reservation, mig_map
 from gputop.sources import sim
 from gputop.sources.hostsource import nvml_collector
@@ -59,28 +59,29 @@ def _mig_res(slot: int, user: str, card: int = 0) -> Reservation:
 
 def test_two_mig_devices_with_ten_gigabytes_free() -> None:
     snap = dataclasses.replace(SNAP, gpus=SNAP.gpus[:2])  # the two MIG cards only
-    ranking = rank_devices(snap, SNAP.time, min_free_mem=9 * GIB, share=True)
+    ranking = rank_devices(snap, Want(min_free_mem=9 * GIB, share=True), SNAP.time)
     # the four empty 1g.10gb instances; equal free memory: card, then slot order
     assert [c.label for c in ranking.chosen] == ["0:3", "0:5", "0:6", "1:3"]
     assert [c.device for c in ranking.chosen[:2]] == [_uuid(3), _uuid(5)]
     assert ranking.rejected["0:1"] == "1.0 GiB free"  # bob's server fills it
     # without --share, bob's MIG device is out before its memory is looked at
-    assert rank_devices(snap, SNAP.time, min_free_mem=9 * GIB).rejected["0:1"] == (
+    assert rank_devices(snap, Want(min_free_mem=9 * GIB), SNAP.time).rejected["0:1"] == (
         "in use by another user (bob)")
 
 
 def test_without_filters_only_instances_without_processes() -> None:
-    ranking = rank_devices(SNAP, SNAP.time)
+    ranking = rank_devices(SNAP, Want(), SNAP.time)
     labels = {c.label for c in ranking.chosen}
     assert {"0:3", "0:5", "0:6", "1:3", "2"} <= labels
     assert "0:2" not in labels and ranking.rejected["0:2"] == "in use by another user (carol)"
-    assert rank_devices(SNAP, SNAP.time, me="carol").rejected["0:2"] == "2 process(es) running"
+    carol = rank_devices(SNAP, Want(me="carol"), SNAP.time)
+    assert carol.rejected["0:2"] == "2 process(es) running"
     # the MIG cards themselves are not units, for cards-only callers either
-    assert 0 not in rank(SNAP, SNAP.time).indexes
+    assert 0 not in rank(SNAP, Want(), SNAP.time).indexes
 
 
 def test_max_util_needs_gpm_activity() -> None:
-    ranking = rank_devices(SNAP, SNAP.time, max_util=10)
+    ranking = rank_devices(SNAP, Want(max_util=10), SNAP.time)
     labels = {c.label for c in ranking.chosen}
     assert "0:3" in labels  # GPM says idle
     assert ranking.rejected["1:3"].startswith("utilization unknown")  # no GPM on card 1
@@ -88,11 +89,11 @@ def test_max_util_needs_gpm_activity() -> None:
 
 def test_a_reserved_card_reserves_its_instances_and_an_instance_only_itself() -> None:
     card = Reservation(gpu=0, user="bob", until=SNAP.time + 600, since=SNAP.time)
-    ranking = rank_devices(_held(card), SNAP.time, me="alice")
+    ranking = rank_devices(_held(card), Want(me="alice"), SNAP.time)
     assert ranking.rejected["0:3"] == "reserved by bob"
-    mine = rank_devices(_held(card), SNAP.time, me="bob")
+    mine = rank_devices(_held(card), Want(me="bob"), SNAP.time)
     assert "0:3" in {c.label for c in mine.chosen}
-    one = rank_devices(_held(_mig_res(3, "bob")), SNAP.time, me="alice")
+    one = rank_devices(_held(_mig_res(3, "bob")), Want(me="alice"), SNAP.time)
     assert one.rejected["0:3"] == "reserved by bob"
     assert "0:5" in {c.label for c in one.chosen}
 
@@ -231,7 +232,7 @@ def test_one_answer_is_whole_cards_or_one_mig_device_never_both(tmp_path: Path) 
 
 def test_choose_is_the_one_rule() -> None:
     """pick's pure rule on the simulator's MIG node (card 2 free, card 3 bob's)."""
-    from gputop.analysis.pick import Want, choose
+    from gputop.analysis.pick import choose
 
     one = choose(SNAP, Want(1), SNAP.time)
     assert [u.label for u in one.units] == ["0:3"]  # most free first; a MIG device fits

@@ -10,7 +10,7 @@ import dataclasses
 
 from gputop import model
 from gputop.analysis.health.reservations import warnings as reservation_warnings
-from gputop.analysis.pick import pick, rank
+from gputop.analysis.pick import Want, pick, rank
 from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
 from gputop.sources import sim
 from gputop.sources.hostsource import nvml_collector
@@ -50,51 +50,51 @@ def _res(gpu: int, user: str, minutes: float, note: str = "") -> Reservation:
 
 def test_best_first_most_free_memory_then_lowest_util_then_index() -> None:
     snap = _snap([_gpu(0, 2, 0), _gpu(1, 0.5, 3), _gpu(2, 0.5, 1), _gpu(3, 0.5, 1)])
-    assert rank(snap, NOW).indexes == [2, 3, 1, 0]
-    assert [g.index for g in pick(snap, 2, NOW)] == [2, 3]
+    assert rank(snap, Want(), NOW).indexes == [2, 3, 1, 0]
+    assert [g.index for g in pick(snap, Want(2), NOW)] == [2, 3]
 
 
 def test_without_filters_a_card_with_a_process_is_not_free() -> None:
     snap = _snap([_gpu(0, 30, 90), _gpu(1, 0.5, 0)], processes=[_proc(0, 100, "bob")])
-    ranking = rank(snap, NOW, me="bob")
+    ranking = rank(snap, Want(me="bob"), NOW)
     assert ranking.indexes == [1]
     assert ranking.rejected == {0: "1 process(es) running"}
-    assert rank(snap, NOW, me="ann").rejected == {0: "in use by another user (bob)"}
+    assert rank(snap, Want(me="ann"), NOW).rejected == {0: "in use by another user (bob)"}
 
 
 def test_a_display_server_alone_does_not_make_a_card_busy() -> None:
     xorg = dataclasses.replace(_proc(0, 100, "root"), type="G")
     both = dataclasses.replace(_proc(1, 101, "bob"), type="C+G")
     snap = _snap([_gpu(0, 0.5, 0), _gpu(1, 0.5, 0)], processes=[xorg, both])
-    assert rank(snap, NOW).indexes == [0]
+    assert rank(snap, Want(), NOW).indexes == [0]
 
 
 def test_filters_allow_sharing_with_my_own_processes_within_limits() -> None:
     gpus = [_gpu(0, 30, 40), _gpu(1, 70, 10), _gpu(2, 10, 95), _gpu(3, 5, None)]
     procs = [_proc(i, 100 + i, "bob") for i in range(4)]
     snap = _snap(gpus, procs)
-    ranking = rank(snap, NOW, me="bob", min_free_mem=20 * GIB, max_util=50)
+    ranking = rank(snap, Want(me="bob", min_free_mem=20 * GIB, max_util=50), NOW)
     assert ranking.indexes == [0]
     assert ranking.rejected[1] == "10.0 GiB free"
     assert ranking.rejected[2] == "95 % busy"
     assert ranking.rejected[3] == "utilization unknown"
-    assert rank(snap, NOW, me="bob", min_free_mem=20 * GIB).indexes == [3, 2, 0]
+    assert rank(snap, Want(me="bob", min_free_mem=20 * GIB), NOW).indexes == [3, 2, 0]
 
 
 def test_filters_only_narrow_another_users_card_needs_share() -> None:
     # Issue 25: plain pick refuses bob's card; a stricter pick must not hand it out.
     snap = _snap([_gpu(0, 2, 98), _gpu(1, 70, 0)], [_proc(0, 100, "bob")])
-    assert rank(snap, NOW, me="ann").indexes == [1]
+    assert rank(snap, Want(me="ann"), NOW).indexes == [1]
     for limits in ({"min_free_mem": GIB}, {"max_util": 100.0},
                    {"min_free_mem": GIB, "max_util": 100.0}):
-        strict = rank(snap, NOW, me="ann", **limits)  # type: ignore[arg-type]
+        strict = rank(snap, Want(me="ann", **limits), NOW)  # type: ignore[arg-type]
         assert strict.indexes == [1], limits
         assert strict.rejected == {0: "in use by another user (bob)"}
-        assert rank(snap, NOW, me="ann", share=True, **limits).indexes == [0, 1]  # type: ignore[arg-type]
+        assert rank(snap, Want(me="ann", share=True, **limits), NOW).indexes == [0, 1]  # type: ignore[arg-type]
     # --share alone: any card, best first; a process of an unknown user is not mine.
-    assert rank(snap, NOW, me="ann", share=True).indexes == [0, 1]
+    assert rank(snap, Want(me="ann", share=True), NOW).indexes == [0, 1]
     nobody = _snap([_gpu(0, 2, 0)], [dataclasses.replace(_proc(0, 100, "x"), user=None)])
-    assert rank(nobody, NOW, me="ann", min_free_mem=GIB).rejected == {
+    assert rank(nobody, Want(me="ann", min_free_mem=GIB), NOW).rejected == {
         0: "in use by another user (an unknown user)"}
 
 
@@ -102,7 +102,7 @@ def test_filter_limits_are_inclusive_and_unknown_memory_is_refused() -> None:
     # 20 GiB free exactly, 50 % exactly: "at least 20G free", "at most 50 % busy".
     gpus = [_gpu(0, 60, 50), _gpu(1, 60.5, 10), _gpu(2, 0, 51),
             dataclasses.replace(_gpu(3, 0, 0), mem_used=None)]
-    ranking = rank(_snap(gpus), NOW, min_free_mem=20 * GIB, max_util=50)
+    ranking = rank(_snap(gpus), Want(min_free_mem=20 * GIB, max_util=50), NOW)
     assert ranking.indexes == [0]
     assert ranking.rejected == {1: "19.5 GiB free", 2: "51 % busy", 3: "memory unknown"}
 
@@ -118,7 +118,7 @@ def test_lost_reserved_and_critical_cards_are_never_picked() -> None:
     critical = model.HealthWarning(severity=model.CRITICAL, code="ecc", message="ECC errors", gpu=3)
     minor = model.HealthWarning(severity=model.WARNING, code="pcie-width", message="x4", gpu=4)
     snap = _snap(gpus, reservations=[_res(0, "bob", 60), _res(2, "me", 60), _res(4, "bob", -1)])
-    ranking = rank(snap, NOW, me="me", warnings=[critical, minor])
+    ranking = rank(snap, Want(me="me"), NOW, warnings=[critical, minor])
     # my own reservation is fine to pick; an expired one counts for nothing
     assert ranking.indexes == [2, 4]
     assert ranking.rejected == {
@@ -131,7 +131,7 @@ def test_lost_reserved_and_critical_cards_are_never_picked() -> None:
 
 def test_exclude() -> None:
     snap = _snap([_gpu(0, 0.5, 0), _gpu(1, 0.5, 0)])
-    assert rank(snap, NOW, exclude=[0]).indexes == [1]
+    assert rank(snap, Want(exclude=frozenset([0])), NOW).indexes == [1]
 
 
 def test_demo_scenario_free_cards() -> None:
@@ -141,7 +141,7 @@ def test_demo_scenario_free_cards() -> None:
     collector = nvml_collector(nvml, sim.SimProcs(nvml), host="faulty", demo=True,
                           clock=lambda: clock[0])
     snap = HostSnapshot.from_dict(collector.collect())
-    assert sorted(rank(snap, NOW).indexes) == [3, 4, 7]
+    assert sorted(rank(snap, Want(), NOW).indexes) == [3, 4, 7]
 
 
 def test_a_card_whose_processes_could_not_be_read_is_never_picked() -> None:
@@ -156,18 +156,18 @@ def test_a_card_whose_processes_could_not_be_read_is_never_picked() -> None:
     gpu3 = snap.gpu(3)
     assert gpu3 is not None and gpu3.state == model.GPU_OK
     assert "ComputeRunningProcesses" in (gpu3.processes_error or "")
-    ranking = rank(snap, NOW)
+    ranking = rank(snap, Want(), NOW)
     assert sorted(ranking.indexes) == [4, 7]
     assert ranking.rejected[3].startswith("processes unknown (")
     assert "GPU 3: processes unknown" in ranking.shortfall(3)
     # a filter that would share the card does not make an unknown card acceptable
-    assert 3 not in rank(snap, NOW, min_free_mem=GIB, max_util=100).indexes
+    assert 3 not in rank(snap, Want(min_free_mem=GIB, max_util=100), NOW).indexes
     # "not supported" is not an error: a card without the query is read as empty
     nvml.set_error(3, "ComputeRunningProcesses", None)
     nvml.set_not_supported(3, "ComputeRunningProcesses")
     snap = HostSnapshot.from_dict(collector.collect())
     assert snap.gpu(3).processes_error is None  # type: ignore[union-attr]
-    assert 3 in rank(snap, NOW).indexes
+    assert 3 in rank(snap, Want(), NOW).indexes
 
 
 def test_reservations_match_cards_by_uuid() -> None:
@@ -175,12 +175,12 @@ def test_reservations_match_cards_by_uuid() -> None:
     # same index here is another card, and free; the card with that UUID is reserved.
     other = dataclasses.replace(_res(0, "bob", 60), gpu_uuid="GPU-0001")
     snap = _snap([_gpu(0, 0.5, 0), _gpu(1, 0.5, 0)], reservations=[other])
-    ranking = rank(snap, NOW, me="me")
+    ranking = rank(snap, Want(me="me"), NOW)
     assert ranking.indexes == [0]
     assert ranking.rejected == {1: "reserved by bob"}
     # without a UUID on either side the index is all there is
     legacy = _snap([_gpu(0, 0.5, 0)], reservations=[_res(0, "bob", 60)])
-    assert rank(legacy, NOW, me="me").rejected == {0: "reserved by bob"}
+    assert rank(legacy, Want(me="me"), NOW).rejected == {0: "reserved by bob"}
 
 
 # -- warnings ---------------------------------------------------------------------------

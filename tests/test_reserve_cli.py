@@ -250,7 +250,7 @@ def test_reserve_count_tries_the_next_cards_after_a_lost_race(
             )
             subprocess.run(["/usr/bin/python3", "-c", code, str(REPO), directory],
                            user=65534, group=65534, extra_groups=[], cwd="/", check=True)
-            pick = command.Pick(Want(2), "root", [])
+            pick = command.Pick(Want(2, me="root"), [])
             _reply, chosen = await command.reserve_best(session, snapshot, pick,
                                                         time.time() + 600, "")
             return chosen

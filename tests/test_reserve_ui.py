@@ -230,7 +230,7 @@ async def test_a_card_another_users_process_runs_on_is_cautioned_as_pick_rules(
 
 
 def test_others_on_is_picks_rule_for_cards_and_mig_devices() -> None:
-    from gputop.analysis.pick import OTHERS, others_on, rank_devices
+    from gputop.analysis.pick import OTHERS, Want, others_on, rank_devices
     from gputop.model import Gpu, GpuProcess, HostSnapshot, MigDevice
 
     mig = Gpu(index=1, mem_used=0, mem_total=10, mig_devices=(
@@ -244,5 +244,5 @@ def test_others_on_is_picks_rule_for_cards_and_mig_devices() -> None:
     got = others_on(snap, [0, 1, 2], 0.0, "me")
     assert got == {"0": f"{OTHERS} (bob)", "1:1": f"{OTHERS} (carol)"}
     # the same words pick gives
-    assert got["0"] == rank_devices(snap, 0.0, "me").rejected["0"]
+    assert got["0"] == rank_devices(snap, Want(me="me"), 0.0).rejected["0"]
     assert others_on(snap, ["1:0"], 0.0, "me") == {}

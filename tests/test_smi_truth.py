@@ -294,7 +294,7 @@ def test_mig_devices_and_their_processes_on_a_fallback_host() -> None:
         (pid, "0:0", 2, "MIG-00000000-0000-0000-0000-000000000000")
         for pid in (21180, 21181, 21198)}
     # pick works on the fallback host: the idle MIG devices, by UUID
-    ranking = pick.rank_devices(snap, snap.time)
+    ranking = pick.rank_devices(snap, pick.Want(), snap.time)
     assert {c.device for c in ranking.chosen} == {
         "MIG-00000001-0000-0000-0000-000000000001", "MIG-00000002-0000-0000-0000-000000000002",
         "MIG-00000003-0000-0000-0000-000000000003"}

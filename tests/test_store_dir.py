@@ -17,6 +17,7 @@ from helpers import fakenvml
 from gputop.actions import store
 from gputop.config import ConfigError, parse_config
 from gputop.sources import probe
+from gputop.storedir import RESERVATIONS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,7 +72,7 @@ def test_the_variable_wins_over_the_config_for_local_commands(
 
 def test_without_either_the_default_is_shown(tmp_path: Path) -> None:
     shown = _gputop(_env(tmp_path), "config")
-    assert f"store:       {store.DEFAULT_DIRECTORY} (from default;" in shown.stdout
+    assert f"store:       {RESERVATIONS_DIR} (from default;" in shown.stdout
 
 
 def test_demo_takes_the_variable_but_never_the_configs_store(
@@ -90,8 +91,8 @@ def test_demo_takes_the_variable_but_never_the_configs_store(
 
 def test_the_probe_uses_the_same_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(store.DIRECTORY_ENV, raising=False)
-    assert probe._reservations_dir(None) == store.DEFAULT_DIRECTORY
-    assert probe._reservations_dir("lab") != store.DEFAULT_DIRECTORY  # private to the sim
+    assert probe._reservations_dir(None) == RESERVATIONS_DIR
+    assert probe._reservations_dir("lab") != RESERVATIONS_DIR  # private to the sim
     monkeypatch.setenv(store.DIRECTORY_ENV, str(tmp_path / "x"))
     assert probe._reservations_dir(None) == str(tmp_path / "x")
     assert probe._reservations_dir("lab") == str(tmp_path / "x")

@@ -9,15 +9,11 @@ gets ``{"ok": False, "message": ...}``; ``handle`` never raises.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from gputop.actions import kill
-from gputop.records import MutableRecord, record
+from gputop.actions.env import ActionEnv
 
-if TYPE_CHECKING:
-    from gputop.actions.reservations import GpuUuids, MigDevices
-
-DEFAULT_RESERVATIONS_DIR = "/var/tmp/gputop-reservations"
 MAX_GRACE = 600.0
 
 
@@ -26,27 +22,6 @@ class SimulatedProcesses(kill.Processes, Protocol):
     """A simulation's process table (sim.SimProcs): kills change only the simulation."""
 
     def signal(self, pid: int, start_ticks: int | None, sig: int | str) -> dict[str, Any]: ...
-
-
-@record(frozen=False, slots=True)
-class ActionEnv(MutableRecord):
-    """What an action may touch on this host.
-
-    ``sim``: the SimNvml of --demo (or a probe serving a scenario); then ``procs`` is its
-    SimProcs and a kill changes only the simulation.  ``gpu_uuids``: index -> UUID of
-    this host's GPUs, for reservations that name cards by UUID.
-    """
-
-    # The simulation itself (sim.SimNvml; only whether there is one matters here: the
-    # actions layer does not know the sources layer's types).
-    sim: object | None = None
-    procs: kill.Processes | None = None
-    reservations_dir: str = DEFAULT_RESERVATIONS_DIR
-    readonly: bool = False
-    gpu_uuids: GpuUuids | None = None
-    # MIG UUID -> (card index, slot), refreshed from every snapshot (an admin
-    # may re-split a card while we run)
-    mig_devices: MigDevices | None = None
 
 
 class BadRequest(Exception):

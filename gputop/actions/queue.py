@@ -24,15 +24,16 @@ import contextlib
 import math
 import os
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputop.actions import reservations, store
 from gputop.actions.liveness import MAX_PID, process_alive, process_start
 from gputop.actions.store import JOB_PREFIX, StoreError
+from gputop.records import Record, record
+from gputop.storedir import RESERVATIONS_DIR
 
 if TYPE_CHECKING:
-    from gputop.actions.dispatch import ActionEnv
+    from gputop.actions.env import ActionEnv
 
 PRIORITIES = ("low", "normal", "high")
 MAX_JOB_BYTES = 4096
@@ -45,8 +46,8 @@ MAX_MEM_BYTES = 2**50
 _NAME = re.compile(r"job\.([0-9a-f]{8})\.json")
 
 
-@dataclass(frozen=True)
-class Job:
+@record(frozen=True, slots=True)
+class Job(Record):
     """One job in line, as read and checked from its file."""
 
     id: str
@@ -160,7 +161,7 @@ def cancel(directory: str, job_id: Any) -> dict[str, Any]:
 
 def handle(op: str, request: dict[str, Any], env: ActionEnv) -> dict[str, Any]:
     """Entry for gputop.actions.dispatch (ops "queue" and "queue_cancel")."""
-    directory = env.reservations_dir or store.DEFAULT_DIRECTORY
+    directory = env.reservations_dir or RESERVATIONS_DIR
     if op == "queue":
         return list_jobs(directory)
     if env.readonly:

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from gputop.actions.liveness import MAX_PID, cgroup_pids, process_alive, session_alive
 from gputop.actions.store import (
-    DEFAULT_DIRECTORY,
     JOB_PREFIX,
     TMP_PREFIX,
     ScanCache,
@@ -56,9 +55,10 @@ from gputop.actions.store import (
 )
 from gputop.actions.store import StoreError as ReservationError
 from gputop.records import MutableRecord, Record, field, record
+from gputop.storedir import RESERVATIONS_DIR
 
 if TYPE_CHECKING:
-    from gputop.actions.dispatch import ActionEnv
+    from gputop.actions.env import ActionEnv
 
 MAX_NOTE_CHARS = 200
 MAX_RESERVATION_S = 31 * 86400
@@ -306,7 +306,7 @@ def release(
 def handle(op: str, request: dict[str, Any], env: ActionEnv) -> dict[str, Any]:
     """Entry for gputop.actions.dispatch; `op` is request["op"], already checked to be
     one of ours."""
-    directory = env.reservations_dir or DEFAULT_DIRECTORY
+    directory = env.reservations_dir or RESERVATIONS_DIR
     return handle_request({**request, "op": op}, directory, env.gpu_uuids,
                           mig_devices=env.mig_devices)
 

@@ -31,7 +31,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
-DEFAULT_DIRECTORY = "/var/tmp/gputop-reservations"
+from gputop.storedir import RESERVATIONS_DIR
+
 # Names the store for every gputop that reads or writes it on this host: local commands,
 # the dashboard, `gputop run`, and the remote probe over SSH.
 DIRECTORY_ENV = "GPUTOP_RESERVATIONS_DIR"
@@ -76,7 +77,7 @@ def os_reason(exc: OSError) -> str:
 
 
 def store_directory(
-    configured: str | None = None, default: str = DEFAULT_DIRECTORY, configured_from: str = "config"
+    configured: str | None = None, default: str = RESERVATIONS_DIR, configured_from: str = "config"
 ) -> tuple[str, str]:
     """The store directory and where that choice came from, one rule everywhere:
     ``$GPUTOP_RESERVATIONS_DIR`` (made absolute), else the config's ``reservations: dir:``

@@ -21,17 +21,35 @@ One rule for `gputop pick`, `reserve --count` and `run` (``choose``; docs/reserv
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, field
 
 from gputop import model
 from gputop.analysis.holders import active_reservations, mig_reservations
 from gputop.model import Gpu, HostSnapshot, MigDevice, Reservation
+from gputop.records import MutableRecord, Record, field, record
 
 MIG_UNIT = "MIG mode: its MIG devices are the unit (gputop pick / reserve)"
 
 
-@dataclass(frozen=True)
-class Ranking:
+@record(frozen=True, slots=True)
+class Want(Record):
+    """One request for cards, the one record every rule below reads (pick, reserve
+    --count, a `gputop run` job: ``reserve.wanted`` and ``queue_plan.want_of`` make it)."""
+
+    count: int = 1
+    min_free_mem: int | None = None  # bytes each unit needs free
+    max_util: float | None = None  # % busy at most
+    share: bool = False  # cards another user's process runs on may be chosen
+    whole: bool = False  # whole cards only, never a MIG device
+    me: str | None = None  # whose reservations and processes are mine
+    # Cards (indexes) and MIG devices (UUIDs) not to choose: taken by someone else.
+    exclude: frozenset[int | str] = frozenset()
+    # False: a card I reserved by hand is not free either (a `gputop run` job must not
+    # take it).
+    own_reservations: bool = True
+
+
+@record(frozen=True, slots=True)
+class Ranking(Record):
     """The acceptable cards best first, and for every other card why it was left out."""
 
     chosen: tuple[Gpu, ...]
@@ -58,34 +76,21 @@ def unknown(gpu: Gpu) -> str | None:
     return None
 
 
-def rank(
-    snapshot: HostSnapshot,
-    now: float,
-    me: str | None = None,
-    min_free_mem: int | None = None,
-    max_util: float | None = None,
-    warnings: Iterable[model.HealthWarning] = (),
-    exclude: Iterable[int] = (),
-    share: bool = False,
-    own_reservations: bool = True,
-) -> Ranking:
-    """All acceptable cards of one host, best first: most free memory, then lowest
-    utilization, then lowest index (stable, so scripts get the same answer twice).
-
-    ``me``: whose reservations and processes are mine; ``share``: cards where another
-    user's process runs may be chosen; ``own_reservations`` False: a card I reserved by
-    hand is not free either (a `gputop run` job must not take it)."""
+def rank(snapshot: HostSnapshot, want: Want, now: float, *,
+         warnings: Iterable[model.HealthWarning] = ()) -> Ranking:
+    """All cards of one host that meet ``want`` (its ``count`` and ``whole`` aside), best
+    first: most free memory, then lowest utilization, then lowest index (stable, so
+    scripts get the same answer twice)."""
     reserved = active_reservations(snapshot, now)
     critical = {
         w.gpu: w.message for w in warnings if w.severity == model.CRITICAL and w.gpu is not None
     }
-    excluded = set(exclude)
-    busy = _busy(snapshot, me, lambda proc: proc.gpu)
-    limits = _Limits(me, min_free_mem, max_util, share, own_reservations)
+    excluded = {e for e in want.exclude if isinstance(e, int)}
+    busy = _busy(snapshot, want.me, lambda proc: proc.gpu)
     chosen: list[Gpu] = []
     rejected: dict[int, str] = {}
     for gpu in snapshot.gpus:
-        why = _rejection(gpu, reserved, critical, busy.get(gpu.index), excluded, limits)
+        why = _rejection(gpu, reserved, critical, busy.get(gpu.index), excluded, want)
         if why:
             rejected[gpu.index] = why
         else:
@@ -94,36 +99,17 @@ def rank(
     return Ranking(tuple(chosen), rejected)
 
 
-def pick(
-    snapshot: HostSnapshot,
-    count: int,
-    now: float,
-    me: str | None = None,
-    min_free_mem: int | None = None,
-    max_util: float | None = None,
-    warnings: Iterable[model.HealthWarning] = (),
-    exclude: Iterable[int] = (),
-    share: bool = False,
-) -> list[Gpu]:
-    """The best `count` cards, or fewer when fewer qualify (callers check the length)."""
-    ranking = rank(snapshot, now, me, min_free_mem, max_util, warnings, exclude, share)
-    return list(ranking.chosen[:count])
+def pick(snapshot: HostSnapshot, want: Want, now: float, *,
+         warnings: Iterable[model.HealthWarning] = ()) -> list[Gpu]:
+    """The best ``want.count`` cards, or fewer when fewer qualify (callers check the length)."""
+    return list(rank(snapshot, want, now, warnings=warnings).chosen[: want.count])
 
 
 OTHERS = "in use by another user"  # the start of that rejection, for callers that explain it
 
 
-@dataclass(frozen=True)
-class _Limits:
-    me: str | None
-    min_free_mem: int | None
-    max_util: float | None
-    share: bool
-    own_reservations: bool = True
-
-
-@dataclass
-class _Load:
+@record(frozen=False, slots=True)
+class _Load(MutableRecord):
     """Compute processes on one card or MIG device: mine, and the other users'."""
 
     mine: int = 0
@@ -148,10 +134,10 @@ def _busy(snapshot: HostSnapshot, me: str | None,
     return loads
 
 
-def _held_by_other(reservation: Reservation | None, limits: _Limits) -> str | None:
+def _held_by_other(reservation: Reservation | None, want: Want) -> str | None:
     if reservation is None:
         return None
-    if reservation.user != limits.me or not limits.own_reservations:
+    if reservation.user != want.me or not want.own_reservations:
         return f"reserved by {reservation.user}"
     return None
 
@@ -162,13 +148,13 @@ def _rejection(
     critical: dict[int, str],
     load: _Load | None,
     excluded: set[int],
-    limits: _Limits,
+    want: Want,
 ) -> str | None:
     if gpu.index in excluded:
         return "excluded"
     if gpu.state != model.GPU_OK:
         return gpu.state if not gpu.error else f"{gpu.state}: {gpu.error}"
-    held = _held_by_other(reserved.get(gpu.index), limits)
+    held = _held_by_other(reserved.get(gpu.index), want)
     if held:
         return held
     if gpu.index in critical:
@@ -178,24 +164,24 @@ def _rejection(
         return blind
     if gpu.mig_devices:
         return MIG_UNIT  # after the reasons that hold for each of its MIG devices too
-    return _load_rejection(load, limits, gpu.mem_free, gpu.util_gpu, "utilization unknown")
+    return _load_rejection(load, want, gpu.mem_free, gpu.util_gpu, "utilization unknown")
 
 
-def _load_rejection(load: _Load | None, limits: _Limits, free: int | None, util: float | None,
+def _load_rejection(load: _Load | None, want: Want, free: int | None, util: float | None,
                     no_util: str) -> str | None:
     """The rule on processes and limits, the same for a card and a MIG device."""
-    if load is not None and load.others and not limits.share:
+    if load is not None and load.others and not want.share:
         return f"{OTHERS} ({', '.join(sorted(load.others))})"
-    if limits.min_free_mem is None and limits.max_util is None:
-        if load is not None and load.mine and not limits.share:
+    if want.min_free_mem is None and want.max_util is None:
+        if load is not None and load.mine and not want.share:
             return f"{load.mine} process(es) running"
         return None
-    return _limits(free, util, limits.min_free_mem, limits.max_util, no_util)
+    return _limits(free, util, want, no_util)
 
 
-def _limits(free: int | None, util: float | None, min_free_mem: int | None,
-            max_util: float | None, no_util: str) -> str | None:
+def _limits(free: int | None, util: float | None, want: Want, no_util: str) -> str | None:
     """Why a card or MIG device misses --min-free-mem or --max-util, or None."""
+    min_free_mem, max_util = want.min_free_mem, want.max_util
     if min_free_mem is not None:
         if free is None:
             return "free memory unknown"
@@ -212,8 +198,8 @@ def _limits(free: int | None, util: float | None, min_free_mem: int | None,
 # -- MIG devices as pickable units --------------------------------------------
 
 
-@dataclass(frozen=True)
-class Choice:
+@record(frozen=True, slots=True)
+class Choice(Record):
     """A unit pick and reserve hand out: a whole card, or one MIG device of a card."""
 
     gpu: Gpu
@@ -242,36 +228,25 @@ class Choice:
         return self.mig.sm_active if self.mig is not None else self.gpu.util_gpu
 
 
-@dataclass(frozen=True)
-class DeviceRanking:
+@record(frozen=True, slots=True)
+class DeviceRanking(Record):
     chosen: tuple[Choice, ...]
     rejected: dict[str, str] = field(default_factory=dict)
 
 
-def rank_devices(
-    snapshot: HostSnapshot,
-    now: float,
-    me: str | None = None,
-    min_free_mem: int | None = None,
-    max_util: float | None = None,
-    warnings: Iterable[model.HealthWarning] = (),
-    exclude: Iterable[int | str] = (),
-    share: bool = False,
-    own_reservations: bool = True,
-) -> DeviceRanking:
+def rank_devices(snapshot: HostSnapshot, want: Want, now: float, *,
+                 warnings: Iterable[model.HealthWarning] = ()) -> DeviceRanking:
     """Like ``rank``, with each card in MIG mode replaced by its MIG devices: a MIG
     device is free of processes, has the free memory, or is idle enough (GPM activity;
     unknown without GPM) on its own; its card's reservation by someone else, a critical
     warning or a lost card rule it out too."""
-    cards = rank(snapshot, now, me, min_free_mem, max_util, warnings,
-                 [e for e in exclude if isinstance(e, int)], share, own_reservations)
-    excluded = {e for e in exclude if isinstance(e, str)}
+    cards = rank(snapshot, want, now, warnings=warnings)
+    excluded = {e for e in want.exclude if isinstance(e, str)}
     chosen = [Choice(gpu) for gpu in cards.chosen]
     rejected = {str(i): why for i, why in cards.rejected.items()}
     held = mig_reservations(snapshot, now)
-    busy = _busy(snapshot, me, lambda proc: None if proc.mig_device is None
+    busy = _busy(snapshot, want.me, lambda proc: None if proc.mig_device is None
                  else (proc.gpu, proc.mig_device))
-    limits = _Limits(me, min_free_mem, max_util, share, own_reservations)
     for gpu in snapshot.gpus:
         if not gpu.mig_devices or gpu.state != model.GPU_OK:
             continue
@@ -279,7 +254,7 @@ def rank_devices(
         for dev in gpu.mig_devices:
             reservation = held.get(dev.uuid or "")
             why = card_why or _mig_rejection(dev, reservation, busy.get((gpu.index, dev.index)),
-                                             excluded, limits)
+                                             excluded, want)
             if why:
                 rejected[dev.label] = why
             else:
@@ -300,16 +275,16 @@ def _mig_rejection(
     reservation: Reservation | None,
     load: _Load | None,
     excluded: set[str],
-    limits: _Limits,
+    want: Want,
 ) -> str | None:
     if dev.uuid is None:
         return "no UUID (cannot be named in CUDA_VISIBLE_DEVICES)"
     if dev.uuid in excluded:
         return "excluded"
-    held = _held_by_other(reservation, limits)
+    held = _held_by_other(reservation, want)
     if held:
         return held
-    return _load_rejection(load, limits, dev.mem_free, dev.sm_active,
+    return _load_rejection(load, want, dev.mem_free, dev.sm_active,
                            "utilization unknown (no GPM on this card)")
 
 
@@ -318,7 +293,7 @@ def others_on(snapshot: HostSnapshot, units: Iterable[int | str], now: float,
     """For each named unit (a card's index, a MIG device's label "0:1") that another
     user's process runs on, the rejection ``pick`` gives it without --share: what a
     reserve by hand should caution about.  A card in MIG mode counts its MIG devices'."""
-    rejected = rank_devices(snapshot, now, me).rejected
+    rejected = rank_devices(snapshot, Want(me=me), now).rejected
     mig_labels = {g.index: [d.label for d in g.mig_devices] for g in snapshot.gpus}
     out: dict[str, str] = {}
     for unit in units:
@@ -333,19 +308,8 @@ def others_on(snapshot: HostSnapshot, units: Iterable[int | str], now: float,
 # -- the answer: what pick, reserve --count and run hand out ---------------------------
 
 
-@dataclass(frozen=True)
-class Want:
-    """What a request asks of a host's cards (pick, reserve --count, a `gputop run` job)."""
-
-    count: int = 1
-    min_free_mem: int | None = None  # bytes each unit needs free
-    max_util: float | None = None  # % busy at most
-    share: bool = False  # cards another user's process runs on may be chosen
-    whole: bool = False  # whole cards only, never a MIG device
-
-
-@dataclass(frozen=True)
-class Answer:
+@record(frozen=True, slots=True)
+class Answer(Record):
     """The units to hand out, all for one process: ``want.count`` whole cards, or one MIG
     device; empty when the request cannot be met now, with ``why`` (one line)."""
 
@@ -359,20 +323,12 @@ class Answer:
         return [unit.device for unit in self.units]
 
 
-def choose(
-    snapshot: HostSnapshot,
-    want: Want,
-    now: float,
-    me: str | None = None,
-    warnings: Iterable[model.HealthWarning] = (),
-    exclude: Iterable[int | str] = (),
-    own_reservations: bool = True,
-) -> Answer:
+def choose(snapshot: HostSnapshot, want: Want, now: float, *,
+           warnings: Iterable[model.HealthWarning] = ()) -> Answer:
     """The best units for ``want`` on one host (the module's rules): one MIG device when
     one is asked for and one qualifies (fit first, unless ``want.whole``), else the best
     ``want.count`` whole cards, else nothing and why."""
-    ranking = rank_devices(snapshot, now, me, want.min_free_mem, want.max_util, warnings,
-                           exclude, want.share, own_reservations)
+    ranking = rank_devices(snapshot, want, now, warnings=warnings)
     cards = [c for c in ranking.chosen if c.mig is None]
     migs = [c for c in ranking.chosen if c.mig is not None]
     if want.count == 1 and migs and not want.whole:

@@ -138,6 +138,14 @@ def requested(job: QueueJob) -> int:
     return len(job.gpu_ids) if job.gpu_ids else (job.gpus or 1)
 
 
+def want_of(job: QueueJob, taken: Iterable[int | str] = ()) -> picking.Want:
+    """What a job in line asks of the cards, as pick's rule reads it: a card reserved by
+    anyone, the submitter included, is not free for a job; ``taken``: what the jobs
+    ahead of it have."""
+    return picking.Want(requested(job), job.min_free_mem, job.max_util, job.share, job.whole,
+                        me=job.user, exclude=frozenset(taken), own_reservations=False)
+
+
 def ordered(jobs: Iterable[QueueJob], policy: Policy,
             usage: Mapping[str, float] | None = None) -> list[QueueJob]:
     """Waiting order. A priority the policy does not allow counts as normal (the file
@@ -264,9 +272,7 @@ def keep_for(snapshot: HostSnapshot, job: QueueJob, now: float, ends: dict[int, 
     a job without --for, another user's process, or is unhealthy)."""
     # pick's rule, as in fit: another user's card only with --share; a reserved card
     # (the submitter's too) is not free now.
-    ranking = picking.rank(snapshot, now, job.user, job.min_free_mem, job.max_util,
-                           warnings, {i for i in taken if isinstance(i, int)}, job.share,
-                           own_reservations=False)
+    ranking = picking.rank(snapshot, want_of(job, taken), now, warnings=warnings)
     reserved = picking.active_reservations(snapshot, now)
     users: dict[int, set[str]] = {}
     for proc in snapshot.processes:
@@ -414,20 +420,16 @@ def fit(
     """The cards (or the one MIG device, by UUID) ``job`` would get now, empty when it
     does not fit, and why not: pick's rule (``picking.choose``), with a card reserved by
     anyone, the submitter included, not free for a job."""
-    excluded = set(taken)
+    want = want_of(job, taken)
     reserved = picking.active_reservations(snapshot, now)
     if job.gpu_ids:
-        ranking = picking.rank(snapshot, now, job.user, job.min_free_mem, job.max_util,
-                               warnings, {i for i in excluded if isinstance(i, int)},
-                               job.share, own_reservations=False)
+        ranking = picking.rank(snapshot, want, now, warnings=warnings)
         rejected = {i: _why_not(why, reserved.get(i)) for i, why in ranking.rejected.items()}
         missing = [i for i in job.gpu_ids if i not in ranking.indexes]
         if not missing:
             return tuple(job.gpu_ids), ""
         return (), _reasons({i: rejected.get(i, "no such GPU") for i in missing})
-    want = picking.Want(requested(job), job.min_free_mem, job.max_util, job.share, job.whole)
-    answer = picking.choose(snapshot, want, now, job.user, warnings, excluded,
-                            own_reservations=False)
+    answer = picking.choose(snapshot, want, now, warnings=warnings)
     if answer.units:
         return tuple(u.target for u in sorted(answer.units, key=lambda u: u.gpu.index)), ""
     units = answer.ranking or picking.DeviceRanking(())

@@ -18,7 +18,6 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputop.actions.reservations import ReservationError, check_note, check_until
@@ -32,6 +31,7 @@ from gputop.config import Config
 from gputop.exitcodes import EXIT_OK
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
+from gputop.records import Record, record, replace
 from gputop.text import visible
 
 if TYPE_CHECKING:
@@ -101,14 +101,14 @@ def reservations(options: SourceOptions, args: argparse.Namespace) -> int:
 
 
 def _pick(options: SourceOptions, args: argparse.Namespace) -> int:
-    want = wanted(args, _count(args.count))
     config = common.config(options)
     settings = common.settings(config)
     collected = common.collect(options, config, common.plan(options, True, args.host))
     snapshot = _usable(collected.snapshots)
     me = collected.me(snapshot.host)
+    want = wanted(args, _count(args.count), me)
     now = time.time()
-    answer = picking.choose(snapshot, want, now, me, _health(snapshot, settings, me, now))
+    answer = picking.choose(snapshot, want, now, warnings=_health(snapshot, settings, me, now))
     chosen = answer.units
     if not chosen:
         raise action_failed(f"{snapshot.host}: {answer.why}")
@@ -179,7 +179,7 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
                 return host, reply, [_device(r) for r in reply.get("reservations", [])]
             me = session.identity(host).reservation_owner
             warnings = _health(snapshot, settings, me, time.time())
-            pick = Pick(want, me, warnings)
+            pick = Pick(replace(want, me=me), warnings)
             reply, chosen = await reserve_best(session, snapshot, pick, until, note)
             return host, reply, chosen
 
@@ -192,12 +192,11 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@dataclass(frozen=True)
-class Pick:
+@record(frozen=True, slots=True)
+class Pick(Record):
     """What `reserve --count` asks for, and what it knows to rank the cards."""
 
     want: picking.Want
-    me: str | None
     warnings: list[Any]
 
 
@@ -210,8 +209,8 @@ async def reserve_best(
     lost: set[int | str] = set()
     last = ""
     for _attempt in range(PICK_ATTEMPTS):
-        answer = picking.choose(snapshot, pick.want, time.time(), pick.me, pick.warnings,
-                                exclude=lost)
+        answer = picking.choose(snapshot, replace(pick.want, exclude=frozenset(lost)),
+                                time.time(), warnings=pick.warnings)
         units = answer.units
         chosen = [c.target for c in units]
         if not units:
@@ -341,10 +340,11 @@ def _count(value: int | None) -> int:
     return count
 
 
-def wanted(args: argparse.Namespace, count: int) -> picking.Want:
-    """What the command line asks of the cards (pick, reserve --count)."""
+def wanted(args: argparse.Namespace, count: int, me: str | None = None) -> picking.Want:
+    """What the command line asks of the cards (pick, reserve --count, run)."""
     min_free, max_util = card_filters(args)
-    return picking.Want(count, min_free, max_util, bool(args.share), bool(args.whole))
+    return picking.Want(count, min_free, max_util, bool(getattr(args, "share", False)),
+                        bool(getattr(args, "whole", False)), me=me)
 
 
 def _one_process(gpus: list[int | str]) -> None:

@@ -19,6 +19,7 @@ import json
 import os
 import sqlite3
 import stat
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -185,8 +186,6 @@ class Attempt:
 
     def _fail(self, exc: Exception) -> None:
         if not self.warned:
-            import sys
-
             print(f"gputop run: {self.path}: job history not written ({exc})", file=sys.stderr)
             self.warned = True
         if self.conn is not None:

@@ -12,6 +12,7 @@ import errno
 import fcntl
 import json
 import os
+import pwd
 import socket
 import sqlite3
 import stat
@@ -19,6 +20,8 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from gputop.text import visible
 
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x67707574  # "gput": marks the file as ours in its header
@@ -323,8 +326,6 @@ class WriterLock:
 
 
 def _user() -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
@@ -339,6 +340,4 @@ def _read_holder(fd: int) -> str:
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(data["since"])))
     except (ValueError, KeyError, TypeError, OverflowError, OSError):
         return "another recorder (its lock file says no more)"
-    from gputop.text import visible
-
     return f"pid {pid} (user {visible(user)} on {visible(host)}, since {since})"

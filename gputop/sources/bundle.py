@@ -52,6 +52,7 @@ MIN_PYTHON = (3, 10)
 # package's row covers its modules).  Shipping one more is one line here, one row there.
 MODULES = (
     "gputop.records",
+    "gputop.storedir",
     "gputop.model",
     "gputop.yamlnodes",
     "gputop.sources.devscan",
@@ -78,6 +79,7 @@ MODULES = (
     "gputop.actions.store",
     "gputop.actions.reservations",
     "gputop.actions.queue",
+    "gputop.actions.env",
     "gputop.actions.dispatch",
 )
 

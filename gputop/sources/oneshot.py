@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from gputop import model
 from gputop.model import HostSnapshot
+from gputop.records import replace
 from gputop.sources.feed import Capabilities, Feed
 from gputop.sources.identity import Identity
 
@@ -83,7 +83,7 @@ class Session:
             if snap is None:
                 error = f"no answer within {self.timeout:g} s"
                 latest = self._latest.get(host)
-                snap = (dataclasses.replace(latest, state=model.HOST_TIMEOUT, error=error)
+                snap = (replace(latest, state=model.HOST_TIMEOUT, error=error)
                         if latest is not None
                         else model.error_snapshot(host, now, model.HOST_TIMEOUT, error))
             out.append(snap)

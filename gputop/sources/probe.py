@@ -91,7 +91,7 @@ class Texts(Protocol):
 def _reservations_dir(sim_name: str | None) -> str:
     # The same rule as local commands (store.store_directory): the variable, else the
     # default; the probe has no config file.
-    from gputop.actions.store import DEFAULT_DIRECTORY, store_directory
+    from gputop.actions.store import store_directory
 
     if sim_name:
         import tempfile  # only simulated hosts need it: not paid on every host's start-up
@@ -100,7 +100,7 @@ def _reservations_dir(sim_name: str | None) -> str:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in sim_name)
         return store_directory(None, os.path.join(
             tempfile.gettempdir(), f"gputop-probe-sim-{os.getuid()}", safe, "reservations"))[0]
-    return store_directory(None, DEFAULT_DIRECTORY)[0]
+    return store_directory()[0]
 
 
 def _load_scenario(name: str, scenarios: Texts) -> Any:

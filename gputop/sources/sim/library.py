@@ -12,9 +12,9 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+from gputop.records import MutableRecord, field, record
 from gputop.sources.sim import api
 from gputop.sources.sim.api import (
     _COMPUTE_MODES,
@@ -95,8 +95,8 @@ from gputop.sources.sim.dynamics import _clamp, wander
 from gputop.sources.sim.scenario import Scenario, load_scenario, normalize_field, parse_cpulist
 
 
-@dataclass
-class _Proc:
+@record(frozen=False, slots=True)
+class _Proc(MutableRecord):
     """A live simulated process (mutable: it can exit)."""
 
     pid: int
@@ -119,8 +119,8 @@ class _Proc:
     mig: int | None = None  # the MIG device (slot) of its GPU it runs on
 
 
-@dataclass
-class _GpuState:
+@record(frozen=False, slots=True)
+class _GpuState(MutableRecord):
     util: int
     util_mem: int
     mem_used: int  # bytes, not counting the reserved part

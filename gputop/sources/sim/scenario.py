@@ -30,11 +30,11 @@ import os
 import re
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gputop import yamlnodes
+from gputop.records import MutableRecord, field, record
 from gputop.sources.sim.api import (
     _COMPUTE_MODES,
     _THROTTLE_BITS,
@@ -49,8 +49,8 @@ class ScenarioError(ValueError):
     """A scenario that cannot be used; the message names file, line and key."""
 
 
-@dataclass
-class Scenario:
+@record(frozen=False, slots=True)
+class Scenario(MutableRecord):
     """A checked scenario: host facts, fully merged GPU specs, processes and faults."""
 
     name: str
