@@ -54,6 +54,7 @@ MODULES = (
     "gputop.records",
     "gputop.storedir",
     "gputop.model",
+    "gputop.vendors",
     "gputop.yamlnodes",
     "gputop.sources.devscan",
     "gputop.sources.workload",
