@@ -4,8 +4,10 @@ A backend is a module with a ``GpuBackend`` (sources/backend.py) and one line in
 ``BACKENDS``: its name (the snapshot's ``source``), its vendor's names (gputop/vendors.py:
 visible-devices variable, device nodes, UUID prefixes), what its readings can hold
 (``reads``, from ``READS``), the version facts it reports, and, for a backend that reads
-this machine's own GPUs, ``open_local``: detect and open (raise ``NoDriverError`` when it
-finds nothing here; its str() is the sentence the user sees).  The opener (this machine)
+this machine's own GPUs, ``opener``: "module:function" of its ``Opener``, which detects
+and opens (raising ``NoDriverError`` when it finds nothing here; its str() is the
+sentence the user sees).  Named, not imported: a backend's module (and its library) is
+loaded only when it is tried.  The opener (this machine)
 and the probe (a remote host) try the backends with ``open_local`` in this order and take
 the first that opens; with none, the first one's sentence is the answer.
 
@@ -16,6 +18,7 @@ Stdlib-only: shipped to remote hosts inside the SSH probe.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -62,22 +65,28 @@ class BackendSpec(Record):
     vocabulary: Vocabulary
     reads: frozenset[str]  # of READS
     versions: tuple[str, ...]  # of VERSIONS: the ones its readings carry
-    # This machine's GPUs: detect and open, or raise NoDriverError.  None: not a backend
-    # of a host's own GPUs (the simulator runs for --demo, nvidia-smi's text comes over
-    # SSH from hosts without python3).
-    open_local: Callable[[Opening], HostSource] | None = None
+    # "module:function" of the Opener of this machine's GPUs.  None: not a backend of a
+    # host's own GPUs (the simulator runs for --demo, nvidia-smi's text comes over SSH
+    # from hosts without python3).
+    opener: str | None = None
+
+    def open_local(self, opening: Opening) -> HostSource:
+        """This machine's GPUs through this backend; NoDriverError when it finds none."""
+        if self.opener is None:
+            raise NoDriverError(f"the {self.name} backend does not read this machine")
+        module, _, function = self.opener.partition(":")
+        opener: Opener = getattr(importlib.import_module(module), function)
+        return opener(opening)
 
 
-def _open_nvml(opening: Opening) -> HostSource:
-    from gputop.sources.hostsource import open_nvml_host
-
-    return open_nvml_host(opening)
-
+# Detects and opens this machine's GPUs, or raises NoDriverError.
+Opener = Callable[[Opening], "HostSource"]
 
 _NVML_READS = frozenset({"processes", "process_sm_util", "mig", "topology", "xid_events"})
 
 BACKENDS: tuple[BackendSpec, ...] = (
-    BackendSpec("nvml", NVIDIA, _NVML_READS, VERSIONS, open_local=_open_nvml),
+    BackendSpec("nvml", NVIDIA, _NVML_READS, VERSIONS,
+                opener="gputop.sources.hostsource:open_nvml_host"),
     # The NVML backend over the simulator's NVML-shaped library (sources/sim/).
     BackendSpec("sim", NVIDIA, _NVML_READS, VERSIONS),
     BackendSpec("smi", NVIDIA, frozenset({"processes", "mig", "topology"}),
@@ -98,7 +107,7 @@ def open_local(opening: Opening) -> HostSource:
     (the first backend's) when none does."""
     first: NoDriverError | None = None
     for backend in BACKENDS:
-        if backend.open_local is None:
+        if backend.opener is None:
             continue
         try:
             return backend.open_local(opening)
