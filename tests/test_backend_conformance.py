@@ -156,6 +156,8 @@ def test_the_checks_catch_what_they_check() -> None:
         return backend_checks.problems(data, spec)
 
     assert broken(lambda d: d.update(nonsense=1))
+    assert broken(lambda d: d.update(host="h"))  # a HostSnapshot field, not a reading's
+    assert "gpus" in backend_checks.reading_keys()
     assert broken(lambda d: d["gpus"][1].update(index=0))
     assert broken(lambda d: d["gpus"][0].update(uuid="AMD-1"))
     assert broken(lambda d: d["gpus"][0]["mig_devices"][0].update(uuid="GPU-2"))

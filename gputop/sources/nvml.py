@@ -208,7 +208,7 @@ class NvmlBackend:
         self._nvlink_remote: dict[int, list[tuple[str | None, int | None]]] = {}
         self._proc_util_ts: dict[int, int] = {}
         self._proc_variant: dict[str, str] = {}
-        self._versions: dict[str, str | None] | None = None
+        self._versions: Reading | None = None
         self._topology: list[dict] | None = None
         self._event_set: Any = None
         self._xid_watched: bool | None = None
@@ -297,7 +297,7 @@ class NvmlBackend:
 
     # -- once per backend -------------------------------------------------------------------
 
-    def _versions_once(self) -> dict[str, str | None]:
+    def _versions_once(self) -> Reading:
         if self._versions is None:
             cuda = self._get("nvmlSystemGetCudaDriverVersion_v2")
             if cuda is None:
@@ -606,7 +606,7 @@ class NvmlBackend:
         return self._count
 
     def read(self, now: float, cpu_count: int | None = None) -> Reading:
-        snap: Reading = dict(self._versions_once())
+        snap = self._versions_once().copy()
         self._now = now
         self._forget_unsupported(now)
         self._host_cpu_count = cpu_count

@@ -8,15 +8,32 @@ nothing but gputop.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+from pathlib import Path
 from typing import Any
 
 from gputop import model
+from gputop.sources import backend
 from gputop.sources.backends import READS, VERSIONS, BackendSpec
 
 
 def _names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
+
+
+@functools.lru_cache(maxsize=1)
+def reading_keys() -> frozenset[str]:
+    """The keys sources/backend.py's ``Reading`` declares (a TypedDict for mypy only, so
+    read from its source)."""
+    tree = ast.parse(Path(backend.__file__).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Reading":
+            return frozenset(item.target.id for item in node.body
+                             if isinstance(item, ast.AnnAssign)
+                             and isinstance(item.target, ast.Name))
+    raise AssertionError("sources/backend.py declares no Reading")
 
 
 def problems(reading: Any, spec: BackendSpec) -> list[str]:
@@ -29,6 +46,9 @@ def problems(reading: Any, spec: BackendSpec) -> list[str]:
     unknown = set(reading) - _names(model.HostSnapshot)
     if unknown:
         out.append(f"keys that are no HostSnapshot field: {sorted(unknown)}")
+    if set(reading) - reading_keys():
+        out.append(f"keys backend.Reading does not declare: "
+                   f"{sorted(set(reading) - reading_keys())}")
     if "gpus" not in reading:
         # The host could not be read at all: say why, and nothing else.
         if not reading.get("state") or not reading.get("error"):
