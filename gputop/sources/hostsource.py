@@ -6,7 +6,7 @@ one place:
 
 - ``open_local``: NVML on this machine over /proc (``open_nvml_host``: the same, as the
   backend registry, sources/backends.py, opens it for the opener and the probe);
-- ``assemble``: any ``GpuBackend`` over /proc, as a backend's ``open_local`` returns it;
+- ``assemble``: any ``GpuBackend`` over /proc, what a registered backend's opener returns;
 - ``open_simulation``: the simulator's NVML-shaped library over its simulated processes;
 - ``nvml_collector``: any NVML-shaped library over any process reader (tests, benches);
 (``sources/fallback.py``: one poll of nvidia-smi and ps text from a host without python3.)
