@@ -47,6 +47,7 @@ VOCABULARIES: tuple[Vocabulary, ...] = (NVIDIA,)
 # Where one name must be chosen (gputop run's environment, the messages that name it):
 # the first vendor's.  A host has one vendor's cards; gputop sets every vendor's variable.
 PRIMARY = VOCABULARIES[0]
+VISIBLE_DEVICES_NAME = PRIMARY.visible_devices[0]  # what help, output and messages name
 
 CARD_PREFIXES = tuple(v.card_prefix for v in VOCABULARIES)
 PARTITION_PREFIXES = tuple(v.partition_prefix for v in VOCABULARIES if v.partition_prefix)

@@ -199,19 +199,21 @@ REGISTRY_LINE = ('    BackendSpec("throwaway", NVIDIA, frozenset(), ("driver_ver
 
 SEEN = """
 import json, time
-from gputop.sources import backends
+from gputop.sources import backends, probe
 from helpers import backend_checks
 spec = backends.spec("throwaway")
 reading = backends.open_local(backends.Opening()).collector.backend.read(time.time())
+remote = probe.open_source({"host": "far"}, {}).collect()  # what the SSH probe serves
 print(json.dumps({"names": [b.name for b in backends.BACKENDS],
+                  "probe": [remote["source"], [g.get("name") for g in remote["gpus"]]],
                   "problems": backend_checks.problems(reading, spec),
                   "lost": backend_checks.lost_card(reading, 1)}))
 """
 
 
 def test_a_throwaway_backend_is_seen_by_the_opener_and_the_checks(tmp_path: Path) -> None:
-    """One module and one registry line: `gputop --once` reads its cards, and the
-    conformance checks (and the case list above) see it."""
+    """One module and one registry line: `gputop --once`, --json and the remote probe
+    read its cards, and the conformance checks (and the case list above) see it."""
     copy = tmp_path / "pkg"
     shutil.copytree(ROOT / "gputop", copy / "gputop",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -241,6 +243,7 @@ def test_a_throwaway_backend_is_seen_by_the_opener_and_the_checks(tmp_path: Path
     found = json.loads(seen.stdout)
     assert found["names"][0] == "throwaway" and "nvml" in found["names"]
     assert found["problems"] == [] and found["lost"] == []
+    assert found["probe"] == ["throwaway", ["Throwaway T1", None]]
     # The case list here is checked against the registry: the copy's registry would fail
     # test_every_registered_backend_has_cases until the backend has cases.
     assert sorted(CASES) != sorted(found["names"])

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gputop import vendors
 from gputop.actions.reservations import ReservationError, check_note, check_until
 from gputop.analysis import pick as picking
 from gputop.analysis.durations import format_duration, parse_size, parse_until
@@ -34,7 +33,7 @@ from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.records import Record, record, replace
 from gputop.text import visible
-from gputop.vendors import is_card_uuid, is_device_uuid
+from gputop.vendors import VISIBLE_DEVICES_NAME, is_card_uuid, is_device_uuid
 
 if TYPE_CHECKING:
     from gputop.sources.oneshot import Session
@@ -65,8 +64,9 @@ def _add_choice(p: argparse.ArgumentParser) -> None:
     add_host(p)
     p.add_argument("--count", type=int, metavar="N", help="how many GPUs (default 1)")
     add_card_filters(p)
-    p.add_argument("--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES"
-                   "=...' (default: 'CUDA_VISIBLE_DEVICES=...')")
+    name = VISIBLE_DEVICES_NAME
+    p.add_argument("--export", action="store_true",
+                   help=f"print 'export {name}=...' (default: '{name}=...')")
 
 
 def add_release_arguments(p: argparse.ArgumentParser) -> None:
@@ -407,7 +407,7 @@ def _device(reservation: dict[str, Any]) -> str:
 
 def _print_devices(units: list[str], export: bool) -> None:
     devices = ",".join(units)
-    name = vendors.PRIMARY.visible_devices[0]
+    name = VISIBLE_DEVICES_NAME
     print(f"export {name}={devices}" if export else f"{name}={devices}")
 
 
