@@ -66,11 +66,17 @@ def test_unreadable_processes_are_counted() -> None:
 
 def _run_scan_as_nobody(tmp_path: Path) -> None:
     nobody = pwd.getpwnam("nobody")
-    # devscan is stdlib-only: a copy runs under the system python as `nobody`, who can
-    # read neither our virtualenv nor root's /proc/PID/fd.
+    # devscan is stdlib-only: a copy (with the vendor names it looks for) runs under the
+    # system python as `nobody`, who can read neither our virtualenv nor root's /proc/PID/fd.
+    package = Path(devscan.__file__).parents[1]
+    (tmp_path / "gputop").mkdir()
+    for name in ("__init__.py", "records.py", "vendors.py"):
+        shutil.copy(package / name, tmp_path / "gputop" / name)
     shutil.copy(devscan.__file__, tmp_path / "devscan.py")
-    os.chmod(tmp_path, 0o755)
-    os.chmod(tmp_path / "devscan.py", 0o644)
+    for path in (tmp_path, tmp_path / "gputop"):
+        os.chmod(path, 0o755)
+    for path in (tmp_path / "devscan.py", *(tmp_path / "gputop").iterdir()):
+        os.chmod(path, 0o644)
     code = "import json, devscan; print(json.dumps(devscan.scan_device_holders()))"
 
     def demote() -> None:

@@ -11,7 +11,7 @@ from sshd import capture_section
 from gputop import model
 from gputop.model import HostSnapshot
 from gputop.sources import smi
-from gputop.sources.hostsource import fallback_snapshot
+from gputop.sources.fallback import fallback_snapshot
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 MIB = 1024 * 1024

@@ -20,7 +20,8 @@ from gputop import model
 from gputop.analysis import health, pick, topology
 from gputop.model import HostSnapshot
 from gputop.sources import nvmlcodes, smi
-from gputop.sources.hostsource import fallback_snapshot, open_simulation
+from gputop.sources.fallback import fallback_snapshot
+from gputop.sources.hostsource import open_simulation
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 H100 = FIXTURES / "capture-h100-80gb-hbm3-590.txt"

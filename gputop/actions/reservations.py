@@ -56,6 +56,7 @@ from gputop.actions.store import (
 from gputop.actions.store import StoreError as ReservationError
 from gputop.records import MutableRecord, Record, field, record
 from gputop.storedir import RESERVATIONS_DIR
+from gputop.vendors import UUID_PREFIXES, is_partition_uuid
 
 if TYPE_CHECKING:
     from gputop.actions.env import ActionEnv
@@ -436,7 +437,7 @@ def _resolve_mig(
         return None
     text = gpu.strip()
     label = re.fullmatch(r"(\d{1,4}):(\d)", text)
-    if not text.startswith("MIG-") and label is None:
+    if not is_partition_uuid(text) and label is None:
         return None
     for uuid, (index, slot) in (mig_devices or {}).items():
         if uuid == text or (label and (index, slot) == (int(label[1]), int(label[2]))):
@@ -576,8 +577,8 @@ def _read_names(fd: int, directory: str, names: list[str], wanted: _Wanted,
         # No key holds a dot: the part before the first one is the key, found without a
         # regex, so 50,000 names of other cards cost a listing and a set lookup each.
         key = name.partition(".")[0]
-        if keys is not None and key not in keys and not (any_mig and key.startswith("MIG-")):
-            if name.endswith(".json") and key.startswith(("GPU-", "MIG-", "index-")):
+        if keys is not None and key not in keys and not (any_mig and is_partition_uuid(key)):
+            if name.endswith(".json") and key.startswith((*UUID_PREFIXES, "index-")):
                 elsewhere.append(name)
             else:
                 foreign.append(name)
@@ -732,7 +733,7 @@ def _content_problem(data: dict[str, Any], key: str, info: os.stat_result) -> st
         return "'since' after 'until'"
     uuid = data.get("uuid")
     mig = data.get("mig_device")
-    if key.startswith("MIG-") != (mig is not None):
+    if is_partition_uuid(key) != (mig is not None):
         return "'mig_device' must be given exactly for a MIG-... key"
     if mig is not None and (isinstance(mig, bool) or not isinstance(mig, int)
                             or not 0 <= mig < MAX_MIG_SLOTS):

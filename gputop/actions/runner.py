@@ -40,6 +40,7 @@ from gputop.ledger import jobs, share_usage
 from gputop.model import HostSnapshot, QueueJob, mig_map
 from gputop.records import Record, record
 from gputop.text import visible
+from gputop.vendors import visible_devices_env
 
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
@@ -275,8 +276,8 @@ class Runner:
         devices = ",".join(str(i) for i in cards)
         uuids = ",".join((i if isinstance(i, str) else self.gpu_uuids.get(i)) or ""
                          for i in cards)
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=devices, CUDA_DEVICE_ORDER="PCI_BUS_ID",
-                   GPUTOP_JOB_ID=job.id, GPUTOP_GPU_UUIDS=uuids)
+        env = dict(os.environ, **visible_devices_env(devices), GPUTOP_JOB_ID=job.id,
+                   GPUTOP_GPU_UUIDS=uuids)
         read_fd, self.gate = os.pipe()
         out: Any = None
         if self.log_fd >= 0:

@@ -26,6 +26,7 @@ from gputop import model
 from gputop.analysis.holders import active_reservations, mig_reservations
 from gputop.model import Gpu, HostSnapshot, MigDevice, Reservation
 from gputop.records import MutableRecord, Record, field, record
+from gputop.vendors import VISIBLE_DEVICES_NAME
 
 MIG_UNIT = "MIG mode: its MIG devices are the unit (gputop pick / reserve)"
 
@@ -278,7 +279,7 @@ def _mig_rejection(
     want: Want,
 ) -> str | None:
     if dev.uuid is None:
-        return "no UUID (cannot be named in CUDA_VISIBLE_DEVICES)"
+        return f"no UUID (cannot be named in {VISIBLE_DEVICES_NAME})"
     if dev.uuid in excluded:
         return "excluded"
     held = _held_by_other(reservation, want)

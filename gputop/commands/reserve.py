@@ -33,6 +33,7 @@ from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.records import Record, record, replace
 from gputop.text import visible
+from gputop.vendors import VISIBLE_DEVICES_NAME, is_card_uuid, is_device_uuid
 
 if TYPE_CHECKING:
     from gputop.sources.oneshot import Session
@@ -63,8 +64,9 @@ def _add_choice(p: argparse.ArgumentParser) -> None:
     add_host(p)
     p.add_argument("--count", type=int, metavar="N", help="how many GPUs (default 1)")
     add_card_filters(p)
-    p.add_argument("--export", action="store_true", help="print 'export CUDA_VISIBLE_DEVICES"
-                   "=...' (default: 'CUDA_VISIBLE_DEVICES=...')")
+    name = VISIBLE_DEVICES_NAME
+    p.add_argument("--export", action="store_true",
+                   help=f"print 'export {name}=...' (default: '{name}=...')")
 
 
 def add_release_arguments(p: argparse.ArgumentParser) -> None:
@@ -349,7 +351,7 @@ def wanted(args: argparse.Namespace, count: int, me: str | None = None) -> picki
 
 def _one_process(gpus: list[int | str]) -> None:
     """--gpus names what one process will use: cards, or one MIG device, never both."""
-    migs = [g for g in gpus if isinstance(g, str) and not g.startswith("GPU-")]
+    migs = [g for g in gpus if isinstance(g, str) and not is_card_uuid(g)]
     if migs and len(gpus) > 1:
         raise usage_error(f"--gpus {','.join(str(g) for g in gpus)}: a CUDA process sees one"
                           " MIG device and nothing beside it; reserve each MIG device with"
@@ -377,7 +379,7 @@ def _gpu_list(text: str) -> list[int | str]:
             raise usage_error(f"--gpus: empty item in {text!r}")
         if item.isdigit():
             items.append(int(item))
-        elif item.startswith(("GPU-", "MIG-")) or re.fullmatch(r"\d{1,4}:\d", item):
+        elif is_device_uuid(item) or re.fullmatch(r"\d{1,4}:\d", item):
             items.append(item)  # "0:1": MIG device 1 of card 0
         else:
             raise usage_error(f"--gpus: {item!r} is neither an index nor a GPU-.../MIG-... "
@@ -405,7 +407,8 @@ def _device(reservation: dict[str, Any]) -> str:
 
 def _print_devices(units: list[str], export: bool) -> None:
     devices = ",".join(units)
-    print(f"export CUDA_VISIBLE_DEVICES={devices}" if export else f"CUDA_VISIBLE_DEVICES={devices}")
+    name = VISIBLE_DEVICES_NAME
+    print(f"export {name}={devices}" if export else f"{name}={devices}")
 
 
 def _reply_message(reply: dict[str, Any], host: str) -> str:

@@ -26,13 +26,14 @@ from gputop.policy import PolicyError, load_policy
 from gputop.sources.feed import LocalFeed
 from gputop.sources.opener import SourcePlan, open_feeds, reservations_dir
 from gputop.text import visible
+from gputop.vendors import VISIBLE_DEVICES_NAME
 
 MAX_RETRIES = 100
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Wait in this host's line for free GPUs, reserve them, run CMD with"
-                     " CUDA_VISIBLE_DEVICES set, and release them when it ends.")
+                     f" {VISIBLE_DEVICES_NAME} set, and release them when it ends.")
     p.usage = "gputop run [options] -- CMD [ARGS...]"
     which = p.add_mutually_exclusive_group()
     which.add_argument("--gpus", type=int, metavar="N", help="how many GPUs (default 1)")

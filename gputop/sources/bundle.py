@@ -54,6 +54,7 @@ MODULES = (
     "gputop.records",
     "gputop.storedir",
     "gputop.model",
+    "gputop.vendors",
     "gputop.yamlnodes",
     "gputop.sources.devscan",
     "gputop.sources.workload",
@@ -66,6 +67,7 @@ MODULES = (
     "gputop.sources.nvml",
     "gputop.sources.assembler",
     "gputop.sources.hostsource",
+    "gputop.sources.backends",
     # A package, with every one of its modules: its __init__ re-exports them.
     "gputop.sources.sim",
     "gputop.sources.sim.api",

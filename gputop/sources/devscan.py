@@ -1,4 +1,5 @@
-"""Who holds /dev/nvidia* open, found by scanning /proc/*/fd.
+"""Who holds a GPU device file open (/dev/nvidia*, gputop.vendors), found by scanning
+/proc/*/fd.
 
 Stdlib-only: shipped to remote hosts inside the SSH probe.
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 
-_DEVICE_PREFIX = "/dev/nvidia"
+from gputop.vendors import DEVICE_NODES
 
 
 def scan_device_holders(root: str = "/proc") -> tuple[list[dict], str | None]:
@@ -46,7 +47,7 @@ def scan_device_holders(root: str = "/proc") -> tuple[list[dict], str | None]:
                 target = os.readlink(os.path.join(fd_dir, fd))
             except OSError:
                 continue
-            if target.startswith(_DEVICE_PREFIX):
+            if target.startswith(DEVICE_NODES):
                 devices.add(target)
         if devices:
             holders.append(

@@ -98,6 +98,15 @@ class Feed(Protocol):
 
 
 @runtime_checkable
+class Focuses(Protocol):
+    """A feed that reads a view of many hosts (Prometheus) declares this: told which host
+    the dashboard opened (None: the overview), it reads that one in full, the rest in
+    brief.  Feeds that read each host whole do not."""
+
+    def focus(self, host: str | None) -> None: ...
+
+
+@runtime_checkable
 class _Details(Protocol):
     """The part of a ProcessReader (sources/backend.py) the detail view reads."""
 

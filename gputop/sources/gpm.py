@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gputop.sources.nvmlcodes import DeviceHandle
+
 METRICS_GET_VERSION = 1  # NVML_GPM_METRICS_GET_VERSION
 # nvmlGpmMetricId_t values (nvml.h), used where pynvml lacks the name
 SM_UTIL = 2
@@ -71,7 +73,9 @@ class CardGpm:
         self._ids = [getattr(nvml, f"NVML_GPM_METRIC_{name}", metric)
                      for _, name, metric in _CARD]
 
-    def read(self, index: int, handle: Any, mig_mode: bool | None) -> dict[str, float | None]:
+    def read(
+        self, index: int, handle: DeviceHandle, mig_mode: bool | None
+    ) -> dict[str, float | None]:
         empty: dict[str, float | None] = dict.fromkeys(CARD_FIELDS)
         if mig_mode or not self._is_supported(index, handle):
             self._drop(index)
@@ -100,7 +104,7 @@ class CardGpm:
                 out[key] = min(value, 100.0)
         return out
 
-    def _is_supported(self, index: int, handle: Any) -> bool:
+    def _is_supported(self, index: int, handle: DeviceHandle) -> bool:
         if index not in self._supported:
             support = self.get("nvmlGpmQueryDeviceSupport", handle)
             self._supported[index] = bool(getattr(support, "isSupportedDevice", 0))

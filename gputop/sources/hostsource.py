@@ -4,13 +4,15 @@ The opener (this machine, --demo), the remote probe (its host, or a scenario it 
 the screenshots and the tests all build their collectors here, so a backend is wired in
 one place:
 
-- ``open_local``: NVML on this machine over /proc;
+- ``open_local``: NVML on this machine over /proc (``open_nvml_host``: the same, as the
+  backend registry, sources/backends.py, opens it for the opener and the probe);
+- ``assemble``: any ``GpuBackend`` over /proc, what a registered backend's opener returns;
 - ``open_simulation``: the simulator's NVML-shaped library over its simulated processes;
 - ``nvml_collector``: any NVML-shaped library over any process reader (tests, benches);
-- ``fallback_snapshot``: one poll of nvidia-smi and ps text from a host without python3.
+(``sources/fallback.py``: one poll of nvidia-smi and ps text from a host without python3.)
 
-Adding a backend is one module (a ``GpuBackend``, sources/backend.py) and one function
-here that pairs it with its process reader.
+Adding a backend is one module (a ``GpuBackend``, sources/backend.py, whose opener
+returns ``assemble(its backend, opening)``) and one line in sources/backends.py.
 
 Stdlib-only: shipped to remote hosts inside the SSH probe (the sim is imported lazily).
 """
@@ -27,15 +29,18 @@ from gputop.sources.backend import NoDriverError, ProcessReader
 
 if TYPE_CHECKING:
     from gputop.actions.dispatch import ActionEnv
+    from gputop.sources.backend import GpuBackend
+    from gputop.sources.backends import Opening
     from gputop.sources.sim import Scenario, SimNvml
 
 __all__ = [
     "HostSource",
     "NoDriverError",
     "action_env",
-    "fallback_snapshot",
+    "assemble",
     "nvml_collector",
     "open_local",
+    "open_nvml_host",
     "open_simulation",
 ]
 
@@ -70,14 +75,40 @@ def open_local(
 ) -> HostSource:
     """This machine: NVML over /proc.  NoDriverError when there is no GPU to read.
     ``lean``, ``topology``, ``dashboard``: as NvmlBackend's."""
-    from gputop.sources.nvml import open_nvml
+    from gputop.sources.backends import Opening
+
+    return open_nvml_host(Opening(host=host, reservations_dir=reservations_dir, lean=lean,
+                                  name_wait_s=name_wait_s, topology=topology,
+                                  dashboard=dashboard))
+
+
+def open_nvml_host(opening: Opening) -> HostSource:
+    """The NVML backend's opener (sources/backends.py): this machine's pynvml over /proc.
+    NoDriverError without pynvml or a driver, or (not ``opening.remote``) with zero GPUs."""
+    from gputop.sources import nvml
+
+    if not opening.remote:
+        return assemble(nvml.open_nvml(lean=opening.lean, topology=opening.topology,
+                                       dashboard=opening.dashboard), opening)
+    try:
+        import pynvml
+    except ImportError:
+        raise NoDriverError("no pynvml on this host and none shipped") from None
+    # The host's own pynvml, of any version: not FastPynvml, which knows ours; a host
+    # whose driver sees no GPU still reports (zero GPUs).
+    return assemble(nvml.NvmlBackend(pynvml, lean=opening.lean, topology=opening.topology),
+                    opening)
+
+
+def assemble(backend: GpuBackend, opening: Opening) -> HostSource:
+    """``backend`` over this machine's /proc, with the opening's store and options."""
     from gputop.sources.procfs import ProcFs
 
-    backend = open_nvml(lean=lean, topology=topology, dashboard=dashboard)
     procs = ProcFs()
-    return HostSource(HostAssembler(backend, procs, host=host,
-                                    reservations_dir=reservations_dir, lean=lean,
-                                    name_wait_s=name_wait_s), procs)
+    return HostSource(HostAssembler(backend, procs, host=opening.host,
+                                    reservations_dir=opening.reservations_dir,
+                                    lean=opening.lean, name_wait_s=opening.name_wait_s),
+                      procs)
 
 
 def open_simulation(
@@ -117,17 +148,3 @@ def nvml_collector(
                          procs, host=host,
                          simulated=demo, reservations_dir=reservations_dir, clock=clock,
                          lean=lean, name_wait_s=name_wait_s)
-
-
-def fallback_snapshot(
-    host: str, output: str, now: float, reason: str | None = None, xml: bool = False,
-    mode: Any = None, extras: Any = None,
-) -> dict[str, Any]:
-    """One poll of a host without python3 (the output of ``mode``'s commands, an
-    ``smi.Mode``; ``xml`` is short for ``Mode(xml=True)``) with the host's last
-    ``smi.Extras`` (-L, topo -m, nvlink -s) -> a HostSnapshot dict."""
-    from gputop.sources import smi
-
-    mode = mode or smi.Mode(xml=xml)
-    backend, listing = smi.read_fallback(output, now, reason or smi.NO_PYTHON, mode, extras)
-    return HostAssembler(backend, listing, host=host, clock=lambda: now, lean=True).collect()

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gputop.sources import gpm
+from gputop.sources.nvmlcodes import DeviceHandle
 
 # NVML return codes (nvml.h), also when the module in use lacks the constants.
 _ERR_INVALID_ARGUMENT = 2
@@ -64,7 +65,9 @@ class MigReader:
         self._gpm: dict[int, bool] = {}
         self._samples: dict[tuple[int, int], Any] = {}
 
-    def read(self, index: int, handle: Any, gpu: dict[str, Any], rows: list[dict]) -> list[dict]:
+    def read(
+        self, index: int, handle: DeviceHandle, gpu: dict[str, Any], rows: list[dict]
+    ) -> list[dict]:
         """Fill ``gpu``'s MIG fields, mark ``rows`` (the card's processes) with their
         instance, and return the processes only the MIG handles listed.  The mode is read
         here unless ``gpu`` has it already (read with the card's settings)."""
@@ -160,13 +163,13 @@ class MigReader:
 
     # -- GPM: per-instance SM activity -------------------------------------------------
 
-    def _gpm_supported(self, index: int, handle: Any) -> bool:
+    def _gpm_supported(self, index: int, handle: DeviceHandle) -> bool:
         if index not in self._gpm:
             support = self._get("nvmlGpmQueryDeviceSupport", handle)
             self._gpm[index] = bool(getattr(support, "isSupportedDevice", 0))
         return self._gpm[index]
 
-    def _activity(self, index: int, handle: Any, devices: list[dict[str, Any]]) -> None:
+    def _activity(self, index: int, handle: DeviceHandle, devices: list[dict[str, Any]]) -> None:
         """SM activity per GPU instance between the previous refresh and this one."""
         done: dict[int, int | None] = {}
         for device in devices:
@@ -177,7 +180,7 @@ class MigReader:
                 done[gi] = self._sample(index, handle, gi)
             device["sm_active"] = done[gi]
 
-    def _sample(self, index: int, handle: Any, gi: int) -> int | None:
+    def _sample(self, index: int, handle: DeviceHandle, gi: int) -> int | None:
         sample = self._get("nvmlGpmSampleAlloc")
         if sample is None:
             return None

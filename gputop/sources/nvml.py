@@ -25,7 +25,7 @@ from gputop.sources.backend import NoDriverError, Reading
 from gputop.sources.gpm import CardGpm
 from gputop.sources.mig import MigReader
 from gputop.sources.nvmlcalls import FastPynvml, handle_key
-from gputop.sources.nvmlcodes import decode_clock_events, init_failure
+from gputop.sources.nvmlcodes import DeviceHandle, decode_clock_events, init_failure
 
 __all__ = ["NoDriverError", "NvmlBackend", "decode_clock_events", "open_nvml"]
 
@@ -203,12 +203,12 @@ class NvmlBackend:
         # admin may raise while we run.
         self._pid_max: int | None = None if simulated else _PID_MAX_LIMIT
         self._count: int | None = None
-        self._handles: dict[int, Any] = {}
+        self._handles: dict[int, DeviceHandle] = {}
         self._static: dict[int, dict[str, Any]] = {}
         self._nvlink_remote: dict[int, list[tuple[str | None, int | None]]] = {}
         self._proc_util_ts: dict[int, int] = {}
         self._proc_variant: dict[str, str] = {}
-        self._versions: dict[str, str | None] | None = None
+        self._versions: Reading | None = None
         self._topology: list[dict] | None = None
         self._event_set: Any = None
         self._xid_watched: bool | None = None
@@ -297,7 +297,7 @@ class NvmlBackend:
 
     # -- once per backend -------------------------------------------------------------------
 
-    def _versions_once(self) -> dict[str, str | None]:
+    def _versions_once(self) -> Reading:
         if self._versions is None:
             cuda = self._get("nvmlSystemGetCudaDriverVersion_v2")
             if cuda is None:
@@ -327,7 +327,7 @@ class NvmlBackend:
         self._handles[index] = handle
         return handle
 
-    def _static_fields(self, index: int, handle: Any) -> dict[str, Any]:
+    def _static_fields(self, index: int, handle: DeviceHandle) -> dict[str, Any]:
         cached = self._static.get(index)
         if cached is not None:
             return cached
@@ -366,7 +366,7 @@ class NvmlBackend:
         self._static[index] = static
         return static
 
-    def _lean_static(self, handle: Any) -> dict[str, Any]:
+    def _lean_static(self, handle: DeviceHandle) -> dict[str, Any]:
         """What a one-shot table and its health rules read of the fields that never
         change: the name and UUID (reservations match on it), the thermal limits and the
         PCIe maxima; the rest None.  The link count comes with the first field values."""
@@ -382,17 +382,17 @@ class NvmlBackend:
         static["_fans"] = None  # one fan speed call, as for a card that cannot count them
         return static
 
-    def _threshold(self, handle: Any, which: str, default: int) -> int | None:
+    def _threshold(self, handle: DeviceHandle, which: str, default: int) -> int | None:
         kind = self._const(f"NVML_TEMPERATURE_THRESHOLD_{which}", default)
         return self._get("nvmlDeviceGetTemperatureThreshold", handle, kind)
 
-    def _cpu_affinity(self, handle: Any) -> str | None:
+    def _cpu_affinity(self, handle: DeviceHandle) -> str | None:
         # The mask is as wide as the host's CPU count (the simulated host's in --demo).
         cpus = max(os.cpu_count() or 64, self._host_cpu_count or 0)
         words = (cpus + 63) // 64
         return cpulist(self._get("nvmlDeviceGetCpuAffinity", handle, words))
 
-    def _numa_node(self, handle: Any, bus_id: str | None) -> int | None:
+    def _numa_node(self, handle: DeviceHandle, bus_id: str | None) -> int | None:
         """The NUMA node near the GPU, as `nvidia-smi topo -m` calls NUMA Affinity."""
         words = self._get("nvmlDeviceGetMemoryAffinity", handle, 1, _AFFINITY_SCOPE_NODE)
         if words:
@@ -413,7 +413,7 @@ class NvmlBackend:
         return int(node) if node is not None and node >= 0 else None
 
     def _nvlink_remotes(
-        self, handle: Any, remotes: bool = True
+        self, handle: DeviceHandle, remotes: bool = True
     ) -> list[tuple[str | None, int | None]]:
         """(remote PCI bus id, remote device type) per NVLink; the length is the link count.
 
@@ -446,7 +446,9 @@ class NvmlBackend:
             found.append((bus, kind))
         return found
 
-    def _field_values(self, handle: Any, fields: list[tuple[int, int]]) -> list[Any] | None:
+    def _field_values(
+        self, handle: DeviceHandle, fields: list[tuple[int, int]]
+    ) -> list[Any] | None:
         """Several (field id, scope id) in one NVML call: a value per field, None where that
         field failed; None when the call itself is unavailable."""
         fn = self._fn("nvmlDeviceGetFieldValues")
@@ -572,7 +574,7 @@ class NvmlBackend:
             )
         return events
 
-    def _index_of(self, device: Any) -> int | None:
+    def _index_of(self, device: DeviceHandle) -> int | None:
         """The index of the GPU an event came from; None when it cannot be placed.
 
         pynvml builds a new ctypes object for every event, so ``is`` never matches: compare
@@ -604,7 +606,7 @@ class NvmlBackend:
         return self._count
 
     def read(self, now: float, cpu_count: int | None = None) -> Reading:
-        snap: Reading = dict(self._versions_once())
+        snap = self._versions_once().copy()
         self._now = now
         self._forget_unsupported(now)
         self._host_cpu_count = cpu_count
@@ -664,7 +666,9 @@ class NvmlBackend:
         gpu.update(index=index, state=state, error=message)
         return gpu
 
-    def _dynamic_fields(self, gpu: dict[str, Any], handle: Any, static: dict[str, Any]) -> None:
+    def _dynamic_fields(
+        self, gpu: dict[str, Any], handle: DeviceHandle, static: dict[str, Any]
+    ) -> None:
         if self.lean:
             self._lean_dynamic(gpu, handle, static)
             return
@@ -712,7 +716,7 @@ class NvmlBackend:
             self._kept(gpu, "pcie_link", lambda: self._pcie_link(gpu, handle),
                        urgent=lambda last: _pcie_link_urgent(last, gpu, static))
 
-    def _health(self, gpu: dict[str, Any], handle: Any, counters: bool) -> None:
+    def _health(self, gpu: dict[str, Any], handle: DeviceHandle, counters: bool) -> None:
         """ECC, retired pages, row remapping, every link's state (and with ``counters``
         dcgm-exporter's counters) in one field-value call, and the clock-event reasons."""
         index = gpu["index"]
@@ -750,13 +754,13 @@ class NvmlBackend:
         self._kept_reads[(index, group)] = (now, {k: gpu.get(k) for k in fields},
                                             tuple(errors[before:]))
 
-    def _settings(self, gpu: dict[str, Any], handle: Any) -> None:
+    def _settings(self, gpu: dict[str, Any], handle: DeviceHandle) -> None:
         """What an admin sets (power limit, persistence, compute, ECC and MIG modes): five
         of a card's thirty calls a tick, for values that change by hand, if ever; read
         every READ_EVERY["settings"] seconds (_kept)."""
         self._kept(gpu, "settings", lambda: self._read_settings(gpu, handle))
 
-    def _read_settings(self, gpu: dict[str, Any], handle: Any) -> None:
+    def _read_settings(self, gpu: dict[str, Any], handle: DeviceHandle) -> None:
         get = self._get
         gpu["power_limit"] = _watts(get("nvmlDeviceGetEnforcedPowerLimit", handle))
         persistence = get("nvmlDeviceGetPersistenceMode", handle)
@@ -771,7 +775,7 @@ class NvmlBackend:
         gpu["mig_mode"] = bool(mig[0]) if mig else None
         gpu["mig_mode_pending"] = bool(mig[1]) if mig else None
 
-    def _pcie_link(self, gpu: dict[str, Any], handle: Any) -> None:
+    def _pcie_link(self, gpu: dict[str, Any], handle: DeviceHandle) -> None:
         gpu["pcie_gen"] = self._get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
         gpu["pcie_width"] = self._get("nvmlDeviceGetCurrPcieLinkWidth", handle)
 
@@ -780,7 +784,7 @@ class NvmlBackend:
         fields = [(_FI_MEMORY_TEMP, 0), (_FI_TOTAL_ENERGY, 0), (_FI_PCIE_REPLAYS, 0)]
         return fields + [(f, link) for link in range(links) for f in _FI_NVLINK_DATA]
 
-    def _counters(self, gpu: dict[str, Any], handle: Any, batch: list[Any] | None) -> None:
+    def _counters(self, gpu: dict[str, Any], handle: DeviceHandle, batch: list[Any] | None) -> None:
         """Memory temperature, total energy, PCIe replays and NVLink data (dcgm-exporter's
         default counters), with each link's data both ways: ``batch``, their field values
         (read with others); the single calls where the driver has no field values."""
@@ -797,7 +801,9 @@ class NvmlBackend:
         known = bool(data) and all(v is not None for v in data)
         gpu["nvlink_data_kib"] = sum(int(v) for v in data) if known else None
 
-    def _lean_dynamic(self, gpu: dict[str, Any], handle: Any, static: dict[str, Any]) -> None:
+    def _lean_dynamic(
+        self, gpu: dict[str, Any], handle: DeviceHandle, static: dict[str, Any]
+    ) -> None:
         """The changing fields of a one-shot table and its rules; the ones left out
         (``_LEAN_SKIPS``) are None.  NVLink count and states and the ECC counters are one
         field-value call: states of links beyond the count come back failed and unused."""
@@ -835,7 +841,7 @@ class NvmlBackend:
         gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth", handle)
         gpu["nvlinks"] = self._nvlinks(index, handle, states)
 
-    def _memory(self, gpu: dict[str, Any], handle: Any) -> None:
+    def _memory(self, gpu: dict[str, Any], handle: DeviceHandle) -> None:
         info = None
         version = getattr(self.nvml, "nvmlMemory_v2", None)
         if version is not None:
@@ -850,13 +856,15 @@ class NvmlBackend:
         gpu["mem_total"] = getattr(info, "total", None)
         gpu["mem_reserved"] = getattr(info, "reserved", None)
 
-    def _fans(self, handle: Any, count: int | None) -> tuple[int | None, ...]:
+    def _fans(self, handle: DeviceHandle, count: int | None) -> tuple[int | None, ...]:
         if count:
             return tuple(self._get("nvmlDeviceGetFanSpeed_v2", handle, i) for i in range(count))
         speed = self._get("nvmlDeviceGetFanSpeed", handle)
         return (speed,) if speed is not None else ()
 
-    def _ecc(self, gpu: dict[str, Any], handle: Any, batch: list[Any] | None = None) -> None:
+    def _ecc(
+        self, gpu: dict[str, Any], handle: DeviceHandle, batch: list[Any] | None = None
+    ) -> None:
         """ECC, retired pages and row remapping; ``batch``: their field values, read with
         others (the ECC mode is one of the settings, ``_settings``)."""
         get = self._get
@@ -902,7 +910,7 @@ class NvmlBackend:
             gpu["remapped_correctable"] = gpu["remapped_uncorrectable"] = None
             gpu["remap_pending"] = gpu["remap_failure"] = None
 
-    def _clock_events(self, gpu: dict[str, Any], handle: Any) -> None:
+    def _clock_events(self, gpu: dict[str, Any], handle: DeviceHandle) -> None:
         # The "throttle" name is deprecated (removed in CUDA 14); older drivers have only it.
         mask = self._get("nvmlDeviceGetCurrentClocksEventReasons", handle)
         if mask is None:
@@ -910,7 +918,9 @@ class NvmlBackend:
         gpu["clock_event_mask"] = int(mask) if mask is not None else None
         gpu["clock_event_reasons"] = decode_clock_events(gpu["clock_event_mask"])
 
-    def _nvlinks(self, index: int, handle: Any, states: list[Any] | None = None) -> list[dict]:
+    def _nvlinks(
+        self, index: int, handle: DeviceHandle, states: list[Any] | None = None
+    ) -> list[dict]:
         """Each link's state (``states``: already read with other field values)."""
         links = []
         known = self._nvlink_remote.get(index, ())
@@ -935,7 +945,7 @@ class NvmlBackend:
     # -- processes -----------------------------------------------------------------------------
 
     def _processes(
-        self, index: int, handle: Any, mem_total: int | None
+        self, index: int, handle: DeviceHandle, mem_total: int | None
     ) -> tuple[list[dict], str | None]:
         """The card's processes, and why the list is incomplete (None: it is complete).
 
@@ -965,7 +975,7 @@ class NvmlBackend:
         return list(merged.values()), "; ".join(failures) or None
 
     def _running(
-        self, kind: str, handle: Any, mem_total: int | None
+        self, kind: str, handle: DeviceHandle, mem_total: int | None
     ) -> tuple[list[Any], str | None]:
         """Running processes of one kind, surviving the 535.43-535.86 struct mismatch.
 
@@ -1015,7 +1025,7 @@ class NvmlBackend:
                 return False
         return True
 
-    def _process_utilization(self, index: int, handle: Any, rows: dict[int, dict]) -> None:
+    def _process_utilization(self, index: int, handle: DeviceHandle, rows: dict[int, dict]) -> None:
         fn = self._fn("nvmlDeviceGetProcessUtilization")
         if fn is None:
             return

@@ -29,8 +29,10 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
+from gputop.sources.nvmlcodes import DeviceHandle
 
-def handle_key(handle: Any) -> Any:
+
+def handle_key(handle: DeviceHandle) -> Any:
     """A stable key of a device handle: its pointer value for pynvml's ctypes pointers,
     the object itself for the simulator's (one object per index)."""
     if handle is None:
@@ -71,7 +73,7 @@ class FastPynvml:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._nvml, name)
 
-    def _call(self, name: str, handle: Any, struct: Any,
+    def _call(self, name: str, handle: DeviceHandle, struct: Any,
               call: Callable[[Any, Any], int]) -> tuple[Any, int]:
         """(array, entries) of one list read: ``call(count, array)`` gives NVML's return."""
         nvml, key = self._nvml, (name, handle_key(handle))
@@ -92,7 +94,7 @@ class FastPynvml:
         nvml = self._nvml
         missing = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE: usedGpuMemory under WDDM
 
-        def running(handle: Any) -> list[Any]:
+        def running(handle: DeviceHandle) -> list[Any]:
             fn = nvml._nvmlGetFunctionPointer(name)
             array, n = self._call(name, handle, struct, lambda c, a: fn(handle, c, a))
             out = []
@@ -108,7 +110,7 @@ class FastPynvml:
     def _sampler(self, name: str, struct: Any) -> Callable[[Any, int], list[Any]]:
         nvml = self._nvml
 
-        def samples(handle: Any, since: int) -> list[Any]:
+        def samples(handle: DeviceHandle, since: int) -> list[Any]:
             fn = nvml._nvmlGetFunctionPointer(name)
             stamp = ctypes.c_ulonglong(since)
             array, n = self._call(name, handle, struct, lambda c, a: fn(handle, a, c, stamp))
@@ -119,7 +121,7 @@ class FastPynvml:
     def _field_values(self, name: str, struct: Any) -> Callable[[Any, Any], Any]:
         nvml = self._nvml
 
-        def values(handle: Any, fields: Any) -> Any:
+        def values(handle: DeviceHandle, fields: Any) -> Any:
             wanted = tuple(f if isinstance(f, tuple) else (f, 0) for f in fields)
             key = (handle_key(handle), wanted)
             array = self._arrays.get(key)

@@ -12,7 +12,15 @@ Stdlib-only: shipped to remote hosts inside the SSH probe.
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 from gputop.records import Record, record
+
+# An NVML device handle (a card's or a MIG device's): pynvml's opaque c_nvmlDevice_t, or
+# the simulator's SimDeviceHandle / SimMigHandle.  gputop only hands it back to the library
+# that made it, which checks it (the simulator answers a bad one as NVML does), and pynvml
+# has no types: so Any, under the one name every NVML-shaped caller and callee uses.
+DeviceHandle: TypeAlias = Any
 
 # NVML return codes (nvml.h); nvidia-smi exits with the same numbers.
 ERR_NO_PERMISSION = 4

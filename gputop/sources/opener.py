@@ -267,14 +267,15 @@ def _local_feed(
     options: SourceOptions, config: Config, need_driver: bool = True, lean: bool = False,
     name_wait_s: float = 0.0, topology: bool = True, dashboard: bool = False,
 ) -> LocalFeed:
+    from gputop.sources import backends
     from gputop.sources.feed import LocalFeed
-    from gputop.sources.hostsource import action_env, open_local
+    from gputop.sources.hostsource import action_env
 
     store = reservations_dir(options, config)
     try:
-        source = open_local(host=LOCAL_HOST, reservations_dir=store, lean=lean,
-                            name_wait_s=name_wait_s, topology=topology,
-                            dashboard=dashboard)
+        source = backends.open_local(backends.Opening(
+            host=LOCAL_HOST, reservations_dir=store, lean=lean, name_wait_s=name_wait_s,
+            topology=topology, dashboard=dashboard))
     except NoDriverError as err:
         if need_driver:
             raise

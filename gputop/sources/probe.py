@@ -14,7 +14,8 @@ Protocol, one JSON object per line, ASCII:
 The probe exits when stdin reaches EOF or stdout is gone: a probe that outlived its
 channel would keep one of sshd's sessions (and its NVML handle) forever.
 
-GPUs come from the host's pynvml (else the copy shipped with the bundle).  When the
+GPUs come from the first backend of sources/backends.py that opens here: NVML, over the
+host's pynvml (else the copy shipped with the bundle).  When the
 environment has ``GPUTOP_PROBE_SIM=<scenario name or file>`` the probe serves that sim
 scenario instead (the test sshd gives each loopback "host" its own).
 """
@@ -120,7 +121,7 @@ def _load_scenario(name: str, scenarios: Texts) -> Any:
 
 def open_source(config: dict[str, Any], scenarios: Texts) -> _Source:
     """The collector for this host; raises NoDriverError when there is no GPU to read."""
-    from gputop.sources import hostsource
+    from gputop.sources import backends, hostsource
 
     readonly = bool(config.get("readonly", False))
     host = str(config.get("host") or "")
@@ -130,18 +131,11 @@ def open_source(config: dict[str, Any], scenarios: Texts) -> _Source:
         source = hostsource.open_simulation(_load_scenario(sim_name, scenarios),
                                             host=host or sim_name, reservations_dir=rdir)
         return _Source(source.collector, source.action_env(rdir, readonly), threading.Lock())
-    try:
-        import pynvml
-    except ImportError:
-        raise hostsource.NoDriverError("no pynvml on this host and none shipped") from None
-    from gputop.sources.procfs import ProcFs
-
     rdir = _reservations_dir(None)
-    procs = ProcFs()
-    # Not open_local: a host whose driver sees no GPU still reports (zero GPUs), and the
-    # message for a missing pynvml is the probe's own.
-    source = hostsource.HostSource(hostsource.nvml_collector(
-        pynvml, procs, host=host or "localhost", reservations_dir=rdir), procs)
+    # remote: a host whose driver sees no GPU still reports (zero GPUs), and the message
+    # for a missing pynvml is the probe's own.
+    source = backends.open_local(backends.Opening(host=host or "localhost",
+                                                  reservations_dir=rdir, remote=True))
     return _Source(source.collector, source.action_env(rdir, readonly), None)
 
 

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from gputop.sources.workload import WorkloadResolver
+from gputop.vendors import ORDER_VARIABLES, VISIBLE_DEVICES
 
 _DEFAULT_CLK_TCK = 100
 # A kernel file path of a Jupyter kernel comes after one of these.
@@ -27,7 +28,7 @@ CMDLINE_CUT = f"... (cut at {MAX_CMDLINE_BYTES // 1024} KiB)"
 # What the detail view shows of a process's environment: the GPUs it was given, its
 # job and rank; nothing else (an environment holds tokens and passwords).
 ENVIRONMENT_KEYS = frozenset({
-    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+    *VISIBLE_DEVICES, *ORDER_VARIABLES,
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "OMP_NUM_THREADS", "CONDA_DEFAULT_ENV", "VIRTUAL_ENV", "PBS_JOBID", "LSB_JOBID",
 })

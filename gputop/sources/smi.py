@@ -29,6 +29,7 @@ from typing import Any
 
 from gputop import model
 from gputop.analysis import topology as topo
+from gputop.sources.backend import Reading
 from gputop.sources.nvmlcodes import (
     ERR_DRIVER_NOT_LOADED,
     ERR_LIBRARY_NOT_FOUND,
@@ -679,7 +680,7 @@ class SmiBackend:
         self._mode = mode
         self._extras = extras
 
-    def read(self, now: float, cpu_count: int | None = None) -> dict[str, Any]:
+    def read(self, now: float, cpu_count: int | None = None) -> Reading:
         try:
             if self._mode.xml:
                 gpus, facts, procs = self._read_xml()
@@ -873,7 +874,7 @@ def read_fallback(
     return SmiBackend(sections, reason, mode, extras), PsListing(ps_text, now)
 
 
-def _failed(state: str, error: str) -> dict[str, Any]:
+def _failed(state: str, error: str) -> Reading:
     return {"state": state, "error": error, "missing": list(MISSING)}
 
 

@@ -38,8 +38,8 @@ from gputop import model
 from gputop.hosts import HostSpec, split_target
 from gputop.model import HostSnapshot, error_snapshot
 from gputop.sources import bundle, networds, smi, untrusted
+from gputop.sources.fallback import fallback_snapshot
 from gputop.sources.feed import READONLY_WHY, Capabilities, ProcessDetails
-from gputop.sources.hostsource import fallback_snapshot
 from gputop.sources.identity import Identity, named_identity
 
 # cryptography 51 warns that DSA is deprecated whenever asyncssh (2.24) merely names its

@@ -40,7 +40,7 @@ from gputop.analysis.history import History
 from gputop.analysis.pipeline import Analysed, Analyser, Settings
 from gputop.config import Config, analysis_settings
 from gputop.model import HostSnapshot
-from gputop.sources.feed import REPLAY, Capabilities, Feed, ProcessDetails
+from gputop.sources.feed import REPLAY, Capabilities, Feed, Focuses, ProcessDetails
 from gputop.sources.identity import Identity, named_identity
 from gputop.text import visible
 from gputop.ui.faults import FaultLog, restart_delay
@@ -305,10 +305,9 @@ class GputopApp(App[int]):
         """Tell the feeds which host is opened (None: the overview): a feed that reads
         a view of many hosts (Prometheus) then reads that one in full, the rest in brief."""
         for feed in self.feeds:
-            focus = getattr(feed, "focus", None)  # optional: most feeds read hosts whole
-            if focus is not None:
-                focus(host if host is not None and self.state.feeds.get(host) is feed
-                      else None)
+            if isinstance(feed, Focuses):  # most feeds read hosts whole
+                feed.focus(host if host is not None and self.state.feeds.get(host) is feed
+                           else None)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         # The one handler for worker errors: a broken feed is shown, the rest keep going.

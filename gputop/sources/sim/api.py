@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gputop.sources.nvmlcodes import DeviceHandle
+
 # --------------------------------------------------------------------------------------
 # Constants: values copied from nvidia-ml-py's pynvml.py (not imported: a remote host
 # running the sim may not have it).
@@ -372,7 +374,7 @@ class c_nvmlProcessUtilizationSample_t(_Struct):
 
 
 class c_nvmlEventData_t(_Struct):
-    device: Any
+    device: DeviceHandle
     eventType: int
     eventData: int
     gpuInstanceId: int

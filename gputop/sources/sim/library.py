@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gputop.records import MutableRecord, field, record
+from gputop.sources.nvmlcodes import DeviceHandle
 from gputop.sources.sim import api
 from gputop.sources.sim.api import (
     _COMPUTE_MODES,
@@ -314,7 +315,7 @@ class SimNvml:
         if self._init_count <= 0:
             raise NVMLError(NVML_ERROR_UNINITIALIZED)
 
-    def _gpu(self, handle: Any, field_name: str | None = None) -> dict[str, Any]:
+    def _gpu(self, handle: DeviceHandle, field_name: str | None = None) -> dict[str, Any]:
         """Resolve a handle, raising what real NVML would for this GPU and field."""
         self._check_init()
         if isinstance(handle, SimMigHandle):
@@ -532,48 +533,48 @@ class SimNvml:
                 return self.nvmlDeviceGetHandleByIndex(i)
         raise NVMLError(NVML_ERROR_NOT_FOUND)
 
-    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+    def nvmlDeviceGetIndex(self, handle: DeviceHandle) -> int:
         self._gpu(handle)
         return int(handle.index)
 
-    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+    def nvmlDeviceGetMinorNumber(self, handle: DeviceHandle) -> int:
         self._gpu(handle, "MinorNumber")
         return int(handle.index)
 
-    def nvmlDeviceGetName(self, handle: Any) -> str:
+    def nvmlDeviceGetName(self, handle: DeviceHandle) -> str:
         if isinstance(handle, SimMigHandle):
             profile = self._mig(handle)["profile"]
             return f"{self.scenario.gpus[handle.index]['name']} MIG {profile}"
         return str(self._gpu(handle, "Name")["name"])
 
-    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+    def nvmlDeviceGetUUID(self, handle: DeviceHandle) -> str:
         if isinstance(handle, SimMigHandle):
             return str(self._mig(handle)["uuid"])
         return str(self._gpu(handle, "UUID")["uuid"])
 
-    def nvmlDeviceGetSerial(self, handle: Any) -> str:
+    def nvmlDeviceGetSerial(self, handle: DeviceHandle) -> str:
         return str(self._gpu(handle, "Serial")["serial"])
 
-    def nvmlDeviceGetPciInfo_v3(self, handle: Any) -> nvmlPciInfo_t:
+    def nvmlDeviceGetPciInfo_v3(self, handle: DeviceHandle) -> nvmlPciInfo_t:
         g = self._gpu(handle, "PciInfo")
         return _pci_info(g["bus_id"], g["pci_device_id"], g["pci_subsystem_id"])
 
-    def nvmlDeviceGetPciInfo(self, handle: Any) -> nvmlPciInfo_t:
+    def nvmlDeviceGetPciInfo(self, handle: DeviceHandle) -> nvmlPciInfo_t:
         return self.nvmlDeviceGetPciInfo_v3(handle)
 
-    def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
+    def nvmlDeviceGetPersistenceMode(self, handle: DeviceHandle) -> int:
         g = self._gpu(handle, "PersistenceMode")
         return NVML_FEATURE_ENABLED if g["persistence"] else NVML_FEATURE_DISABLED
 
-    def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
+    def nvmlDeviceGetComputeMode(self, handle: DeviceHandle) -> int:
         return _COMPUTE_MODES[self._gpu(handle, "ComputeMode")["compute_mode"]]
 
-    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
+    def nvmlDeviceGetMigMode(self, device: DeviceHandle) -> list[int]:
         g = self._gpu(device, "MigMode")
         return [NVML_DEVICE_MIG_ENABLE if g[key] else NVML_DEVICE_MIG_DISABLE
                 for key in ("mig", "mig_pending")]
 
-    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
+    def nvmlDeviceGetCudaComputeCapability(self, handle: DeviceHandle) -> tuple[int, int]:
         name = self._gpu(handle, "CudaComputeCapability")["name"]
         for pattern, cc in (("H100", (9, 0)), ("A100", (8, 0)), ("RTX 30", (8, 6)),
                             ("RTX 40", (8, 9)), ("L40", (8, 9))):
@@ -583,22 +584,22 @@ class SimNvml:
 
     # ---- utilization and memory ----------------------------------------------------------
 
-    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> c_nvmlUtilization_t:
+    def nvmlDeviceGetUtilizationRates(self, handle: DeviceHandle) -> c_nvmlUtilization_t:
         self._gpu(handle, "UtilizationRates")
         self._not_in_mig_mode(handle)
         s = self._state(handle.index)
         return c_nvmlUtilization_t(gpu=s.util, memory=s.util_mem)
 
-    def nvmlDeviceGetEncoderUtilization(self, handle: Any) -> list[int]:
+    def nvmlDeviceGetEncoderUtilization(self, handle: DeviceHandle) -> list[int]:
         self._gpu(handle, "EncoderUtilization")
         return [self._state(handle.index).enc, 167000]
 
-    def nvmlDeviceGetDecoderUtilization(self, handle: Any) -> list[int]:
+    def nvmlDeviceGetDecoderUtilization(self, handle: DeviceHandle) -> list[int]:
         self._gpu(handle, "DecoderUtilization")
         return [self._state(handle.index).dec, 167000]
 
     def nvmlDeviceGetMemoryInfo(
-        self, handle: Any, version: int | None = None
+        self, handle: DeviceHandle, version: int | None = None
     ) -> c_nvmlMemory_t | c_nvmlMemory_v2_t:
         if isinstance(handle, SimMigHandle):
             return self._mig_memory(handle, version)
@@ -614,7 +615,7 @@ class SimNvml:
         # v1 counts the driver-reserved part as used, like the real call.
         return c_nvmlMemory_t(total=total, free=free, used=total - free)
 
-    def nvmlDeviceGetBAR1MemoryInfo(self, handle: Any) -> c_nvmlBAR1Memory_t:
+    def nvmlDeviceGetBAR1MemoryInfo(self, handle: DeviceHandle) -> c_nvmlBAR1Memory_t:
         if isinstance(handle, SimMigHandle):
             return self._mig_bar1(handle)
         g = self._gpu(handle, "BAR1MemoryInfo")
@@ -628,13 +629,13 @@ class SimNvml:
 
     # ---- thermal, power, fans ------------------------------------------------------------
 
-    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+    def nvmlDeviceGetTemperature(self, handle: DeviceHandle, sensor: int) -> int:
         self._gpu(handle, "Temperature")
         if sensor != NVML_TEMPERATURE_GPU:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return self._state(handle.index).temp
 
-    def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int:
+    def nvmlDeviceGetTemperatureThreshold(self, handle: DeviceHandle, threshold: int) -> int:
         g = self._gpu(handle, "TemperatureThreshold")
         value = {
             NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: g["temp_shutdown"],
@@ -646,11 +647,11 @@ class SimNvml:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return int(value)
 
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+    def nvmlDeviceGetPowerUsage(self, handle: DeviceHandle) -> int:
         self._gpu(handle, "PowerUsage")
         return self._state(handle.index).power_mw
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: DeviceHandle) -> int:
         """mJ since the driver loaded: a day before the simulation started, then at the
         card's halfway power between idle and load (a pure function of the clock, so
         monotonic; its rate is that mean, not the wandering draw)."""
@@ -658,30 +659,30 @@ class SimNvml:
         watts = (g["power_idle_w"] + g["power_load_w"]) / 2
         return round((max(self.clock() - self.t0, 0.0) + 86400.0) * watts * 1000)
 
-    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
+    def nvmlDeviceGetPcieReplayCounter(self, handle: DeviceHandle) -> int:
         return int(self._gpu(handle, "PcieReplayCounter")["pcie_replays"])
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: DeviceHandle) -> int:
         return round(self._gpu(handle, "EnforcedPowerLimit")["power_limit_w"] * 1000)
 
-    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+    def nvmlDeviceGetPowerManagementLimit(self, handle: DeviceHandle) -> int:
         return round(self._gpu(handle, "PowerManagementLimit")["power_limit_w"] * 1000)
 
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: DeviceHandle) -> int:
         g = self._gpu(handle, "PowerManagementDefaultLimit")
         return round(g["power_default_limit_w"] * 1000)
 
-    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: DeviceHandle) -> list[int]:
         g = self._gpu(handle, "PowerManagementLimitConstraints")
         return [round(g["power_min_limit_w"] * 1000), round(g["power_max_limit_w"] * 1000)]
 
-    def nvmlDeviceGetNumFans(self, device: Any) -> int:
+    def nvmlDeviceGetNumFans(self, device: DeviceHandle) -> int:
         return int(self._gpu(device, "NumFans")["fans"])
 
-    def nvmlDeviceGetFanSpeed(self, handle: Any) -> int:
+    def nvmlDeviceGetFanSpeed(self, handle: DeviceHandle) -> int:
         return self.nvmlDeviceGetFanSpeed_v2(handle, 0)
 
-    def nvmlDeviceGetFanSpeed_v2(self, handle: Any, fan: int) -> int:
+    def nvmlDeviceGetFanSpeed_v2(self, handle: DeviceHandle, fan: int) -> int:
         g = self._gpu(handle, "FanSpeed")
         if g["fans"] <= 0:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
@@ -693,7 +694,7 @@ class SimNvml:
 
     # ---- clocks and performance ----------------------------------------------------------
 
-    def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
+    def nvmlDeviceGetClockInfo(self, handle: DeviceHandle, type: int) -> int:
         self._gpu(handle, "ClockInfo")
         s = self._state(handle.index)
         if type in (NVML_CLOCK_SM, NVML_CLOCK_GRAPHICS):
@@ -704,7 +705,7 @@ class SimNvml:
             return s.clock_video
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
 
-    def nvmlDeviceGetMaxClockInfo(self, handle: Any, type: int) -> int:
+    def nvmlDeviceGetMaxClockInfo(self, handle: DeviceHandle, type: int) -> int:
         g = self._gpu(handle, "MaxClockInfo")
         if type in (NVML_CLOCK_SM, NVML_CLOCK_GRAPHICS):
             return int(g["clock_sm_max"])
@@ -714,37 +715,37 @@ class SimNvml:
             return int(g["clock_video_max"])
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
 
-    def nvmlDeviceGetPerformanceState(self, handle: Any) -> int:
+    def nvmlDeviceGetPerformanceState(self, handle: DeviceHandle) -> int:
         self._gpu(handle, "PerformanceState")
         return self._state(handle.index).pstate
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: DeviceHandle) -> int:
         self._gpu(handle, "CurrentClocksEventReasons")
         return self._state(handle.index).reasons
 
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: DeviceHandle) -> int:
         # The deprecated name reads the same mask; a NotSupported on either name applies.
         self._gpu(handle, "CurrentClocksThrottleReasons")
         return self.nvmlDeviceGetCurrentClocksEventReasons(handle)
 
-    def nvmlDeviceGetSupportedClocksEventReasons(self, handle: Any) -> int:
+    def nvmlDeviceGetSupportedClocksEventReasons(self, handle: DeviceHandle) -> int:
         self._gpu(handle, "SupportedClocksEventReasons")
         return nvmlClocksEventReasonAll
 
     # ---- ECC and memory health -----------------------------------------------------------
 
-    def _ecc(self, handle: Any, field_name: str) -> dict[str, Any]:
+    def _ecc(self, handle: DeviceHandle, field_name: str) -> dict[str, Any]:
         g = self._gpu(handle, field_name)
         if not g["ecc"]:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return g
 
-    def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
+    def nvmlDeviceGetEccMode(self, handle: DeviceHandle) -> list[int]:
         self._ecc(handle, "EccMode")
         return [NVML_FEATURE_ENABLED, NVML_FEATURE_ENABLED]
 
     def nvmlDeviceGetTotalEccErrors(
-        self, handle: Any, errorType: int, counterType: int
+        self, handle: DeviceHandle, errorType: int, counterType: int
     ) -> int:
         g = self._ecc(handle, "TotalEccErrors")
         kind = {NVML_MEMORY_ERROR_TYPE_CORRECTED: "corrected",
@@ -754,7 +755,7 @@ class SimNvml:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return int(g[f"ecc_{counter}_{kind}"])
 
-    def nvmlDeviceGetRetiredPages(self, device: Any, sourceFilter: int) -> list[int]:
+    def nvmlDeviceGetRetiredPages(self, device: DeviceHandle, sourceFilter: int) -> list[int]:
         g = self._ecc(device, "RetiredPages")
         if sourceFilter == NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS:
             count = g["retired_pages_sbe"]
@@ -765,11 +766,11 @@ class SimNvml:
         base = 0x1_0000_0000 + (sourceFilter << 28) + device.index * 0x100_0000
         return [base + 0x1000 * i for i in range(int(count))]
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: Any) -> int:
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: DeviceHandle) -> int:
         g = self._ecc(device, "RetiredPagesPendingStatus")
         return NVML_FEATURE_ENABLED if g["retired_pages_pending"] else NVML_FEATURE_DISABLED
 
-    def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
+    def nvmlDeviceGetRemappedRows(self, device: DeviceHandle) -> tuple[int, int, int, int]:
         g = self._ecc(device, "RemappedRows")
         return (
             int(g["remapped_correctable"]),
@@ -780,22 +781,22 @@ class SimNvml:
 
     # ---- PCIe, NVLink, topology, affinity ------------------------------------------------
 
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: DeviceHandle) -> int:
         return int(self._gpu(handle, "CurrPcieLinkGeneration")["pcie_gen"])
 
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: DeviceHandle) -> int:
         return int(self._gpu(handle, "MaxPcieLinkGeneration")["pcie_gen_max"])
 
-    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, handle: Any) -> int:
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, handle: DeviceHandle) -> int:
         return int(self._gpu(handle, "GpuMaxPcieLinkGeneration")["pcie_gpu_gen_max"])
 
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: DeviceHandle) -> int:
         return int(self._gpu(handle, "CurrPcieLinkWidth")["pcie_width"])
 
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: DeviceHandle) -> int:
         return int(self._gpu(handle, "MaxPcieLinkWidth")["pcie_width_max"])
 
-    def nvmlDeviceGetPcieThroughput(self, device: Any, counter: int) -> int:
+    def nvmlDeviceGetPcieThroughput(self, device: DeviceHandle, counter: int) -> int:
         self._gpu(device, "PcieThroughput")
         s = self._state(device.index)
         if counter == NVML_PCIE_UTIL_TX_BYTES:
@@ -804,7 +805,7 @@ class SimNvml:
             return s.pcie_rx
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
 
-    def _link(self, device: Any, link: int, field_name: str) -> dict[str, Any]:
+    def _link(self, device: DeviceHandle, link: int, field_name: str) -> dict[str, Any]:
         g = self._gpu(device, field_name)
         if not isinstance(link, int) or link < 0 or link >= NVML_NVLINK_MAX_LINKS:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
@@ -812,13 +813,13 @@ class SimNvml:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return g
 
-    def nvmlDeviceGetNvLinkState(self, device: Any, link: int) -> int:
+    def nvmlDeviceGetNvLinkState(self, device: DeviceHandle, link: int) -> int:
         self._link(device, link, "NvLinkState")
         if (device.index, link) in self._links_down:
             return NVML_FEATURE_DISABLED
         return NVML_FEATURE_ENABLED
 
-    def nvmlDeviceGetNvLinkVersion(self, device: Any, link: int) -> int:
+    def nvmlDeviceGetNvLinkVersion(self, device: DeviceHandle, link: int) -> int:
         g = self._link(device, link, "NvLinkVersion")
         return 4 if "H100" in g["name"] else 3
 
@@ -836,15 +837,15 @@ class SimNvml:
         # Spread a GPU's links over the switches like a baseboard does (5-4-4-5 on H100).
         return switches[link % len(switches)], NVML_NVLINK_DEVICE_TYPE_SWITCH
 
-    def nvmlDeviceGetNvLinkRemotePciInfo_v2(self, device: Any, link: int) -> nvmlPciInfo_t:
+    def nvmlDeviceGetNvLinkRemotePciInfo_v2(self, device: DeviceHandle, link: int) -> nvmlPciInfo_t:
         self._link(device, link, "NvLinkRemotePciInfo")
         bus_id, _ = self._remote(device.index, link)
         return _pci_info(bus_id, 0x22A310DE, 0)
 
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: Any, link: int) -> nvmlPciInfo_t:
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: DeviceHandle, link: int) -> nvmlPciInfo_t:
         return self.nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link)
 
-    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: DeviceHandle, link: int) -> int:
         self._link(handle, link, "NvLinkRemoteDeviceType")
         return self._remote(handle.index, link)[1]
 
@@ -856,7 +857,7 @@ class SimNvml:
             return NVML_TOPOLOGY_INTERNAL
         return _TOPOLOGY_KINDS[self.scenario.topology[(a, b)]]
 
-    def nvmlDeviceGetCpuAffinity(self, handle: Any, cpuSetSize: int) -> list[int]:
+    def nvmlDeviceGetCpuAffinity(self, handle: DeviceHandle, cpuSetSize: int) -> list[int]:
         g = self._gpu(handle, "CpuAffinity")
         if g["cpu_affinity"] is None:
             cpus = list(range(int(self.scenario.host["cpu_count"])))
@@ -869,12 +870,12 @@ class SimNvml:
         return words
 
     def nvmlDeviceGetCpuAffinityWithinScope(
-        self, handle: Any, cpuSetSize: int, scope: int
+        self, handle: DeviceHandle, cpuSetSize: int, scope: int
     ) -> list[int]:
         return self.nvmlDeviceGetCpuAffinity(handle, cpuSetSize)
 
     def nvmlDeviceGetMemoryAffinity(
-        self, handle: Any, nodeSetSize: int, scope: int
+        self, handle: DeviceHandle, nodeSetSize: int, scope: int
     ) -> list[int]:
         """The NUMA node(s) near the GPU as a bitmask (what `topo -m` calls NUMA Affinity)."""
         g = self._gpu(handle, "MemoryAffinity")
@@ -883,7 +884,7 @@ class SimNvml:
             words[g["numa"] // 64] |= 1 << (g["numa"] % 64)
         return words
 
-    def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
+    def nvmlDeviceGetNumaNodeId(self, handle: DeviceHandle) -> int:
         # The GPU's own memory NUMA node exists only on coherent (C2C) systems; on x86
         # boxes like these the real call is unsupported (`topo -m`: GPU NUMA ID N/A).
         self._gpu(handle, "NumaNodeId")
@@ -891,7 +892,7 @@ class SimNvml:
 
     # ---- processes -------------------------------------------------------------------
 
-    def _running(self, handle: Any, field_name: str, kinds: tuple[str, ...]) -> list[Any]:
+    def _running(self, handle: DeviceHandle, field_name: str, kinds: tuple[str, ...]) -> list[Any]:
         if isinstance(handle, SimMigHandle):
             return self._mig_running(handle, kinds)
         self._gpu(handle, field_name)
@@ -916,25 +917,25 @@ class SimNvml:
                 self.remove_process(pid)
         return out
 
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[Any]:
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: DeviceHandle) -> list[Any]:
         return self._running(handle, "ComputeRunningProcesses", ("C", "C+G"))
 
-    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any) -> list[Any]:
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: DeviceHandle) -> list[Any]:
         return self.nvmlDeviceGetComputeRunningProcesses_v3(handle)
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: DeviceHandle) -> list[Any]:
         return self.nvmlDeviceGetComputeRunningProcesses_v3(handle)
 
-    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: Any) -> list[Any]:
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: DeviceHandle) -> list[Any]:
         return self._running(handle, "GraphicsRunningProcesses", ("G", "C+G"))
 
-    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: Any) -> list[Any]:
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: DeviceHandle) -> list[Any]:
         return self.nvmlDeviceGetGraphicsRunningProcesses_v3(handle)
 
-    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Any]:
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: DeviceHandle) -> list[Any]:
         return self.nvmlDeviceGetGraphicsRunningProcesses_v3(handle)
 
-    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
+    def nvmlDeviceGetProcessUtilization(self, handle: DeviceHandle, timeStamp: int) -> list[Any]:
         """Samples newer than ``timeStamp`` (microseconds); NotFound when there are none."""
         self._gpu(handle, "ProcessUtilization")
         self._not_in_mig_mode(handle)
@@ -971,7 +972,7 @@ class SimNvml:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return dict(spec)
 
-    def _not_in_mig_mode(self, handle: Any) -> None:
+    def _not_in_mig_mode(self, handle: DeviceHandle) -> None:
         if self.scenario.gpus[handle.index]["mig"]:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
@@ -1019,11 +1020,11 @@ class SimNvml:
             if p.mig == handle.slot and p.type in kinds
         ]
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: DeviceHandle) -> int:
         g = self._gpu(device, "MaxMigDeviceCount")
         return int(g["mig_max_devices"])
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> SimMigHandle:
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: DeviceHandle, index: int) -> SimMigHandle:
         g = self._gpu(device, "MigDeviceHandleByIndex")
         if not g["mig"] or not 0 <= index < g["mig_max_devices"]:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
@@ -1035,7 +1036,7 @@ class SimNvml:
         with self._lock:
             return self._mig_handles.setdefault(key, SimMigHandle(*key))
 
-    def nvmlDeviceIsMigDeviceHandle(self, device: Any) -> int:
+    def nvmlDeviceIsMigDeviceHandle(self, device: DeviceHandle) -> int:
         self._check_init()
         if isinstance(device, SimMigHandle):
             self._mig(device)
@@ -1050,7 +1051,7 @@ class SimNvml:
         self._mig(migDevice)
         return self._handles[migDevice.index]
 
-    def _instance_id(self, device: Any, key: str) -> int:
+    def _instance_id(self, device: DeviceHandle, key: str) -> int:
         self._check_init()
         if isinstance(device, SimMigHandle):
             return int(self._mig(device)[key])
@@ -1058,16 +1059,16 @@ class SimNvml:
         # A parent handle has no instance: INVALID_ARGUMENT in MIG mode, else unsupported.
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT if g["mig"] else NVML_ERROR_NOT_SUPPORTED)
 
-    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+    def nvmlDeviceGetGpuInstanceId(self, device: DeviceHandle) -> int:
         return self._instance_id(device, "gi")
 
-    def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int:
+    def nvmlDeviceGetComputeInstanceId(self, device: DeviceHandle) -> int:
         return self._instance_id(device, "ci")
 
     # GPM: a sample records each GPU instance's SM activity at one moment; the metric
     # between two samples is their mean (the real one integrates counters in between).
 
-    def nvmlGpmQueryDeviceSupport(self, device: Any) -> c_nvmlGpmSupport_t:
+    def nvmlGpmQueryDeviceSupport(self, device: DeviceHandle) -> c_nvmlGpmSupport_t:
         g = self._gpu(device, "GpmQueryDeviceSupport")
         return c_nvmlGpmSupport_t(version=NVML_GPM_SUPPORT_VERSION,
                                   isSupportedDevice=int(g["gpm"]))
@@ -1082,7 +1083,7 @@ class SimNvml:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         gpmSample.freed = True
 
-    def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: Any) -> Any:
+    def nvmlGpmMigSampleGet(self, device: DeviceHandle, gpuInstanceId: int, gpmSample: Any) -> Any:
         g = self._gpu(device, "GpmMigSampleGet")
         if not isinstance(gpmSample, SimGpmSample) or gpmSample.freed:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
@@ -1098,7 +1099,7 @@ class SimNvml:
         gpmSample.time, gpmSample.sm_active = self.clock(), float(min(busy, 100))
         return gpmSample
 
-    def nvmlGpmSampleGet(self, device: Any, gpmSample: Any) -> Any:
+    def nvmlGpmSampleGet(self, device: DeviceHandle, gpmSample: Any) -> Any:
         """A whole-card sample (not in MIG mode): SM activity is the card's utilization,
         tensor activity a share of it, DRAM activity the memory utilization, PCIe the
         card's throughput (MiB/s, as NVML's *_PER_SEC metrics)."""
@@ -1141,7 +1142,7 @@ class SimNvml:
 
     # ---- events ----------------------------------------------------------------------
 
-    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
+    def nvmlDeviceGetSupportedEventTypes(self, handle: DeviceHandle) -> int:
         g = self._gpu(handle, "SupportedEventTypes")
         if g["event_types"] is not None:
             return int(g["event_types"])
@@ -1155,7 +1156,7 @@ class SimNvml:
         return SimEventSet()
 
     def nvmlDeviceRegisterEvents(
-        self, handle: Any, eventTypes: int, eventSet: SimEventSet
+        self, handle: DeviceHandle, eventTypes: int, eventSet: SimEventSet
     ) -> None:
         supported = self.nvmlDeviceGetSupportedEventTypes(handle)
         if eventTypes & ~supported:

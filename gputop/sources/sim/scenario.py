@@ -43,6 +43,7 @@ from gputop.sources.sim.api import (
     SIM_PID_BASE,
 )
 from gputop.sources.sim.dynamics import _mix
+from gputop.vendors import NVIDIA
 
 
 class ScenarioError(ValueError):
@@ -493,7 +494,7 @@ def _complete_gpu(
     h = _mix(seed * 7919 + index)
     if g["uuid"] is None:
         hx = f"{_mix(h):016x}{_mix(h + 1):016x}"
-        g["uuid"] = f"GPU-{hx[:8]}-{hx[8:12]}-{hx[12:16]}-{hx[16:20]}-{hx[20:32]}"
+        g["uuid"] = f"{NVIDIA.card_prefix}{hx[:8]}-{hx[8:12]}-{hx[12:16]}-{hx[16:20]}-{hx[20:32]}"
     if g["serial"] is None:
         g["serial"] = f"{1650000000000 + h % 9999999:013d}"
     if g["bus_id"] is None:
@@ -566,7 +567,8 @@ def _complete_mig(
             "gi": spec.get("gi") if spec.get("gi") is not None else slot + 1,
             "ci": spec.get("ci") or 0,
             "uuid": spec.get("uuid")
-            or f"MIG-{hx[:8]}-{hx[8:12]}-5{hx[13:16]}-8{hx[17:20]}-{hx[20:32]}",
+            or f"{NVIDIA.partition_prefix}{hx[:8]}-{hx[8:12]}-5{hx[13:16]}-8{hx[17:20]}-"
+               f"{hx[20:32]}",
             "mem_mib": spec.get("mem_mib") or round(int(found.group(3)) * 1024 * 0.9625),
         })
     g["mig_devices"] = slots
