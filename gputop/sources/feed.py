@@ -47,6 +47,9 @@ class Capabilities(Record):
 # a simulated host, and a request gets a polite refusal from the app.
 REPLAY = Capabilities(kill=True, reserve=True, simulated=True)
 READONLY_WHY = "read-only mode (--readonly)"
+# A seed catches up with the clock in two or three calls (each emits the time the one
+# before took); the bound only keeps a seed that never catches up from holding the feed.
+SEED_CALLS = 5
 
 
 class ReadOnlyFeed:
@@ -130,7 +133,9 @@ class LocalFeed:
     a slow or failing nvmlInit never blocks the UI).  ``dispatch_env`` is the
     ``gputop.actions.dispatch.ActionEnv`` for requests; None makes the feed a viewer only.
     ``seed`` returns the snapshots (dicts, oldest first) the host had before the feed
-    started, emitted once before the first poll: the history --demo would have had.
+    started, emitted before the first poll: the history --demo would have had.  It is
+    called again until it returns nothing (at most SEED_CALLS times), so the time spent
+    emitting the past is seeded too.
     """
 
     def __init__(
@@ -263,8 +268,12 @@ class LocalFeed:
         import asyncio
 
         if self._seed is not None:
-            for data in await asyncio.to_thread(self._seed):
-                emit(HostSnapshot.from_dict(data))
+            for _ in range(SEED_CALLS):
+                batch = await asyncio.to_thread(self._seed)
+                if not batch:
+                    break
+                for data in batch:
+                    emit(HostSnapshot.from_dict(data))
         if self._first_pending is not None:  # first_snapshot() stopped waiting for it
             done, box = self._first_pending
             await asyncio.to_thread(done.wait)

@@ -341,26 +341,31 @@ DEMO_SEED_DENSE_S = 2.0
 def _demo_seed(scenario: Callable[[], Scenario], host: str, seconds: float, now: float,
                dense_seconds: float = 0.0) -> Callable[[], list[dict]]:
     """The snapshots of the ``seconds`` before ``now``, the live simulation's start, and
-    on to the moment the seed is done; over the last ``dense_seconds`` one every
-    DEMO_SEED_DENSE_S, before that one a minute.  Each is marked SOURCE_SIMULATED_PAST.
+    on to the present; over the last ``dense_seconds`` one every DEMO_SEED_DENSE_S,
+    before that one a minute.  Each is marked SOURCE_SIMULATED_PAST.  Each call goes on
+    from where the last one stopped, to the present as it is then, and returns nothing
+    once caught up: the feed calls it again while emitting the past took time (seconds on
+    a loaded machine), so the first live sample follows the last seeded one without a gap.
 
     The past is read from a simulation started at the same moment as the live one, its
     clock then turned back: its processes have the live ones' start times, so a recorder
     sees one process, not a seeded one and a live one (issue 28.8).  A process that had
     not started yet at a past moment is left out of that moment."""
+    clock = _FrozenClock(now - seconds)
+    dense_from = now - dense_seconds
+    collectors: list[Collects] = []
 
     def seed() -> list[dict[str, Any]]:
-        from gputop.sources.hostsource import open_simulation
+        if not collectors:
+            from gputop.sources.hostsource import open_simulation
 
-        # Its own simulation: the simulator's values are pure functions of time, so the
-        # past reads as the live one would have; actions never touch this one.
-        clock = _FrozenClock(now)
-        collector = open_simulation(scenario(), host=host, clock=clock).collector
-        clock.now = now - seconds
+            # Its own simulation: the simulator's values are pure functions of time, so
+            # the past reads as the live one would have; actions never touch this one.
+            clock.now = now
+            collectors.append(open_simulation(scenario(), host=host, clock=clock).collector)
+            clock.now = now - seconds
+        collector = collectors[0]
         out = []
-        dense_from = now - dense_seconds
-        # Up to the present as it is when the seed is done, not as it was when it began
-        # (a second on a loaded machine): the first live sample follows without a gap.
         while clock.now < max(now, time.time()) - DEMO_SEED_DENSE_S / 2:
             data = collector.collect()
             data["processes"] = [p for p in data.get("processes", ())
