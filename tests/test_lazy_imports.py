@@ -33,6 +33,7 @@ LAZY = {
     "gputop.actions.store": "one-shot",
     "gputop.analysis.durations": "one-shot",
     "gputop.analysis.health.memory": "one-shot",
+    "gputop.analysis.health.registry": "one-shot",
     "gputop.analysis.pipeline": "one-shot",
     "gputop.analysis.xid": "optional",
     "gputop.cli": "command",
