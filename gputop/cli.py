@@ -226,8 +226,18 @@ def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
         from gputop.commands import once
 
         return once.run(options, as_json=args.json, topology=args.topology)
-    from gputop.ui.launch import run_app
+    from gputop.ui.launch import no_terminal, run_app
 
+    reason = no_terminal()
+    if reason is not None:
+        # No terminal to draw on: the --once table, and exit, as nvitop does (a
+        # dashboard there wrote megabytes of escape codes into a file and never ended).
+        from gputop.commands import once
+
+        if sys.stdout.isatty():  # someone looks: say why there is no dashboard
+            print(f"gputop: {reason}: the --once table instead of the dashboard "
+                  "(--once --watch S redraws it)", file=sys.stderr)
+        return once.run(options, as_json=False)
     _runs_for_long()  # the app tunes the collector itself once its first frame is drawn
     return run_app(options, args.interval)
 

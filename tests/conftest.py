@@ -1,5 +1,6 @@
 """Shared fixtures: the real-sshd loopback hosts (tests/sshd.py) and a reaper of the real
-processes a test starts; and the rule that CI skips nothing."""
+processes a test starts; the rule that CI skips nothing; and the rule that a test run
+touches nothing of the machine's own gputop files (tests/helpers/hermetic.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import tempfile
 from collections.abc import Generator, Iterator
 
 import pytest
+from helpers import hermetic
 from helpers.procs import Reaper
 from sshd import sshd_factory, sshd_hosts
 
@@ -22,20 +24,22 @@ def pytest_configure(config: pytest.Config) -> None:
     tests' other users make their own folders in it; TMPDIR reaches the subprocesses."""
     root = tempfile.mkdtemp(prefix="gputop-tests-")
     os.chmod(root, 0o1777)
-    config.stash[_TMP_ROOT] = (root, os.environ.get("TMPDIR"), tempfile.tempdir,
-                               os.environ.get("XDG_STATE_HOME"))
-    os.environ["TMPDIR"] = root
+    redirected = {"TMPDIR": root, **hermetic.redirect(root)}
+    config.stash[_TMP_ROOT] = (root, {k: os.environ.get(k) for k in redirected},
+                               tempfile.tempdir)
+    config.stash[_GUARD] = hermetic.Guard(hermetic.forbidden_places(os.path.expanduser("~")))
+    # gputop's own state (its error log, a ledger, `gputop run`'s history), the system
+    # ledger, the host policy, the reservation store and the config go there too, never
+    # into the machine's or the ~/.local/state of whoever runs the tests.
+    os.environ.update(redirected)
     tempfile.tempdir = root
-    # gputop's own state (its error log, a ledger, `gputop run`'s history) goes there too,
-    # never into the ~/.local/state of whoever runs the tests.
-    os.environ["XDG_STATE_HOME"] = os.path.join(root, "state")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    root, before, tempdir, state = config.stash.get(_TMP_ROOT, (None, None, None, None))
+    root, before, tempdir = config.stash.get(_TMP_ROOT, (None, {}, None))
     if root is None:
         return
-    for name, value in (("TMPDIR", before), ("XDG_STATE_HOME", state)):
+    for name, value in before.items():
         if value is None:
             os.environ.pop(name, None)
         else:
@@ -44,7 +48,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-_TMP_ROOT = pytest.StashKey[tuple[str, str | None, str | None, str | None]]()
+_TMP_ROOT = pytest.StashKey[tuple[str, dict[str, str | None], str | None]]()
+_GUARD = pytest.StashKey[hermetic.Guard]()
 
 
 @pytest.fixture
@@ -65,6 +70,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     must provide them all. A developer's machine may lack them and still run the rest."""
     outcome = yield
     report = outcome.get_result()
+    guard = item.config.stash.get(_GUARD, None)
+    touched = guard.take() if guard is not None else []
+    if touched and report.passed:
+        # A test (or its setup/teardown) read or changed the machine's own gputop files.
+        report.outcome = "failed"
+        report.longrepr = ("touched the machine's own gputop files, which a test run must "
+                           "not: " + "; ".join(dict.fromkeys(touched)))
     if os.environ.get("CI", "").lower() == "true" and report.skipped \
             and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr

@@ -154,8 +154,9 @@ def reader_may_leave() -> Iterator[None]:
 
 
 def use_colour(stream: TextIO) -> bool:
-    """Colour only for a terminal, and never when NO_COLOR is set (no-color.org)."""
-    if "NO_COLOR" in os.environ:
+    """Colour only for a terminal, and never when NO_COLOR is set (no-color.org) or the
+    terminal says it has none (TERM=dumb: an editor's shell buffer, a serial console)."""
+    if "NO_COLOR" in os.environ or os.environ.get("TERM") == "dumb":
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())

@@ -14,7 +14,9 @@ def default_path() -> str:
     return os.path.join(state, "gputop", "ledger.sqlite")
 
 
-SYSTEM_PATH = "/var/lib/gputop/ledger.sqlite"  # the systemd unit's (docs/ledger.md)
+# The systemd unit's (docs/ledger.md); $GPUTOP_SYSTEM_LEDGER names another (a test run,
+# which must never read or write the machine's own).
+SYSTEM_PATH = os.environ.get("GPUTOP_SYSTEM_LEDGER") or "/var/lib/gputop/ledger.sqlite"
 
 
 def existing_path() -> str | None:

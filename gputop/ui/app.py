@@ -21,6 +21,9 @@ import asyncio
 import gc
 import os
 import queue
+import select
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -139,6 +142,8 @@ class GputopApp(App[int]):
 
     def on_mount(self) -> None:
         self.started = True
+        if not self.is_headless:
+            self._keep_the_terminal()
         if self._first is not None:
             # Before the analysis thread runs and before the dashboard is composed: its
             # first frame shows this snapshot, not "waiting for the first snapshot".
@@ -156,6 +161,28 @@ class GputopApp(App[int]):
                 from gputop.ui.screens import cluster
 
                 cluster.open_cluster(self)
+
+    def _keep_the_terminal(self) -> None:
+        """SIGTERM and SIGHUP end the app as `q` does, so that Textual gives the terminal
+        back (alternate screen left, cursor shown, mouse reporting off), with the exit
+        status a shell reports for the signal.  A terminal that goes away without a
+        SIGHUP (no controlling tty, a pty master closed) ends it too: its input then
+        reads end-of-file forever, and Textual's input thread spins on that."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, self.exit, 128 + sig)
+        stdin = sys.__stdin__
+        if stdin is None:
+            return
+        poller = select.poll()
+        poller.register(stdin.fileno(), 0)  # no events asked: hang-ups are always told
+
+        def check() -> None:
+            if any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
+                   for _fd, mask in poller.poll(0)):
+                self.exit(128 + signal.SIGHUP)  # as on a real hangup
+
+        self.set_interval(1.0, check, name="terminal gone?")
 
     async def on_unmount(self) -> None:
         self._queue.put(None)

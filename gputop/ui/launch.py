@@ -10,8 +10,10 @@ Textual at module level: ``gputop`` reaches this module before any of it is load
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gputop.config import Config, ConfigError, analysis_settings, load_config
@@ -29,6 +31,21 @@ if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
     from gputop.ledger.query import LedgerSeries
     from gputop.sources.feed import Feed
+
+
+def no_terminal(env: Mapping[str, str] | None = None) -> str | None:
+    """Why the dashboard cannot be drawn here; None: it can.  Textual reads keys from
+    stdin and draws on stderr; stdout that is no terminal (`gputop > f`, a pipe) wants
+    text, as nvitop reads it; TERM=dumb understands no cursor movement."""
+    env = os.environ if env is None else env
+    for name, stream in (("stdout", sys.stdout), ("stdin", sys.__stdin__),
+                         ("stderr", sys.__stderr__)):
+        isatty = getattr(stream, "isatty", None)
+        if not (isatty and isatty()):
+            return f"{name} is not a terminal"
+    if env.get("TERM") == "dumb":
+        return "TERM=dumb"
+    return None
 
 
 def run_app(options: SourceOptions, interval: float | None) -> int:
@@ -53,6 +70,10 @@ def run_app(options: SourceOptions, interval: float | None) -> int:
         text = str(err)
         print(text if text.startswith("gputop") else f"gputop: {text}", file=sys.stderr)
         return EXIT_USAGE
+    # Until the app takes these signals over (GputopApp._keep_the_terminal), SIGTERM and
+    # SIGHUP end the start as Ctrl+C does, so that the skeleton's screen is left.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stopped)
     first = first_snapshot(feeds)
     painted = first is not None and paint_skeleton(first, interval, config)
     app = None
@@ -77,6 +98,10 @@ def run_app(options: SourceOptions, interval: float | None) -> int:
             # Textual never took the terminal over (an error, Ctrl+C while loading).
             _leave_skeleton()
     return int(result or 0)
+
+
+def _stopped(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _leave_skeleton() -> None:
