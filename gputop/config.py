@@ -18,6 +18,7 @@ The complete commented example is gputop/examples/config.example.yaml (`gputop c
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -87,7 +88,18 @@ class PrometheusConfig(MutableRecord):
     token_env: str = ""  # bearer token from an environment variable or a file
     token_file: str = ""
     ca_file: str = ""
+    cert_file: str = ""  # a client certificate for https:// (its key in it, or key_file)
+    key_file: str = ""
+    # Sent with every query: a Mimir/Cortex/Thanos tenant (X-Scope-OrgID) and the like.
+    headers: dict[str, str] = field(default_factory=dict)
     stale_after_s: float = 60.0  # series older than this: the host is stale
+
+
+# An HTTP header name (RFC 9110's token, the usual subset), and the headers the
+# Prometheus client sets itself.
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$%&'*+.^_`|~-]*")
+_OWN_HEADERS = frozenset({"authorization", "accept", "accept-encoding", "content-type",
+                          "content-length", "host", "connection", "transfer-encoding"})
 
 
 @record(frozen=False, slots=True)
@@ -305,14 +317,40 @@ class _Reader:
 
     def _prometheus(self, knode: Any, vnode: Any, key: str, config: Config) -> None:
         strings = ("selector", "username", "password_env", "password_file", "token_env",
-                   "token_file", "ca_file")
-        for name, _k, v, full in self.mapping(vnode, key, (*strings, "stale_after_s")):
+                   "token_file", "ca_file", "cert_file", "key_file")
+        for name, _k, v, full in self.mapping(vnode, key,
+                                              (*strings, "stale_after_s", "headers")):
             if name == "stale_after_s":
                 config.prometheus.stale_after_s = self.number(v, full, 1, 86400)
+            elif name == "headers":
+                self._prometheus_headers(v, full, config)
             elif name.endswith("_file"):
                 setattr(config.prometheus, name, os.path.expanduser(self.string(v, full)))
             else:
                 setattr(config.prometheus, name, self.string(v, full))
+        if config.prometheus.key_file and not config.prometheus.cert_file:
+            raise self.fail(vnode, key, "key_file needs cert_file (the client certificate)")
+
+    def _prometheus_headers(self, vnode: Any, key: str, config: Config) -> None:
+        headers = config.prometheus.headers
+        for name, k, v, full in self.mapping(vnode, key):
+            if not _HEADER_NAME.fullmatch(name) or len(name) > 100:
+                raise self.fail(k, full, "expected an HTTP header name (letters, digits, -)")
+            if name.lower() in _OWN_HEADERS:
+                # Credentials come from token_*/password_* (never in this file's text),
+                # and the rest is the client's own.
+                raise self.fail(k, full, f"{name} is set by gputop itself"
+                                + (": use token_env/token_file or username/password_env"
+                                   if name.lower() == "authorization" else ""))
+            raw = self.scalar(v, full)
+            if isinstance(raw, bool) or not isinstance(raw, (str, int)) or raw == "":
+                raise self.fail(v, full, f"expected a non-empty string, got {v.value!r}")
+            value = str(raw) if isinstance(raw, int) else raw
+            if len(value) > 4096 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+                raise self.fail(v, full, "expected one line of text (no control characters)")
+            if len(headers) >= 32:
+                raise self.fail(k, full, "at most 32 headers")
+            headers[name] = value
 
 
 def analysis_settings(config: Config) -> Settings:

@@ -273,14 +273,17 @@ def test_prometheus_combines_with_hosts_and_alone_reads_no_default_hosts(tmp_pat
 
 
 class DripServer:
-    """Sends its headers at once, then one byte of the body every ``every`` seconds."""
+    """Sends its headers at once, then one byte of the body every ``every`` seconds;
+    with ``headers``, sends its status line, then its headers a byte at a time."""
 
-    def __init__(self, every: float = 0.2) -> None:
+    def __init__(self, every: float = 0.2, headers: bool = False) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.every = every
+        self.headers = headers
+        self.connections = 0
         self.done = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -290,16 +293,20 @@ class DripServer:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            self.connections += 1
             threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
 
     def _drip(self, conn: socket.socket) -> None:
         with conn:
             conn.recv(65536)
             try:
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: 100000\r\n\r\n")
+                if self.headers:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: 100000\r\n\r\n")
                 while not self.done.is_set():
-                    conn.sendall(b" ")
+                    conn.sendall(b"a" if self.headers else b" ")
                     time.sleep(self.every)
             except OSError:
                 return
@@ -321,6 +328,62 @@ def test_timeout_bounds_a_slow_body() -> None:
     assert snap.state == model.HOST_TIMEOUT and "within 1 s" in (snap.error or "")
     # The body would take 100,000 x 0.2 s; the generous bound is for a loaded machine.
     assert took < 15
+
+
+def test_no_query_starts_after_one_timed_out() -> None:
+    # Issue 40: a body dripped a byte every 0.5 s took twice --timeout: a worker whose
+    # query had timed out took the next one before the refresh saw the failure.
+    from gputop.sources.prometheus import PARALLEL_QUERIES
+
+    drip = DripServer()
+    try:
+        feed = PrometheusFeed(drip.url, PrometheusConfig(), 1.0, environ={})
+        [snap] = feed.poll()
+    finally:
+        drip.close()
+    assert snap.state == model.HOST_TIMEOUT
+    assert len(promql.queries(feed.view, "")) > PARALLEL_QUERIES
+    assert drip.connections == PARALLEL_QUERIES  # the first round only
+
+
+def test_timeout_bounds_headers_sent_a_byte_at_a_time() -> None:
+    # Issue 40: headers dripped a byte every 0.5 s never returned (--timeout 2 was
+    # still waiting at 300 s).  One deadline covers the exchange, connect to last byte.
+    drip = DripServer(every=0.2, headers=True)
+    done: list[list[model.HostSnapshot]] = []
+    try:
+        feed = PrometheusFeed(drip.url, PrometheusConfig(), 1.0, environ={})
+        worker = threading.Thread(target=lambda: done.append(feed.poll()), daemon=True)
+        worker.start()
+        worker.join(60)  # a generous bound for a loaded machine; the old code never ended
+    finally:
+        drip.close()
+    assert done, "poll() still waiting on headers sent a byte at a time"
+    [[snap]] = done
+    assert snap.state == model.HOST_TIMEOUT and "within 1 s" in (snap.error or "")
+
+
+def test_the_cap_is_on_the_answers_held_at_once_not_each(prom: FakeProm) -> None:
+    # Issue 40: 64 MiB per query with 8 in flight was 623 MB at refusal.  The answers a
+    # refresh holds share one budget: a second 40 MiB answer while the first is held is
+    # refused; once the first is given back, it fits.
+    from gputop.sources.prometheus import Budget, PromError
+
+    big = vector(*[({**GPU, "gpu": str(n), "pad": "x" * 400}, 1) for n in range(95_000)])
+    assert 36 * 1024**2 < len(big) < 60 * 1024**2
+    prom.reply = Reply(body=big, content_type="application/json")
+    client = PromClient(prom.server.url, PrometheusConfig(), 60.0, environ={})
+    budget = Budget()
+    first = budget.share()
+    result, _warnings = client.query("q", first)
+    assert len(result) == 95_000 and first.held == len(big) == budget.used
+    second = budget.share()
+    with pytest.raises(PromError, match="in all at once"):
+        client.query("q", second)
+    assert second.held == 0 and budget.used == len(big)  # the refused one gave it back
+    first.release()
+    client.query("q", second)
+    assert budget.used == len(big)
 
 
 def test_a_body_past_the_cap_is_refused_while_it_streams(prom: FakeProm) -> None:
@@ -358,3 +421,56 @@ def test_the_stream_sends_a_host_again_only_when_it_was_scraped_again(prom: Fake
         ({"_scraped": "1", "instance": GPU["instance"]}, 1700000004.0)]}
     [again] = feed.news(feed.poll())  # scraped since: a new reading
     assert again.time == 1700000004.0 and again.gpus[0].util_gpu == 43
+
+
+def test_config_headers_and_client_certificate(tmp_path) -> None:
+    # Issue 40: no headers: (X-Scope-OrgID for Mimir/Thanos tenants) and no client
+    # certificate.  Bad entries are one line naming the file and line.
+    from gputop.config import ConfigError, parse_config
+
+    config = parse_config("prometheus:\n  headers: {X-Scope-OrgID: team-a, X-Shard: 7}\n"
+                          "  cert_file: ~/c.pem\n  key_file: /k.pem\n", "c.yaml")
+    assert config.prometheus.headers == {"X-Scope-OrgID": "team-a", "X-Shard": "7"}
+    assert not config.prometheus.cert_file.startswith("~")
+    assert config.prometheus.key_file == "/k.pem"
+    for text, problem in (
+            ("  headers: {Authorization: Bearer x}\n", "token_env"),
+            ("  headers: {'Bad Name': x}\n", "header name"),
+            ('  headers: {X-A: "a\\r\\nX-Evil: 1"}\n', "control characters"),
+            ("  headers: {X-A: true}\n", "non-empty string"),
+            ("  headers: [x]\n", "c.yaml:2"),
+            ("  key_file: /k.pem\n", "key_file needs cert_file")):
+        with pytest.raises(ConfigError, match=problem) as err:
+            parse_config("prometheus:\n" + text, "c.yaml")
+        assert "c.yaml:" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_https_with_a_client_certificate_and_tenant_header(tmp_path) -> None:
+    import ssl
+
+    from helpers.tlscerts import make_pki
+
+    pki = make_pki(tmp_path)
+    server = FixedServer(lambda path: Reply(body=vector((GPU, 42)),
+                                            content_type="application/json"))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca))
+    context.load_cert_chain(str(pki.server_cert), str(pki.server_key))
+    context.verify_mode = ssl.CERT_REQUIRED  # no client certificate: no answer
+    server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+    url = f"https://127.0.0.1:{server.port}"
+    try:
+        base = PrometheusConfig(ca_file=str(pki.ca), headers={"X-Scope-OrgID": "team-a"})
+        [refused] = PrometheusFeed(url, base, 10.0, environ={}).poll()
+        assert refused.state in (model.HOST_UNREACHABLE, model.HOST_ERROR)
+        assert server.requests == []
+        config = PrometheusConfig(ca_file=str(pki.ca), cert_file=str(pki.client_cert),
+                                  key_file=str(pki.client_key),
+                                  headers={"X-Scope-OrgID": "team-a"})
+        [snap] = PrometheusFeed(url, config, 10.0, environ={}).poll()
+        assert snap.host == "n1" and snap.gpus[0].util_gpu == 42
+        assert {h.get("X-Scope-OrgID") for _p, h, _b in server.requests} == {"team-a"}
+        with pytest.raises(ValueError, match=r"cert_file .*cannot load"):
+            PrometheusFeed(url, PrometheusConfig(cert_file=str(tmp_path / "none.pem")),
+                           10.0, environ={})
+    finally:
+        server.close()

@@ -23,6 +23,7 @@ import collections
 import contextlib
 import gc
 import http.client
+import io
 import json
 import math
 import queue
@@ -61,7 +62,9 @@ __all__ = [
 ]
 
 MIB = 1024**2
-# Decompressed, per query: one field of 1,000 hosts x 8 GPUs is about 1 MiB.
+# Decompressed, of all the answers of a refresh held at once (read, not yet pivoted):
+# one field of 1,000 hosts x 8 GPUs is about 1 MiB.  A cap per query would allow eight
+# times this with eight queries in flight.
 MAX_BODY_BYTES = 64 * MIB
 MAX_SERIES = 500_000
 MAX_BACKOFF_S = 60.0
@@ -114,9 +117,10 @@ def _secret(env_name: str, file_name: str, environ: dict[str, str]) -> str | Non
 class PromClient:
     """Instant queries against one Prometheus server; errors are PromError.
 
-    ``timeout`` bounds the whole exchange, a slow body included (one byte every half
-    second is a timeout, not a wait); the body is read in pieces and refused past
-    MAX_BODY_BYTES, compressed or not.  Redirects are never followed: a redirect to
+    ``timeout`` bounds the whole exchange, slow headers and a slow body included (one
+    byte every half second is a timeout, not a wait); the body is read in pieces and
+    refused past MAX_BODY_BYTES, compressed or not, or past what the refresh's Budget
+    has left.  Redirects are never followed: a redirect to
     another host would carry the credentials there, and a same-origin one would turn
     the POST into a GET without its query."""
 
@@ -143,14 +147,21 @@ class PromClient:
             import ssl  # https only: ssl is a tenth of `gputop --once`'s start
 
             self.context = ssl.create_default_context(cafile=config.ca_file or None)
+            if config.cert_file:  # a client certificate, for servers that ask for one
+                try:
+                    self.context.load_cert_chain(config.cert_file, config.key_file or None)
+                except (OSError, ssl.SSLError) as err:
+                    raise ValueError(f"prometheus: cert_file {config.cert_file}: cannot "
+                                     f"load it: {getattr(err, 'strerror', None) or err}"
+                                     ) from None
 
     def _headers(self) -> dict[str, str]:
         import os
 
         environ = self.environ if self.environ is not None else dict(os.environ)
-        headers = {"Accept": "application/json", "Accept-Encoding": "gzip",
-                   "Content-Type": "application/x-www-form-urlencoded"}
         cfg = self.config
+        headers = {**cfg.headers, "Accept": "application/json", "Accept-Encoding": "gzip",
+                   "Content-Type": "application/x-www-form-urlencoded"}
         token = _secret(cfg.token_env, cfg.token_file, environ)
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -160,9 +171,10 @@ class PromClient:
             headers["Authorization"] = f"Basic {pair}"
         return headers
 
-    def query(self, expr: str) -> tuple[list[Any], list[str]]:
-        """The result vector and the server's warnings."""
-        return self._post("query", {"query": expr}, "vector")
+    def query(self, expr: str, budget: Share | None = None) -> tuple[list[Any], list[str]]:
+        """The result vector and the server's warnings; ``budget``: the bytes its answer
+        may take of what a refresh's answers hold at once (MAX_BODY_BYTES alone without)."""
+        return self._post("query", {"query": expr}, "vector", budget)
 
     def query_range(self, expr: str, start: float, end: float,
                     step: float) -> tuple[list[Any], list[str]]:
@@ -177,12 +189,16 @@ class PromClient:
                                                context=self.context)
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def _post(self, endpoint: str, form: dict[str, str],
-              kind: str) -> tuple[list[Any], list[str]]:
+    def _post(self, endpoint: str, form: dict[str, str], kind: str,
+              budget: Share | None = None) -> tuple[list[Any], list[str]]:
         body = urllib.parse.urlencode(form).encode()
         deadline = time.monotonic() + self.timeout
         conn = self._connection(self.timeout)
         try:
+            conn.connect()
+            # From here every read and write waits only until the deadline: headers sent
+            # a byte at a time are a timeout too, not a wait without end.
+            conn.sock = _Deadline(conn.sock, deadline)
             conn.request("POST", f"{self.path}/api/v1/{endpoint}", body=body,
                          headers=self._headers())
             response = conn.getresponse()
@@ -193,7 +209,7 @@ class PromClient:
                                 f"HTTP {status} redirect to {where or '?'} not followed: "
                                 "give --prometheus the URL Prometheus answers on")
             # No name holds the body here: _decode drops it once it is text.
-            data = read_body(response, deadline, conn)
+            data = read_body(response, budget)
             if status != 200:
                 raise _http_error(status, str(response.reason)[:100], data)
             return _decode(data, kind)
@@ -209,42 +225,142 @@ class PromClient:
             conn.close()
 
 
+class _Deadline:
+    """A connected socket (TLS or not) whose every wait ends at one deadline
+    (time.monotonic): the whole exchange is bounded, the status line and headers too,
+    whatever pace the server sends them at."""
+
+    def __init__(self, sock: Any, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        # As a socket's own makefile: http.client closes the connection of a response
+        # that ends with it while the body is still to be read from the file.
+        self.readers = 0
+        self.closing = False
+
+    def _arm(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        self.sock.settimeout(left)
+
+    def sendall(self, data: bytes) -> None:
+        self._arm()
+        self.sock.sendall(data)
+
+    def makefile(self, mode: str, *_args: Any, **_kwargs: Any) -> io.BufferedReader:
+        self.readers += 1
+        return io.BufferedReader(_DeadlineReader(self))  # http.client reads "rb" only
+
+    def close(self) -> None:
+        self.closing = True
+        if not self.readers:
+            self.sock.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, outer: _Deadline) -> None:
+        self.outer = outer
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self.outer._arm()
+        return int(self.outer.sock.recv_into(buffer))
+
+    def close(self) -> None:
+        if not self.closed:
+            outer = self.outer
+            outer.readers -= 1
+            if outer.closing and not outer.readers:
+                outer.sock.close()
+        super().close()
+
+
+class Budget:
+    """The bytes of answers one refresh holds at once, shared by its queries: each
+    answer takes its share as it is read and gives it back once pivoted."""
+
+    def __init__(self, limit: int = MAX_BODY_BYTES) -> None:
+        self.limit = limit
+        self.used = 0
+        self.lock = threading.Lock()
+
+    def share(self) -> Share:
+        return Share(self)
+
+    def take(self, size: int) -> None:
+        with self.lock:
+            if self.used + size > self.limit:
+                raise PromError(model.HOST_ERROR, f"answers larger than {self.limit // MIB} "
+                                "MiB in all at once: narrow the selector")
+            self.used += size
+
+    def give(self, size: int) -> None:
+        with self.lock:
+            self.used -= size
+
+
+class Share:
+    """One answer's part of a Budget."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.held = 0
+
+    def take(self, size: int) -> None:
+        self.budget.take(size)
+        self.held += size
+
+    def give(self, size: int) -> None:
+        self.budget.give(size)
+        self.held -= size
+
+    def release(self) -> None:
+        self.give(self.held)
+
+
 READ_PIECE = 256 * 1024
 
 
-def read_body(response: Any, deadline: float | None = None, conn: Any = None) -> bytes:
-    """The body, inflated, in pieces: over MAX_BODY_BYTES (compressed or not) is refused
-    as soon as it is passed, and past ``deadline`` (time.monotonic) is a timeout."""
+def read_body(response: Any, budget: Share | None = None) -> bytes:
+    """The body, inflated, in pieces: over MAX_BODY_BYTES (compressed or not), or over
+    what ``budget`` has left, is refused as soon as it is passed (the share taken is
+    given back then; otherwise the caller releases it when done with the answer)."""
     gzipped = (response.getheader("Content-Encoding") or "").lower() == "gzip"
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
     parts: list[bytes] = []
     size = raw_size = 0
     too_big = PromError(model.HOST_ERROR, f"answer larger than {MAX_BODY_BYTES // MIB} MiB")
-    while True:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("timed out")
-            sock = getattr(conn, "sock", None)
-            if sock is not None:
-                sock.settimeout(left)  # each wait ends at the deadline, not after it
-        piece = response.read1(READ_PIECE)
-        if not piece:
-            break
-        raw_size += len(piece)
-        if raw_size > MAX_BODY_BYTES:
-            raise too_big
-        if inflater is not None:
-            try:
-                piece = inflater.decompress(piece, MAX_BODY_BYTES + 1 - size)
-            except zlib.error as err:
-                raise PromError(model.HOST_ERROR, f"bad gzip answer: {err}") from None
-            if inflater.unconsumed_tail:
+    try:
+        while True:
+            piece = response.read1(READ_PIECE)
+            if not piece:
+                break
+            raw_size += len(piece)
+            if raw_size > MAX_BODY_BYTES:
                 raise too_big
-        size += len(piece)
-        if size > MAX_BODY_BYTES:
-            raise too_big
-        parts.append(piece)
+            if inflater is not None:
+                try:
+                    piece = inflater.decompress(piece, MAX_BODY_BYTES + 1 - size)
+                except zlib.error as err:
+                    raise PromError(model.HOST_ERROR, f"bad gzip answer: {err}") from None
+                if inflater.unconsumed_tail:
+                    raise too_big
+            if size + len(piece) > MAX_BODY_BYTES:
+                raise too_big
+            if budget is not None:
+                budget.take(len(piece))
+            size += len(piece)
+            parts.append(piece)
+    except BaseException:
+        if budget is not None:
+            budget.give(size)
+        raise
     data = b"".join(parts)
     del parts
     return data
@@ -325,19 +441,28 @@ class PrometheusFeed(ReadOnlyFeed):
         """Every query at once, ``take(name, result)`` called in this thread as each
         answer comes (no future keeps it: read, then dropped); the server's warnings.
         The first failure is raised, the queries not yet started are not asked."""
-        answers: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        answers: queue.SimpleQueue[tuple[str, Any, Share | None]] = queue.SimpleQueue()
+        budget = Budget()  # the sum of the answers held at once, not each one's
         stop = False
 
         def ask(name: str, expr: str) -> None:
+            nonlocal stop
             if stop:
-                answers.put((name, None))  # not asked: every query answers once
+                answers.put((name, None, None))  # not asked: every query answers once
                 return
+            share = budget.share()
             try:
-                answers.put((name, self.client.query(expr)))
+                answers.put((name, self.client.query(expr, share), share))
+                return
             except PromError as err:
-                answers.put((name, err))
+                failed = err
             except Exception as err:  # a bug must not leave poll() waiting
-                answers.put((name, PromError(model.HOST_ERROR, f"{type(err).__name__}")))
+                failed = PromError(model.HOST_ERROR, f"{type(err).__name__}")
+            # Set here, before this worker takes the next query: one that starts after a
+            # failure would wait out a whole timeout again for nothing.
+            stop = True
+            share.release()
+            answers.put((name, failed, None))
 
         # Plain threads, each taking the next query: concurrent.futures would load
         # logging and traceback into every one-shot for nothing it needs here.
@@ -358,7 +483,7 @@ class PrometheusFeed(ReadOnlyFeed):
         warnings: list[str] = []
         failure: PromError | None = None
         for _ in exprs:
-            name, answer = answers.get()
+            name, answer, share = answers.get()
             if isinstance(answer, PromError):
                 if failure is None:
                     failure, stop = answer, True  # the rest would fail alike
@@ -367,7 +492,10 @@ class PrometheusFeed(ReadOnlyFeed):
                 result, found = answer
                 take(name, result)
                 warnings += [w for w in found if w not in warnings]
+                del result
             del answer
+            if share is not None:
+                share.release()  # pivoted: its bytes are free for the next answers
         for worker in workers:
             worker.join()
         if failure is not None:

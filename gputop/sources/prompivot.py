@@ -32,7 +32,7 @@ from gputop.model import (
     error_snapshot,
 )
 from gputop.records import MutableRecord, field, record
-from gputop.sources.promql import FIELD_NAMES, IDENTITY_FIELDS
+from gputop.sources.promql import FIELD_NAMES, IDENTITY_FIELDS, LOST_LOOKBACK
 
 MAX_LABEL_CHARS = 1024
 MAX_CARDS_PER_HOST = 64
@@ -93,6 +93,7 @@ class _Card(MutableRecord):
     fields: dict[str, Any] = field(default_factory=dict)
     mig: dict[int, dict[str, Any]] = field(default_factory=dict)  # GPU_I_ID -> fields
     workloads: dict[tuple[str, str], Workload] = field(default_factory=dict)
+    vanished: bool = False  # seen within promql.LOST_LOOKBACK, gone from the scrape now
 
 
 @record(frozen=False, slots=True)
@@ -335,6 +336,13 @@ def _take(hosts: _Hosts, name: str, labels: dict[str, Any], value: float) -> Non
         proc["gpu_mem"] = int(value)
         proc["user"] = _text(labels, "user") or None
         proc["command"] = _text(labels, "command") or None
+    elif name == "_vanished":
+        # Seen within the hour, gone now: the card is lost, as the driver's lost card.
+        if all(v.__class__ is str for v in labels.values()):
+            _identity(host, labels, hosts.texts)
+            card = _card(host, labels)
+            if card is not None:
+                card.vanished = True
     elif name == "_reserved":
         gpu, owner = _index(_text(labels, "gpu")), _text(labels, "owner")
         if gpu is None or not owner:
@@ -430,7 +438,9 @@ def _finish_card(card: _Card, fallback: int, taken: float) -> tuple[Gpu, list[Xi
             gpu.pop("mem_reserved", None)
     if card.workloads:
         gpu["workloads"] = tuple(card.workloads.values())
-    gpu["state"] = GPU_LOST if raw.get("_lost") is not None else GPU_OK
+    gpu["state"] = GPU_LOST if raw.get("_lost") is not None or card.vanished else GPU_OK
+    if card.vanished:
+        gpu["error"] = f"gone from the exporter's series (seen within {LOST_LOOKBACK})"
     xid = raw.get("_xid")
     events = [XidEvent(gpu=gpu["index"], xid=int(xid), time=taken)] \
         if xid is not None and 0 < xid < 1_000_000 else []

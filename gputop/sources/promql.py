@@ -40,6 +40,13 @@ IDENTITY_NAMES = '__name__=~"gputop_gpu_ok|nvidia_smi_gpu_info"'
 
 # A dead target is a GPU host only if it had GPU series within this window.
 DEAD_LOOKBACK = "30d"
+# A card seen within this window and gone now, its exporter up, is lost (as a card the
+# driver lost is locally): dcgm-exporter drops a card that fell off the bus.
+LOST_LOOKBACK = "1h"
+# What says a card was there (one series per card or MIG instance, per exporter), and
+# what says it still is: any of its usual series.
+CARD_SEEN = "DCGM_FI_DEV_FB_USED|nvidia_smi_gpu_info"
+CARD_NOW = "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_GPU_TEMP|nvidia_smi_gpu_info"
 # A rate of a violation counter over this window above 0: the card is being slowed now.
 VIOLATION_WINDOW = "2m"
 
@@ -265,6 +272,9 @@ def _host_queries(selector: str) -> dict[str, str]:
     def m(metric: str) -> str:
         return _sel(metric, selector)
 
+    def names(pattern: str) -> str:
+        return _sel("", selector, f'__name__=~"{pattern}"')
+
     up = m("up")
     return {
         # The identity of the cards DCGM's memory does not carry (nvidia_gpu_exporter's,
@@ -281,6 +291,14 @@ def _host_queries(selector: str) -> dict[str, str]:
         "_proc_sm": f"max by ({HOST_KEY}, gpu, pid) ({m('gputop_process_sm_util')})",
         "_reserved": (f"max by ({HOST_KEY}, gpu, owner, UUID, GPU_I_ID) "
                       f"({m('gputop_gpu_reserved_until_timestamp_seconds')})"),
+        # The cards seen within LOST_LOOKBACK and gone now, by instance, gpu and UUID
+        # only: a renamed host label (Hostname to hostname) is the same card.  A dead
+        # exporter's cards are not lost: the host is unreachable (host-state).
+        "_vanished": (
+            f"group by ({HOST_KEY}, gpu, uuid, UUID, modelName) "
+            f"(last_over_time({names(CARD_SEEN)}[{LOST_LOOKBACK}])) "
+            f"unless on (instance, gpu, UUID, uuid) {names(CARD_NOW)} "
+            f"and on (instance) ({up} == 1)"),
         # Every target (a dead one is a host only if it had GPU series) and when each
         # was last scraped; one host's view asks for its own targets only.
         "_up": f'label_replace(timestamp({up}), "_scraped", "1", "", "") or {up}',

@@ -139,7 +139,7 @@ def _near_shutdown(gpu: Gpu, margin: float) -> bool:
 
 
 @rule("temp-shutdown", CRITICAL, reads=("temp", "temp_shutdown"), unexported=("temp_shutdown",),
-      thresholds=("temp_shutdown_margin",),
+      thresholds=("temp_shutdown_margin",), alert="GpuNearShutdown",
       summary="the GPU is about to shut down: it is too hot",
       hint="stop the load now; check fans, airflow and the room's cooling",
       when="temp >= shutdown threshold - `temp_shutdown_margin`")
@@ -227,7 +227,7 @@ def _power_capped(ctx: Context) -> Iterator[Finding]:
 
 @rule("temp-near-slowdown", WARNING, reads=("temp", "temp_slowdown", "temp_shutdown"),
       unexported=("temp_slowdown", "temp_shutdown"),
-      thresholds=("temp_slowdown_margin", "temp_shutdown_margin"),
+      thresholds=("temp_slowdown_margin", "temp_shutdown_margin"), alert="GpuTooHot",
       summary="the GPU is close to its slowdown temperature: it will throttle",
       hint="check airflow and fans; the card will throttle",
       when="temp >= slowdown threshold - `temp_slowdown_margin` (not when already critical)")

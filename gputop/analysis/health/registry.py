@@ -132,8 +132,8 @@ _RULES: list[Rule] = []
 
 # The shipped alerts (gputop/examples/alert-rules*.yaml) that no rule raises, and why.
 ALERTS_OF_NO_RULE = {
-    # The Prometheus source shows such a host as host-state (a warning); the alert pages
-    # (critical): nothing is known of its GPUs.  Issue 40 reconsiders the alerts.
+    # The Prometheus source shows such a host as host-state, whose alert is
+    # GputopCollectorStuck; this one has host-state's severity (tests/test_alert_rules.py).
     "GpuExporterDown": "Prometheus cannot scrape a GPU exporter: no host's gputop says so",
 }
 
