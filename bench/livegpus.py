@@ -50,7 +50,7 @@ def live(scenario: dict[str, Any], origin: float | None = None) -> dict[str, Any
         phase = 3.7 * index  # each card at its own point of every wave
 
         def move(holder: dict[str, Any], key: str,
-                 spec: tuple[float, float, tuple[float, float]]) -> None:
+                 spec: tuple[float, float, tuple[float, float]], phase: float = phase) -> None:
             if isinstance(holder.get(key), (int, float)) and not isinstance(holder[key], bool):
                 holder[key] = wave(holder[key], spec[0], spec[1], spec[2], phase)
 

@@ -193,7 +193,7 @@ def test_the_benches_live_machine_moves_every_gauge(tmp_path: Path) -> None:
         rewrite()
         out["at7"] = read()
     """)
-    for before, after in zip(got["at0"], got["at7"]):
-        assert all(a != b for a, b in zip(before, after)), (before, after)
+    for before, after in zip(got["at0"], got["at7"], strict=True):
+        assert all(a != b for a, b in zip(before, after, strict=True)), (before, after)
     # each card at its own phase: no two cards read the same utilization
     assert len({row[0] for row in got["at7"]}) > 4
