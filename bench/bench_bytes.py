@@ -34,16 +34,23 @@ ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 def by_row(stream: bytes) -> tuple[Counter[int], dict[int, bytes], int]:
     """Bytes per screen row (1-based, as the cursor moves name it), the plain text of the
-    last write to each, and the count of cursor moves."""
+    writes of the last refresh that wrote each ("column:text" pieces), and the count of
+    cursor moves.  Refreshes are Textual's synchronized frames (CSI ? 2026 h)."""
     rows: Counter[int] = Counter()
     last: dict[int, bytes] = {}
-    moves = list(MOVE.finditer(stream))
-    for move, after in zip(moves, [*moves[1:], None], strict=True):
-        end = after.start() if after is not None else len(stream)
-        row = int(move.group(1))
-        rows[row] += end - move.start()
-        last[row] = ESCAPES.sub(b"", stream[move.end():end])
-    return rows, last, len(moves)
+    count = 0
+    for frame in stream.split(b"\x1b[?2026h"):
+        moves = list(MOVE.finditer(frame))
+        count += len(moves)
+        seen: dict[int, bytes] = {}
+        for move, after in zip(moves, [*moves[1:], None], strict=True):
+            end = after.start() if after is not None else len(frame)
+            row = int(move.group(1))
+            rows[row] += end - move.start()
+            text = ESCAPES.sub(b"", frame[move.end():end])
+            seen[row] = seen.get(row, b"") + b"%s:%s " % (move.group(2), text)
+        last.update(seen)
+    return rows, last, count
 
 
 def main() -> int:
@@ -70,7 +77,7 @@ def main() -> int:
     print("|---|---|---|")
     for row, count in rows.most_common(args.top):
         text = last[row].decode(errors="replace").strip()
-        print(f"| {row} | {count / refreshes:.0f} | `{text[:90]}` |")
+        print(f"| {row} | {count / refreshes:.0f} | `{text[:150]}` |")
     return 0
 
 

@@ -67,6 +67,11 @@ def nvitop() -> list[str]:
     return [str(BENCH_VENV / "bin" / "nvitop")]
 
 
+def minimal(gputop: list[str]) -> list[str]:
+    """bench/minimal_app.py with the installed gputop's interpreter (its Textual, pynvml)."""
+    return [str(Path(gputop[0]).with_name("python")), str(ROOT / "bench" / "minimal_app.py")]
+
+
 def setup() -> None:
     fakenvml.library_dir()
     if not (BENCH_VENV / "bin" / "python").exists():
@@ -294,6 +299,10 @@ def measure(args: argparse.Namespace, gputop: list[str], moving: bool) -> list[R
         cpu1 = row("TUI CPU, 1 s refresh", "ms/s", "<= 0.8")
         kib1 = row("bytes to the terminal, 1 s refresh", "KiB/s", "<= 1.0")
         rss = row(f"RSS after {args.warmup + args.tui_seconds:g} s", "MiB", "")
+        # The floor (issue 42.4): a minimal Textual app with pynvml, in nvitop's column
+        floor = row(f"RSS after {args.warmup + args.tui_seconds:g} s, gputop - a minimal "
+                    "Textual app with pynvml (bench/minimal_app.py) in nvitop's columns",
+                    "MiB", "<= 4 MiB more")
         tcalls = row("NVML calls per second, TUI 1 s", "", "<= 1.0", digits=0)
         for _ in range(args.tui_runs):
             g = tui([*gputop, "--interval", "1"], env, args.warmup, args.tui_seconds,
@@ -306,6 +315,8 @@ def measure(args: argparse.Namespace, gputop: list[str], moving: bool) -> list[R
             kib1.add(g["kib"], n["kib"])
             rss.add(g["rss"], n["rss"])
             tcalls.add(g["calls"], n["calls"])
+            m = tui([*minimal(gputop), "--interval", "1"], env, args.warmup, args.tui_seconds)
+            floor.add(g["rss"], m["rss"])
         for _ in range(args.frame_runs):  # the first frames alone: more pairs, cheaply
             g = tui([*gputop, "--interval", "1"], env, 5.0, 0.1, marker=marker,
                     full_marker=GPUTOP_PANELS)
