@@ -33,7 +33,7 @@ FAKENVML := build/fakenvml/libnvidia-ml.so.1
 $(FAKENVML): tests/fakenvml/fakenvml.c
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -fPIC -shared -fvisibility=hidden \
-		-Wl,-soname,libnvidia-ml.so.1 -o $@.$$$$.tmp $< -lpthread && mv -f $@.$$$$.tmp $@
+		-Wl,-soname,libnvidia-ml.so.1 -o $@.$$$$.tmp $< -lpthread -lm && mv -f $@.$$$$.tmp $@
 
 fakenvml: $(FAKENVML)
 

@@ -1,8 +1,11 @@
 """gputop next to nvitop on the same simulated GPUs: run by hand, prints a table.
 
 Both tools load gputop's fake driver (tests/fakenvml), so both go through the real pynvml
-ctypes path against the same GPUs and the same real processes.  nvitop lives in its own
-virtual environment, never in gputop's dependencies:
+ctypes path against the same GPUs and the same real processes.  By default every row is
+measured twice: on live GPUs (dgx8 with its values on 20-60 s waveforms, bench/livegpus.py;
+both tools see the same values at the same moment), as real GPUs change every sample, then
+on static ones (every read the same) as a second column; ``--values live`` for the first.
+nvitop lives in its own virtual environment, never in gputop's dependencies:
 
     python bench/bench_vs_nvitop.py --setup          # builds the fake driver, makes the venv
     python bench/bench_vs_nvitop.py                  # every row of issue 27's table (~15 min)
@@ -50,6 +53,7 @@ from helpers import fakenvml  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from compiled import installed  # noqa: E402
+from livegpus import live  # noqa: E402
 
 BENCH_VENV = Path(os.environ.get("BENCH_VENV", ROOT / ".venv-nvitop"))
 NVITOP_VERSION = "1.7.2"
@@ -63,6 +67,11 @@ def nvitop() -> list[str]:
     return [str(BENCH_VENV / "bin" / "nvitop")]
 
 
+def minimal(gputop: list[str]) -> list[str]:
+    """bench/minimal_app.py with the installed gputop's interpreter (its Textual, pynvml)."""
+    return [str(Path(gputop[0]).with_name("python")), str(ROOT / "bench" / "minimal_app.py")]
+
+
 def setup() -> None:
     fakenvml.library_dir()
     if not (BENCH_VENV / "bin" / "python").exists():
@@ -72,10 +81,12 @@ def setup() -> None:
 
 
 @contextlib.contextmanager
-def fake_gpus(scenario: dict[str, Any]) -> Iterator[dict[str, str]]:
-    """The tools' environment on ``scenario``, its processes real (sleeping) ones."""
-    with tempfile.TemporaryDirectory() as tmp, fakenvml.processes(scenario):
-        env = fakenvml.environment(fakenvml.write_scenario(Path(tmp) / "scenario", scenario))
+def fake_gpus(scenario: dict[str, Any], moving: bool = False) -> Iterator[dict[str, str]]:
+    """The tools' environment on ``scenario``, its processes real (sleeping) ones;
+    ``moving``: its values on waveforms (bench/livegpus.py)."""
+    with tempfile.TemporaryDirectory() as tmp, fakenvml.processes(scenario) as filled:
+        machine = live(filled) if moving else filled
+        env = fakenvml.environment(fakenvml.write_scenario(Path(tmp) / "scenario", machine))
         env.pop("PYTHONPATH", None)  # the installed gputop, never the checkout beside it
         env.pop("GPUTOP_HOSTS", None)
         yield env
@@ -140,11 +151,12 @@ def _rss_mib(pid: int) -> float:
 
 def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
         trace: bool = False, marker: bytes | None = None,
-        full_marker: bytes | None = None) -> dict[str, float]:
+        full_marker: bytes | None = None, keep: bytearray | None = None) -> dict[str, float]:
     """Run a TUI in a 200x50 pty: CPU ms/s, terminal KiB/s, RSS after, NVML calls/s, and
     with ``marker`` the seconds until the output first showed it (the first frame with
     the processes: gputop's start-up skeleton, or a dashboard), with ``full_marker``
-    until that showed too (gputop's complete dashboard: its GPU panels)."""
+    until that showed too (gputop's complete dashboard: its GPU panels).  ``keep``: gets
+    the bytes written in the measured seconds (bench_bytes.py reads where they go)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
     env = dict(env, TERM="xterm-256color", COLUMNS=str(COLS), LINES=str(ROWS))
@@ -160,7 +172,7 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
     seen = bytearray()
     first_frame = full_frame = float("nan")
 
-    def drain(until: float) -> int:
+    def drain(until: float, into: bytearray | None = None) -> int:
         nonlocal first_frame, full_frame
         got = 0
         while (left := until - time.monotonic()) > 0:
@@ -171,6 +183,8 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
                 except OSError:
                     break
                 got += len(chunk)
+                if into is not None:
+                    into.extend(chunk)
                 waiting = [m for m, t in ((marker, first_frame), (full_marker, full_frame))
                            if m is not None and t != t]  # still NaN
                 if waiting:
@@ -188,7 +202,7 @@ def tui(cmd: list[str], env: dict[str, str], warmup: float, seconds: float,
         cpu0 = _cpu_s(proc.pid)
         if trace_path is not None:
             calls_at = _lines(trace_path)
-        counted = drain(time.monotonic() + seconds)
+        counted = drain(time.monotonic() + seconds, keep)
         cpu1 = _cpu_s(proc.pid)
         rss = _rss_mib(proc.pid)
         calls = (_lines(trace_path) - calls_at) if trace_path else 0
@@ -226,7 +240,8 @@ class Row:
         self.pairs.append((ours * self.scale, theirs * self.scale))
         self.loads.append(os.getloadavg()[0])
 
-    def line(self) -> str:
+    def cells(self) -> str:
+        """gputop's median | nvitop's median | the ratio, median (min-max) of pairs."""
         ours = statistics.median(p[0] for p in self.pairs)
         theirs = statistics.median(p[1] for p in self.pairs)
         ratios = sorted(a / b for a, b in self.pairs if b)
@@ -238,49 +253,29 @@ class Row:
             ratio = (f"{statistics.median(ratios):.2f} "
                      f"({ratios[0]:.2f}-{ratios[-1]:.2f})")
         unit = f" {self.unit}" if self.unit else ""
-        load = f"{statistics.median(self.loads):.1f}"
-        return (f"| {self.name} | {ours:,.{self.digits}f}{unit} | {theirs:,.{self.digits}f}"
-                f"{unit} | {ratio} | {self.goal} | {len(self.pairs)} | {load} |")
+        return (f"{ours:,.{self.digits}f}{unit} | {theirs:,.{self.digits}f}{unit} | {ratio}")
+
+    @staticmethod
+    def joined(same: tuple[Row, ...]) -> str:
+        """One table line: a measure's cells on each machine (live, static)."""
+        loads = [load for r in same for load in r.loads]
+        load = f"{statistics.median(loads):.1f}" if loads else "n/a"
+        cells = " | ".join(r.cells() for r in same)
+        return (f"| {same[0].name} | {cells} | {same[0].goal} | {len(same[0].pairs)} | "
+                f"{load} |")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--setup", action="store_true", help="build the fake driver, install nvitop")
-    ap.add_argument("--runs", type=int, default=7, help="one-shot pairs per row (7)")
-    ap.add_argument("--tui-runs", type=int, default=1, help="dashboard pairs per row (1)")
-    ap.add_argument("--frame-runs", type=int, default=0,
-                    help="extra pairs of 5 s dashboard starts for the first-frame rows (0)")
-    ap.add_argument("--tui-seconds", type=float, default=60.0)
-    ap.add_argument("--warmup", type=float, default=10.0)
-    ap.add_argument("--long-uptime", type=float, default=150.0,
-                    help="seconds of uptime before the 0.25 s refresh row is measured")
-    ap.add_argument("--host-procs", type=int, default=4000)
-    ap.add_argument("--skip-big", action="store_true", help="skip the 8x500 TUI case")
-    ap.add_argument("--write-readme", action="store_true",
-                    help="also put the table into README.md, between its bench_vs_nvitop marks")
-    ap.add_argument("--one-shots", action="store_true",
-                    help="only the one-shot rows (--once, --json, NVML calls): a minute")
-    ap.add_argument("--tree", type=Path, default=ROOT,
-                    help="the gputop checkout to measure (default: this one)")
-    args = ap.parse_args()
-    if args.one_shots and args.write_readme:
-        ap.error("--one-shots makes part of the table: the README keeps the whole one")
-    if args.setup:
-        setup()
-        return 0
-    if not shutil.which(nvitop()[0]):
-        print(f"needs nvitop in {BENCH_VENV}: run --setup")
-        return 0
+def measure(args: argparse.Namespace, gputop: list[str], moving: bool) -> list[Row]:
+    """Every row, both tools interleaved, on the dgx8 machine: live (its values on
+    waveforms, bench/livegpus.py) or static (every read the same)."""
     rows: list[Row] = []
 
     def row(*a: Any, **k: Any) -> Row:
         rows.append(Row(*a, **k))
         return rows[-1]
 
-    source = str(args.tree.resolve())
-    gputop = [str(installed(args.tree.resolve()))]
     template = fakenvml.template("dgx8")
-    with fake_gpus(template) as env:
+    with fake_gpus(template, moving) as env:
         marker = str(template["devices"][-1]["processes"][-1]["pid"]).encode()
         once = row("`--once` CPU, quiet host, bytecode cached", "s", "<= 0.5", digits=3)
         calls = row("NVML calls, `--once`", "", "<= 1.0", digits=0)
@@ -298,15 +293,16 @@ def main() -> int:
             for _ in range(args.runs):
                 busy.add(once_cpu([*gputop, "--json"], env),
                          once_cpu([*nvitop(), "-1"], env))
-        if args.one_shots:
-            args.tui_runs = args.frame_runs = 0
-            args.skip_big = True
         first = row("first frame with the processes (wall)", "s", "<= 1.5", digits=2)
         full = row("first complete dashboard frame (wall; nvitop: its first frame)", "s", "",
                    digits=2)
-        cpu1 = row("TUI CPU, 1 s refresh", "ms/s", "<= 1.0")
-        kib1 = row("bytes to the terminal, 1 s refresh", "KiB/s", "<= 2 KiB/refresh")
-        rss = row(f"RSS after {args.warmup + args.tui_seconds:g} s", "MiB", "<= 1.5")
+        cpu1 = row("TUI CPU, 1 s refresh", "ms/s", "<= 0.8")
+        kib1 = row("bytes to the terminal, 1 s refresh", "KiB/s", "<= 1.0")
+        rss = row(f"RSS after {args.warmup + args.tui_seconds:g} s", "MiB", "")
+        # The floor (issue 42.4): a minimal Textual app with pynvml, in nvitop's column
+        floor = row(f"RSS after {args.warmup + args.tui_seconds:g} s, gputop - a minimal "
+                    "Textual app with pynvml (bench/minimal_app.py) in nvitop's columns",
+                    "MiB", "<= 4 MiB more")
         tcalls = row("NVML calls per second, TUI 1 s", "", "<= 1.0", digits=0)
         for _ in range(args.tui_runs):
             g = tui([*gputop, "--interval", "1"], env, args.warmup, args.tui_seconds,
@@ -319,6 +315,8 @@ def main() -> int:
             kib1.add(g["kib"], n["kib"])
             rss.add(g["rss"], n["rss"])
             tcalls.add(g["calls"], n["calls"])
+            m = tui([*minimal(gputop), "--interval", "1"], env, args.warmup, args.tui_seconds)
+            floor.add(g["rss"], m["rss"])
         for _ in range(args.frame_runs):  # the first frames alone: more pairs, cheaply
             g = tui([*gputop, "--interval", "1"], env, 5.0, 0.1, marker=marker,
                     full_marker=GPUTOP_PANELS)
@@ -327,7 +325,8 @@ def main() -> int:
             full.add(g["full"], n["first"])
         fast = row(f"TUI CPU, 0.25 s refresh, {args.long_uptime:g} s uptime", "ms/s",
                    "<= 1.0")
-        kib4 = row("bytes to the terminal, 0.25 s refresh", "KiB/s", "<= 2 KiB/refresh")
+        kib4 = row("bytes to the terminal, 0.25 s refresh", "KiB/refresh", "<= 2",
+                   scale=0.25)
         for _ in range(args.tui_runs):
             g = tui([*gputop, "--interval", "0.25"], env, args.long_uptime, args.tui_seconds)
             n = tui([*nvitop(), "--interval", "0.25"], env, args.long_uptime,
@@ -335,19 +334,61 @@ def main() -> int:
             fast.add(g["cpu"], n["cpu"])
             kib4.add(g["kib"], n["kib"])
     if not args.skip_big:
-        with host_processes(256) as pids, fake_gpus(crowded(8, 500, pids)) as env:
-            big = row("TUI CPU, 8 GPUs x 500 processes", "ms/s", "keep <= 0.6")
+        with host_processes(256) as pids, fake_gpus(crowded(8, 500, pids), moving) as env:
+            big = row("TUI CPU, 8 GPUs x 500 processes", "ms/s", "<= 0.3")
             for _ in range(args.tui_runs):
                 g = tui([*gputop, "--interval", "1"], env, args.warmup, args.tui_seconds)
                 n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds)
                 big.add(g["cpu"], n["cpu"])
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--setup", action="store_true", help="build the fake driver, install nvitop")
+    ap.add_argument("--runs", type=int, default=7, help="one-shot pairs per row (7)")
+    ap.add_argument("--tui-runs", type=int, default=1, help="dashboard pairs per row (1)")
+    ap.add_argument("--frame-runs", type=int, default=0,
+                    help="extra pairs of 5 s dashboard starts for the first-frame rows (0)")
+    ap.add_argument("--tui-seconds", type=float, default=60.0)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--long-uptime", type=float, default=150.0,
+                    help="seconds of uptime before the 0.25 s refresh row is measured")
+    ap.add_argument("--host-procs", type=int, default=4000)
+    ap.add_argument("--skip-big", action="store_true", help="skip the 8x500 TUI case")
+    ap.add_argument("--values", choices=("live", "static", "both"), default="both",
+                    help="the GPUs' values: on waveforms (live, as real GPUs), every read "
+                         "the same (static), or live then static as a second column (both)")
+    ap.add_argument("--write-readme", action="store_true",
+                    help="also put the table into README.md, between its bench_vs_nvitop marks")
+    ap.add_argument("--one-shots", action="store_true",
+                    help="only the one-shot rows (--once, --json, NVML calls): a minute")
+    ap.add_argument("--tree", type=Path, default=ROOT,
+                    help="the gputop checkout to measure (default: this one)")
+    args = ap.parse_args()
+    if args.one_shots and args.write_readme:
+        ap.error("--one-shots makes part of the table: the README keeps the whole one")
+    if args.setup:
+        setup()
+        return 0
+    if not shutil.which(nvitop()[0]):
+        print(f"needs nvitop in {BENCH_VENV}: run --setup")
+        return 0
+    if args.one_shots:
+        args.tui_runs = args.frame_runs = 0
+        args.skip_big = True
+    source = str(args.tree.resolve())
+    gputop = [str(installed(args.tree.resolve()))]
+    kinds = ["live", "static"] if args.values == "both" else [args.values]
+    columns = [measure(args, gputop, kind == "live") for kind in kinds]
+    head = " | ".join(f"gputop {k} | nvitop {k} | ratio {k}, median (min-max)" for k in kinds)
     table = [
         f"gputop from {source} (pip-installed, not editable); nvitop {NVITOP_VERSION}; "
         f"{os.cpu_count()} CPUs; TUI {COLS}x{ROWS}, {args.warmup:g} s warm-up then "
-        f"{args.tui_seconds:g} s measured",
-        "| measure | gputop | nvitop | ratio, median (min-max) | goal | pairs | load |",
-        "|---|---|---|---|---|---|---|",
-        *(r.line() for r in rows if r.pairs),
+        f"{args.tui_seconds:g} s measured; live: bench/livegpus.py's waveforms",
+        f"| measure | {head} | goal | pairs | load |",
+        "|---|" + "---|---|---|" * len(kinds) + "---|---|---|",
+        *(Row.joined(same) for same in zip(*columns, strict=True) if same[0].pairs),
     ]
     print("\n".join(table))
     if args.write_readme:

@@ -3,8 +3,13 @@
 Textual rewrites every cell of a dirty region, and a widget's refresh() dirties all of
 it: a GPU panel whose clock moved by 15 MHz re-sent its three full lines, a process row
 whose age ticked re-sent the whole row.  Comparing the new strips with the ones on screen
-and dirtying from the first to the last changed cell of each line keeps the bytes sent
-to the terminal close to what actually changed.
+and dirtying each run of changed cells keeps the bytes sent to the terminal close to what
+actually changed.
+
+On a live machine every gauge moves every refresh, and Textual (8.2) writes a dirty span
+from the left edge of the widget it falls in, not from its first cell: the UTIL figure
+and the history's last cell changing re-sent the GPU panel's lines from column 0, 7.8 KiB
+a refresh at 0.25 s on 8 cards.  ``write_spans_only`` makes the write start at the span.
 """
 
 from __future__ import annotations
@@ -12,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Console
+from rich.control import Control
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual._compositor import ChopsUpdate
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
@@ -33,42 +41,80 @@ def _cells(strip: Strip) -> list[Cell] | None:
     return out if len(out) == strip.cell_length else None
 
 
+# Unchanged cells between two changed runs of a line, below which one span is cheaper
+# than two: the second cursor move (CSI row;col H, 6-8 bytes) and the style code sent
+# again (10-20 bytes) cost about as much as this many one-byte cells resent.
+GAP = 16
+
+
 def changed_regions(old: Sequence[Strip], new: Sequence[Strip]) -> list[Region] | None:
-    """Regions (content coordinates) where ``new`` differs from ``old``, from the first to
-    the last changed cell of each line; None when the two cannot be compared line by line
-    (repaint everything).  Textual (8.x) writes a dirty span from the widget's left edge,
-    so what this saves is the unchanged tail of each line, and the unchanged lines."""
+    """Regions (content coordinates) where ``new`` differs from ``old``: the runs of
+    changed cells of each line, runs closer than ``GAP`` joined; None when the two cannot
+    be compared line by line (repaint everything).  With ``write_spans_only`` the terminal
+    gets those cells; without it, Textual writes each from the widget's left edge."""
     if len(old) != len(new):
         return None
-    regions = []
+    regions: list[Region] = []
     for y, (before, after) in enumerate(zip(old, new, strict=True)):
         if before is after or before == after:  # most lines of a quiet tick
             continue
-        span = _text_span(before, after)
-        if span is None:
-            span = _cell_span(before, after)
-        if span is not None:
-            regions.append(Region(span[0], y, span[1] - span[0], 1))
+        runs = _text_runs(before, after)
+        if runs is None:
+            runs = _cell_runs(before, after)
+        regions.extend(Region(x1, y, x2 - x1, 1) for x1, x2 in _joined(runs))
     return regions
 
 
-def _text_span(before: Strip, after: Strip) -> tuple[int, int] | None:
-    """[first, last + 1) of the changed characters of two lines whose segments differ
-    in their text only (same styles, same lengths, one cell a character), as a process
-    row whose TIME ticked; None for any other pair (``_cell_span`` compares those)."""
+def _joined(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Runs of changed cells in order, those less than GAP apart made one."""
+    out: list[tuple[int, int]] = []
+    for x1, x2 in runs:
+        if out and x1 - out[-1][1] < GAP:
+            out[-1] = (out[-1][0], x2)
+        else:
+            out.append((x1, x2))
+    return out
+
+
+def _text_runs(before: Strip, after: Strip) -> list[tuple[int, int]] | None:
+    """[first, last + 1) of the changed characters of each segment of two lines whose
+    segments differ in their text only (same styles, same lengths, one cell a character),
+    as a process row whose TIME ticked or a panel whose figures moved; None for any other
+    pair (``_cell_runs`` compares those)."""
     if len(before) != len(after):
         return None
     for a, b in zip(before, after):  # noqa: B905 (same length, checked above)
         if a.style != b.style or len(a.text) != len(b.text) or a.control or b.control:
             return None
-    old, new = before.text, after.text
-    if len(old) != before.cell_length or len(new) != after.cell_length:
+    if len(before.text) != before.cell_length or len(after.text) != after.cell_length:
         return None
-    first = _common_prefix(old, new)
-    if first == len(old):  # not reached: equal text, styles and lengths are equal strips
-        return None
-    # Equal lengths, different text: the common prefix and suffix do not overlap.
-    return first, len(old) - _common_prefix(old[::-1], new[::-1])
+    runs = []
+    x = 0
+    for a, b in zip(before, after):  # noqa: B905 (same length, checked above)
+        old, new = a.text, b.text
+        if old != new:
+            # Equal lengths, different text: the common prefix and suffix do not overlap.
+            first = _common_prefix(old, new)
+            last = len(old) - _common_prefix(old[::-1], new[::-1])
+            if last - first <= GAP:  # a figure that moved: no gap inside worth a move
+                runs.append((x + first, x + last))
+            else:  # a long piece (a history line): its changed runs, cell by cell
+                runs.extend((x + first + i, x + first + j)
+                            for i, j in _char_runs(old[first:last], new[first:last]))
+        x += len(old)
+    return runs
+
+
+def _char_runs(old: str | list[Cell], new: str | list[Cell]) -> list[tuple[int, int]]:
+    """[start, end) of each run of positions where two equally long sequences differ."""
+    runs: list[tuple[int, int]] = []
+    for i, (a, b) in enumerate(zip(old, new)):  # noqa: B905 (same length)
+        if a != b:
+            if runs and runs[-1][1] == i:
+                runs[-1] = (runs[-1][0], i + 1)
+            else:
+                runs.append((i, i + 1))
+    return runs
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -84,17 +130,46 @@ def _common_prefix(a: str, b: str) -> int:
     return low
 
 
-def _cell_span(before: Strip, after: Strip) -> tuple[int, int] | None:
-    """[first, last + 1) of the changed cells, character and style, of two lines; the
-    whole line where a character is not one cell wide; None where none changed."""
+def _cell_runs(before: Strip, after: Strip) -> list[tuple[int, int]]:
+    """The runs of changed cells, character and style, of two lines; the whole line
+    where a character is not one cell wide."""
     a, b = _cells(before), _cells(after)
     if a is None or b is None or len(a) != len(b):
-        return 0, max(before.cell_length, after.cell_length)
-    if a == b:
-        return None
-    first = next(i for i in range(len(a)) if a[i] != b[i])
-    last = next(i for i in range(len(a) - 1, first - 1, -1) if a[i] != b[i])
-    return first, last + 1
+        return [(0, max(before.cell_length, after.cell_length))]
+    return _char_runs(a, b)
+
+
+def _write_spans(self: ChopsUpdate, console: Console) -> str:
+    """``ChopsUpdate.render_segments`` writing each span's own cells: Textual 8.2's writes
+    the widget's line from its left edge (``x``) to the span's end.  A line holding a
+    character wider than one cell is written from the widget's edge as before, so a cut
+    never falls inside one."""
+    out: list[str] = []
+    append = out.append
+    move_to = Control.move_to
+    last_y = self.spans[-1][0]
+    for y, x1, x2 in self.spans:
+        for end, (x, strip) in zip(self.chop_ends[y], self.chops[y].items()):  # noqa: B905
+            if strip is None or x >= x2 or end <= x1:
+                continue
+            start = x1 if x1 > x and len(strip.text) == strip.cell_length else x
+            piece = strip.crop(start - x, min(end, x2) - x)
+            append(move_to(start, y).segment.text)
+            append(piece.render(console))
+        if y != last_y:
+            append("\n")
+    return "".join(out)
+
+
+def write_spans_only() -> None:
+    """Make Textual's partial screen updates write only the dirty spans (see the module's
+    docstring); once, when the UI's widgets are imported.  Textual is pinned exactly
+    (pyproject.toml), so the method replaced is the one read here."""
+    if ChopsUpdate.render_segments is not _write_spans:
+        ChopsUpdate.render_segments = _write_spans  # type: ignore[method-assign]
+
+
+write_spans_only()
 
 
 _STYLES: dict[str, Style] = {}

@@ -30,6 +30,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -295,6 +296,159 @@ static unsigned long long mib(long long n)
     return (unsigned long long)n << 20;
 }
 
+/* -- values that move: waveforms, steps, and the counters that integrate them ---------- */
+
+/* A gauge (utilization, memory, temperature, power, clocks, fan, PCIe throughput, a
+ * process's memory and SM) may be a number, a waveform {"base", "amp", "period_s",
+ * "phase_s", "clamp": [lo, hi]} (base + amp * sin(2 pi (t + phase_s) / period_s)), or
+ * steps: a list of numbers, or {"steps": [...], "step_s": 1}, each held step_s seconds
+ * and cycled.  t is the scenario's clock: frozen_time when set (snapshot tests stay
+ * exact), else seconds since time_origin (a Unix time: two processes reading one
+ * scenario see the same values at the same moment) or since this process's nvmlInit. */
+static double scenario_time(void)
+{
+    const char *frozen = value("frozen_time");
+    if (frozen != NULL)
+        return real(frozen, 0);
+    const char *origin = value("time_origin");
+    return now() - (origin != NULL ? real(origin, 0) : t0);
+}
+
+struct shape {
+    int kind; /* 0 a number, 1 a waveform, 2 steps */
+    double number, base, amp, period, phase, lo, hi;
+    char key[256]; /* where a waveform's or steps' own keys are */
+    long long steps;
+    double step_s;
+};
+
+static struct shape shape_of(const char *key, double fallback)
+{
+    struct shape s = {.kind = 0, .number = fallback, .lo = -HUGE_VAL, .hi = HUGE_VAL};
+    snprintf(s.key, sizeof s.key, "%s", key);
+    const char *v = value("%s", key);
+    if (v == NULL)
+        return s;
+    if (strcmp(v, "{}") == 0 && value("%s.steps", key) != NULL) {
+        snprintf(s.key, sizeof s.key, "%s.steps", key);
+        s.kind = 2;
+        s.steps = integer(value("%s", s.key), 0);
+        s.step_s = real(value("%s.step_s", key), 1);
+    } else if (strcmp(v, "{}") == 0) {
+        s.kind = 1;
+        s.base = real(value("%s.base", key), fallback);
+        s.amp = real(value("%s.amp", key), 0);
+        s.period = real(value("%s.period_s", key), 60);
+        s.phase = real(value("%s.phase_s", key), 0);
+        s.lo = real(value("%s.clamp.0", key), -HUGE_VAL);
+        s.hi = real(value("%s.clamp.1", key), HUGE_VAL);
+    } else if (value("%s.0", key) != NULL) { /* a bare list: steps of a second */
+        s.kind = 2;
+        s.steps = integer(v, 0);
+        s.step_s = 1;
+    } else {
+        s.number = real(v, fallback);
+    }
+    if (s.kind == 2 && (s.steps <= 0 || !(s.step_s > 0)))
+        s.kind = 0; /* an empty list or a zero step: the fallback */
+    if (s.kind == 1 && !(s.period > 0))
+        s.amp = 0, s.period = 1;
+    return s;
+}
+
+static double shape_at(const struct shape *s, double t)
+{
+    if (s->kind == 1) {
+        double x = s->base + s->amp * sin(2 * M_PI * (t + s->phase) / s->period);
+        return x < s->lo ? s->lo : x > s->hi ? s->hi : x;
+    }
+    if (s->kind == 2) {
+        long long i = (long long)floor(t / s->step_s) % s->steps;
+        return real(value("%s.%lld", s->key, i < 0 ? i + s->steps : i), 0);
+    }
+    return s->number;
+}
+
+/* The integral of a gauge from 0 to t: exact for numbers and steps; a waveform's whole
+ * periods and the rest by the midpoint rule (a clamped sine has no handy closed form). */
+static double shape_integral(const struct shape *s, double t)
+{
+    if (t <= 0)
+        return 0;
+    if (s->kind == 2) {
+        double cycle = 0;
+        for (long long i = 0; i < s->steps; i++)
+            cycle += real(value("%s.%lld", s->key, i), 0) * s->step_s;
+        double span = s->steps * s->step_s, whole = floor(t / span), rest = t - whole * span;
+        double sum = whole * cycle;
+        for (long long i = 0; rest > 0 && i < s->steps; i++, rest -= s->step_s)
+            sum += real(value("%s.%lld", s->key, i), 0) * (rest < s->step_s ? rest : s->step_s);
+        return sum;
+    }
+    if (s->kind == 0)
+        return s->number * t;
+    enum { POINTS = 512 };
+    double whole = floor(t / s->period), rest = t - whole * s->period, one = 0, part = 0;
+    for (int i = 0; i < POINTS; i++) {
+        one += shape_at(s, (i + 0.5) * s->period / POINTS);
+        part += shape_at(s, whole * s->period + (i + 0.5) * rest / POINTS);
+    }
+    return whole * one * s->period / POINTS + part * rest / POINTS;
+}
+
+/* A gauge at a full key, now; `gauge` rounds it to the integer NVML reports. */
+static double gauge_real(const char *key, double fallback)
+{
+    struct shape s = shape_of(key, fallback);
+    return s.kind == 0 ? s.number : shape_at(&s, scenario_time());
+}
+
+static long long gauge(const struct handle *h, const char *key, long long fallback)
+{
+    char where[64], full[256];
+    scope(h, where, sizeof where);
+    snprintf(full, sizeof full, "%s.%s", where, key);
+    double x = gauge_real(full, (double)fallback);
+    return x < 0 ? 0 : llround(x);
+}
+
+/* Whether a key moves (a waveform or steps): a counter of it runs. */
+static int moves(const char *key)
+{
+    return shape_of(key, 0).kind != 0;
+}
+
+/* A counter (energy, ECC errors, PCIe replays, NVLink bytes): a number stays put;
+ * {"start": n, "per_s": gauge} is start plus the gauge's integral, so the rate a reader
+ * works out from two reads is the gauge. */
+static long long counter(const struct handle *h, const char *key, long long fallback)
+{
+    char where[64], full[256], rate[280];
+    scope(h, where, sizeof where);
+    snprintf(full, sizeof full, "%s.%s", where, key);
+    const char *v = value("%s", full);
+    if (v == NULL || strcmp(v, "{}") != 0)
+        return integer(v, fallback);
+    snprintf(rate, sizeof rate, "%s.per_s", full);
+    struct shape s = shape_of(rate, 0);
+    double total = real(value("%s.start", full), 0) + shape_integral(&s, scenario_time());
+    return total < 0 ? 0 : (long long)total;
+}
+
+/* Energy is the integral of power: with a moving power_draw_mw, energy_mj (a number) is
+ * where the counter starts. */
+static long long energy_mj(const struct handle *h)
+{
+    char where[64], power[128];
+    scope(h, where, sizeof where);
+    snprintf(power, sizeof power, "%s.power_draw_mw", where);
+    const char *v = at(h, "energy_mj");
+    if (v == NULL || strcmp(v, "{}") == 0 || !moves(power))
+        return counter(h, "energy_mj", 0);
+    struct shape s = shape_of(power, 70000);
+    return integer(v, 0) + (long long)(shape_integral(&s, scenario_time()) / 1000);
+}
+
 /* A return code by name ("NO_PERMISSION", "NVML_ERROR_NO_PERMISSION") or number. */
 static int code_of(const char *v)
 {
@@ -457,14 +611,17 @@ static int copy_text(char *out, unsigned length, const char *text)
 
 /* A call that reads one number of a card: the key under it, or the fallback (an
  * expression that may use the device). */
-#define READ(name, type, feature, key, fallback)                                    \
+#define READ_WITH(reader, name, type, feature, key, fallback)                       \
     EXPORT int name(nvmlDevice_t device, type *out)                                 \
     {                                                                               \
         BEGIN(feature, device, DEVICE);                                             \
         OUT(out);                                                                   \
-        *out = (type)num(device, key, fallback);                                    \
+        *out = (type)reader(device, key, fallback);                                 \
         return SUCCESS;                                                             \
     }
+#define READ(...) READ_WITH(num, __VA_ARGS__)
+/* The same for a gauge: a number, a waveform or steps. */
+#define READ_GAUGE(...) READ_WITH(gauge, __VA_ARGS__)
 
 /* Objects the caller holds (GPM samples, event sets) start with a magic word, so a
  * pointer that is none of ours, or one already freed, is refused. */
@@ -750,15 +907,21 @@ static void add_processes(const struct handle *h, char kind, unsigned gi, unsign
             out->items = items;
             out->size = size;
         }
-        const char *used = at(h, "processes.%lld.used_mib", i);
-        const char *sm = at(h, "processes.%lld.sm_util", i);
+        char key[64];
+        snprintf(key, sizeof key, "processes.%lld.used_mib", i);
+        const char *used = at(h, "%s", key);
+        long long used_mib = gauge(h, key, 0);
+        snprintf(key, sizeof key, "processes.%lld.sm_util", i);
+        const char *sm = at(h, "%s", key);
+        long long sm_util = gauge(h, key, 0);
+        snprintf(key, sizeof key, "processes.%lld.mem_util", i);
         out->items[out->count++] = (struct proc){
             .pid = (unsigned)integer(at(h, "processes.%lld.pid", i), 0),
-            .used = used ? mib(integer(used, 0)) : NOT_AVAILABLE,
+            .used = used ? mib(used_mib) : NOT_AVAILABLE,
             .gi = gi,
             .ci = ci,
-            .sm = (unsigned)integer(sm, 0),
-            .mem = (unsigned)integer(at(h, "processes.%lld.mem_util", i), 0),
+            .sm = (unsigned)sm_util,
+            .mem = (unsigned)gauge(h, key, 0),
             .sampled = sm != NULL, /* no sm_util: the process has no samples */
         };
     }
@@ -784,9 +947,8 @@ static struct procs gather(const struct handle *h, char kind)
 /* memory_used_mib, else what the processes hold: a GPU's own, plus its MIG devices'. */
 static unsigned long long used_bytes(const struct handle *h)
 {
-    const char *v = at(h, "memory_used_mib");
-    if (v)
-        return mib(integer(v, 0));
+    if (at(h, "memory_used_mib"))
+        return mib(gauge(h, "memory_used_mib", 0));
     struct procs own = {0};
     add_processes(h, 0, 0, 0, &own);
     unsigned long long sum = 0;
@@ -858,15 +1020,15 @@ EXPORT int nvmlDeviceGetUtilizationRates(nvmlDevice_t device, struct utilization
     OUT(util);
     if (mig_on(device->gpu))
         return NOT_SUPPORTED;
-    util->gpu = (unsigned)num(device, "util_gpu", 0);
-    util->memory = (unsigned)num(device, "util_mem", 0);
+    util->gpu = (unsigned)gauge(device, "util_gpu", 0);
+    util->memory = (unsigned)gauge(device, "util_mem", 0);
     return SUCCESS;
 }
 
 static int codec(const struct handle *h, const char *key, unsigned *util, unsigned *period_us)
 {
     OUT(util, period_us);
-    *util = (unsigned)num(h, key, 0);
+    *util = (unsigned)gauge(h, key, 0);
     *period_us = 167000; /* the encoder/decoder sampling window of current drivers */
     return SUCCESS;
 }
@@ -891,7 +1053,7 @@ EXPORT int nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned *t
     OUT(temp);
     if (sensor != 0) /* NVML_TEMPERATURE_GPU is the only sensor */
         return INVALID_ARGUMENT;
-    *temp = (unsigned)num(device, "temperature", 40);
+    *temp = (unsigned)gauge(device, "temperature", 40);
     return SUCCESS;
 }
 
@@ -914,7 +1076,7 @@ static long long power_limit(const struct handle *h)
     return num(h, "power_limit_mw", 300000);
 }
 
-READ(nvmlDeviceGetPowerUsage, unsigned, "power_draw", "power_draw_mw", 70000)
+READ_GAUGE(nvmlDeviceGetPowerUsage, unsigned, "power_draw", "power_draw_mw", 70000)
 READ(nvmlDeviceGetPowerManagementLimit, unsigned, "power_limit", "power_limit_mw", 300000)
 READ(nvmlDeviceGetEnforcedPowerLimit, unsigned, "power_limit", "power_limit_mw", 300000)
 READ(nvmlDeviceGetPowerManagementDefaultLimit, unsigned, "power_limit", "power_default_limit_mw",
@@ -939,7 +1101,7 @@ static int fans(const struct handle *h, const char *key, unsigned fan, unsigned 
         return NOT_SUPPORTED;
     if (fan >= (unsigned)num(h, "num_fans", 1))
         return INVALID_ARGUMENT;
-    *out = (unsigned)num(h, key, 1);
+    *out = (unsigned)gauge(h, key, 1);
     return SUCCESS;
 }
 
@@ -969,7 +1131,9 @@ static int clock_mhz(const struct handle *h, const char *group, int type, const 
     OUT(mhz);
     if (type < 0 || type >= 4)
         return INVALID_ARGUMENT;
-    *mhz = (unsigned)integer(at(h, "%s.%s", group, names[type]), fallbacks[type]);
+    char key[32];
+    snprintf(key, sizeof key, "%s.%s", group, names[type]);
+    *mhz = (unsigned)gauge(h, key, fallbacks[type]);
     return SUCCESS;
 }
 
@@ -989,11 +1153,11 @@ EXPORT int nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, int type, unsigned *mh
 
 /* An idle card sits in P8 with the idle clock-event bit, a busy one in P0. */
 READ(nvmlDeviceGetPerformanceState, int, "pstate", "pstate",
-     num(device, "util_gpu", 0) > 0 ? 0 : 8)
+     gauge(device, "util_gpu", 0) > 0 ? 0 : 8)
 READ(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long, "throttle_reasons",
-     "throttle_reasons", num(device, "util_gpu", 0) > 0 ? 0 : 1)
+     "throttle_reasons", gauge(device, "util_gpu", 0) > 0 ? 0 : 1)
 READ(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long, "throttle_reasons",
-     "throttle_reasons", num(device, "util_gpu", 0) > 0 ? 0 : 1)
+     "throttle_reasons", gauge(device, "util_gpu", 0) > 0 ? 0 : 1)
 READ(nvmlDeviceGetPersistenceMode, int, "persistence_mode", "persistence_mode", 0)
 /* nvmlComputeMode_t: 0 Default, 1 Exclusive_Thread, 2 Prohibited, 3 Exclusive_Process. */
 READ(nvmlDeviceGetComputeMode, int, "compute_mode", "compute_mode", 0)
@@ -1034,9 +1198,10 @@ static int ecc_count(const struct handle *h, int uncorrected, int aggregate,
 {
     if (!ecc_on(h))
         return NOT_SUPPORTED;
-    *count = (unsigned long long)integer(
-        at(h, "ecc_errors.%s.%s", aggregate ? "aggregate" : "volatile",
-           uncorrected ? "uncorrected" : "corrected"), 0);
+    char key[64];
+    snprintf(key, sizeof key, "ecc_errors.%s.%s", aggregate ? "aggregate" : "volatile",
+             uncorrected ? "uncorrected" : "corrected");
+    *count = (unsigned long long)counter(h, key, 0);
     return SUCCESS;
 }
 
@@ -1133,7 +1298,7 @@ EXPORT int nvmlDeviceGetPcieThroughput(nvmlDevice_t device, int counter, unsigne
     OUT(kbs);
     if (counter < 0 || counter > 1)
         return INVALID_ARGUMENT;
-    *kbs = (unsigned)num(device, counter ? "pcie.rx_kbps" : "pcie.tx_kbps", 0);
+    *kbs = (unsigned)gauge(device, counter ? "pcie.rx_kbps" : "pcie.tx_kbps", 0);
     return SUCCESS;
 }
 
@@ -1143,7 +1308,7 @@ EXPORT int nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned *replays
     OUT(replays);
     if (!at(device, "pcie.replays"))
         return NOT_SUPPORTED;
-    *replays = (unsigned)num(device, "pcie.replays", 0);
+    *replays = (unsigned)counter(device, "pcie.replays", 0);
     return SUCCESS;
 }
 
@@ -1153,7 +1318,7 @@ EXPORT int nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned lon
     OUT(mj);
     if (!at(device, "energy_mj"))
         return NOT_SUPPORTED;
-    *mj = (unsigned long long)num(device, "energy_mj", 0);
+    *mj = (unsigned long long)energy_mj(device);
     return SUCCESS;
 }
 
@@ -1306,20 +1471,20 @@ static int field(const struct handle *h, struct field_value *v)
         rc = configured(h, NULL, "temperature");
         if (rc == SUCCESS)
             rc = at(h, "temperature_memory") ? SUCCESS : NOT_SUPPORTED;
-        ui = (unsigned)num(h, "temperature_memory", 0);
+        ui = (unsigned)gauge(h, "temperature_memory", 0);
         break;
     case 83: /* NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION */
         rc = configured(h, NULL, "energy");
         if (rc == SUCCESS)
             rc = at(h, "energy_mj") ? SUCCESS : NOT_SUPPORTED;
-        ull = (unsigned long long)num(h, "energy_mj", 0);
+        ull = (unsigned long long)energy_mj(h);
         break;
     case 94: /* NVML_FI_DEV_PCIE_REPLAY_COUNTER */
         v->value_type = VALUE_UINT;
         rc = configured(h, NULL, "pcie");
         if (rc == SUCCESS)
             rc = at(h, "pcie.replays") ? SUCCESS : NOT_SUPPORTED;
-        ui = (unsigned)num(h, "pcie.replays", 0);
+        ui = (unsigned)counter(h, "pcie.replays", 0);
         break;
     case 138: case 139: /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _RX (KiB), link = scopeId */
         rc = configured(h, NULL, "nvlink");
@@ -1328,7 +1493,7 @@ static int field(const struct handle *h, struct field_value *v)
         if (rc == SUCCESS)
             rc = at(h, id == 138 ? "nvlink.data_tx_kib" : "nvlink.data_rx_kib") ? SUCCESS
                                                                               : NOT_SUPPORTED;
-        ull = (unsigned long long)num(h, id == 138 ? "nvlink.data_tx_kib" : "nvlink.data_rx_kib", 0);
+        ull = (unsigned long long)counter(h, id == 138 ? "nvlink.data_tx_kib" : "nvlink.data_rx_kib", 0);
         break;
     case 142: case 143: case 144: case 145: /* NVML_FI_DEV_REMAPPED_COR, _UNC, _PENDING, _FAILURE */
         v->value_type = VALUE_UINT;
@@ -1522,15 +1687,51 @@ EXPORT int nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned *id)
 
 /* -- GPM: SM activity per GPU instance (Hopper and newer; "gpm": true on the card) ------- */
 
-/* A sample keeps what the card's scenario said at that moment; `have` marks the metrics
- * the card gives (a bit per index of gpm_ids). */
-struct gpm_sample { unsigned magic; double sm_active; double values[4]; unsigned have; };
+/* GPM metrics are rates between two samples, as the driver's counters are: a sample keeps
+ * the scenario time and, per metric, the integral of its gauge until then (and the value
+ * then, for two samples at one frozen time); the metric is the mean between the two.
+ * Slot 0 is SM activity (util_gpu, or a MIG device's sm_active), then the whole-card
+ * metrics of gpm_ids; `have` marks those the card gives, `moving` those that are no
+ * constant (whose mean is worked out), a bit per slot. */
+#define GPM_SLOTS 5
+struct gpm_sample {
+    unsigned magic;
+    double t, area[GPM_SLOTS], value[GPM_SLOTS];
+    unsigned have, moving;
+};
 
 /* The whole-card metrics: NVML_GPM_METRIC_ANY_TENSOR_UTIL, _DRAM_BW_UTIL (percent),
- * _PCIE_TX_PER_SEC, _PCIE_RX_PER_SEC (MiB/s), and the scenario keys that give them. */
-static const unsigned gpm_ids[4] = {5, 10, 20, 21};
-static const char *const gpm_keys[4] = {"gpm_tensor_active", "gpm_dram_active",
-                                        "gpm_pcie_tx_mibs", "gpm_pcie_rx_mibs"};
+ * _PCIE_TX_PER_SEC, _PCIE_RX_PER_SEC (MiB/s), and the scenario keys that give them: the
+ * four DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, _DRAM_ACTIVE, _PCIE_TX_BYTES, _PCIE_RX_BYTES. */
+static const unsigned gpm_ids[GPM_SLOTS - 1] = {5, 10, 20, 21};
+static const char *const gpm_keys[GPM_SLOTS - 1] = {"gpm_tensor_active", "gpm_dram_active",
+                                                    "gpm_pcie_tx_mibs", "gpm_pcie_rx_mibs"};
+
+/* Records one metric's gauge (under a handle) into a sample's slot. */
+static void gpm_record(struct gpm_sample *sample, int slot, const struct handle *h,
+                       const char *key)
+{
+    char where[64], full[256];
+    scope(h, where, sizeof where);
+    snprintf(full, sizeof full, "%s.%s", where, key);
+    struct shape s = shape_of(full, 0);
+    sample->value[slot] = shape_at(&s, sample->t);
+    sample->area[slot] = shape_integral(&s, sample->t);
+    if (value("%s", full) != NULL)
+        sample->have |= 1u << slot;
+    if (s.kind != 0)
+        sample->moving |= 1u << slot;
+}
+
+/* The mean of a slot between two samples; at one moment, the later sample's value. */
+static double gpm_mean(const struct gpm_sample *first, const struct gpm_sample *second,
+                       int slot)
+{
+    double span = second->t - first->t;
+    int moving = (first->moving | second->moving) & (1u << slot);
+    return moving && span > 0 ? (second->area[slot] - first->area[slot]) / span
+                              : second->value[slot];
+}
 
 #define GPM_MAGIC 0x67706d73u
 #define GPM_SM_UTIL 2 /* NVML_GPM_METRIC_SM_UTIL */
@@ -1559,7 +1760,8 @@ EXPORT int nvmlGpmSampleFree(struct gpm_sample *sample)
 }
 
 /* A sample of the whole card (not in MIG mode): SM activity is util_gpu; the others are
- * the gpm_* keys, each NOT_SUPPORTED as a metric where the card has no such key. */
+ * the gpm_* keys (gauges: numbers, waveforms, steps), each NOT_SUPPORTED as a metric where
+ * the card has no such key. */
 EXPORT int nvmlGpmSampleGet(nvmlDevice_t device, struct gpm_sample *sample)
 {
     BEGIN("gpm", device, DEVICE);
@@ -1567,14 +1769,11 @@ EXPORT int nvmlGpmSampleGet(nvmlDevice_t device, struct gpm_sample *sample)
         return INVALID_ARGUMENT;
     if (num(device, "gpm", 0) == 0)
         return NOT_SUPPORTED;
-    sample->sm_active = real(at(device, "util_gpu"), 0);
-    sample->have = 0;
-    for (int i = 0; i < 4; i++) {
-        const char *v = at(device, "%s", gpm_keys[i]);
-        sample->values[i] = real(v, 0);
-        if (v)
-            sample->have |= 1u << i;
-    }
+    sample->t = scenario_time();
+    sample->have = sample->moving = 0;
+    gpm_record(sample, 0, device, "util_gpu");
+    for (int i = 1; i < GPM_SLOTS; i++)
+        gpm_record(sample, i, device, gpm_keys[i - 1]);
     return SUCCESS;
 }
 
@@ -1589,17 +1788,18 @@ EXPORT int nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned gi, struct gpm_samp
     for (int s = 0; s < MAX_MIG; s++) {
         const struct handle *mig = &migs[device->gpu][s];
         if (mig_exists(device->gpu, s) && instance_id(mig, "gi", s + 1) == gi) {
-            sample->sm_active = real(at(mig, "sm_active"), 0);
-            sample->have = 0;
+            sample->t = scenario_time();
+            sample->have = sample->moving = 0;
+            gpm_record(sample, 0, mig, "sm_active");
+            sample->have = 0; /* SM activity is always there; the rest is the card's */
             return SUCCESS;
         }
     }
     return INVALID_ARGUMENT;
 }
 
-/* Metrics are rates between two samples; the scenario's activity is constant, so the rate
- * is what the later sample saw.  SM_UTIL, and on whole-card samples the gpm_* metrics the
- * card has; others get a per-metric NOT_SUPPORTED. */
+/* SM_UTIL, and on whole-card samples the gpm_* metrics the card has, as the mean between
+ * the two samples; others get a per-metric NOT_SUPPORTED. */
 EXPORT int nvmlGpmMetricsGet(struct gpm_metrics_get *request)
 {
     BEGIN("gpm", NULL, SYSTEM);
@@ -1611,17 +1811,14 @@ EXPORT int nvmlGpmMetricsGet(struct gpm_metrics_get *request)
         return INVALID_ARGUMENT;
     for (unsigned i = 0; i < request->count; i++) {
         struct gpm_metric *m = &request->metrics[i];
-        int known = m->id == GPM_SM_UTIL;
-        double value = known ? second->sm_active : 0;
-        for (int k = 0; k < 4; k++)
-            if (m->id == gpm_ids[k] && (first->have & second->have & (1u << k))) {
-                known = 1;
-                value = second->values[k];
-            }
-        m->ret = known ? SUCCESS : NOT_SUPPORTED;
-        m->value = value;
-        m->short_name = known ? "metric" : NULL;
-        m->long_name = known ? "GPM metric" : NULL;
+        int slot = m->id == GPM_SM_UTIL ? 0 : -1;
+        for (int k = 1; k < GPM_SLOTS; k++)
+            if (m->id == gpm_ids[k - 1] && (first->have & second->have & (1u << k)))
+                slot = k;
+        m->ret = slot >= 0 ? SUCCESS : NOT_SUPPORTED;
+        m->value = slot >= 0 ? gpm_mean(first, second, slot) : 0;
+        m->short_name = slot >= 0 ? "metric" : NULL;
+        m->long_name = slot >= 0 ? "GPM metric" : NULL;
         m->unit = NULL;
     }
     return SUCCESS;
