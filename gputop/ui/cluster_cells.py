@@ -80,6 +80,83 @@ def gpu_class(gpu: Gpu, snap: HostSnapshot, now: float, warned: bool = False,
     return BUSY if busy_util or busy_mem or held else FREE
 
 
+# -- problems first -------------------------------------------------------------------
+
+DOWN, CRITICAL, WARNED, FINE = range(4)  # a host's rank in the overview, worst first
+PROBLEM_HOLD_S = 30.0  # how long a host that got better keeps its place (no flapping rows)
+
+
+def problem_rank(snap: HostSnapshot, worst: str | None) -> int:
+    """Down (no data: refused, timed out, stale...), then a CRITICAL warning, then a
+    WARNING, then the rest; ``worst``: the host's most severe warning.  A host still
+    connecting for the first time is not known to have a problem."""
+    if not snap.ok and snap.state != model.HOST_CONNECTING:
+        return DOWN
+    if worst == model.CRITICAL:
+        return CRITICAL
+    return WARNED if worst == model.WARNING else FINE
+
+
+@dataclass
+class ProblemOrder:
+    """The overview's order, kept between refreshes: hosts by rank, then in the hosts
+    file's order.  A host that gets worse moves up at once; one that gets better keeps
+    its place for ``hold_s``, so that a warning that comes and goes does not make rows
+    jump under the cursor."""
+
+    hold_s: float = PROBLEM_HOLD_S
+    shown: dict[str, tuple[int, float | None]] = field(default_factory=dict)
+
+    def rank(self, host: str, rank: int, now: float) -> int:
+        held, better_since = self.shown.get(host, (rank, None))
+        if rank <= held:
+            self.shown[host] = (rank, None)
+            return rank
+        if better_since is None:
+            better_since = now
+        if now - better_since >= self.hold_s:
+            self.shown[host] = (rank, None)
+            return rank
+        self.shown[host] = (held, better_since)
+        return held
+
+    def sort(self, snaps: Sequence[HostSnapshot], worst: dict[str, str], now: float,
+             ) -> list[HostSnapshot]:
+        ranks = [self.rank(s.host, problem_rank(s, worst.get(s.host)), now) for s in snaps]
+        order = sorted(range(len(snaps)), key=lambda n: (ranks[n], n))
+        return [snaps[n] for n in order]
+
+
+def worst_warnings(warnings: Iterable[model.HealthWarning]) -> dict[str, str]:
+    """Each host's most severe warning."""
+    out: dict[str, str] = {}
+    for w in warnings:
+        if w.host is None:
+            continue
+        had = out.get(w.host)
+        if had is None or model.SEVERITY_ORDER.get(w.severity, 9) < model.SEVERITY_ORDER.get(
+                had, 9):
+            out[w.host] = w.severity
+    return out
+
+
+def fold_text(above: Sequence[HostSnapshot], below: Sequence[HostSnapshot],
+              worst: dict[str, str]) -> Text:
+    """The header's word on the hosts off screen: how many, and how many of them have a
+    problem (a lab of 100 hosts on 46 rows must not hide its dead ones)."""
+    out = Text()
+    for hosts, words in ((below, "below the fold"),
+                         (above, "above" if below else "above the fold")):
+        if not hosts:
+            continue
+        bad = sum(problem_rank(s, worst.get(s.host)) < FINE for s in hosts)
+        out.append(", " if out else "   ")
+        out.append(f"{len(hosts)} {words}", "bold")
+        if bad:
+            out.append(f" ({bad} with problems)", "bold red")
+    return out
+
+
 def _idle(flag: ProcessFlags | None) -> bool:
     return flag is not None and (flag.idle or flag.orphan or flag.zombie)
 
@@ -92,13 +169,15 @@ class Totals:
     idle_mem: int = 0  # bytes held by processes the orphan rules call idle/orphan/zombie
     idle_procs: int = 0
 
-    def text(self, narrow: bool = False) -> Text:
+    def text(self, narrow: bool = False, fold: Text | None = None) -> Text:
         out = Text()
         out.append(fmt.count(self.hosts, "host"), "bold")
         parts = sorted(self.states.items(), key=lambda kv: (kv[0] != model.HOST_OK, kv[0]))
         for state, count in parts:
             out.append("  ")
             out.append(f"{count} {state}", STATE_STYLES.get(state, "red"))
+        if fold is not None:
+            out.append_text(fold)
         out.append("   GPUs: ", "bold")
         for name in (FREE, BUSY, RESERVED, BROKEN, UNKNOWN):
             count = self.gpus.get(name, 0)

@@ -10,6 +10,10 @@ A host line (ui/cluster_cells.py): name, state (a stale host with its age), then
 ``R`` for an active reservation of the card; a host without data shows its error instead
 (e.g. the host-key fingerprint and the command to trust it).  With more hosts than rows
 the list wraps into columns: 64 hosts x 8 GPUs fit a 200x60 terminal.
+
+Hosts with problems first (cluster_cells.ProblemOrder: down, CRITICAL, WARNING, then the
+rest, each in the hosts file's order); the header counts the hosts above and below the
+fold, and the cursor stays on its host when the order changes.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from gputop.analysis import workload_groups
 from gputop.model import HostSnapshot
 from gputop.ui.cluster_cells import (
     NAME_WIDTH,
+    ProblemOrder,
     cut_reasons,
+    fold_text,
     host_line,
     host_matches,
     host_width,
@@ -35,6 +41,7 @@ from gputop.ui.cluster_cells import (
     name_width,
     reasons_text,
     totals,
+    worst_warnings,
 )
 from gputop.ui.keys import bindings
 from gputop.ui.widgets.filter_input import FilterInput
@@ -68,6 +75,9 @@ class ClusterScreen(Screen[None]):
         super().__init__()
         self.needle = ""
         self.order: list[str] = []
+        self.problems = ProblemOrder()
+        self._shown: list[HostSnapshot] = []
+        self._narrow = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="cluster-totals")
@@ -80,7 +90,10 @@ class ClusterScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.refresh_data()
-        self.query_one(TextLines).focus()
+        lines = self.query_one(TextLines)
+        lines.focus()
+        # The header counts the hosts off screen: it follows the list as it scrolls.
+        self.watch(lines, "scroll_y", lambda _old, _new: self._show_totals(), init=False)
         # A fixed redraw rate, not one per snapshot: 64 hosts must not mean 64 redraws a second.
         self.set_interval(self.app.interval, self.refresh_data)
 
@@ -102,30 +115,48 @@ class ClusterScreen(Screen[None]):
         app = self.app
         now = app.clock()
         warned = _warned(app)
-        snaps = self.snapshots()
+        worst = worst_warnings(app.state.warnings)
+        # Problems first (down, CRITICAL, WARNING), each group in the hosts file's order.
+        snaps = self.problems.sort(self.snapshots(), worst, now)
         shown = [s for s in snaps if host_matches(s, self.needle)]
+        lines = self.query_one(TextLines)
+        chosen = self.order[lines.cursor] if lines.cursor < len(self.order) else None
         self.order = [s.host for s in shown]
+        self._shown = shown
         most = max((len(s.gpus) for s in shown), default=1)
         # Every card must show: when the full cells do not fit, drop the memory figure.
         screen = self.size.width or app.size.width
-        narrow = host_width(most) > screen
+        narrow = self._narrow = host_width(most) > screen
         names = name_width(self.order, screen - host_width(most, narrow, 0))
         width = host_width(most, narrow, names)
         # Built as they are drawn: a 1,000-host overview shows a screenful of them.
         rows = LazyRows(len(shown), lambda n: host_line(shown[n], now, warned, width, narrow,
                                                         names))
-        self.query_one(TextLines).label_width = names
-        summary = totals(shown, app.state.flags, now, warned).text(narrow)
-        if self.needle:
-            summary.append(f"   filter: {self.needle}", "italic")
-        self.query_one("#cluster-totals", Static).update(summary)
+        lines.label_width = names
         self._show_jobs(shown)
-        self.query_one(TextLines).set_rows(rows, width)
+        lines.set_rows(rows, width)
+        if lines.cursor and chosen in self.order and self.order.index(chosen) != lines.cursor:
+            # The cursor stays on its host when the order changes under it; on the top
+            # row it stays there, on whichever host is worst.
+            lines.cursor = self.order.index(chosen)
+            lines.action_move(0)
+        self._show_totals()
         cut = cut_reasons(shown, screen, names)
         reasons = self.query_one("#cluster-reasons", Static)
         reasons.display = bool(cut)
         if cut:
             reasons.update(reasons_text(cut, screen - 2))  # its padding
+
+    def _show_totals(self) -> None:
+        app, shown = self.app, self._shown
+        above, below = self.query_one(TextLines).hidden()
+        worst = worst_warnings(app.state.warnings)
+        fold = fold_text([shown[n] for n in above], [shown[n] for n in below], worst)
+        summary = totals(shown, app.state.flags, app.clock(), _warned(app)).text(
+            self._narrow, fold)
+        if self.needle:
+            summary.append(f"   filter: {self.needle}", "italic")
+        self.query_one("#cluster-totals", Static).update(summary)
 
     def _show_jobs(self, snaps: list[HostSnapshot]) -> None:
         """One line per Slurm job running on several hosts, with all its hosts."""

@@ -70,6 +70,10 @@ class TextLines(ScrollView, can_focus=True):
     the cursor reverses.
     """
 
+    # Rows are cut to the widget's width: never a horizontal scrollbar, which took the
+    # last line of the list (with 100 hosts, End stopped one host short).
+    DEFAULT_CSS = "TextLines { overflow-x: hidden; }"
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "move(-1)", show=False),
         Binding("down", "move(1)", show=False),
@@ -120,6 +124,7 @@ class TextLines(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._layout()
+        self._scroll_to_cursor()  # a header that grew a line must not hide the cursor
         self.refresh()
 
     def render_line(self, y: int) -> Strip:
@@ -158,6 +163,20 @@ class TextLines(ScrollView, can_focus=True):
     def line_text(self, y: int) -> str:
         """The plain text of one visible line (tests, screen readers)."""
         return self.render_line(y).text
+
+    def hidden(self) -> tuple[list[int], list[int]]:
+        """The indices of the rows above and below the visible lines (the fold)."""
+        per, top = self._per_column(), self.scroll_offset.y
+        height = max(1, self.size.height)
+        above: list[int] = []
+        below: list[int] = []
+        for index in range(len(self.rows)):
+            row = index % per
+            if row < top:
+                above.append(index)
+            elif row >= top + height:
+                below.append(index)
+        return above, below
 
     def action_move(self, step: int) -> None:
         if not self.rows:
