@@ -16,6 +16,8 @@ import pytest
 from sshd import HostConf, SshdCluster, collect_round
 
 from gputop import model
+from gputop.analysis import health
+from gputop.sources import nvmlcodes
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +28,16 @@ def smi_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]
         HostConf("smi-win", scenario=None, python=None, shell="cmd",
                  smi_capture="capture-windows-rtx-2080-super-591.txt"),
         HostConf("smi-endless", scenario=None, python=None),
+        # issue 37: a login that prints before nvidia-smi does, and a card with a corrupted
+        # infoROM (nvidia-smi's warning first, exit status 14)
+        HostConf("smi-noisy", scenario=None, python=None, noisy_login=True,
+                 smi_says="WARNING: infoROM is corrupted at gpu 0000:00:09.0\n", smi_exit=14),
+        # a second card off the bus: "Unknown Error" on its handle, exit status 255
+        HostConf("smi-unknown", scenario=None, python=None, noisy_login=True,
+                 smi_says="Unable to determine the device handle for GPU 0000:0B:00.0: "
+                          "Unknown Error\n", smi_exit=255),
+        # an old driver whose `-q -x` document ends without a newline (the real T4 capture)
+        HostConf("smi-t4", scenario=None, python=None, smi_xml="xml-tesla-t4-515.xml"),
     ]
     cluster = SshdCluster(tmp_path_factory.mktemp("smi"), confs, per_daemon=len(confs))
     # an nvidia-smi that never stops talking (issue 25.9, on the fallback path)
@@ -72,3 +84,35 @@ async def test_fallback_output_is_bounded(smi_hosts: SshdCluster) -> None:
     (snap,) = await collect_round(smi_hosts.specs(["smi-endless"]), timeout=30)
     assert snap.state == model.HOST_ERROR, snap
     assert "more than 32 MiB of output" in (snap.error or "")
+
+
+# -- issue 37 -----------------------------------------------------------------------------
+
+
+async def test_noisy_login_and_inforom_warning_still_read_the_gpu(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-noisy"]), timeout=30)
+    assert snap.state == model.HOST_FALLBACK, snap.error
+    (gpu,) = snap.gpus
+    assert gpu.name == "NVIDIA H100 80GB HBM3" and gpu.state == model.GPU_OK
+    assert len(snap.processes) == 3
+    # the real bash's own warning and the startup file's greeting: a note of the host
+    assert "setlocale: LC_ALL: cannot change locale (de_DE.UTF-8)" in (snap.error or "")
+    assert "Welcome to the cluster login node" in (snap.error or "")
+    found = {(w.code, w.severity, w.gpu) for w in health.warnings(snap)}
+    assert ("inforom-corrupted", model.WARNING, 0) in found
+    assert (gpu.cpu_affinity, gpu.numa_node) == ("0-19", 0)  # topo -m read after the noise
+
+
+async def test_unknown_error_on_a_handle_over_ssh(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-unknown"]), timeout=30)
+    assert snap.state == model.HOST_FALLBACK, snap.error
+    assert [(g.index, g.state) for g in snap.gpus] == [(0, model.GPU_OK), (1, model.GPU_ERROR)]
+    assert snap.gpus[1].error == nvmlcodes.handle_error(1, "Unknown Error") + " (0000:0B:00.0)"
+    found = {(w.code, w.severity, w.gpu) for w in health.warnings(snap)}
+    assert ("gpu-unreadable", model.WARNING, 1) in found
+
+
+async def test_xml_document_without_final_newline_over_ssh(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-t4"]), timeout=30)
+    assert snap.state == model.HOST_FALLBACK, snap.error
+    assert [g.name for g in snap.gpus] == ["Tesla T4"]
