@@ -162,3 +162,13 @@ def test_xml_without_final_newline_is_read(tmp_path: Path) -> None:
     data = fallback_snapshot("t4", done.stdout, 1000.0, mode=mode)
     assert data["state"] == model.HOST_FALLBACK, data["error"]
     assert [g["name"] for g in data["gpus"]] == ["Tesla T4"]
+
+
+def test_noise_before_the_xml_document_is_a_note_and_its_inforom_warning_a_warning() -> None:
+    xml = (FIXTURES / "xml-tesla-t4-515.xml").read_text()
+    said = SETLOCALE + "WARNING: infoROM is corrupted at gpu 0000:00:1E.0\n"
+    output = smi.join_outputs([(said + xml, 14), (PS, 0)])
+    data = fallback_snapshot("t4", output, 1000.0, mode=smi.Mode(xml=True))
+    assert data["state"] == model.HOST_FALLBACK, data["error"]
+    assert SETLOCALE.strip() in data["error"]
+    assert ("inforom-corrupted", model.WARNING, 0) in codes(data)

@@ -850,6 +850,13 @@ class SmiBackend:
         if problem or (xml_rc is None and not xml_text.strip()):
             raise SmiError(problem or "nvidia-smi not found")
         xml_text, broken = split_handle_errors(xml_text)
+        # What a login shell or nvidia-smi printed before the document, as for CSV.
+        starts = [at for at in (xml_text.find("<?xml"), xml_text.find("<nvidia_smi_log"))
+                  if at >= 0]
+        start = min(starts, default=0)
+        corrupted, notes = _notes([ln.strip() for ln in xml_text[:start].splitlines()
+                                   if ln.strip()])
+        xml_text = xml_text[start:]
         try:
             gpus, facts, procs = parse_xml(xml_text)
         except ET.ParseError:
@@ -859,6 +866,10 @@ class SmiBackend:
                                model.HOST_ERROR) from None
             raise SmiError(f"nvidia-smi -q -x: not XML; first line: {first_line(xml_text)!r}",
                            model.HOST_ERROR) from None
+        for gpu in gpus:
+            if _bus_key(gpu.get("pci_bus_id")) in corrupted:
+                gpu["inforom_corrupted"] = True
+        facts["notes"] = notes
         _place_broken(gpus, broken)
         return gpus, facts, procs
 
