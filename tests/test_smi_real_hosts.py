@@ -172,3 +172,27 @@ def test_noise_before_the_xml_document_is_a_note_and_its_inforom_warning_a_warni
     assert data["state"] == model.HOST_FALLBACK, data["error"]
     assert SETLOCALE.strip() in data["error"]
     assert ("inforom-corrupted", model.WARNING, 0) in codes(data)
+
+
+# -- 2. graphics processes and C+G on every host ------------------------------------------
+
+WORKSTATION = FIXTURES / "capture-rtx-4080-super-595.txt"
+
+
+def test_graphics_processes_and_c_plus_g_on_a_linux_workstation() -> None:
+    """The Linux workstation capture under load: KDE's compositor is C+G, its shell and
+    Xwayland G, ffmpeg C.  Read with the fallback's own command list."""
+    text = WORKSTATION.read_text()
+    mode = smi.Mode()
+    assert "table" in mode.sections()
+    output = smi.join_outputs([
+        (capture_section(text, "load :: query-gpu"), 0),
+        (capture_section(text, "load :: query-compute-apps"), 0),
+        (capture_section(text, "load :: nvidia-smi (default table)"), 0),
+        (PS, 0)])
+    data = fallback_snapshot("ws", output, 1000.0, mode=mode)
+    types = {p["pid"]: p["type"] for p in data["processes"]}
+    assert types == {2165: "C+G", 2496: "G", 2620: "G", 2954: "G", 3527: "G",
+                     5021: "C", 5022: "C"}
+    memory = {p["pid"]: p["gpu_mem"] for p in data["processes"]}
+    assert memory[2496] == 200 << 20 and memory[2620] == 4 << 20

@@ -40,6 +40,9 @@ def smi_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdCluster]
                           "Unknown Error\n", smi_exit=255),
         # an old driver whose `-q -x` document ends without a newline (the real T4 capture)
         HostConf("smi-t4", scenario=None, python=None, smi_xml="xml-tesla-t4-515.xml"),
+        # a Linux workstation: KDE's compositor (C+G), its shell and Xwayland (G)
+        HostConf("smi-ws", scenario=None, python=None,
+                 smi_capture="capture-rtx-4080-super-595.txt"),
     ]
     cluster = SshdCluster(tmp_path_factory.mktemp("smi"), confs, per_daemon=len(confs))
     # an nvidia-smi that never stops talking (issue 25.9, on the fallback path)
@@ -138,3 +141,11 @@ async def test_stdin_written_after_the_shell_exited_is_not_a_lost_connection(
     (snap,), _who = await first_round([feed], 30)
     assert snap.state == model.HOST_FALLBACK, snap.error
     assert snap.gpus
+
+
+async def test_linux_workstation_lists_graphics_processes(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-ws"]), timeout=30)
+    assert snap.state == model.HOST_FALLBACK, snap.error
+    types = {p.pid: p.type for p in snap.processes}
+    assert types == {2165: "C+G", 2496: "G", 2620: "G", 2954: "G", 3527: "G",
+                     5021: "C", 5022: "C"}

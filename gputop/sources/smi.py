@@ -96,13 +96,15 @@ class Mode:
 
     xml: bool = False  # a driver too old for a CSV field: `nvidia-smi -q -x`
     throttle_name: bool = False  # the driver knows the mask only as clocks_throttle_reasons
-    table: bool = False  # also the default table: MIG devices, GI/CI and type of processes
     windows: bool = False  # cmd.exe or PowerShell: no sh, no ps; one command at a time
 
     def sections(self) -> tuple[str, ...]:
-        names: tuple[str, ...] = ("xml",) if self.xml else ("gpus", "apps")
-        if not self.xml and (self.table or self.windows):
-            names += ("table",)
+        # The default table on every CSV host: the only text that lists graphics processes
+        # (Xorg, gnome-shell: no CSV query does) and says C+G, and MIG devices' memory
+        # and each process's GI/CI.  Its cost: one more nvidia-smi run per poll and its
+        # text, 1.8 KB for one card and 3 processes (the H100 capture), about 0.4 KB
+        # more per card and 0.1 KB per process (docs/remote.md).
+        names: tuple[str, ...] = ("xml",) if self.xml else ("gpus", "apps", "table")
         return names if self.windows else (*names, "ps")
 
     def commands(self) -> tuple[str, ...]:
@@ -764,11 +766,6 @@ class Extras:
         links, places = topology_from_topo_m(text["topo"])
         return cls(parse_list(text["list"]), links, places,
                    parse_nvlink_status(text["nvlink"]), bool(places))
-
-    def wants_table(self) -> bool:
-        """A card lists MIG devices: polls read the default table for their memory and
-        the GI/CI of each process."""
-        return any(gpu["mig"] for gpu in self.listing.values())
 
 
 class SmiBackend:

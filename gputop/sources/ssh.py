@@ -651,7 +651,6 @@ class SshFeed:
                 got = await self._smi_output(host, smi.EXTRA_COMMANDS, smi.EXTRA_COMMAND)
                 if got.error is None:
                     extras = smi.Extras.parse(got.text)
-            mode = dataclasses.replace(mode, table=bool(extras and extras.wants_table()))
             got = await self._smi_output(host, mode.commands(), None if mode.windows
                                          else mode.command())
             if got.error is not None:
