@@ -630,6 +630,7 @@ _SMI_SECTIONS = {
     "topo": "capabilities :: topo -m",
     "nvlink": "capabilities :: nvlink -s",
     "table": "load :: nvidia-smi (default table)",
+    "query": "load :: query (-q)",
 }
 
 
@@ -662,6 +663,10 @@ def _fake_smi_script(replies: dict[str, Path], xml: Path | None = None,
         "#!/bin/sh\n"
         "# Replays a recorded capture; which table depends on the query asked for.\n"
         f'[ "$#" = 0 ] && {{ {play("table")}; }}\n'
+        # `-q -x` is the XML document (an "old driver" host), `-q [-d ...]` the text
+        + (f"case \" $* \" in *' -x '*) exec /bin/cat '{xml}' ;; esac\n" if xml is not None
+           else "")
+        + f"case \" $* \" in *' -q '*) {play('query')} ;; esac\n"
         'for arg in "$@"; do\n'
         "  case \"$arg\" in\n"
         f"    --query-gpu=*) {query_gpu} ;;\n"
@@ -669,8 +674,7 @@ def _fake_smi_script(replies: dict[str, Path], xml: Path | None = None,
         f"    -L) {play('list')} ;;\n"
         f"    topo) {play('topo')} ;;\n"
         f"    nvlink) {play('nvlink')} ;;\n"
-        + (f"    -x) exec /bin/cat '{xml}' ;;\n" if xml is not None else "")
-        + "  esac\n"
+        "  esac\n"
         "done\n"
         "echo 'nvidia-smi (fake): unsupported arguments' >&2\n"
         "exit 2\n"
@@ -678,12 +682,13 @@ def _fake_smi_script(replies: dict[str, Path], xml: Path | None = None,
 
 
 # A login shell that answers as cmd.exe does under OpenSSH for Windows: a command line
-# that starts with nvidia-smi runs it (split into words as cmd.exe passes them, no
-# globbing); anything else, such as the probe's `exec python3 ...`, is a command cmd.exe
-# does not know: its message on stderr (CRLF line ends) and exit status 1.
+# that starts with nvidia-smi runs it (split into words as the program's C runtime
+# splits cmd.exe's line: at spaces, double quotes removed; no globbing); a command line
+# that starts with anything else, such as the probe's `exec python3 ...` or `exec sh -c`,
+# is a command cmd.exe does not know: its message on stderr and exit status 1.
 _FAKE_CMD = r"""set -f
 case "$SSH_ORIGINAL_COMMAND" in
-  nvidia-smi|"nvidia-smi "*) exec $SSH_ORIGINAL_COMMAND ;;
+  nvidia-smi|"nvidia-smi "*) eval "set -- $SSH_ORIGINAL_COMMAND"; exec "$@" ;;
 esac
 word=${SSH_ORIGINAL_COMMAND%% *}
 printf "'%s' is not recognized as an internal or external command,

@@ -196,3 +196,61 @@ def test_graphics_processes_and_c_plus_g_on_a_linux_workstation() -> None:
                      5021: "C", 5022: "C"}
     memory = {p["pid"]: p["gpu_mem"] for p in data["processes"]}
     assert memory[2496] == 200 << 20 and memory[2620] == 4 << 20
+
+
+# -- 3. temperature thresholds on CSV hosts -------------------------------------------------
+
+
+def extras_of(path: Path) -> smi.Extras:
+    text = path.read_text()
+    titles = ("capabilities :: list (-L)", "capabilities :: topo -m",
+              "capabilities :: nvlink -s", "load :: query (-q)")
+    extras = smi.Extras.parse(smi.join_outputs([(capture_section(text, t), 0) for t in titles]))
+    assert extras is not None
+    return extras
+
+
+@pytest.mark.parametrize(("path", "slowdown", "shutdown"), [
+    (H100, 87, 93),  # a T.Limit driver (590): thresholds relative to the limit
+    (WORKSTATION, 96, 101),  # absolute thresholds (595 on a GeForce card)
+])
+def test_thresholds_come_from_q_once_per_connection(path: Path, slowdown: int,
+                                                    shutdown: int) -> None:
+    assert "nvidia-smi -q -d TEMPERATURE" in smi.EXTRA_COMMANDS
+    text = path.read_text()
+    hot = capture_section(text, "load :: query-gpu")
+    header, row = hot.rstrip("\n").splitlines()
+    at = header.split(", ").index("temperature.gpu")
+    cells = row.split(", ")
+    cells[at] = str(shutdown - 1)  # one degree below shutdown
+    output = smi.join_outputs([(f"{header}\n{', '.join(cells)}\n", 0),
+                               (capture_section(text, "load :: query-compute-apps"), 0),
+                               ("", 0), (PS, 0)])
+    data = fallback_snapshot("hot", output, 1000.0, extras=extras_of(path))
+    (gpu,) = data["gpus"]
+    assert (gpu["temp_slowdown"], gpu["temp_shutdown"]) == (slowdown, shutdown)
+    assert ("temp-shutdown", model.CRITICAL, 0) in codes(data)
+    cold = fallback_snapshot("hot", output, 1000.0, extras=None)
+    assert "temp-shutdown" not in {c for c, _, _ in codes(cold)}  # unknown: no verdict
+
+
+
+# -- 5. Windows: every read runs there, and PowerShell gets its arguments whole -------------
+
+
+def test_arguments_powershell_would_split_are_quoted() -> None:
+    """PowerShell cuts an unquoted `-x=a.b` at its first dot (PowerShell issue 6291) and
+    reads a bare comma as an array: every argument with `=` and a dot or comma is one
+    double-quoted word (which cmd.exe's and sh's parsing hand to nvidia-smi unquoted)."""
+    for mode in (smi.Mode(windows=True), smi.Mode(windows=True, throttle_name=True)):
+        for command in (*mode.commands(), *smi.EXTRA_COMMANDS):
+            for word in command.split(" ")[1:]:
+                if "=" in word and ("." in word or "," in word):
+                    assert word.startswith('"') and word.endswith('"'), (command, word)
+                else:
+                    assert '"' not in word
+    # sh reads them as one word without the quotes, as nvidia-smi must see them
+    done = subprocess.run(["/bin/sh", "-c", 'printf "%s\\n" ' + smi.Mode().commands()[0][11:]],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == [
+        smi.Mode().commands()[0].split(" ")[1].strip('"'), "--format=csv"]

@@ -149,3 +149,20 @@ async def test_linux_workstation_lists_graphics_processes(smi_hosts: SshdCluster
     types = {p.pid: p.type for p in snap.processes}
     assert types == {2165: "C+G", 2496: "G", 2620: "G", 2954: "G", 3527: "G",
                      5021: "C", 5022: "C"}
+
+
+async def test_thresholds_on_a_csv_host(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-h100"]), timeout=30)
+    (gpu,) = snap.gpus
+    # the capture's `-q`: T.Limit 46 C above 41 C, slowdown 2 C and shutdown 8 C past it
+    assert (gpu.temp_slowdown, gpu.temp_shutdown, gpu.temp_max_operating) == (87, 93, 85)
+
+
+async def test_windows_host_reads_the_rarely_changing_parts_too(smi_hosts: SshdCluster) -> None:
+    (snap,) = await collect_round(smi_hosts.specs(["smi-win"]), timeout=30)
+    assert snap.state == model.HOST_FALLBACK, snap.error
+    (gpu,) = snap.gpus
+    # `nvlink -s` answered (a GeForce card: no links) and `-q` gave the thresholds;
+    # the capture's `topo -m` failed on Windows: still missing
+    assert "nvlinks" not in snap.missing and "topology" in snap.missing
+    assert (gpu.temp_slowdown, gpu.temp_shutdown) == (97, 100)

@@ -74,8 +74,11 @@ _APP_COLUMNS = ("pid",)
 # Read once per connection and again after this long: the GPU list with its MIG devices,
 # the topology and the NVLink states (a link that went down shows within a minute).
 EXTRA_EVERY_S = 60.0
-EXTRA_SECTIONS = ("list", "topo", "nvlink")
-EXTRA_COMMANDS = ("nvidia-smi -L", "nvidia-smi topo -m", "nvidia-smi nvlink -s")
+# The temperature thresholds too: no CSV field gives them (`temperature.gpu.tlimit`,
+# R590+, is only the headroom), `-q` does, for every driver.
+EXTRA_SECTIONS = ("list", "topo", "nvlink", "temps")
+EXTRA_COMMANDS = ("nvidia-smi -L", "nvidia-smi topo -m", "nvidia-smi nvlink -s",
+                  "nvidia-smi -q -d TEMPERATURE")
 
 
 def _sh(commands: tuple[str, ...]) -> str:
@@ -111,8 +114,10 @@ class Mode:
         field = THROTTLE_FIELD if self.throttle_name else EVENT_FIELD
         by_section = {
             "xml": "nvidia-smi -q -x",
-            "gpus": f"nvidia-smi --query-gpu={_GPU_FIELDS_BASE},{field} --format=csv",
-            "apps": f"nvidia-smi --query-compute-apps={APP_FIELDS} --format=csv",
+            # Quoted: PowerShell splits an unquoted `-x=a.b` at its first dot (PowerShell
+            # issue 6291) and reads commas as an array; sh and cmd.exe drop the quotes.
+            "gpus": f'nvidia-smi "--query-gpu={_GPU_FIELDS_BASE},{field}" --format=csv',
+            "apps": f'nvidia-smi "--query-compute-apps={APP_FIELDS}" --format=csv',
             "table": "nvidia-smi",
             "ps": f"ps -eo {PS_FORMAT}",
         }
@@ -748,14 +753,16 @@ NO_PYTHON = "no python3 on this host"
 
 @dataclass
 class Extras:
-    """What EXTRA_COMMANDS read: the MIG devices' UUIDs and profiles, the topology and
-    the NVLink states (each empty when its command failed)."""
+    """What EXTRA_COMMANDS read: the MIG devices' UUIDs and profiles, the topology, the
+    NVLink states and the temperature thresholds (each empty when its command failed)."""
 
     listing: dict[int, dict[str, Any]]
     links: list[dict[str, Any]]
     places: dict[int, dict[str, Any]]
     nvlinks: dict[int, list[dict[str, Any]]]
     topology_read: bool
+    nvlinks_read: bool  # `nvlink -s` answered (a card without links answers too)
+    thresholds: dict[str, dict[str, int | None]]  # by bus id (_bus_key)
 
     @classmethod
     def parse(cls, output: str | None) -> Extras | None:
@@ -764,8 +771,11 @@ class Extras:
         sections = dict(zip(EXTRA_SECTIONS, split_fallback_output(output), strict=False))
         text = {name: sections.get(name, ("", None))[0] for name in EXTRA_SECTIONS}
         links, places = topology_from_topo_m(text["topo"])
+        nvlink_text, nvlink_rc = sections.get("nvlink", ("", None))
         return cls(parse_list(text["list"]), links, places,
-                   parse_nvlink_status(text["nvlink"]), bool(places))
+                   parse_nvlink_status(nvlink_text), bool(places),
+                   nvlink_rc == 0 and bool(re.search(r"^GPU \d+:", nvlink_text, re.M)),
+                   parse_q_thresholds(text["temps"]))
 
 
 class SmiBackend:
@@ -805,7 +815,7 @@ class SmiBackend:
             topology = extras.links
         if extras is None or not extras.topology_read:
             missing.append("topology")
-        if extras is None:
+        if extras is None or not extras.nvlinks_read:
             missing.append("nvlinks")
         said = f"{self._reason}: nvidia-smi{'' if self._mode.windows else ' and ps'} " \
                "only (fewer fields, no actions)"
@@ -925,6 +935,10 @@ def _join_extras(gpus: list[dict[str, Any]], procs: list[dict[str, Any]],
             gpu.update((k, v) for k, v in place.items() if v is not None)
         if index in extras.nvlinks:
             gpu["nvlinks"] = extras.nvlinks[index]
+        limits = extras.thresholds.get(_bus_key(gpu.get("pci_bus_id")), {})
+        for key, limit in limits.items():
+            if gpu.get(key) is None:
+                gpu[key] = limit
     uuids = {(d["gpu"], d["index"]): d.get("uuid")
              for g in gpus for d in g.get("mig_devices") or ()}
     for proc in procs:
@@ -1106,34 +1120,69 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
     return gpus, host, procs
 
 
-def _thresholds(gpu: ET.Element) -> dict[str, int | None]:
+_THRESHOLD_KEYS = ("temp_slowdown", "temp_shutdown", "temp_max_operating")
+
+
+def absolute_thresholds(temp: int | None, headroom: int | None,
+                        absolute: dict[str, int | None],
+                        offsets: dict[str, int | None]) -> dict[str, int | None]:
     """Slowdown, shutdown and max operating temperatures in degrees C.
 
     Newer drivers (Ada and Blackwell cards, R570+) give them relative to the T.Limit
-    instead: ``gpu_temp_tlimit`` is how far below its limit the card runs now, and the
-    ``*_tlimit_threshold`` fields where each threshold sits from that limit (shutdown at
-    -7 means 7 C past it).  Converted with the current temperature, they are absolute.
-    """
-    temps = gpu.find("temperature")
-    out = {
-        "temp_slowdown": integer(_text(temps, "gpu_temp_slow_threshold")),
-        "temp_shutdown": integer(_text(temps, "gpu_temp_max_threshold")),
-        "temp_max_operating": integer(_text(temps, "gpu_temp_max_gpu_threshold")),
-    }
-    temp = integer(_text(temps, "gpu_temp"))
-    headroom = integer(_text(temps, "gpu_temp_tlimit"))
+    instead: ``headroom`` (T.Limit Temp) is how far below its limit the card runs now,
+    and ``offsets`` where each threshold sits from that limit (shutdown at -7 means 7 C
+    past it).  Converted with the current temperature, they are absolute."""
+    out = {key: absolute.get(key) for key in _THRESHOLD_KEYS}
     if temp is None or headroom is None:
         return out
-    limit = temp + headroom
-    for key, tag in (
-        ("temp_slowdown", "gpu_temp_slow_tlimit_threshold"),
-        ("temp_shutdown", "gpu_temp_max_tlimit_threshold"),
-        ("temp_max_operating", "gpu_temp_max_gpu_tlimit_threshold"),
-    ):
-        offset = integer(_text(temps, tag))
+    for key in _THRESHOLD_KEYS:
+        offset = offsets.get(key)
         if out[key] is None and offset is not None:
-            out[key] = limit - offset
+            out[key] = temp + headroom - offset
     return out
+
+
+def _thresholds(gpu: ET.Element) -> dict[str, int | None]:
+    temps = gpu.find("temperature")
+    return absolute_thresholds(
+        integer(_text(temps, "gpu_temp")), integer(_text(temps, "gpu_temp_tlimit")),
+        {"temp_slowdown": integer(_text(temps, "gpu_temp_slow_threshold")),
+         "temp_shutdown": integer(_text(temps, "gpu_temp_max_threshold")),
+         "temp_max_operating": integer(_text(temps, "gpu_temp_max_gpu_threshold"))},
+        {"temp_slowdown": integer(_text(temps, "gpu_temp_slow_tlimit_threshold")),
+         "temp_shutdown": integer(_text(temps, "gpu_temp_max_tlimit_threshold")),
+         "temp_max_operating": integer(_text(temps, "gpu_temp_max_gpu_tlimit_threshold"))})
+
+
+# `nvidia-smi -q -d TEMPERATURE`: "GPU 00000000:00:09.0" heads each card's block, then
+# "        GPU Slowdown Temp   : 96 C" (or "GPU Slowdown T.Limit Temp : -2 C").
+_Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+_Q_FIELD = re.compile(r"^\s+(GPU [A-Za-z. ]+?)\s*:\s*(.*?)\s*$")
+_Q_ABSOLUTE = {"GPU Slowdown Temp": "temp_slowdown", "GPU Shutdown Temp": "temp_shutdown",
+               "GPU Max Operating Temp": "temp_max_operating"}
+_Q_OFFSET = {"GPU Slowdown T.Limit Temp": "temp_slowdown",
+             "GPU Shutdown T.Limit Temp": "temp_shutdown",
+             "GPU Max Operating T.Limit Temp": "temp_max_operating"}
+
+
+def parse_q_thresholds(text: str) -> dict[str, dict[str, int | None]]:
+    """``nvidia-smi -q -d TEMPERATURE`` -> {bus id: temp_slowdown, temp_shutdown,
+    temp_max_operating}: read once per connection, as they do not change."""
+    cards: dict[str, dict[str, int | None]] = {}
+    fields: dict[str, int | None] | None = None
+    for line in text.splitlines():
+        card = _Q_GPU.match(line)
+        if card:
+            fields = cards.setdefault(_bus_key(card.group(1)), {})
+            continue
+        field = _Q_FIELD.match(line)
+        if field and fields is not None and len(cards) <= 64:
+            fields[field.group(1)] = integer(field.group(2))
+    return {bus: absolute_thresholds(
+                f.get("GPU Current Temp"), f.get("GPU T.Limit Temp"),
+                {key: f.get(label) for label, key in _Q_ABSOLUTE.items()},
+                {key: f.get(label) for label, key in _Q_OFFSET.items()})
+            for bus, f in cards.items()}
 
 
 def _ecc_total(node: ET.Element | None, kind: str) -> int | None:

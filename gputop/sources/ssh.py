@@ -648,7 +648,8 @@ class SshFeed:
             if extras_at is None or started - extras_at >= smi.EXTRA_EVERY_S:
                 # The GPU list with its MIG devices, topology, NVLinks: rarely changing.
                 extras_at = started
-                got = await self._smi_output(host, smi.EXTRA_COMMANDS, smi.EXTRA_COMMAND)
+                got = await self._smi_output(host, smi.EXTRA_COMMANDS,
+                                             None if mode.windows else smi.EXTRA_COMMAND)
                 if got.error is None:
                     extras = smi.Extras.parse(got.text)
             got = await self._smi_output(host, mode.commands(), None if mode.windows
