@@ -203,6 +203,9 @@ class Gpu(Record):
     # Fields whose query failed with an error (Unknown, Timeout, NoPermission), as
     # "nvmlDeviceGetX: reason": they are None like unsupported ones, but not "not there".
     field_errors: tuple[str, ...] = ()
+    # The card's infoROM failed its checksum (nvidia-smi's "infoROM is corrupted"
+    # warning, exit status 14): its values still read, its configuration store does not.
+    inforom_corrupted: bool | None = None
     # MIG (docs/mig.md); mig_devices is empty unless the current mode is on
     mig_mode_pending: bool | None = None
     mig_max_devices: int | None = None

@@ -111,6 +111,15 @@ class HostConf:
     smi_xml: str | None = None
     # "cmd": the host answers as OpenSSH for Windows with cmd.exe does (see _FAKE_CMD)
     shell: str = "sh"
+    # a login shell that prints before any command runs, as cluster logins do: a real
+    # bash under a locale that is not installed (its "setlocale" warning on stderr) whose
+    # ~/.bashrc echoes a greeting on stdout (see _NOISY_RC)
+    noisy_login: bool = False
+    # for python=None hosts: what the fake nvidia-smi prints before each reply (its own
+    # warnings, "Unable to determine the device handle ..." lines) and the exit status
+    # it then gives instead of the capture's
+    smi_says: str = ""
+    smi_exit: int | None = None
 
 
 @dataclass
@@ -221,11 +230,15 @@ class SshdCluster:
                     replies[key].write_text(capture_section(capture, title))
             replies = {k: v for k, v in replies.items() if v.exists()}
             xml = SMI_FIXTURES / conf.smi_xml if conf.smi_xml else None
+            says = bin_dir.parent / "says.txt"
+            says.write_text(conf.smi_says)
             smi = bin_dir / "nvidia-smi"
-            smi.write_text(_fake_smi_script(replies, xml))
+            smi.write_text(_fake_smi_script(replies, xml, says, conf.smi_exit))
             smi.chmod(0o755)
         if conf.shell == "cmd":
             (bin_dir.parent / "cmd.sh").write_text(_FAKE_CMD)
+        if conf.noisy_login:
+            (bin_dir.parent / ".bashrc").write_text(_NOISY_RC)
         return bin_dir
 
     def _sshd_config(self, daemon: _Daemon, pylib: Path) -> str:
@@ -265,6 +278,12 @@ class SshdCluster:
             if host.conf.shell == "cmd":
                 cmd = host.bin_dir.parent / "cmd.sh"
                 lines.append(f"    ForceCommand exec /usr/bin/env PATH={path} /bin/sh {cmd}")
+                continue
+            if host.conf.noisy_login:
+                # bash run by sshd reads ~/.bashrc: the host's own, in its own HOME
+                home = host.bin_dir.parent
+                lines.append(f"    ForceCommand exec /usr/bin/env PATH={path} LC_ALL={_NO_LOCALE}"
+                             f' HOME={home} /bin/bash -c "$SSH_ORIGINAL_COMMAND"')
                 continue
             lines.append(
                 f'    ForceCommand exec /usr/bin/env PATH={path} /bin/sh -c "$SSH_ORIGINAL_COMMAND"'
@@ -611,25 +630,30 @@ _SMI_SECTIONS = {
     "topo": "capabilities :: topo -m",
     "nvlink": "capabilities :: nvlink -s",
     "table": "load :: nvidia-smi (default table)",
+    "query": "load :: query (-q)",
 }
 
 
-def _fake_smi_script(replies: dict[str, Path], xml: Path | None = None) -> str:
+def _fake_smi_script(replies: dict[str, Path], xml: Path | None = None,
+                     says: Path | None = None, exit_status: int | None = None) -> str:
     """nvidia-smi that replays recorded output, whatever fields are asked for.
 
     With ``xml`` it plays an older driver: --query-gpu fails the way nvidia-smi does for
     a field it does not know, and ``-q -x`` prints the XML capture.  A capture's
     "# (exit code: N)" line (a command that failed when it was recorded) is its exit
-    status here.
+    status here.  ``says`` is printed before each reply, and ``exit_status`` replaces the
+    capture's.
     """
+    prefix = f"cat '{says}'; " if says is not None else ""
+    forced = "" if exit_status is None else f"code={exit_status}; "
 
     def play(key: str) -> str:
         path = replies.get(key)
         if path is None:
             return "echo 'nvidia-smi (fake): nothing recorded' >&2; exit 2"
-        return (f"grep -v '^# (exit code:' '{path}'; "
+        return (f"{prefix}grep -v '^# (exit code:' '{path}'; "
                 f"code=$(sed -n 's/^# (exit code: \\([0-9]*\\)).*/\\1/p' '{path}'); "
-                'exit "${code:-0}"')
+                f'{forced}exit "${{code:-0}}"')
 
     if xml is None:
         query_gpu = play("query-gpu")
@@ -639,6 +663,10 @@ def _fake_smi_script(replies: dict[str, Path], xml: Path | None = None) -> str:
         "#!/bin/sh\n"
         "# Replays a recorded capture; which table depends on the query asked for.\n"
         f'[ "$#" = 0 ] && {{ {play("table")}; }}\n'
+        # `-q -x` is the XML document (an "old driver" host), `-q [-d ...]` the text
+        + (f"case \" $* \" in *' -x '*) exec /bin/cat '{xml}' ;; esac\n" if xml is not None
+           else "")
+        + f"case \" $* \" in *' -q '*) {play('query')} ;; esac\n"
         'for arg in "$@"; do\n'
         "  case \"$arg\" in\n"
         f"    --query-gpu=*) {query_gpu} ;;\n"
@@ -646,8 +674,7 @@ def _fake_smi_script(replies: dict[str, Path], xml: Path | None = None) -> str:
         f"    -L) {play('list')} ;;\n"
         f"    topo) {play('topo')} ;;\n"
         f"    nvlink) {play('nvlink')} ;;\n"
-        + (f"    -x) exec /bin/cat '{xml}' ;;\n" if xml is not None else "")
-        + "  esac\n"
+        "  esac\n"
         "done\n"
         "echo 'nvidia-smi (fake): unsupported arguments' >&2\n"
         "exit 2\n"
@@ -655,12 +682,13 @@ def _fake_smi_script(replies: dict[str, Path], xml: Path | None = None) -> str:
 
 
 # A login shell that answers as cmd.exe does under OpenSSH for Windows: a command line
-# that starts with nvidia-smi runs it (split into words as cmd.exe passes them, no
-# globbing); anything else, such as the probe's `exec python3 ...`, is a command cmd.exe
-# does not know: its message on stderr (CRLF line ends) and exit status 1.
+# that starts with nvidia-smi runs it (split into words as the program's C runtime
+# splits cmd.exe's line: at spaces, double quotes removed; no globbing); a command line
+# that starts with anything else, such as the probe's `exec python3 ...` or `exec sh -c`,
+# is a command cmd.exe does not know: its message on stderr and exit status 1.
 _FAKE_CMD = r"""set -f
 case "$SSH_ORIGINAL_COMMAND" in
-  nvidia-smi|"nvidia-smi "*) exec $SSH_ORIGINAL_COMMAND ;;
+  nvidia-smi|"nvidia-smi "*) eval "set -- $SSH_ORIGINAL_COMMAND"; exec "$@" ;;
 esac
 word=${SSH_ORIGINAL_COMMAND%% *}
 printf "'%s' is not recognized as an internal or external command,
@@ -668,6 +696,15 @@ printf "'%s' is not recognized as an internal or external command,
 printf 'operable program or batch file.
 ' >&2
 exit 1
+"""
+
+
+# A locale no test machine has installed: bash warns on stderr that it cannot set it, as
+# on a login node whose users' LC_ALL (sent by their ssh client) is not installed there.
+_NO_LOCALE = "de_DE.UTF-8"
+# A ~/.bashrc that greets on stdout, as many a cluster's does (bash started by sshd reads
+# it even for a command: Debian's bash is built with SSH_SOURCE_BASHRC).
+_NOISY_RC = """echo "Welcome to the cluster login node. Quota: 12.1 GB of 50 GB used."
 """
 
 

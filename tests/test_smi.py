@@ -133,8 +133,10 @@ def test_whole_fallback_output_joins_ps() -> None:
         "11327 11300  1000 alice            Rl    120 99.5 409600 /root/tools/memhog --size 2G\n"
         "11328 11300  1000 alice            Z      60  0.0     0 [memhog] <defunct>\n"
     )
+    table = capture_section(capture.read_text(), "load :: nvidia-smi (default table)")
     output = (
-        f"{gpu_csv}{smi.MARK} 0\n{apps_csv}{smi.MARK} 0\n{ps}{smi.MARK} 0\n"
+        f"{gpu_csv}{smi.MARK} 0\n{apps_csv}{smi.MARK} 0\n{table}{smi.MARK} 0\n"
+        f"{ps}{smi.MARK} 0\n"
     )
     data = fallback_snapshot("gpu-x", output, 10_000.0)
     snap = HostSnapshot.from_dict(data)
@@ -159,7 +161,7 @@ def test_whole_fallback_output_joins_ps() -> None:
 def test_fallback_command_is_fixed_text() -> None:
     # Nothing from data can reach it: it is a module constant with no format fields left.
     assert "{" not in smi.FALLBACK_COMMAND
-    assert smi.FALLBACK_COMMAND.count(smi.MARK) == 3
+    assert smi.FALLBACK_COMMAND.count(smi.MARK) == len(smi.Mode().sections()) == 4
 
 
 @pytest.mark.parametrize(

@@ -272,8 +272,7 @@ def _mig_extras(path: Path = MIG) -> smi.Extras:
 
 def test_mig_devices_and_their_processes_on_a_fallback_host() -> None:
     extras = _mig_extras()
-    assert extras.wants_table()
-    mode = smi.Mode(table=True)
+    mode = smi.Mode()
     data = poll((section(MIG, "load :: query-gpu"), 0),
                 (section(MIG, "load :: query-compute-apps"), 0),
                 (section(MIG, "load :: nvidia-smi (default table)"), 0), (PS, 0),

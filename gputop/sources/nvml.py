@@ -25,7 +25,12 @@ from gputop.sources.backend import NoDriverError, Reading
 from gputop.sources.gpm import CardGpm
 from gputop.sources.mig import MigReader
 from gputop.sources.nvmlcalls import FastPynvml, handle_key
-from gputop.sources.nvmlcodes import DeviceHandle, decode_clock_events, init_failure
+from gputop.sources.nvmlcodes import (
+    DeviceHandle,
+    decode_clock_events,
+    handle_error,
+    init_failure,
+)
 
 __all__ = ["NoDriverError", "NvmlBackend", "decode_clock_events", "open_nvml"]
 
@@ -321,7 +326,7 @@ class NvmlBackend:
         except self._error_class as err:
             if getattr(err, "value", None) == _ERR_GPU_IS_LOST:
                 raise _GpuLost("lost", LOST_TEXT) from None
-            raise _GpuLost("error", f"cannot open GPU {index}: {err}") from None
+            raise _GpuLost("error", handle_error(index, str(err))) from None
         if handle is None:
             raise _GpuLost("error", f"cannot open GPU {index}")
         self._handles[index] = handle

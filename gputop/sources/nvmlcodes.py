@@ -106,6 +106,14 @@ def init_failure(code: int | None = None, text: str | None = None) -> InitFailur
     return _BY_CODE.get(code) if code is not None else None
 
 
+def handle_error(index: int, words: str) -> str:
+    """A card whose handle could not be opened (nvmlDeviceGetHandleByIndex failed with
+    ``words``, e.g. "Unknown Error": usually a card off the bus), in the words every path
+    uses: read through NVML or through nvidia-smi's "Unable to determine the device
+    handle" line, it is the same unreadable card."""
+    return f"cannot open GPU {index}: {words}"
+
+
 # Clock event (throttle) reason bits, nvml.h nvmlClocksEventReason*.
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (0x001, "gpu_idle"),

@@ -21,7 +21,6 @@ Standard library only.
 from __future__ import annotations
 
 import csv
-import io
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
@@ -36,6 +35,7 @@ from gputop.sources.nvmlcodes import (
     ERR_NOT_FOUND,
     clock_event_mask,
     decode_clock_events,
+    handle_error,
     init_failure,
 )
 
@@ -74,15 +74,21 @@ _APP_COLUMNS = ("pid",)
 # Read once per connection and again after this long: the GPU list with its MIG devices,
 # the topology and the NVLink states (a link that went down shows within a minute).
 EXTRA_EVERY_S = 60.0
-EXTRA_SECTIONS = ("list", "topo", "nvlink")
-EXTRA_COMMANDS = ("nvidia-smi -L", "nvidia-smi topo -m", "nvidia-smi nvlink -s")
+# The temperature thresholds too: no CSV field gives them (`temperature.gpu.tlimit`,
+# R590+, is only the headroom), `-q` does, for every driver.
+EXTRA_SECTIONS = ("list", "topo", "nvlink", "temps")
+EXTRA_COMMANDS = ("nvidia-smi -L", "nvidia-smi topo -m", "nvidia-smi nvlink -s",
+                  "nvidia-smi -q -d TEMPERATURE")
 
 
 def _sh(commands: tuple[str, ...]) -> str:
     """One fixed string for sh: each command, its output and stderr, then a marker line
     with its exit status.  Run by sh whatever the login shell is (csh and fish spell
     `2>&1` and `$?` differently).  Nothing from any host name, user or label goes in."""
-    script = "; ".join(f'{c} 2>&1; echo "{MARK} $?"' for c in commands)
+    # The marker starts a line of its own even after output without a final newline
+    # (`-q -x` ends with its closing tag): printf's newline first, and $? is still the
+    # command's, as printf's arguments are expanded before it runs.
+    script = "; ".join(f'{c} 2>&1; printf "\\n{MARK} %s\\n" "$?"' for c in commands)
     assert "'" not in script
     return f"exec sh -c '{script}'"
 
@@ -93,21 +99,25 @@ class Mode:
 
     xml: bool = False  # a driver too old for a CSV field: `nvidia-smi -q -x`
     throttle_name: bool = False  # the driver knows the mask only as clocks_throttle_reasons
-    table: bool = False  # also the default table: MIG devices, GI/CI and type of processes
     windows: bool = False  # cmd.exe or PowerShell: no sh, no ps; one command at a time
 
     def sections(self) -> tuple[str, ...]:
-        names: tuple[str, ...] = ("xml",) if self.xml else ("gpus", "apps")
-        if not self.xml and (self.table or self.windows):
-            names += ("table",)
+        # The default table on every CSV host: the only text that lists graphics processes
+        # (Xorg, gnome-shell: no CSV query does) and says C+G, and MIG devices' memory
+        # and each process's GI/CI.  Its cost: one more nvidia-smi run per poll and its
+        # text, 1.8 KB for one card and 3 processes (the H100 capture), about 0.4 KB
+        # more per card and 0.1 KB per process (docs/remote.md).
+        names: tuple[str, ...] = ("xml",) if self.xml else ("gpus", "apps", "table")
         return names if self.windows else (*names, "ps")
 
     def commands(self) -> tuple[str, ...]:
         field = THROTTLE_FIELD if self.throttle_name else EVENT_FIELD
         by_section = {
             "xml": "nvidia-smi -q -x",
-            "gpus": f"nvidia-smi --query-gpu={_GPU_FIELDS_BASE},{field} --format=csv",
-            "apps": f"nvidia-smi --query-compute-apps={APP_FIELDS} --format=csv",
+            # Quoted: PowerShell splits an unquoted `-x=a.b` at its first dot (PowerShell
+            # issue 6291) and reads commas as an array; sh and cmd.exe drop the quotes.
+            "gpus": f'nvidia-smi "--query-gpu={_GPU_FIELDS_BASE},{field}" --format=csv',
+            "apps": f'nvidia-smi "--query-compute-apps={APP_FIELDS}" --format=csv',
             "table": "nvidia-smi",
             "ps": f"ps -eo {PS_FORMAT}",
         }
@@ -290,51 +300,134 @@ def split_handle_errors(text: str) -> tuple[str, list[dict[str, Any]]]:
             continue
         seen.add(bus)
         lost = any(words in why.lower() for words in _LOST_WORDS)
-        broken.append({
-            "pci_bus_id": bus,
-            "state": model.GPU_LOST if lost else model.GPU_ERROR,
-            "error": f"nvidia-smi: {why} ({bus})" if why else f"nvidia-smi: no handle ({bus})",
-        })
+        if lost:
+            broken.append({"pci_bus_id": bus, "state": model.GPU_LOST,
+                           "error": f"nvidia-smi: {why} ({bus})"})
+        else:
+            # "Unknown Error" (exit 255, usually a card off the bus) and any other reason
+            # read as NVML's own failure to open that handle: the same state and words.
+            broken.append({"pci_bus_id": bus, "state": model.GPU_ERROR,
+                           "why": why or "no handle"})
     return "\n".join(kept), broken
 
 
 def _place_broken(gpus: list[dict[str, Any]], broken: list[dict[str, Any]]) -> None:
     """Give each broken GPU the lowest index no readable GPU has: nvidia-smi numbers the
     cards it lists without the lost one, so the gaps are where lost cards sat."""
-    used = {g["index"] for g in gpus}
-    free = (n for n in range(len(gpus) + len(broken) + len(used)) if n not in used)
+    readable = {g["index"] for g in gpus}
+    # A cut row may still say its index; one that another row has is not believed.
+    known = {g["index"] for g in broken if g.get("index") is not None} - readable
+    used = readable | known
+    free = (n for n in range(len(gpus) + 2 * len(broken) + len(used)) if n not in used)
     for gpu in broken:
-        gpus.append({**gpu, "index": next(free)})
+        index = gpu.get("index")
+        placed = {**gpu, "index": index if index in known else next(free)}
+        known.discard(index)
+        why = placed.pop("why", None)
+        if why is not None:
+            placed["error"] = f"{handle_error(placed['index'], why)} ({placed['pci_bus_id']})"
+        gpus.append(placed)
     gpus.sort(key=lambda g: g["index"])
 
 
 # -- CSV ------------------------------------------------------------------------------
 
 
+@dataclass
+class CsvReply:
+    """One CSV reply of nvidia-smi, read by its header wherever that is.
+
+    ``before``: the lines above the header (a login shell's or nvidia-smi's own warnings);
+    ``cut``: rows with fewer fields than the header (output cut short), as field lists;
+    ``odd``: other lines below it that are not rows."""
+
+    rows: list[dict[str, str | None]]
+    before: list[str]
+    cut: list[list[str]]
+    odd: list[str]
+    header: list[str]
+
+
+def _columns(line: str) -> list[str]:
+    fields = next(csv.reader([line], skipinitialspace=True), [])
+    return [re.sub(r"\s*\[[^\]]*\]\s*$", "", h).strip() for h in fields]
+
+
+def read_csv(text: str, required: tuple[str, ...] = (), what: str = "nvidia-smi") -> CsvReply:
+    """CSV with a header row somewhere in ``text`` -> a ``CsvReply``.
+
+    The header is the first line naming every ``required`` column (any line when none
+    is required): what a login shell (a locale warning, an echo in .bashrc) or nvidia-smi
+    (an infoROM warning) prints before it is kept in ``before``, not read as data.
+    SmiError (state error) when no line is such a header: the reply is not the CSV that
+    was asked for (``nvidia-smi -q`` text, a banner, a help page), and reading it anyway
+    would turn each of its lines into a GPU."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return CsvReply([], [], [], [], [])
+    at = next((n for n, line in enumerate(lines)
+               if all(name in _columns(line) for name in required)), None)
+    if at is None:
+        raise SmiError(f"{what}: not the CSV asked for (no {', '.join(required)} column); "
+                       f"first line: {first_line(text)!r}", model.HOST_ERROR)
+    header = _columns(lines[at])
+    reply = CsvReply([], [ln.strip() for ln in lines[:at]], [], [], header)
+    for line, row in zip(lines[at + 1:], csv.reader(lines[at + 1:], skipinitialspace=True),
+                         strict=True):
+        if len(row) == len(header):
+            reply.rows.append({h: value(v) for h, v in zip(header, row, strict=True)})
+        elif 1 < len(row) < len(header):
+            reply.cut.append(row)
+        else:
+            reply.odd.append(line.strip())
+    return reply
+
+
 def parse_csv(
     text: str, required: tuple[str, ...] = (), what: str = "nvidia-smi"
 ) -> list[dict[str, str | None]]:
-    """CSV with a header row -> rows keyed by field name (units dropped).
+    """CSV with a header row -> rows keyed by field name (units dropped); see read_csv."""
+    return read_csv(text, required, what).rows
 
-    SmiError (state error) when the header lacks a ``required`` column: the reply is not
-    the CSV that was asked for (``nvidia-smi -q`` text, a banner, a help page), and
-    reading it anyway would turn each of its lines into a GPU."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return []
-    reader = csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True)
-    rows = list(reader)
-    header = [re.sub(r"\s*\[[^\]]*\]\s*$", "", h).strip() for h in rows[0]]
-    absent = [name for name in required if name not in header]
-    if absent:
-        raise SmiError(f"{what}: not the CSV asked for (no {', '.join(absent)} column); "
-                       f"first line: {first_line(text)!r}", model.HOST_ERROR)
-    out = []
-    for row in rows[1:]:
-        if len(row) != len(header):
-            continue  # a warning line or a truncated row: not data
-        out.append({h: value(v) for h, v in zip(header, row, strict=True)})
-    return out
+
+# nvidia-smi's own line about a card whose infoROM fails its checksum (exit status 14,
+# NVML_ERROR_CORRUPTED_INFOROM); the values it prints after it are valid.
+_INFOROM = re.compile(r"^WARNING: infoROM is corrupted at gpu\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+                      r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f])", re.I)
+MAX_NOTE = 200  # characters of other output kept for the host's line
+
+
+def _notes(lines: list[str]) -> tuple[set[str], list[str]]:
+    """Lines that are not CSV -> (bus ids whose infoROM nvidia-smi calls corrupted,
+    the other lines)."""
+    corrupted: set[str] = set()
+    other: list[str] = []
+    for line in lines:
+        found = _INFOROM.match(line)
+        if found:
+            corrupted.add(_bus_key(found.group(1)))
+        elif line not in other:
+            other.append(line)
+    return corrupted, other
+
+
+def _bus_key(bus: str | None) -> str:
+    """A PCI bus id as nvidia-smi prints it in either width (0000:0B:00.0 in messages,
+    00000000:0B:00.0 in CSV) -> one spelling to compare."""
+    if not bus:
+        return ""
+    domain, _, rest = bus.upper().partition(":")
+    return f"{int(domain, 16):04X}:{rest}" if rest and domain.isalnum() else bus.upper()
+
+
+def note_line(notes: list[str]) -> str | None:
+    """What a host printed around nvidia-smi's output, as one clause of its state line."""
+    if not notes:
+        return None
+    said = " | ".join(notes)
+    if len(said) > MAX_NOTE:
+        said = said[: MAX_NOTE - 3] + "..."
+    return f"other output before nvidia-smi's: {said!r}"
 
 
 def _first(row: dict[str, str | None], *names: str) -> str | None:
@@ -355,7 +448,9 @@ def gpus_from_csv(text: str, status: int | None = 0) -> tuple[list[dict[str, Any
     text, broken = split_handle_errors(text)
     gpus: list[dict[str, Any]] = []
     host: dict[str, Any] = {}
-    for position, row in enumerate(parse_csv(text, _GPU_COLUMNS, "nvidia-smi --query-gpu")):
+    reply = read_csv(text, _GPU_COLUMNS, "nvidia-smi --query-gpu")
+    corrupted, host["notes"] = _notes(reply.before + reply.odd)
+    for position, row in enumerate(reply.rows):
         if host.get("driver_version") is None and row.get("driver_version"):
             host["driver_version"] = row["driver_version"]
         index = integer(row.get("index"))
@@ -419,8 +514,23 @@ def gpus_from_csv(text: str, status: int | None = 0) -> tuple[list[dict[str, Any
                 "mig_mode_pending": flag(row.get("mig.mode.pending")),
             }
         )
-    if not gpus and not broken and status not in (0, None):
-        raise SmiError(f"nvidia-smi failed{_exit(status)}: {first_line(text)}")
+        if _bus_key(row.get("pci.bus_id")) in corrupted:
+            gpus[-1]["inforom_corrupted"] = True
+    for cut in reply.cut:
+        # A row cut short (the output ended, or a line was broken): this card is not
+        # known, but it is there; never a silently shorter list.
+        cells = dict(zip(reply.header, cut, strict=False))
+        index = integer(cells.get("index"))
+        broken.append({"index": index, "state": model.GPU_ERROR,
+                       "pci_bus_id": value(cells.get("pci.bus_id")),
+                       "error": f"nvidia-smi: its row was cut short ({len(cut)} of "
+                                f"{len(reply.header)} fields)"})
+    if not gpus and not broken:
+        if status not in (0, None):
+            raise SmiError(f"nvidia-smi failed{_exit(status)}: {first_line(text)}")
+        what = "a header and no GPU rows" if reply.header else "no output"
+        raise SmiError(f"nvidia-smi --query-gpu gave {what} (exit {status}): not an answer "
+                       "about this host's GPUs", model.HOST_ERROR)
     _place_broken(gpus, broken)
     return gpus, host
 
@@ -434,7 +544,7 @@ def apps_from_csv(
         raise SmiError(problem)
     text, _broken = split_handle_errors(text)  # the GPU query has named them already
     procs = []
-    for row in parse_csv(text, _APP_COLUMNS, "nvidia-smi --query-compute-apps"):
+    for row in read_csv(text, _APP_COLUMNS, "nvidia-smi --query-compute-apps").rows:
         pid = integer(row.get("pid"))
         gpu = uuid_to_index.get(row.get("gpu_uuid") or "")
         if pid is None or gpu is None:
@@ -484,6 +594,8 @@ def split_fallback_output(text: str) -> list[tuple[str, int | None]]:
     for line in text.splitlines():
         if line.startswith(MARK):
             status = line[len(MARK):].strip()
+            if current and not current[-1]:
+                current.pop()  # the newline printed before the marker
             sections.append(("\n".join(current), int(status) if status.isdigit() else None))
             current = []
         else:
@@ -493,8 +605,7 @@ def split_fallback_output(text: str) -> list[tuple[str, int | None]]:
 
 def join_outputs(results: list[tuple[str, int | None]]) -> str:
     """Commands run one at a time (Windows) -> the text one sh command would print."""
-    return "".join(f"{text.rstrip(chr(10))}\n{MARK} {'' if rc is None else rc}\n"
-                   for text, rc in results)
+    return "".join(f"{text}\n{MARK} {'' if rc is None else rc}\n" for text, rc in results)
 
 
 
@@ -642,14 +753,16 @@ NO_PYTHON = "no python3 on this host"
 
 @dataclass
 class Extras:
-    """What EXTRA_COMMANDS read: the MIG devices' UUIDs and profiles, the topology and
-    the NVLink states (each empty when its command failed)."""
+    """What EXTRA_COMMANDS read: the MIG devices' UUIDs and profiles, the topology, the
+    NVLink states and the temperature thresholds (each empty when its command failed)."""
 
     listing: dict[int, dict[str, Any]]
     links: list[dict[str, Any]]
     places: dict[int, dict[str, Any]]
     nvlinks: dict[int, list[dict[str, Any]]]
     topology_read: bool
+    nvlinks_read: bool  # `nvlink -s` answered (a card without links answers too)
+    thresholds: dict[str, dict[str, int | None]]  # by bus id (_bus_key)
 
     @classmethod
     def parse(cls, output: str | None) -> Extras | None:
@@ -658,13 +771,11 @@ class Extras:
         sections = dict(zip(EXTRA_SECTIONS, split_fallback_output(output), strict=False))
         text = {name: sections.get(name, ("", None))[0] for name in EXTRA_SECTIONS}
         links, places = topology_from_topo_m(text["topo"])
+        nvlink_text, nvlink_rc = sections.get("nvlink", ("", None))
         return cls(parse_list(text["list"]), links, places,
-                   parse_nvlink_status(text["nvlink"]), bool(places))
-
-    def wants_table(self) -> bool:
-        """A card lists MIG devices: polls read the default table for their memory and
-        the GI/CI of each process."""
-        return any(gpu["mig"] for gpu in self.listing.values())
+                   parse_nvlink_status(nvlink_text), bool(places),
+                   nvlink_rc == 0 and bool(re.search(r"^GPU \d+:", nvlink_text, re.M)),
+                   parse_q_thresholds(text["temps"]))
 
 
 class SmiBackend:
@@ -704,12 +815,14 @@ class SmiBackend:
             topology = extras.links
         if extras is None or not extras.topology_read:
             missing.append("topology")
-        if extras is None:
+        if extras is None or not extras.nvlinks_read:
             missing.append("nvlinks")
+        said = f"{self._reason}: nvidia-smi{'' if self._mode.windows else ' and ps'} " \
+               "only (fewer fields, no actions)"
+        note = note_line(facts.get("notes") or [])
         return {
             "state": model.HOST_FALLBACK,
-            "error": f"{self._reason}: nvidia-smi{'' if self._mode.windows else ' and ps'} "
-                     "only (fewer fields, no actions)",
+            "error": f"{said}; {note}" if note else said,
             "driver_version": facts.get("driver_version"),
             "cuda_version": facts.get("cuda_version"),
             "gpus": gpus,
@@ -744,6 +857,13 @@ class SmiBackend:
         if problem or (xml_rc is None and not xml_text.strip()):
             raise SmiError(problem or "nvidia-smi not found")
         xml_text, broken = split_handle_errors(xml_text)
+        # What a login shell or nvidia-smi printed before the document, as for CSV.
+        starts = [at for at in (xml_text.find("<?xml"), xml_text.find("<nvidia_smi_log"))
+                  if at >= 0]
+        start = min(starts, default=0)
+        corrupted, notes = _notes([ln.strip() for ln in xml_text[:start].splitlines()
+                                   if ln.strip()])
+        xml_text = xml_text[start:]
         try:
             gpus, facts, procs = parse_xml(xml_text)
         except ET.ParseError:
@@ -753,6 +873,10 @@ class SmiBackend:
                                model.HOST_ERROR) from None
             raise SmiError(f"nvidia-smi -q -x: not XML; first line: {first_line(xml_text)!r}",
                            model.HOST_ERROR) from None
+        for gpu in gpus:
+            if _bus_key(gpu.get("pci_bus_id")) in corrupted:
+                gpu["inforom_corrupted"] = True
+        facts["notes"] = notes
         _place_broken(gpus, broken)
         return gpus, facts, procs
 
@@ -811,6 +935,10 @@ def _join_extras(gpus: list[dict[str, Any]], procs: list[dict[str, Any]],
             gpu.update((k, v) for k, v in place.items() if v is not None)
         if index in extras.nvlinks:
             gpu["nvlinks"] = extras.nvlinks[index]
+        limits = extras.thresholds.get(_bus_key(gpu.get("pci_bus_id")), {})
+        for key, limit in limits.items():
+            if gpu.get(key) is None:
+                gpu[key] = limit
     uuids = {(d["gpu"], d["index"]): d.get("uuid")
              for g in gpus for d in g.get("mig_devices") or ()}
     for proc in procs:
@@ -992,34 +1120,69 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
     return gpus, host, procs
 
 
-def _thresholds(gpu: ET.Element) -> dict[str, int | None]:
+_THRESHOLD_KEYS = ("temp_slowdown", "temp_shutdown", "temp_max_operating")
+
+
+def absolute_thresholds(temp: int | None, headroom: int | None,
+                        absolute: dict[str, int | None],
+                        offsets: dict[str, int | None]) -> dict[str, int | None]:
     """Slowdown, shutdown and max operating temperatures in degrees C.
 
     Newer drivers (Ada and Blackwell cards, R570+) give them relative to the T.Limit
-    instead: ``gpu_temp_tlimit`` is how far below its limit the card runs now, and the
-    ``*_tlimit_threshold`` fields where each threshold sits from that limit (shutdown at
-    -7 means 7 C past it).  Converted with the current temperature, they are absolute.
-    """
-    temps = gpu.find("temperature")
-    out = {
-        "temp_slowdown": integer(_text(temps, "gpu_temp_slow_threshold")),
-        "temp_shutdown": integer(_text(temps, "gpu_temp_max_threshold")),
-        "temp_max_operating": integer(_text(temps, "gpu_temp_max_gpu_threshold")),
-    }
-    temp = integer(_text(temps, "gpu_temp"))
-    headroom = integer(_text(temps, "gpu_temp_tlimit"))
+    instead: ``headroom`` (T.Limit Temp) is how far below its limit the card runs now,
+    and ``offsets`` where each threshold sits from that limit (shutdown at -7 means 7 C
+    past it).  Converted with the current temperature, they are absolute."""
+    out = {key: absolute.get(key) for key in _THRESHOLD_KEYS}
     if temp is None or headroom is None:
         return out
-    limit = temp + headroom
-    for key, tag in (
-        ("temp_slowdown", "gpu_temp_slow_tlimit_threshold"),
-        ("temp_shutdown", "gpu_temp_max_tlimit_threshold"),
-        ("temp_max_operating", "gpu_temp_max_gpu_tlimit_threshold"),
-    ):
-        offset = integer(_text(temps, tag))
+    for key in _THRESHOLD_KEYS:
+        offset = offsets.get(key)
         if out[key] is None and offset is not None:
-            out[key] = limit - offset
+            out[key] = temp + headroom - offset
     return out
+
+
+def _thresholds(gpu: ET.Element) -> dict[str, int | None]:
+    temps = gpu.find("temperature")
+    return absolute_thresholds(
+        integer(_text(temps, "gpu_temp")), integer(_text(temps, "gpu_temp_tlimit")),
+        {"temp_slowdown": integer(_text(temps, "gpu_temp_slow_threshold")),
+         "temp_shutdown": integer(_text(temps, "gpu_temp_max_threshold")),
+         "temp_max_operating": integer(_text(temps, "gpu_temp_max_gpu_threshold"))},
+        {"temp_slowdown": integer(_text(temps, "gpu_temp_slow_tlimit_threshold")),
+         "temp_shutdown": integer(_text(temps, "gpu_temp_max_tlimit_threshold")),
+         "temp_max_operating": integer(_text(temps, "gpu_temp_max_gpu_tlimit_threshold"))})
+
+
+# `nvidia-smi -q -d TEMPERATURE`: "GPU 00000000:00:09.0" heads each card's block, then
+# "        GPU Slowdown Temp   : 96 C" (or "GPU Slowdown T.Limit Temp : -2 C").
+_Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+_Q_FIELD = re.compile(r"^\s+(GPU [A-Za-z. ]+?)\s*:\s*(.*?)\s*$")
+_Q_ABSOLUTE = {"GPU Slowdown Temp": "temp_slowdown", "GPU Shutdown Temp": "temp_shutdown",
+               "GPU Max Operating Temp": "temp_max_operating"}
+_Q_OFFSET = {"GPU Slowdown T.Limit Temp": "temp_slowdown",
+             "GPU Shutdown T.Limit Temp": "temp_shutdown",
+             "GPU Max Operating T.Limit Temp": "temp_max_operating"}
+
+
+def parse_q_thresholds(text: str) -> dict[str, dict[str, int | None]]:
+    """``nvidia-smi -q -d TEMPERATURE`` -> {bus id: temp_slowdown, temp_shutdown,
+    temp_max_operating}: read once per connection, as they do not change."""
+    cards: dict[str, dict[str, int | None]] = {}
+    fields: dict[str, int | None] | None = None
+    for line in text.splitlines():
+        card = _Q_GPU.match(line)
+        if card:
+            fields = cards.setdefault(_bus_key(card.group(1)), {})
+            continue
+        field = _Q_FIELD.match(line)
+        if field and fields is not None and len(cards) <= 64:
+            fields[field.group(1)] = integer(field.group(2))
+    return {bus: absolute_thresholds(
+                f.get("GPU Current Temp"), f.get("GPU T.Limit Temp"),
+                {key: f.get(label) for label, key in _Q_ABSOLUTE.items()},
+                {key: f.get(label) for label, key in _Q_OFFSET.items()})
+            for bus, f in cards.items()}
 
 
 def _ecc_total(node: ET.Element | None, kind: str) -> int | None:

@@ -476,7 +476,7 @@ class SshFeed:
         """Run the probe on the open connection and emit what it sends until it stops."""
         assert host.conn is not None
         spec = host.spec
-        process = await host.conn.create_process(bundle.BOOTSTRAP, encoding=None)
+        process = await self._open_probe(host)
         host.process = process
         config = {
             "interval": self._interval,
@@ -487,7 +487,11 @@ class SshFeed:
         host.stray.clear()
         host.parsed_at = None
         try:
-            process.stdin.write(bundle.stdin_preamble(config))
+            # The remote shell may have ended before its stdin is written (about 1 start
+            # in 20 on a host without python3 or with a Windows shell): what it printed
+            # and its exit status, read below, say why; the connection is fine.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                process.stdin.write(bundle.stdin_preamble(config))
             # Generous: python start-up on a loaded host, NVML init on 8 cards, a slow disk.
             first_timeout = self.first_line_timeout or max(30.0, 3 * self._interval + 5)
             lines = _Lines(process.stdout, MAX_LINE, lambda: self._state(
@@ -558,6 +562,11 @@ class SshFeed:
             f"signal {process.exit_signal[0]}" if process.exit_signal else "channel closed"
         )
         raise _ProbeGone(f"the probe stopped ({why}) {tail[0]}".strip())
+
+    async def _open_probe(self, host: _Host) -> asyncssh.SSHClientProcess[bytes]:
+        """The probe's channel, its bootstrap started (its stdin not written yet)."""
+        assert host.conn is not None
+        return await host.conn.create_process(bundle.BOOTSTRAP, encoding=None)
 
     async def _exit_status(self, process: asyncssh.SSHClientProcess[bytes]) -> int | None:
         with contextlib.suppress(Exception):
@@ -639,10 +648,10 @@ class SshFeed:
             if extras_at is None or started - extras_at >= smi.EXTRA_EVERY_S:
                 # The GPU list with its MIG devices, topology, NVLinks: rarely changing.
                 extras_at = started
-                got = await self._smi_output(host, smi.EXTRA_COMMANDS, smi.EXTRA_COMMAND)
+                got = await self._smi_output(host, smi.EXTRA_COMMANDS,
+                                             None if mode.windows else smi.EXTRA_COMMAND)
                 if got.error is None:
                     extras = smi.Extras.parse(got.text)
-            mode = dataclasses.replace(mode, table=bool(extras and extras.wants_table()))
             got = await self._smi_output(host, mode.commands(), None if mode.windows
                                          else mode.command())
             if got.error is not None:

@@ -93,6 +93,17 @@ def _fields(ctx: Context) -> Iterator[Finding]:
                       gpu=ctx.card.index)
 
 
+@rule("inforom-corrupted", WARNING, reads=("inforom_corrupted",),
+      unexported=("inforom_corrupted",),
+      summary="the card's infoROM is corrupted",
+      hint="its readings still hold, but settings and error counts it stores may not: "
+      "update the VBIOS/infoROM or ask for an RMA; `nvidia-smi -q -i {gpu}`",
+      when="nvidia-smi warns \"infoROM is corrupted\" for the card (exit status 14)")
+def _inforom(ctx: Context) -> Iterator[Finding]:
+    if ctx.card.inforom_corrupted:
+        yield Finding(gpu=ctx.card.index)
+
+
 # -- critical: the card is or will be broken
 
 @rule("ecc-uncorrected", CRITICAL, reads=("ecc_volatile_uncorrected",), alert="GpuMemoryErrors",
