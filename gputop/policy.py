@@ -3,13 +3,15 @@
 The file is the admin's: it counts only when root owns it and nobody else may write it
 (otherwise a user could write the rules everyone's `gputop run` follows); such a file is
 ignored with one line of warning. A bad file is a ``PolicyError`` naming FILE:LINE.
-``$GPUTOP_POLICY`` names another file (tests, hosts that keep /etc read-only).
+``$GPUTOP_POLICY`` names another file (tests, hosts that keep /etc read-only): for root,
+or a root-owned file nobody else may write (``policy_path``).
 
 Example::
 
     max_gpus_per_user: 4          # at once, waiting jobs' requests included
     max_duration: 24h             # the longest --for; jobs must give one
     starvation_limit: 30m         # a job waiting longer holds back the jobs behind it
+    turn_limit: 60s               # a job given cards that does not take them loses its turn
     high_priority: [alice, bob]   # who may use --priority high (absent: everyone)
     big_jobs: {gpus: 2, hours: "20:00-08:00", weekends: true}
     fair_share: {half_life: 7d}   # equal priorities: fewer recent GPU-hours first
@@ -33,7 +35,7 @@ from typing import Any
 from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import parse_duration
 from gputop.analysis.idle_policy import ACTIONS, WORKLOAD_KINDS, IdlePolicy
-from gputop.analysis.queue_plan import DEFAULT_STARVATION_S, Policy, Window
+from gputop.analysis.queue_plan import DEFAULT_STARVATION_S, MIN_TURN_S, Policy, Window
 from gputop.analysis.quota import OVER_ACTIONS, PERIODS, Quotas
 from gputop.yamlnodes import compose, line_of, mapping_items, scalar_value
 
@@ -42,9 +44,12 @@ MAX_BYTES = 64 * 1024
 MAX_USERS = 1000
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 KEYS = ("max_gpus_per_user", "max_duration", "starvation_limit", "high_priority", "big_jobs",
-        "fair_share")
+        "fair_share", "turn_limit")
+_SECONDS = {"max_duration": "max_duration_s", "starvation_limit": "starvation_s",
+            "turn_limit": "turn_s"}
 ACCOUNTING_KEYS = ("quotas", "cost", "idle")  # parse_accounting's; parse_policy skips them
 MAX_HOURS = 10_000_000.0
+MAX_TURN_S = 3600.0
 _GROUP = _USER  # Unix group names follow the same rule here
 
 
@@ -53,14 +58,39 @@ class PolicyError(Exception):
 
 
 def policy_path() -> str:
+    """The file that would be read: ``$GPUTOP_POLICY`` or the fixed place (whether the
+    override counts is ``_locate``'s, on the opened file)."""
     return os.environ.get("GPUTOP_POLICY") or DEFAULT_PATH
 
 
+def _locate(path: str | None) -> tuple[str, str | None, str | None]:
+    """The policy's path, its text (None: no file, or one that does not count) and a
+    warning line.
+
+    The place is fixed for everyone but root: a user who could name another file (one
+    that does not exist, or their own) would opt out of the rules. So for a non-root
+    user ``$GPUTOP_POLICY`` counts only when the file it names, as opened, is root's,
+    writable by nobody else, and states a rule (an empty root-owned file is no
+    policy); otherwise the fixed place is read, and the warning says why."""
+    if path is not None:
+        return (path, *_read(path))
+    override = policy_path()
+    text, warning = _read(override)
+    if override == DEFAULT_PATH or os.geteuid() == 0:
+        return override, text, warning
+    if text is not None and compose(text, override, PolicyError) is not None:
+        return override, text, None
+    why = warning or ("no such file" if text is None else "it states no rule")
+    ignored = f"GPUTOP_POLICY={override!r} ignored ({why}); using {DEFAULT_PATH}"
+    text, warning = _read(DEFAULT_PATH)
+    return DEFAULT_PATH, text, "; ".join(w for w in (ignored, warning) if w)
+
+
 def load_policy(path: str | None = None) -> tuple[Policy, str | None]:
-    """The host's policy and a warning line (a file that does not count), or raises."""
-    path = path or policy_path()
-    text, warning = _read(path)
-    return (Policy(), warning) if text is None else (parse_policy(text, path), None)
+    """The host's policy and a warning line (a file that does not count, an ignored
+    ``$GPUTOP_POLICY``), or raises."""
+    path, text, warning = _locate(path)
+    return (Policy(), warning) if text is None else (parse_policy(text, path), warning)
 
 
 @dataclass(frozen=True)
@@ -75,9 +105,8 @@ class Accounting:
 
 def load_accounting(path: str | None = None) -> tuple[Accounting, str | None]:
     """The host's quotas and cost rates, from the same root-owned file as the rules."""
-    path = path or policy_path()
-    text, warning = _read(path)
-    return (Accounting(), warning) if text is None else (parse_accounting(text, path), None)
+    path, text, warning = _locate(path)
+    return (Accounting(), warning) if text is None else (parse_accounting(text, path), warning)
 
 
 def _read(path: str) -> tuple[str | None, str | None]:
@@ -130,7 +159,9 @@ def parse_policy(text: str, name: str) -> Policy:
             values[key] = _count(value, at)
         else:
             seconds = _duration(value, at)
-            values["max_duration_s" if key == "max_duration" else "starvation_s"] = seconds
+            if key == "turn_limit" and not MIN_TURN_S <= seconds <= MAX_TURN_S:
+                raise PolicyError(f"{at}: expected {MIN_TURN_S:.0f}s..{MAX_TURN_S / 60:.0f}m")
+            values[_SECONDS[key]] = seconds
     values.setdefault("starvation_s", DEFAULT_STARVATION_S)
     return Policy(**values)
 

@@ -135,6 +135,10 @@ def host(users: dict[str, Any], portable: Path, driver: Path) -> Iterator[Host]:
         scenario = fakenvml.write_scenario(root / "scenario", fakenvml.idle_cards(4))
         (root / "config.yaml").write_text(f"reservations: {{dir: {store}}}\n")
         (root / "config.yaml").chmod(0o644)
+        # A rule (the default one): the users' runs then read this file, never the host's
+        # own (for them $GPUTOP_POLICY counts only for a root-owned file that says something).
+        (root / "policy.yaml").write_text("starvation_limit: 30m\n")
+        (root / "policy.yaml").chmod(0o644)
         env = fakenvml.environment(scenario, driver)
         env.update(PYTHONPATH=str(portable), GPUTOP_POLICY=str(root / "policy.yaml"),
                    HOME=str(root))

@@ -68,6 +68,10 @@ def _host(users: dict[str, Any], portable: Path, scenario: dict[str, Any]) -> It
         path = fakenvml.write_scenario(root / "scenario", scenario)
         (root / "config.yaml").write_text(f"reservations: {{dir: {store}}}\n")
         (root / "config.yaml").chmod(0o644)
+        # A rule (the default one): the users' runs then read this file, never the host's
+        # own (for them $GPUTOP_POLICY counts only for a root-owned file that says something).
+        (root / "policy.yaml").write_text("starvation_limit: 30m\n")
+        (root / "policy.yaml").chmod(0o644)
         env = fakenvml.environment(path, driver)
         env.update(PYTHONPATH=str(portable), GPUTOP_POLICY=str(root / "policy.yaml"),
                    HOME=str(root))

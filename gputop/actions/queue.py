@@ -159,6 +159,25 @@ def cancel(directory: str, job_id: Any) -> dict[str, Any]:
     return {"ok": True, "message": f"cancelled job {job_id}"}
 
 
+def stall_note(pid: int | None) -> str:
+    """What the process of a job that let its turn pass is doing, for the line that says
+    so (``queue_plan.Turns``): stopped, not a `gputop run` at all, or just slow."""
+    if pid is None:
+        return "it names no process"
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read(4096)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read(4096).split(b"\0")
+    except OSError:
+        return "its process is gone"
+    if stat_line[stat_line.rfind(b")") + 2:][:1] in (b"T", b"t"):
+        return "its process is stopped: Ctrl+Z or SIGSTOP"
+    if not any(b"gputop" in word for word in argv) or b"run" not in argv:
+        return "its process is not a gputop run"
+    return "its gputop run did not take them"
+
+
 def handle(op: str, request: dict[str, Any], env: ActionEnv) -> dict[str, Any]:
     """Entry for gputop.actions.dispatch (ops "queue" and "queue_cancel")."""
     directory = env.reservations_dir or RESERVATIONS_DIR

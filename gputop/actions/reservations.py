@@ -39,6 +39,7 @@ from gputop.actions.liveness import MAX_PID, cgroup_pids, process_alive, session
 from gputop.actions.store import (
     JOB_PREFIX,
     TMP_PREFIX,
+    CardLocked,
     ScanCache,
     directory_problem,
     ensure_directory,
@@ -68,6 +69,10 @@ MAX_GPUS = 64  # per request: a request may come from anyone over SSH
 MAX_MIG_SLOTS = 7  # MIG devices per card (A100/H100/B200)
 # A file's times come from this host's clock; `now` may be a little ahead of the kernel's.
 CLOCK_SLACK_S = 3600.0
+# A card whose lock could not be had is passed over by this process's choices (`run`'s
+# plan) this long, then tried again: the holder may have let go.
+LOCKED_AVOID_S = 30.0
+_LOCKED: dict[str, dict[int, tuple[str, float]]] = {}  # directory -> card -> holder, when
 MAX_USER_CHARS = 64
 MAX_HOST_CHARS = 255
 # A scan reads only the files named for this host's cards (``_Wanted``); of those, a user
@@ -255,10 +260,24 @@ def reserve(
         with locked(directory, (t.index for t in targets)):
             return _reserve_locked(directory, targets, until, note, now, must_hold, job,
                                    wanted)
+    except CardLocked as exc:
+        # Only this card is in the way: say which, so that a chooser takes another.
+        _LOCKED.setdefault(directory, {})[exc.gpu] = (exc.holder, time.monotonic())
+        return {"ok": False, "message": str(exc), "reservations": [], "locked": [exc.gpu],
+                "lock_holder": exc.holder}
     except ReservationError as exc:
         return {"ok": False, "message": str(exc), "reservations": []}
     except OSError as exc:
         return {"ok": False, "message": f"{directory}: {os_reason(exc)}", "reservations": []}
+
+
+def locked_cards(directory: str) -> dict[int, str]:
+    """The cards whose locks this process could not have lately, and who held them."""
+    now = time.monotonic()
+    known = _LOCKED.get(directory, {})
+    for gpu in [g for g, (_who, when) in known.items() if now - when > LOCKED_AVOID_S]:
+        del known[gpu]
+    return {gpu: f"lock held by {who}" for gpu, (who, _when) in known.items()}
 
 
 def extend(

@@ -211,6 +211,7 @@ class Runner:
         wait_s = None if retrying else self.request.wait_s
         deadline = None if wait_s is None else job.submitted + wait_s
         mark = _store_mark(self.directory)
+        turns = queue_plan.Turns(job.id, lambda other: queue.stall_note(other.pid))
         while True:
             self._check_stop()
             if not queue.in_line(job):
@@ -221,7 +222,11 @@ class Runner:
                 raise RunError(f"{snapshot.host}: {snapshot.state}: {snapshot.error}")
             now = time.time()
             warnings = warnings_once(snapshot, self.settings, self.user, now)
-            plan = queue_plan.plan(snapshot, self.policy, now, warnings, usage=self._usage())
+            plan = turns.plan(snapshot, self.policy, now, warnings, usage=self._usage(),
+                              avoid=reservations.locked_cards(self.directory))
+            for line in turns.news:
+                self.status.say(line)
+            turns.news.clear()
             cards = plan.starts.get(job.id)
             if cards and self._reserve(job, snapshot, cards):
                 return snapshot

@@ -173,24 +173,33 @@ def is_lock_file(name: str) -> bool:
     return name == LOCK_NAME or _LOCK_FILE.fullmatch(name) is not None
 
 
+class CardLocked(StoreError):
+    """One card's lock could not be had (held too long, unreadable, not a file): the
+    card, and who is in the way, so that a caller choosing cards can take another."""
+
+    def __init__(self, message: str, gpu: int, holder: str) -> None:
+        super().__init__(message)
+        self.gpu, self.holder = gpu, holder
+
+
 @contextlib.contextmanager
 def locked(directory: str, gpus: Iterable[int], timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold the advisory locks of these cards (``.lock-gpuN``), taken in index order so
     that two writers never wait for each other: a lock held forever by one user stops
-    only the cards it names, and the message names the holder."""
+    only the cards it names, and ``CardLocked`` names the card and the holder."""
     deadline = time.monotonic() + timeout
     with contextlib.ExitStack() as stack:
         for index in sorted(set(gpus)):
             path = os.path.join(directory, f"{LOCK_NAME}-gpu{index}")
-            stack.enter_context(_locked_file(path, deadline, timeout))
+            stack.enter_context(_locked_file(path, index, deadline, timeout))
         yield
 
 
 @contextlib.contextmanager
-def _locked_file(path: str, deadline: float, timeout: float) -> Iterator[None]:
+def _locked_file(path: str, index: int, deadline: float, timeout: float) -> Iterator[None]:
     delay = 0.001
     while True:
-        fd = _open_lock_file(path)
+        fd = _open_lock_file(path, index)
         try:
             while True:
                 try:
@@ -198,10 +207,10 @@ def _locked_file(path: str, deadline: float, timeout: float) -> Iterator[None]:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise StoreError(
-                            f"{path}: locked by {lock_holder(os.fstat(fd))} for "
-                            f"{timeout:.0f} s; try again"
-                        ) from None
+                        holder = lock_holder(os.fstat(fd))
+                        raise CardLocked(
+                            f"{path}: locked by {holder} for {timeout:.0f} s; try again",
+                            index, holder) from None
                     time.sleep(delay)
                     delay = min(delay * 2, 0.02)
             # The owner of the lock file could have removed it while we waited: then we
@@ -246,7 +255,7 @@ def lock_holder(info: os.stat_result, locks_file: str = "/proc/locks") -> str:
     return "another process"
 
 
-def _open_lock_file(path: str) -> int:
+def _open_lock_file(path: str, index: int) -> int:
     # O_NONBLOCK: a FIFO planted under the lock's name must not hang us.
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
@@ -255,13 +264,17 @@ def _open_lock_file(path: str) -> int:
         with contextlib.suppress(FileExistsError):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444))
         fd = os.open(path, flags)
-    except PermissionError:
+    except OSError as exc:  # unreadable (mode 000), a symlink (ELOOP)
         owner = user_name(os.lstat(path).st_uid)
-        raise StoreError(f"{path}: {owner} made it unreadable; ask them or root to "
-                         "remove it") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        why = "made it unreadable" if isinstance(exc, PermissionError) else "planted it"
+        raise CardLocked(f"{path}: {owner} {why}; ask them or root to remove it",
+                         index, owner) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise StoreError(f"{path}: not a regular file; ask its owner or root to remove it")
+        owner = user_name(info.st_uid)
+        raise CardLocked(f"{path}: not a regular file ({owner}'s); ask them or root to"
+                         " remove it", index, owner)
     return fd
 
 

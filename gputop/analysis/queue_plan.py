@@ -14,12 +14,16 @@ needs no server. The rules:
   job says --share; a one-GPU job takes a MIG device before a whole card, unless --whole).
 - The host's policy (``gputop.policy``) caps GPUs per user, the duration, who may ask for
   high priority, and when big jobs may start.
+- A job the plan has given cards but that does not take them within the policy's turn
+  limit (its `gputop run` is stopped, or the file names some other process) loses its
+  turn: ``Turns`` notes, per waiting `gputop run`, when each other job's turn came, and
+  moves a job that let it pass to the back of that run's plan.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +35,8 @@ from gputop.model import HostSnapshot, QueueJob
 
 PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
 DEFAULT_STARVATION_S = 30 * 60.0
+DEFAULT_TURN_S = 60.0  # a head job that takes its cards later than this loses its turn
+MIN_TURN_S = 15.0  # a waiting run looks every 5 s at least: never pass a live one
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class Policy:
     source: str | None = None  # the file it came from, for messages
     fair_share_half_life_s: float | None = None  # fair share among equal priorities
     fair_share_ledger: str | None = None  # the one ledger every user's plan reads
+    turn_s: float = DEFAULT_TURN_S  # a job given cards must take them within this
 
     def may_use_high(self, user: str) -> bool:
         return self.high_priority_users is None or user in self.high_priority_users
@@ -147,14 +154,17 @@ def want_of(job: QueueJob, taken: Iterable[int | str] = ()) -> picking.Want:
 
 
 def ordered(jobs: Iterable[QueueJob], policy: Policy,
-            usage: Mapping[str, float] | None = None) -> list[QueueJob]:
+            usage: Mapping[str, float] | None = None,
+            passed: Mapping[str, str] | None = None) -> list[QueueJob]:
     """Waiting order. A priority the policy does not allow counts as normal (the file
     is the submitter's word; the policy is the host's). With fair share, among equal
-    priorities the user with fewer recent (decayed) GPU-hours goes first."""
+    priorities the user with fewer recent (decayed) GPU-hours goes first. Jobs that
+    lost their turn (``passed``) come after all others."""
     hours = usage if usage is not None and policy.fair_share_half_life_s else {}
+    late = passed or {}
 
-    def key(job: QueueJob) -> tuple[int, float, float, str]:
-        return (PRIORITY_RANK.get(_priority(job, policy), 1),
+    def key(job: QueueJob) -> tuple[bool, int, float, float, str]:
+        return (job.id in late, PRIORITY_RANK.get(_priority(job, policy), 1),
                 fair_share.rank_key(job.user, hours), job.submitted, job.id)
 
     return sorted(jobs, key=key)
@@ -173,19 +183,26 @@ def plan(
     warnings: Sequence[model.HealthWarning] = (),
     tz: dt.tzinfo | None = None,
     usage: Mapping[str, float] | None = None,
+    passed: Mapping[str, str] | None = None,
+    avoid: Mapping[int, str] | None = None,
 ) -> Plan:
     """The plan for ``snapshot.queue`` given the cards and reservations of ``snapshot``;
-    ``usage``: each user's decayed GPU-hours, for the policy's fair share."""
+    ``usage``: each user's decayed GPU-hours, for the policy's fair share; ``passed``:
+    jobs that let their turn pass (``Turns``), and why, placed last; ``avoid``: cards
+    this reader could not lock lately, and why (no job is planned on them)."""
     running = running_jobs(snapshot, now)
     result = Plan(running=running)
     held: dict[str, int] = {}
     for reservation in picking.active_reservations(snapshot, now).values():
         held[reservation.user] = held.get(reservation.user, 0) + 1
-    taken: set[int | str] = set()
+    blocked = dict(avoid or {})
+    taken: set[int | str] = set(blocked)
     ends = _running_ends(snapshot, now, running)  # card -> when it frees, where known
     kept: Kept | None = None  # the first blocked job's cards and when it gets them
     holding_back: QueueJob | None = None
-    waiting = ordered((job for job in snapshot.queue if job.id not in running), policy, usage)
+    late = passed or {}
+    waiting = ordered((job for job in snapshot.queue if job.id not in running), policy,
+                      usage, late)
     local_now = dt.datetime.fromtimestamp(now, tz)
     never = {job.id: why for job in waiting if (why := impossible(snapshot, job))}
     for job in waiting:
@@ -195,6 +212,8 @@ def plan(
     for position, job in enumerate(waiting, 1):
         result.position[job.id] = position
         head = f"{_ordinal(position)} in line for {_ask(job)}"
+        if job.id in late:
+            head += f" (lost its turn: {late[job.id]})"
         if holding_back is not None:
             result.waiting[job.id] = (
                 f"{head}; held back: {holding_back.user}'s job {holding_back.id} has waited"
@@ -205,7 +224,7 @@ def plan(
         if rule:
             result.waiting[job.id] = f"{head}; {rule}"
             continue
-        cards, why = _backfill(snapshot, job, now, taken, warnings, kept)
+        cards, why = _backfill(snapshot, job, now, taken, warnings, kept, blocked)
         if cards:
             result.starts[job.id] = cards
             taken.update(cards)
@@ -220,13 +239,57 @@ def plan(
                 why += (f"; GPU {','.join(map(str, kept.cards))} kept for it from"
                         f" {_clock(kept.at, now)}")
         result.waiting[job.id] = f"{head}; {why}"
-        if now - job.submitted > policy.starvation_s and job.id not in result.kept:
+        if (now - job.submitted > policy.starvation_s and job.id not in result.kept
+                and job.id not in late):
             # No known time when its cards free: the old rule, hold back everyone.
             holding_back = job
     return result
 
 
 INF = float("inf")
+
+
+class Turns:
+    """One waiting `gputop run`'s memory of whose turn came when (pure: no I/O).
+
+    The plan gives a job cards; only that job's own `gputop run` can take them. One that
+    never does (stopped with Ctrl+Z or SIGSTOP, or a job file naming some other living
+    process of its owner) would hold the line for good, so each waiting run notes when
+    it first saw another job given cards, and once that job has let them sit for the
+    policy's turn limit, plans with it moved to the back. The clock is each reader's
+    own: no file a neighbour writes can make a job lose its turn sooner. A job is never
+    passed over by its own run, so once it wakes it takes the first cards it is given."""
+
+    def __init__(self, me: str | None = None,
+                 why: Callable[[QueueJob], str] | None = None) -> None:
+        self.me = me
+        self.why = why or (lambda _job: "its gputop run did not take its cards")
+        self.since: dict[str, float] = {}  # job id -> when it was first given cards
+        self.passed: dict[str, str] = {}  # job id -> why it lost its turn
+        self.news: list[str] = []  # a line per job passed over, for the caller to say
+
+    def plan(self, snapshot: HostSnapshot, policy: Policy, now: float,
+             warnings: Sequence[model.HealthWarning] = (), tz: dt.tzinfo | None = None,
+             usage: Mapping[str, float] | None = None,
+             avoid: Mapping[int, str] | None = None) -> Plan:
+        jobs = {job.id: job for job in snapshot.queue}
+        for gone in [j for j in self.passed if j not in jobs]:
+            del self.passed[gone]
+        for _ in range(len(jobs) + 1):  # each round passes over one more job, or ends
+            result = plan(snapshot, policy, now, warnings, tz, usage, self.passed, avoid)
+            given = {j for j in result.starts if j != self.me and j not in self.passed}
+            self.since = {j: self.since.get(j, now) for j in given}
+            late = [j for j in given if now - self.since[j] >= policy.turn_s]
+            if not late:
+                return result
+            for job_id in late:
+                job = jobs[job_id]
+                why = (f"given GPU {','.join(map(str, result.starts[job_id]))}"
+                       f" {format_duration(now - self.since.pop(job_id))} ago and did not"
+                       f" take them ({self.why(job)})")
+                self.passed[job_id] = why
+                self.news.append(f"{job.user}'s job {job_id} lost its turn: {why}")
+        return result
 
 
 @dataclass(frozen=True)
@@ -309,18 +372,18 @@ def keep_for(snapshot: HostSnapshot, job: QueueJob, now: float, ends: dict[int, 
 
 
 def _backfill(snapshot: HostSnapshot, job: QueueJob, now: float, taken: set[int | str],
-              warnings: Sequence[model.HealthWarning], kept: Kept | None
-              ) -> tuple[tuple[int | str, ...], str]:
+              warnings: Sequence[model.HealthWarning], kept: Kept | None,
+              blocked: Mapping[int, str]) -> tuple[tuple[int | str, ...], str]:
     """``fit``, keeping the first blocked job's cards for it: a later job gets them only
     when its --for ends before that job's time comes."""
     if kept is None:
-        return fit(snapshot, job, now, taken, warnings)
-    cards, why = fit(snapshot, job, now, taken | set(kept.cards), warnings)
+        return fit(snapshot, job, now, taken, warnings, blocked)
+    cards, why = fit(snapshot, job, now, taken | set(kept.cards), warnings, blocked)
     if cards:
         return cards, why
     if job.for_s is not None and now + job.for_s <= kept.at:
-        return fit(snapshot, job, now, taken, warnings)
-    whole, _ = fit(snapshot, job, now, taken, warnings)
+        return fit(snapshot, job, now, taken, warnings, blocked)
+    whole, _ = fit(snapshot, job, now, taken, warnings, blocked)
     if not whole:
         return (), why
     given = "its --for ends after that" if job.for_s else "it has no --for to end before"
@@ -416,15 +479,27 @@ def fit(
     now: float,
     taken: Iterable[int | str] = (),
     warnings: Sequence[model.HealthWarning] = (),
+    blocked: Mapping[int, str] | None = None,
 ) -> tuple[tuple[int | str, ...], str]:
     """The cards (or the one MIG device, by UUID) ``job`` would get now, empty when it
     does not fit, and why not: pick's rule (``picking.choose``), with a card reserved by
-    anyone, the submitter included, not free for a job."""
+    anyone, the submitter included, not free for a job; ``blocked``: cards whose lock
+    this reader could not have, and why."""
     want = want_of(job, taken)
     reserved = picking.active_reservations(snapshot, now)
+    locks = blocked or {}
+
+    def why_not(key: int | str, why: str) -> str:
+        if isinstance(key, int) or key.isdigit():
+            card = int(key)
+            if why == "excluded" and card in locks:
+                return locks[card]
+            return _why_not(why, reserved.get(card))
+        return _why_not(why, None)
+
     if job.gpu_ids:
         ranking = picking.rank(snapshot, want, now, warnings=warnings)
-        rejected = {i: _why_not(why, reserved.get(i)) for i, why in ranking.rejected.items()}
+        rejected = {i: why_not(i, why) for i, why in ranking.rejected.items()}
         missing = [i for i in job.gpu_ids if i not in ranking.indexes]
         if not missing:
             return tuple(job.gpu_ids), ""
@@ -433,8 +508,7 @@ def fit(
     if answer.units:
         return tuple(u.target for u in sorted(answer.units, key=lambda u: u.gpu.index)), ""
     units = answer.ranking or picking.DeviceRanking(())
-    found = {k: _why_not(why, reserved.get(int(k)) if k.isdigit() else None)
-             for k, why in units.rejected.items()}
+    found = {k: why_not(k, why) for k, why in units.rejected.items()}
     cards = sum(1 for c in units.chosen if c.mig is None)
     return (), f"{cards} of {want.count} free; " + _reasons(found)
 

@@ -229,7 +229,9 @@ async def reserve_best(
             taken.add(r.get("mig_uuid") or r.get("gpu"))
             if r.get("mig_uuid") is None:
                 taken.update(c.target for c in units if c.gpu.index == r.get("gpu"))
-        if "holder" not in reply or not taken & set(chosen):
+        # A card whose lock someone holds (or planted unusable) is skipped the same way.
+        taken.update(c.target for c in units if c.gpu.index in reply.get("locked", ()))
+        if not ("holder" in reply or "locked" in reply) or not taken & set(chosen):
             raise action_failed(_reply_message(reply, host))
         # Someone was faster on one of our picks: try the next best cards.
         lost |= taken & set(chosen)
