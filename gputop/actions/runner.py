@@ -201,6 +201,9 @@ class Runner:
             "for_s": r.for_s, "priority": r.priority, "note": r.note, "user": self.user,
             "share": r.want.share, "whole": r.want.whole,
             "command": visible(" ".join(r.command))[:queue.MAX_COMMAND_CHARS],
+            # Where this job's history goes: a recorder run by root copies it from there
+            # into the host's ledger once the job has left the line (ledger/collect.py).
+            "history": jobs.write_path(),
         }
         try:
             return queue.submit(self.directory, record)
