@@ -14,6 +14,8 @@ needs no server. The rules:
   job says --share; a one-GPU job takes a MIG device before a whole card, unless --whole).
 - The host's policy (``gputop.policy``) caps GPUs per user, the duration, who may ask for
   high priority, and when big jobs may start.
+- A user whose GPU-hour quota is spent (``quota.Hold``, re-read while jobs wait): their
+  jobs wait at low priority (``over: wait``) or do not start (``over: refuse``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from gputop import model
 from gputop.analysis import fair_share
 from gputop.analysis import pick as picking
 from gputop.analysis.durations import format_duration
+from gputop.analysis.quota import Hold
 from gputop.model import HostSnapshot, QueueJob
 
 PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
@@ -147,20 +150,25 @@ def want_of(job: QueueJob, taken: Iterable[int | str] = ()) -> picking.Want:
 
 
 def ordered(jobs: Iterable[QueueJob], policy: Policy,
-            usage: Mapping[str, float] | None = None) -> list[QueueJob]:
+            usage: Mapping[str, float] | None = None,
+            quota: Mapping[str, Hold] | None = None) -> list[QueueJob]:
     """Waiting order. A priority the policy does not allow counts as normal (the file
-    is the submitter's word; the policy is the host's). With fair share, among equal
-    priorities the user with fewer recent (decayed) GPU-hours goes first."""
+    is the submitter's word; the policy is the host's), and a user held by their quota
+    counts as low. With fair share, among equal priorities the user with fewer recent
+    (decayed) GPU-hours goes first."""
     hours = usage if usage is not None and policy.fair_share_half_life_s else {}
+    held = quota or {}
 
     def key(job: QueueJob) -> tuple[int, float, float, str]:
-        return (PRIORITY_RANK.get(_priority(job, policy), 1),
+        return (PRIORITY_RANK.get(_priority(job, policy, held), 1),
                 fair_share.rank_key(job.user, hours), job.submitted, job.id)
 
     return sorted(jobs, key=key)
 
 
-def _priority(job: QueueJob, policy: Policy) -> str:
+def _priority(job: QueueJob, policy: Policy, quota: Mapping[str, Hold] | None = None) -> str:
+    if quota and job.user in quota:
+        return "low"
     if job.priority == "high" and not policy.may_use_high(job.user):
         return "normal"
     return job.priority
@@ -173,9 +181,11 @@ def plan(
     warnings: Sequence[model.HealthWarning] = (),
     tz: dt.tzinfo | None = None,
     usage: Mapping[str, float] | None = None,
+    quota: Mapping[str, Hold] | None = None,
 ) -> Plan:
     """The plan for ``snapshot.queue`` given the cards and reservations of ``snapshot``;
-    ``usage``: each user's decayed GPU-hours, for the policy's fair share."""
+    ``usage``: each user's decayed GPU-hours, for the policy's fair share; ``quota``: the
+    users whose GPU-hour quota is spent, and what that does to their jobs."""
     running = running_jobs(snapshot, now)
     result = Plan(running=running)
     held: dict[str, int] = {}
@@ -185,7 +195,9 @@ def plan(
     ends = _running_ends(snapshot, now, running)  # card -> when it frees, where known
     kept: Kept | None = None  # the first blocked job's cards and when it gets them
     holding_back: QueueJob | None = None
-    waiting = ordered((job for job in snapshot.queue if job.id not in running), policy, usage)
+    waiting = ordered((job for job in snapshot.queue if job.id not in running), policy, usage,
+                      quota)
+    held_by = quota or {}
     local_now = dt.datetime.fromtimestamp(now, tz)
     never = {job.id: why for job in waiting if (why := impossible(snapshot, job))}
     for job in waiting:
@@ -199,6 +211,10 @@ def plan(
             result.waiting[job.id] = (
                 f"{head}; held back: {holding_back.user}'s job {holding_back.id} has waited"
                 f" {format_duration(now - holding_back.submitted)} and goes first")
+            continue
+        hold = held_by.get(job.user)
+        if hold is not None and hold.refuse:
+            result.waiting[job.id] = f"{head}; held by the quota: {hold.message}"
             continue
         count = requested(job)
         rule = _policy_wait(job, count, held, policy, local_now)
@@ -219,6 +235,8 @@ def plan(
                 result.kept[job.id] = kept
                 why += (f"; GPU {','.join(map(str, kept.cards))} kept for it from"
                         f" {_clock(kept.at, now)}")
+        if hold is not None:
+            why += f"; at low priority: {hold.message}"
         result.waiting[job.id] = f"{head}; {why}"
         if now - job.submitted > policy.starvation_s and job.id not in result.kept:
             # No known time when its cards free: the old rule, hold back everyone.
@@ -335,10 +353,11 @@ def _clock(when: float, now: float) -> str:
 
 
 def listing(snapshot: HostSnapshot, policy: Policy, now: float,
-            usage: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+            usage: Mapping[str, float] | None = None,
+            quota: Mapping[str, Hold] | None = None) -> list[dict[str, Any]]:
     """One dict per job of ``snapshot`` (docs/queue.md, `gputop queue --json`): running
     ones first, then the line in order."""
-    result = plan(snapshot, policy, now, usage=usage)
+    result = plan(snapshot, policy, now, usage=usage, quota=quota)
     shares = share_notes(snapshot, policy, result, usage)
     order = [j for j in snapshot.queue if j.id in result.running]
     order += sorted((j for j in snapshot.queue if j.id in result.position),
@@ -363,6 +382,8 @@ def listing(snapshot: HostSnapshot, policy: Policy, now: float,
             "command": job.command, "note": job.note,
             "why": None if running else result.waiting.get(job.id) or "starting",
             "share": shares.get(job.id),
+            "quota": None if running or not quota or job.user not in quota
+            else quota[job.user].message,
         })
     return rows
 
