@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds between samples (default %(default)g)")
     p.add_argument("--raw-days", type=float, default=7.0, metavar="D",
                    help="keep raw samples D days, then hourly rollups (default %(default)g)")
+    p.add_argument("--import", dest="import_csv", metavar="CSV",
+                   help="add past usage from CSV in the ledger's columns (docs/ledger.md)"
+                        " into the ledger, then exit (default: record)")
     p.add_argument("--dry-run", action="store_true",
                    help="the policy's idle section only says what it would do"
                         " (default: it acts)")
@@ -60,9 +63,11 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
         raise common.usage_error("--interval must be more than 0 seconds")
     if not args.raw_days > 0:
         raise common.usage_error("--raw-days must be more than 0")
+    path = args.db or paths.default_path()
+    if getattr(args, "import_csv", None):
+        return _import(path, args.import_csv)
     config = common.config(options)
     settings = common.settings(config)
-    path = args.db or paths.default_path()
     # Sources first: no driver or a bad hosts file leaves no ledger file behind.
     feeds = common.feeds(options, config)
     lock = store.WriterLock(path)
@@ -83,6 +88,26 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     finally:
         conn.close()
         lock.release()
+    return EXIT_OK
+
+
+def _import(path: str, csv_path: str) -> int:
+    """`record --import CSV`: past usage in one transaction, under the writer's lock."""
+    from gputop.ledger.importer import load_csv
+
+    lock = store.WriterLock(path)
+    try:
+        lock.acquire()
+        conn = store.open_writer(path)
+        try:
+            count = load_csv(conn, csv_path)
+        finally:
+            conn.close()
+    except store.LedgerError as err:
+        raise common.usage_error(str(err)) from None
+    finally:
+        lock.release()
+    common.say("record", f"{path}: imported {count} rows from {csv_path}")
     return EXIT_OK
 
 
