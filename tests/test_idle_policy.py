@@ -5,6 +5,7 @@ root's and a busy one alone, logs every step with its evidence; `--dry-run` only
 from __future__ import annotations
 
 import json
+import select
 import signal
 import sqlite3
 import subprocess
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 from helpers import fakenvml
-from helpers.procs import Reaper, alive, start_sleeper, wait_for
+from helpers.procs import Reaper, _python, alive, start_sleeper, wait_for
 from test_run_queue import users  # noqa: F401 (real users, module-scoped)
 
 from gputop.analysis.idle_policy import IdlePolicy, IdleProcess, IdleTracker, why_not
@@ -86,10 +87,62 @@ def test_idle_process_is_warned_reminded_then_stopped(
     assert evidence["gpus"] == [0] and "idle-kernel" in evidence["command"]
     assert evidence["kill"]["outcome"] == "exited"
     assert evidence["idle_for_s"] >= 3.0 and evidence["told"]["notify"] == "ok"
+    # This machine's process (the snapshot says "localhost"): its owner's terminals were
+    # looked for and written to (issue 38.6; the test user has none logged in).
+    assert evidence["told"]["write"] == {}
     text = notes.read_text()
     assert text.count(f"your process {pids['idle']} ") == 3
     assert "It was stopped with SIGTERM under the host's idle policy: exited." in text
     assert str(pids["root"]) not in text and str(pids["busy"]) not in text
+
+
+_TERM_THEN_BUSY = (
+    "import signal,sys,time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: print('term', flush=True))\n"
+    "print('ready', flush=True)\n"
+    "while True: time.sleep(60)\n"
+)
+
+
+def test_a_process_busy_again_after_sigterm_is_not_sigkilled(
+    tmp_path: Path, reaper: Reaper, users: dict[str, Any]  # noqa: F811
+) -> None:
+    # Issue 38.6: it takes the SIGTERM and goes back to work (saving a checkpoint, say):
+    # the look after the grace sees it busy, and no SIGKILL follows.
+    proc = _python(reaper, _TERM_THEN_BUSY, "checkpointer", user=users["gt18a"].pw_uid)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+    def devices(sm: int) -> dict[str, Any]:
+        return {"devices": [{"name": "NVIDIA H100", "memory_total_mib": 81559,
+                             "util_gpu": sm, "processes": [
+                                 {"pid": proc.pid, "used_mib": 4096, "sm_util": sm}]}]}
+
+    scenario = fakenvml.write_scenario(tmp_path / "scenario", devices(0))
+    notes = tmp_path / "notes.txt"
+    env = fakenvml.environment(scenario)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("idle: {warn_after: 1s, release_after: 3s, action: kill, grace: 10s,"
+                      f" notify: [/usr/bin/tee, -a, {notes}]}}\n")
+    policy.chmod(0o644)
+    env["GPUTOP_POLICY"] = str(policy)
+    db = tmp_path / "ledger.sqlite"
+    rec = reaper.add(subprocess.Popen(
+        [sys.executable, "-m", "gputop.cli", "record", "--local", "--interval", "0.3",
+         "--db", str(db)], env=env, stderr=subprocess.PIPE, text=True))
+    out = proc.stdout
+    wait_for(lambda: select.select([out], [], [], 0)[0], timeout=LIMIT_S,
+             what="the SIGTERM")
+    assert out.readline().strip() == "term"
+    fakenvml.write_scenario(tmp_path / "scenario", devices(70))  # busy again
+    wait_for(lambda: any(step == "release" for _p, _u, step, _o, _e in _actions(db)),
+             timeout=LIMIT_S, what="the release step logged")
+    rec.send_signal(signal.SIGTERM)
+    assert rec.wait(60) == 0
+    assert alive(proc.pid)
+    (release,) = [row for row in _actions(db) if row[2] == "release"]
+    assert release[3] == "spared"
+    kill = json.loads(release[4])["kill"]
+    assert kill["outcome"] == "spared" and "busy now: not killed" in kill["message"]
 
 
 def test_dry_run_only_says(tmp_path: Path, reaper: Reaper, users: dict[str, Any]) -> None:  # noqa: F811

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from gputop.analysis import quota
+from gputop.analysis.queue_plan import Policy, plan
 from gputop.ledger import query, store
 from gputop.ledger.writer import Recorder
-from gputop.model import Gpu, GpuProcess, HostSnapshot, Reservation
+from gputop.model import Gpu, GpuProcess, HostSnapshot, QueueJob, Reservation
 
 GIB = 1024**3
 TZ = "Europe/Berlin"
@@ -187,3 +188,39 @@ def test_messages_round_down() -> None:
         "alice used 199.9 of 200 GPU-hours this week (resets Monday 00:00)")
     assert not quota.Standing("alice", "user", 199.96, 200.0).over
     assert quota.Standing("alice", "user", 212.0, 200.0).left_h == 0.0
+
+
+def test_a_spent_quota_lowers_or_holds_a_waiting_job_in_the_plan() -> None:
+    # Issue 38.2: the plan of every waiting `gputop run` applies the quota, not only
+    # the submission: ann's job came first, but her quota is spent.
+    now = 1_764_680_000.0
+    jobs = (QueueJob(id="aaaaaaa1", user="ann", submitted=now - 300, gpus=1),
+            QueueJob(id="aaaaaaa2", user="bob", submitted=now - 100, gpus=1))
+    snap = HostSnapshot(host="node", time=now, queue=jobs, gpus=(
+        Gpu(index=0, uuid="GPU-0", mem_total=24 << 30, mem_used=0, util_gpu=0),))
+    assert plan(snap, Policy(), now).starts == {"aaaaaaa1": (0,)}
+    message = "ann used 212 of 200 GPU-hours this week (resets Monday 00:00)"
+    low = plan(snap, Policy(), now, quota={"ann": quota.Hold(False, message)})
+    assert low.starts == {"aaaaaaa2": (0,)}
+    assert low.position == {"aaaaaaa2": 1, "aaaaaaa1": 2}
+    assert low.waiting["aaaaaaa1"].endswith(f"; at low priority: {message}")
+    alone = HostSnapshot(host="node", time=now, queue=jobs[:1], gpus=snap.gpus)
+    # At low priority it still runs on a card nobody else waits for; refused, it does not.
+    assert plan(alone, Policy(), now, quota={"ann": quota.Hold(False, message)}).starts
+    held = plan(alone, Policy(), now, quota={"ann": quota.Hold(True, message)})
+    assert held.starts == {}
+    assert held.waiting["aaaaaaa1"] == f"1st in line for 1 GPU; held by the quota: {message}"
+
+
+def test_a_reservation_counts_ahead_against_the_quota() -> None:
+    quotas = quota.Quotas(users={"ann": 10.0}, period="week", over="wait")
+    found = quota.standings(quotas, {"ann": 9.5}, {})
+    now = 1_764_680_000.0
+    assert quota.reservation_refusal(found, quotas, "ann", set(), 0.5, now) is None
+    why = quota.reservation_refusal(found, quotas, "ann", set(), 0.51, now)
+    assert why is not None and "ann used 9.5 of 10 GPU-hours this week" in why
+    assert "this reservation is 0.6 GPU-hours" in why
+    assert why.endswith("`gputop run` still waits at low priority")
+    spent = quota.standings(quotas, {"ann": 10.0}, {})
+    why = quota.reservation_refusal(spent, quotas, "ann", set(), 0.01, now)
+    assert why is not None and "this reservation" not in why

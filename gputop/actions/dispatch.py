@@ -70,6 +70,9 @@ def _kill(request: dict, env: ActionEnv) -> dict:
         or not 0 <= grace <= MAX_GRACE
     ):
         raise BadRequest(f"grace must be a number of seconds in 0..{MAX_GRACE:g}, got {grace!r}")
+    escalate = request.get("escalate", True)
+    if not isinstance(escalate, bool):
+        raise BadRequest(f"escalate must be true or false, got {escalate!r}")
     if env.readonly:
         return {
             "ok": False,
@@ -80,11 +83,12 @@ def _kill(request: dict, env: ActionEnv) -> dict:
             "signal": sig,
         }
     if env.sim is not None:
-        return _sim_kill(pid, start_ticks, sig, env)
-    return kill.signal_process(pid, start_ticks, sig, float(grace), env.procs)
+        return _sim_kill(pid, start_ticks, sig, env, escalate)
+    return kill.signal_process(pid, start_ticks, sig, float(grace), env.procs, escalate)
 
 
-def _sim_kill(pid: int, start_ticks: int, sig: str, env: ActionEnv) -> dict:
+def _sim_kill(pid: int, start_ticks: int, sig: str, env: ActionEnv,
+              escalate: bool = True) -> dict:
     """--demo: the simulation decides; never a real signal for a simulated pid."""
     procs = env.procs
     if not isinstance(procs, SimulatedProcesses):
@@ -97,7 +101,7 @@ def _sim_kill(pid: int, start_ticks: int, sig: str, env: ActionEnv) -> dict:
             pid, sig,
         )
     answer = _sim_answer(procs.signal(pid, start_ticks, sig))
-    if answer.get("outcome") == kill.STILL_ALIVE and sig in ("TERM", "INT"):
+    if answer.get("outcome") == kill.STILL_ALIVE and sig in ("TERM", "INT") and escalate:
         # Simulated time does not wait out a grace period (and the feed holds the
         # simulation's lock meanwhile): escalate at once, as the real kill would later.
         second = _sim_answer(procs.signal(pid, start_ticks, "KILL"))

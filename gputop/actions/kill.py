@@ -147,25 +147,29 @@ def signal_process(
     sig: str = "TERM",
     grace: float = 5.0,
     procs: Processes | None = None,
+    escalate: bool = True,
 ) -> dict:
     """Send ``sig`` (TERM, KILL or INT) to the process (pid, start_ticks) and report.
 
     TERM and INT escalate to KILL after ``grace`` seconds if the process is still alive,
-    re-checking its identity first.  Blocks up to grace + KILL_WAIT seconds: call it from
-    a worker thread.  ``procs`` is an object with ``process(pid) -> dict | None`` (the
-    ProcFs interface) to read the identity from; default: /proc directly.
+    re-checking its identity first; with ``escalate`` False they only wait that long and
+    report "still alive" (the idle policy looks at the process again before a KILL).
+    Blocks up to grace + KILL_WAIT seconds: call it from a worker thread.  ``procs`` is an
+    object with ``process(pid) -> dict | None`` (the ProcFs interface) to read the
+    identity from; default: /proc directly.
     """
     signum = SIGNALS.get(sig)
     if signum is None:
         return _result(STILL_ALIVE, f"unknown signal {sig!r}", pid, sig, None)
     target = _Target(pid, procs)
     try:
-        return _signal(target, start_ticks, sig, signum, max(0.0, float(grace)))
+        return _signal(target, start_ticks, sig, signum, max(0.0, float(grace)), escalate)
     finally:
         target.close()
 
 
-def _signal(target: _Target, start_ticks: int, sig: str, signum: int, grace: float) -> dict:
+def _signal(target: _Target, start_ticks: int, sig: str, signum: int, grace: float,
+            escalate: bool = True) -> dict:
     pid = target.pid
     info = target.stat()
     _, owner = owner_of(pid)
@@ -201,6 +205,9 @@ def _signal(target: _Target, start_ticks: int, sig: str, signum: int, grace: flo
     info = target.stat()
     if info is None or info["start_ticks"] != start_ticks or info["state"] in ("Z", "X"):
         return _result(EXITED, f"pid {pid} exited after SIG{sig}", pid, sig, owner)
+    if not escalate:
+        return _result(STILL_ALIVE, f"pid {pid} is still alive {grace:g} s after SIG{sig}",
+                       pid, sig, owner)
     denied = _send(target, signal.SIGKILL, sig, owner)
     if denied is not None:
         return denied

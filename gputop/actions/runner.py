@@ -35,8 +35,9 @@ from gputop.analysis import queue_plan
 from gputop.analysis.durations import format_duration
 from gputop.analysis.pick import Want
 from gputop.analysis.pipeline import warnings_once
+from gputop.analysis.quota import Hold, Quotas
 from gputop.exitcodes import EXIT_ACTION_FAILED, EXIT_CANNOT_RUN, EXIT_TIME_LIMIT, EXIT_WAIT_EXPIRED
-from gputop.ledger import jobs, share_usage
+from gputop.ledger import jobs, quota_usage, share_usage
 from gputop.model import HostSnapshot, QueueJob, mig_map
 from gputop.records import Record, record
 from gputop.text import visible
@@ -135,6 +136,8 @@ class Runner:
         self.log_fd = -1
         self.tees: list[threading.Thread] = []
         self.share_warned = False
+        self.quotas: Quotas | None = None  # the policy's GPU-hour quotas, re-read as it waits
+        self.quota_warned = False
         self.demo = False
         # A SIGTERM/SIGHUP before CMD runs is noted here and acted on at the next safe
         # point: raised from the handler it could land inside a store lock or be taken
@@ -201,6 +204,9 @@ class Runner:
             "for_s": r.for_s, "priority": r.priority, "note": r.note, "user": self.user,
             "share": r.want.share, "whole": r.want.whole,
             "command": visible(" ".join(r.command))[:queue.MAX_COMMAND_CHARS],
+            # Where this job's history goes: a recorder run by root copies it from there
+            # into the host's ledger once the job has left the line (ledger/collect.py).
+            "history": jobs.write_path(),
         }
         try:
             return queue.submit(self.directory, record)
@@ -223,6 +229,7 @@ class Runner:
             now = time.time()
             warnings = warnings_once(snapshot, self.settings, self.user, now)
             plan = turns.plan(snapshot, self.policy, now, warnings, usage=self._usage(),
+                              quota=self._quota(snapshot),
                               avoid=reservations.locked_cards(self.directory))
             for line in turns.news:
                 self.status.say(line)
@@ -250,6 +257,17 @@ class Runner:
             self.status.say(warning)
             self.share_warned = True
         return hours
+
+    def _quota(self, snapshot: HostSnapshot) -> dict[str, Hold] | None:
+        """Whose quota is spent among the users in line: a job that went over while it
+        waited waits at low priority, or does not start (issue 38.2)."""
+        if self.quotas is None or not self.quotas.any:
+            return None
+        held, warning = quota_usage.holds(self.quotas, {j.user for j in snapshot.queue})
+        if warning and not self.quota_warned:
+            self.status.say(warning)
+            self.quota_warned = True
+        return held
 
     def _sleep_until_change(self, mark: int | None, deadline: float | None) -> int | None:
         """Sleep until the store changes, RECHECK_S passes or the deadline comes."""

@@ -18,6 +18,8 @@ needs no server. The rules:
   limit (its `gputop run` is stopped, or the file names some other process) loses its
   turn: ``Turns`` notes, per waiting `gputop run`, when each other job's turn came, and
   moves a job that let it pass to the back of that run's plan.
+- A user whose GPU-hour quota is spent (``quota.Hold``, re-read while jobs wait): their
+  jobs wait at low priority (``over: wait``) or do not start (``over: refuse``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gputop import model
 from gputop.analysis import fair_share
 from gputop.analysis import pick as picking
 from gputop.analysis.durations import format_duration
+from gputop.analysis.quota import Hold
 from gputop.model import HostSnapshot, QueueJob
 
 PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
@@ -155,22 +158,27 @@ def want_of(job: QueueJob, taken: Iterable[int | str] = ()) -> picking.Want:
 
 def ordered(jobs: Iterable[QueueJob], policy: Policy,
             usage: Mapping[str, float] | None = None,
+            quota: Mapping[str, Hold] | None = None,
             passed: Mapping[str, str] | None = None) -> list[QueueJob]:
     """Waiting order. A priority the policy does not allow counts as normal (the file
-    is the submitter's word; the policy is the host's). With fair share, among equal
-    priorities the user with fewer recent (decayed) GPU-hours goes first. Jobs that
-    lost their turn (``passed``) come after all others."""
+    is the submitter's word; the policy is the host's), and a user held by their quota
+    counts as low. With fair share, among equal priorities the user with fewer recent
+    (decayed) GPU-hours goes first. Jobs that lost their turn (``passed``) come after
+    all others."""
     hours = usage if usage is not None and policy.fair_share_half_life_s else {}
+    held = quota or {}
     late = passed or {}
 
     def key(job: QueueJob) -> tuple[bool, int, float, float, str]:
-        return (job.id in late, PRIORITY_RANK.get(_priority(job, policy), 1),
+        return (job.id in late, PRIORITY_RANK.get(_priority(job, policy, held), 1),
                 fair_share.rank_key(job.user, hours), job.submitted, job.id)
 
     return sorted(jobs, key=key)
 
 
-def _priority(job: QueueJob, policy: Policy) -> str:
+def _priority(job: QueueJob, policy: Policy, quota: Mapping[str, Hold] | None = None) -> str:
+    if quota and job.user in quota:
+        return "low"
     if job.priority == "high" and not policy.may_use_high(job.user):
         return "normal"
     return job.priority
@@ -185,11 +193,13 @@ def plan(
     usage: Mapping[str, float] | None = None,
     passed: Mapping[str, str] | None = None,
     avoid: Mapping[int, str] | None = None,
+    quota: Mapping[str, Hold] | None = None,
 ) -> Plan:
     """The plan for ``snapshot.queue`` given the cards and reservations of ``snapshot``;
     ``usage``: each user's decayed GPU-hours, for the policy's fair share; ``passed``:
     jobs that let their turn pass (``Turns``), and why, placed last; ``avoid``: cards
-    this reader could not lock lately, and why (no job is planned on them)."""
+    this reader could not lock lately, and why (no job is planned on them); ``quota``: the
+    users whose GPU-hour quota is spent, and what that does to their jobs."""
     running = running_jobs(snapshot, now)
     result = Plan(running=running)
     held: dict[str, int] = {}
@@ -202,7 +212,8 @@ def plan(
     holding_back: QueueJob | None = None
     late = passed or {}
     waiting = ordered((job for job in snapshot.queue if job.id not in running), policy,
-                      usage, late)
+                      usage, quota, late)
+    held_by = quota or {}
     local_now = dt.datetime.fromtimestamp(now, tz)
     never = {job.id: why for job in waiting if (why := impossible(snapshot, job))}
     for job in waiting:
@@ -218,6 +229,10 @@ def plan(
             result.waiting[job.id] = (
                 f"{head}; held back: {holding_back.user}'s job {holding_back.id} has waited"
                 f" {format_duration(now - holding_back.submitted)} and goes first")
+            continue
+        hold = held_by.get(job.user)
+        if hold is not None and hold.refuse:
+            result.waiting[job.id] = f"{head}; held by the quota: {hold.message}"
             continue
         count = requested(job)
         rule = _policy_wait(job, count, held, policy, local_now)
@@ -238,6 +253,8 @@ def plan(
                 result.kept[job.id] = kept
                 why += (f"; GPU {','.join(map(str, kept.cards))} kept for it from"
                         f" {_clock(kept.at, now)}")
+        if hold is not None:
+            why += f"; at low priority: {hold.message}"
         result.waiting[job.id] = f"{head}; {why}"
         if (now - job.submitted > policy.starvation_s and job.id not in result.kept
                 and job.id not in late):
@@ -271,12 +288,13 @@ class Turns:
     def plan(self, snapshot: HostSnapshot, policy: Policy, now: float,
              warnings: Sequence[model.HealthWarning] = (), tz: dt.tzinfo | None = None,
              usage: Mapping[str, float] | None = None,
-             avoid: Mapping[int, str] | None = None) -> Plan:
+             avoid: Mapping[int, str] | None = None,
+             quota: Mapping[str, Hold] | None = None) -> Plan:
         jobs = {job.id: job for job in snapshot.queue}
         for gone in [j for j in self.passed if j not in jobs]:
             del self.passed[gone]
         for _ in range(len(jobs) + 1):  # each round passes over one more job, or ends
-            result = plan(snapshot, policy, now, warnings, tz, usage, self.passed, avoid)
+            result = plan(snapshot, policy, now, warnings, tz, usage, self.passed, avoid, quota)
             given = {j for j in result.starts if j != self.me and j not in self.passed}
             self.since = {j: self.since.get(j, now) for j in given}
             late = [j for j in given if now - self.since[j] >= policy.turn_s]
@@ -398,10 +416,11 @@ def _clock(when: float, now: float) -> str:
 
 
 def listing(snapshot: HostSnapshot, policy: Policy, now: float,
-            usage: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+            usage: Mapping[str, float] | None = None,
+            quota: Mapping[str, Hold] | None = None) -> list[dict[str, Any]]:
     """One dict per job of ``snapshot`` (docs/queue.md, `gputop queue --json`): running
     ones first, then the line in order."""
-    result = plan(snapshot, policy, now, usage=usage)
+    result = plan(snapshot, policy, now, usage=usage, quota=quota)
     shares = share_notes(snapshot, policy, result, usage)
     order = [j for j in snapshot.queue if j.id in result.running]
     order += sorted((j for j in snapshot.queue if j.id in result.position),
@@ -426,6 +445,8 @@ def listing(snapshot: HostSnapshot, policy: Policy, now: float,
             "command": job.command, "note": job.note,
             "why": None if running else result.waiting.get(job.id) or "starting",
             "share": shares.get(job.id),
+            "quota": None if running or not quota or job.user not in quota
+            else quota[job.user].message,
         })
     return rows
 

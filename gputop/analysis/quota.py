@@ -117,9 +117,54 @@ def mine(all_standings: list[Standing], user: str, groups: Collection[str]) -> l
             if (s.kind == "user" and s.who == user) or (s.kind == "group" and s.who in groups)]
 
 
-def blocking(all_standings: list[Standing], user: str, groups: Collection[str]) -> Standing | None:
-    """The quota that holds ``user`` back now: their own when spent, else a group's."""
+def blocking(all_standings: list[Standing], user: str, groups: Collection[str],
+             asked_h: float = 0.0) -> Standing | None:
+    """The quota that holds ``user`` back now: their own when spent, else a group's;
+    with ``asked_h``, also one that those GPU-hours more would take beyond its limit."""
     for s in mine(all_standings, user, groups):
-        if s.over:
+        if s.over or (asked_h > 0 and s.used_h + asked_h > s.limit_h):
             return s
     return None
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What a spent quota does to a user's `gputop run` jobs (at submission and while
+    they wait): refuse them (``refuse``: a waiting one does not start), or let them wait
+    at low priority; ``message`` says who used how much of what."""
+
+    refuse: bool
+    message: str
+
+
+def hold(all_standings: list[Standing], quotas: Quotas, user: str, groups: Collection[str],
+         now: float) -> Hold | None:
+    """The hold on ``user``'s jobs now, or None."""
+    over = blocking(all_standings, user, groups)
+    if over is None:
+        return None
+    return Hold(quotas.over == "refuse", _message(over, quotas, now))
+
+
+def reservation_refusal(all_standings: list[Standing], quotas: Quotas, user: str,
+                        groups: Collection[str], asked_h: float, now: float) -> str | None:
+    """Why `gputop reserve` may not take ``asked_h`` GPU-hours (cards x duration, charged
+    ahead: a reservation counts while held), or None.  A reservation cannot wait at low
+    priority, so the rule is one for both ``over`` modes: no reservation beyond a quota."""
+    over = blocking(all_standings, user, groups, asked_h)
+    if over is None:
+        return None
+    spent = "" if over.over else f"; this reservation is {hours_up(asked_h)} GPU-hours"
+    then = "" if quotas.over == "refuse" else "; `gputop run` still waits at low priority"
+    return f"{_message(over, quotas, now)}{spent}{then}"
+
+
+def _message(over: Standing, quotas: Quotas, now: float) -> str:
+    _start, reset = period_bounds(now, quotas.period)
+    return over.message(quotas.period, reset_words(reset, quotas.period))
+
+
+def hours_up(value: float) -> str:
+    """GPU-hours asked for, rounded up to a tenth (0.01 asked is not 0)."""
+    up = math.ceil(value * 10 - 1e-9) / 10
+    return f"{up:.0f}" if up == int(up) else f"{up:.1f}"

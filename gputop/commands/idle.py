@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gputop.actions.kill import STILL_ALIVE
 from gputop.analysis.durations import format_duration
-from gputop.analysis.idle_policy import Due, IdlePolicy, IdleTracker, merge
+from gputop.analysis.idle_policy import Due, IdlePolicy, IdleProcess, IdleTracker, merge, why_not
 from gputop.commands import common
 from gputop.ledger import query
 from gputop.ledger.writer import log_action
 from gputop.model import HostSnapshot
-from gputop.sources.feed import Feed
+from gputop.sources.feed import Feed, LocalFeed
 from gputop.text import visible
 
 GIB = 1024**3
@@ -35,6 +35,7 @@ _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TTY = re.compile(r"(pts/\d{1,6}|tty\d{1,4})")
 COMMAND_TIMEOUT_S = 30.0
+SPARED = "spared"  # the kill's outcome when the look after SIGTERM stopped the SIGKILL
 
 
 def message(due: Due, policy: IdlePolicy, outcome: str | None = None) -> str:
@@ -109,7 +110,11 @@ class IdleEnforcer:
         self.clock = clock
         self.policy, self.conn, self.feeds, self.dry_run = policy, conn, feeds, dry_run
         self.tracker = IdleTracker(policy, idle_mem)
-        self.local = socket.gethostname()
+        self.idle_mem = idle_mem
+        # The last look at each process, and each host's last snapshot: what a KILL after
+        # the SIGTERM's grace is decided on (issue 38.6).
+        self.latest: dict[tuple[str, int, int], IdleProcess] = {}
+        self.host_seen: dict[str, float] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self._seeded: set[str] = set()
 
@@ -117,6 +122,10 @@ class IdleEnforcer:
         if not snap.ok or snap.time < self.clock() - self.live_s:
             return
         procs = merge(snap.host, snap.processes)
+        self.host_seen[snap.host] = snap.time
+        for key in [k for k in self.latest if k[0] == snap.host]:
+            del self.latest[key]
+        self.latest.update((proc.key, proc) for proc in procs)
         if snap.host not in self._seeded:
             self._seeded.add(snap.host)
             self._seed(snap.host, snap.time)
@@ -166,18 +175,49 @@ class IdleEnforcer:
                    f" on {visible(p.host)}: {outcome}")
 
     async def _kill(self, due: Due) -> dict[str, Any]:
+        """SIGTERM; after the grace, SIGKILL only if the process is still there and still
+        idle in a snapshot taken since (one that got busy again, or let go of its GPUs,
+        is spared and said so)."""
         p = due.proc
         feed = self.feeds.get(p.host)
         if feed is None or p.start_ticks is None:
             return {"ok": False, "message": "no way to act on that host"}
+        sent = self.clock()
+        first = await feed.request(p.host, {"op": "kill", "pid": p.pid,
+                                            "start_ticks": p.start_ticks, "signal": "TERM",
+                                            "grace": self.policy.grace_s, "escalate": False})
+        if first.get("outcome") != STILL_ALIVE:
+            return first
+        why = await self._looked_again(p, sent)
+        if why is not None:
+            return {"ok": False, "outcome": SPARED, "pid": p.pid, "signal": "TERM",
+                    "message": f"pid {p.pid} is still alive after SIGTERM but {why}:"
+                               " not killed"}
         return await feed.request(p.host, {"op": "kill", "pid": p.pid,
-                                           "start_ticks": p.start_ticks, "signal": "TERM",
-                                           "grace": self.policy.grace_s})
+                                           "start_ticks": p.start_ticks, "signal": "KILL",
+                                           "grace": 0.0})
+
+    async def _looked_again(self, proc: IdleProcess, since: float) -> str | None:
+        """Why the process may not be SIGKILLed now, from a snapshot taken after
+        ``since``; None when it is still idle there."""
+        deadline = self.clock() + self.live_s
+        while self.host_seen.get(proc.host, 0.0) <= since:
+            if self.clock() >= deadline:
+                return "its host was not seen since"
+            await asyncio.sleep(0.1)
+        now = self.latest.get(proc.key)
+        if now is None:
+            return "it no longer holds a GPU"
+        why = why_not(now, self.policy, self.idle_mem)
+        return None if why is None else f"it is {why} now" if why == "busy" else why
 
     def _tell(self, due: Due, text: str) -> dict[str, Any]:
         p = due.proc
         told: dict[str, Any] = {}
-        if not p.simulated and p.user and _USER.fullmatch(p.user) and p.host == self.local:
+        # This machine's own processes: the local feed's (its snapshots say "localhost",
+        # never this host's name, issue 38.6); an SSH host's users are not ours to write to.
+        if not p.simulated and p.user and _USER.fullmatch(p.user) and \
+                isinstance(self.feeds.get(p.host), LocalFeed):
             told["write"] = {tty: _run(["write", p.user, tty], text) for tty in terminals(p.user)}
         if self.policy.notify:
             argv = fill(self.policy.notify, due)

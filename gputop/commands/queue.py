@@ -14,6 +14,7 @@ from typing import Any
 
 from gputop.analysis import queue_plan
 from gputop.analysis.durations import format_duration, parse_duration
+from gputop.analysis.quota import Hold
 from gputop.commands import common
 from gputop.commands.arguments import add_host, add_json
 from gputop.commands.common import action_failed, usage_error
@@ -110,7 +111,7 @@ def _list(options: SourceOptions, args: argparse.Namespace) -> int:
     rows = []
     for snap in collected.snapshots:
         policy = _policy(snap)
-        rows += queue_plan.listing(snap, policy, now, _usage(policy))
+        rows += queue_plan.listing(snap, policy, now, _usage(policy), _quota(snap))
     if args.json:
         print(json.dumps(rows, indent=2))
     elif rows:
@@ -153,6 +154,19 @@ def _policy(snapshot: HostSnapshot) -> queue_plan.Policy:
         return load_policy()[0]
     except PolicyError:
         return queue_plan.Policy()
+
+
+def _quota(snapshot: HostSnapshot) -> dict[str, Hold] | None:
+    """Whose GPU-hour quota is spent among this machine's line (issue 38.2)."""
+    if snapshot.host != LOCAL_HOST or snapshot.demo or not snapshot.queue:
+        return None
+    from gputop.ledger import quota_usage
+
+    held, warning = quota_usage.holds(common.accounting(None).quotas,
+                                      {job.user for job in snapshot.queue})
+    if warning:
+        common.say("queue", warning)
+    return held
 
 
 def _usage(policy: queue_plan.Policy) -> dict[str, float] | None:

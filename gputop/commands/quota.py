@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import grp
 import json
 import os
 import pwd
 import sys
 import time
-from dataclasses import dataclass
 from typing import TypeVar
 
 from gputop.analysis import quota
@@ -24,15 +22,6 @@ from gputop.commands.arguments import add_json, add_ledger
 from gputop.exitcodes import EXIT_OK
 from gputop.options import SourceOptions
 from gputop.text import visible
-
-
-@dataclass(frozen=True)
-class Hold:
-    """What the quota does to a `gputop run` now: refuse it, or let it wait at low
-    priority; ``message`` says who used how much of what."""
-
-    refuse: bool
-    message: str
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,68 +34,39 @@ def run(options: SourceOptions, args: argparse.Namespace) -> int:
     return common.run("quota", lambda: _quota(args))
 
 
-def memberships() -> dict[str, set[str]]:
-    """Unix group -> its members (listed members and those whose primary group it is)."""
-    members: dict[str, set[str]] = {}
-    by_gid: dict[int, str] = {}
-    for group in grp.getgrall():
-        members.setdefault(group.gr_name, set()).update(group.gr_mem)
-        by_gid[group.gr_gid] = group.gr_name
-    for entry in pwd.getpwall():
-        name = by_gid.get(entry.pw_gid)
-        if name is not None:
-            members[name].add(entry.pw_name)
-    return members
-
-
-def groups_of(user: str, members: dict[str, set[str]]) -> set[str]:
-    return {group for group, names in members.items() if user in names}
-
-
-def _ledger_path(quotas: quota.Quotas, given: str | None) -> str:
-    from gputop.ledger.paths import SYSTEM_PATH
-
-    return given or quotas.ledger or SYSTEM_PATH
-
-
-def standings(quotas: quota.Quotas, path: str, now: float,
-              members: dict[str, set[str]]) -> list[quota.Standing]:
-    """Every quota's standing this period from the ledger at ``path``; LedgerError when
-    it cannot be read."""
-    from gputop.ledger import query, store
-
-    start, reset = quota.period_bounds(now, quotas.period)
-    conn = store.open_reader(path)
-    try:
-        used = query.quota_hours(conn, start, reset)
-    finally:
-        conn.close()
-    return quota.standings(quotas, used, members)
-
-
-def check_for_run(user: str, now: float | None = None) -> Hold | None:
+def check_for_run(user: str, now: float | None = None) -> quota.Hold | None:
     """The quota check of `gputop run`: None when the user may queue as asked.  A ledger
     that cannot be read is said once and checks nothing (quotas need the recorder)."""
-    from gputop.ledger import store
+    from gputop.ledger import quota_usage
 
-    accounting = common.accounting(None)  # load_policy already said its warning
-    quotas = accounting.quotas
+    quotas = common.accounting(None).quotas  # load_policy already said its warning
+    found, warning = quota_usage.holds(quotas, [user], now)
+    if warning:
+        common.say("run", warning)
+    return found.get(user)
+
+
+def check_for_reserve(user: str, cards: int, seconds: float, now: float | None = None
+                      ) -> None:
+    """`gputop reserve`'s check (issue 38.2): a reservation that the user's or a group's
+    quota does not cover is refused (CommandError, exit 4), an extension as well (it is
+    a reservation of the same cards to a later time)."""
+    from gputop.ledger import quota_usage, store
+
+    quotas = common.accounting(None).quotas
     if not quotas.any:
-        return None
+        return
     now = time.time() if now is None else now
-    path = _ledger_path(quotas, None)
-    members = memberships()  # the whole group and user database: read once
+    members = quota_usage.memberships()
     try:
-        found = standings(quotas, path, now, members)
+        found = quota_usage.standings(quotas, quota_usage.ledger_path(quotas), now, members)
     except store.LedgerError as err:
-        common.say("run", f"quotas not checked: {err}")
-        return None
-    over = quota.blocking(found, user, groups_of(user, members))
-    if over is None:
-        return None
-    _start, reset = quota.period_bounds(now, quotas.period)
-    message = over.message(quotas.period, quota.reset_words(reset, quotas.period))
-    return Hold(quotas.over == "refuse", message)
+        common.say("reserve", f"quotas not checked: {err}")
+        return
+    why = quota.reservation_refusal(found, quotas, user, quota_usage.groups_of(user, members),
+                                    cards * seconds / 3600.0, now)
+    if why:
+        raise common.action_failed(f"refused: {why}")
 
 
 _R = TypeVar("_R")
@@ -125,7 +85,7 @@ def held_request(user: str, request: _R) -> _R:
 
 
 def _quota(args: argparse.Namespace) -> int:
-    from gputop.ledger import store
+    from gputop.ledger import quota_usage, store
 
     accounting = common.accounting("quota")
     quotas = accounting.quotas
@@ -133,15 +93,15 @@ def _quota(args: argparse.Namespace) -> int:
         print(f"no quotas in {accounting.source or 'the policy'}")
         return EXIT_OK
     now = time.time()
-    path = _ledger_path(quotas, args.db)
-    members = memberships()  # the whole group and user database: read once
+    path = quota_usage.ledger_path(quotas, args.db)
+    members = quota_usage.memberships()  # the whole group and user database: read once
     try:
-        found = standings(quotas, path, now, members)
+        found = quota_usage.standings(quotas, path, now, members)
     except store.LedgerError as err:
         raise common.usage_error(str(err)) from None
     user = pwd.getpwuid(os.getuid()).pw_name if os.getuid() != 0 else "root"
     if os.getuid() != 0:  # root sees everyone's; a user their own and their groups'
-        found = quota.mine(found, user, groups_of(user, members))
+        found = quota.mine(found, user, quota_usage.groups_of(user, members))
     start, reset = quota.period_bounds(now, quotas.period)
     reset_at = quota.reset_words(reset, quotas.period)
     if args.json:

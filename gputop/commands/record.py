@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -27,9 +29,11 @@ from gputop.ledger.writer import LedgerFull, Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
 from gputop.sources.feed import Feed
+from gputop.sources.opener import LOCAL_HOST, reservations_dir
 
 if TYPE_CHECKING:
     from gputop.commands.idle import IdleEnforcer
+    from gputop.ledger.collect import Collector
 
 MIB = 1024 * 1024
 DAY = 86400.0
@@ -42,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds between samples (default %(default)g)")
     p.add_argument("--raw-days", type=float, default=7.0, metavar="D",
                    help="keep raw samples D days, then hourly rollups (default %(default)g)")
+    p.add_argument("--import", dest="import_csv", metavar="CSV",
+                   help="add past usage from CSV in the ledger's columns (docs/ledger.md)"
+                        " into the ledger, then exit (default: record)")
     p.add_argument("--dry-run", action="store_true",
                    help="the policy's idle section only says what it would do"
                         " (default: it acts)")
@@ -56,9 +63,11 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
         raise common.usage_error("--interval must be more than 0 seconds")
     if not args.raw_days > 0:
         raise common.usage_error("--raw-days must be more than 0")
+    path = args.db or paths.default_path()
+    if getattr(args, "import_csv", None):
+        return _import(path, args.import_csv)
     config = common.config(options)
     settings = common.settings(config)
-    path = args.db or paths.default_path()
     # Sources first: no driver or a bad hosts file leaves no ledger file behind.
     feeds = common.feeds(options, config)
     lock = store.WriterLock(path)
@@ -71,6 +80,7 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     idle_mem = int(settings.thresholds.idle_memory_mib * MIB)
     loop = RecordLoop(Recorder(conn, args.interval, idle_mem), settings, path, args.raw_days)
     loop.enforcer = _idle_enforcer(idle_mem, conn, feeds, args.dry_run, args.interval)
+    loop.collector = _collector(options, config, conn, path, feeds)
     print(f"gputop record: recording {', '.join(h for f in feeds for h in f.hosts)} "
           f"every {args.interval:g} s into {path}", file=sys.stderr, flush=True)
     try:
@@ -78,6 +88,26 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     finally:
         conn.close()
         lock.release()
+    return EXIT_OK
+
+
+def _import(path: str, csv_path: str) -> int:
+    """`record --import CSV`: past usage in one transaction, under the writer's lock."""
+    from gputop.ledger.importer import load_csv
+
+    lock = store.WriterLock(path)
+    try:
+        lock.acquire()
+        conn = store.open_writer(path)
+        try:
+            count = load_csv(conn, csv_path)
+        finally:
+            conn.close()
+    except store.LedgerError as err:
+        raise common.usage_error(str(err)) from None
+    finally:
+        lock.release()
+    common.say("record", f"{path}: imported {count} rows from {csv_path}")
     return EXIT_OK
 
 
@@ -99,6 +129,18 @@ def _idle_enforcer(idle_mem: int, conn: Any, feeds: list[Feed], dry_run: bool,
                         interval)
 
 
+def _collector(options: SourceOptions, config: Any, conn: Any, path: str,
+               feeds: list[Feed]) -> Collector | None:
+    """Root's recorder of this machine takes every user's finished jobs from the line
+    (issue 38.1); a user's recorder has only its own, which `gputop run` writes itself."""
+    if os.geteuid() != 0 or options.demo or not any(
+            LOCAL_HOST in feed.hosts for feed in feeds):
+        return None
+    from gputop.ledger.collect import Collector
+
+    return Collector(conn, reservations_dir(options, config), path)
+
+
 class RecordLoop:
     """What happens to each snapshot: warnings, the write, disk-full, retention."""
 
@@ -108,6 +150,7 @@ class RecordLoop:
         self.paused = False
         self.expired_hour: int | None = None
         self.enforcer: IdleEnforcer | None = None
+        self.collector: Collector | None = None
 
     async def drain(self) -> None:
         if self.enforcer is not None:
@@ -134,6 +177,11 @@ class RecordLoop:
             common.say("record", f"{self.path}: space is back; recording resumed")
         if self.enforcer is not None:
             self.enforcer.observe(snap)
+        if self.collector is not None and snap.host == LOCAL_HOST:
+            try:
+                self.collector.observe(snap.time)
+            except sqlite3.Error as err:
+                common.say("record", f"{self.path}: users' jobs not copied ({err})")
 
 
 async def _stream(feeds: list[Feed], interval: float, emit: Callable[[HostSnapshot], None],

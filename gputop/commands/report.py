@@ -87,7 +87,7 @@ def _date(flag: str, text: str) -> float:
 
 def _cost() -> tuple[CostRates | None, dict[str, set[str]]]:
     """The policy's cost rates (issue 28.6) and the Unix groups to add cost up by."""
-    from gputop.commands.quota import memberships
+    from gputop.ledger.quota_usage import memberships
 
     accounting = common.accounting("report")
     if accounting.cost is None:

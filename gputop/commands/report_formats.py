@@ -48,11 +48,11 @@ _HOST_COLUMNS: list[_Column] = [
 
 
 _COST_COLUMN: _Column = ("cost", "cost", 9, "money")
-_COST_ROWS: list[_Column] = [("name", "name", 24, "s"), ("GPU-h held", "gpu_hours_held", 10, "h"),
-                             _COST_COLUMN]
+_COST_ROWS: list[_Column] = [("name", "name", 24, "s"),
+                             ("GPU-h charged", "gpu_hours_charged", 13, "h"), _COST_COLUMN]
 _MODEL_COLUMNS: list[_Column] = [
     ("GPU model", "model", 24, "s"), ("GPUs", "gpus", 4, "d"),
-    ("GPU-h held", "gpu_hours_held", 10, "h"), ("per GPU-h", "per_gpu_hour", 9, ".2f"),
+    ("GPU-h charged", "gpu_hours_charged", 13, "h"), ("per GPU-h", "per_gpu_hour", 9, ".2f"),
     _COST_COLUMN,
 ]
 

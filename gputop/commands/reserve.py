@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gputop.actions.reservations import ReservationError, check_note, check_until
+from gputop.actions.reservations import ReservationError, check_note, check_until, user_name
 from gputop.analysis import pick as picking
 from gputop.analysis.durations import format_duration, parse_size, parse_until
 from gputop.analysis.pipeline import Settings, warnings_once
@@ -158,6 +159,12 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
     if gpus is not None:
         _one_process(gpus)
     want = wanted(args, _count(args.count) if gpus is None else 1)
+    if not (options.demo or options.hosts_file or options.host_list):
+        # This machine's GPU-hour quotas hold for reservations too (issue 38.2).
+        from gputop.commands.quota import check_for_reserve
+
+        check_for_reserve(user_name(os.geteuid()),
+                          len(gpus) if gpus is not None else _count(args.count), until - now)
     config = common.config(options)
     settings = common.settings(config)
     plan = common.plan(options, True, args.host)

@@ -95,6 +95,7 @@ def _run(options: SourceOptions, args: argparse.Namespace) -> int:
     directory = reservations_dir(options, config)
     job = runner.Runner(feed, directory, request, policy, common.settings(config), user,
                         Status(sys.stderr))
+    job.quotas = common.accounting(None).quotas  # held while it waits too (issue 38.2)
     try:
         return job.main()
     except runner.RunError as exc:

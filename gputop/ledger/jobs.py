@@ -27,6 +27,7 @@ from typing import Any
 
 from gputop.actions.liveness import process_alive
 from gputop.ledger import paths
+from gputop.ledger.store import transaction
 
 TABLE = "job_history"
 _SCHEMA = f"""
@@ -123,12 +124,37 @@ def _safe_file(path: str, create: bool) -> None:
         raise HistoryError(f"{path}: owned by uid {info.st_uid}; not used")
 
 
+def ensure_table(conn: sqlite3.Connection) -> None:
+    """The history table in an open file (a ledger that has none yet)."""
+    conn.executescript(_SCHEMA)
+
+
+def store(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> None:
+    """Rows as ``read`` returns them, into ``conn``'s history: a row newer than the one
+    held replaces it (the recorder's collector, issue 38.1)."""
+    values = []
+    for row in rows:
+        raw = {name: row.get(name) for name in FIELDS}
+        raw.update(request=json.dumps(row.get("request") or {}, sort_keys=True),
+                   gpus=",".join(str(i) for i in row.get("gpus") or ()))
+        values.append(tuple(raw[n] for n in FIELDS))
+    if not values:
+        return
+    marks = ", ".join("?" for _ in FIELDS)
+    updates = ", ".join(f"{n} = excluded.{n}" for n in FIELDS[2:])
+    with transaction(conn):
+        conn.executemany(
+            f"INSERT INTO {TABLE} ({', '.join(FIELDS)}) VALUES ({marks})"
+            f" ON CONFLICT (id, attempt) DO UPDATE SET {updates}"
+            f" WHERE excluded.updated >= {TABLE}.updated", values)
+
+
 def open_writer(path: str) -> sqlite3.Connection:
     _safe_file(path, create=True)
     try:
         conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(_SCHEMA)
+        ensure_table(conn)
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{path}: cannot record job history ({exc})") from None
     with contextlib.suppress(OSError):
@@ -258,6 +284,10 @@ def _rows(path: str, since: float | None, user: str | None) -> Iterator[dict[str
         if user is not None:
             where.append("user = ?")
             args.append(user)
+        if os.geteuid() != 0:
+            # The ledger holds every user's jobs (issue 38.1): a user reads their own.
+            where.append("uid = ?")
+            args.append(os.geteuid())
         cursor = conn.execute(f"SELECT {', '.join(FIELDS)} FROM {TABLE} WHERE"
                               f" {' AND '.join(where)} ORDER BY updated DESC LIMIT ?",
                               (*args, MAX_ROWS))

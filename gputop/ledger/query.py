@@ -92,15 +92,25 @@ class Usage:
 # An hour belongs to the period when it overlaps it.
 _IN = "hour * 3600 < :b AND hour * 3600 + 3600 > :a"
 
-_PROCS = f"""
+# Energy by time held (issue 38.5): of a card's energy in an hour, the part of the hour
+# some process held it (the hour's mean power x that time: the idle baseline of the rest
+# of the hour is nobody's), shared among its processes by memory held over time.
+_PROCS = """
 WITH memtot AS (
-  SELECT gpu_id, hour, SUM(mem_s) AS m FROM proc_hourly WHERE {_IN} GROUP BY gpu_id, hour)
+  SELECT gpu_id, hour, SUM(mem_s) AS m FROM proc_hourly
+  WHERE hour * 3600 < :b AND hour * 3600 + 3600 > :a GROUP BY gpu_id, hour),
+held AS (
+  SELECT gpu_id, hour, SUM(dur) AS s FROM {source}
+  WHERE kind = 'card' AND hour * 3600 < :b AND hour * 3600 + 3600 > :a GROUP BY gpu_id, hour)
 SELECT p.proc_id, p.gpu_id, SUM(p.dur), SUM(p.busy_s), SUM(p.idle_s), SUM(p.sm_s),
   MAX(p.mem_max),
-  SUM(CASE WHEN memtot.m > 0 THEN COALESCE(g.energy_j, 0) * p.mem_s / memtot.m ELSE 0 END),
+  SUM(CASE WHEN memtot.m > 0 AND g.dur > 0
+      THEN COALESCE(g.energy_j, 0) * MIN(1.0, COALESCE(held.s, 0) / g.dur) * p.mem_s / memtot.m
+      ELSE 0 END),
   MIN(p.hour) * 3600, MAX(p.hour) * 3600 + 3600
 FROM proc_hourly AS p JOIN memtot USING (gpu_id, hour)
   LEFT JOIN gpu_hourly AS g USING (gpu_id, hour)
+  LEFT JOIN held USING (gpu_id, hour)
 WHERE p.hour * 3600 < :b AND p.hour * 3600 + 3600 > :a
 GROUP BY p.proc_id, p.gpu_id
 """
@@ -163,7 +173,8 @@ def load(conn: sqlite3.Connection, t_from: float, t_to: float) -> Usage:
         gpu_rows = conn.execute(_GPUS, params).fetchall()
         if not gpu_rows:
             raise LedgerError("no samples in this period")
-        proc_rows = conn.execute(_PROCS, params).fetchall()
+        proc_rows = conn.execute(_PROCS.format(source=holders_source(conn)),
+                                 params).fetchall()
         wanted = {row[0] for row in proc_rows}
         procs = {row[0]: row[1:] for row in conn.execute(
             "SELECT procs.id, hosts.name, pid, start, user, workload, command"

@@ -75,43 +75,49 @@ def build(usage: Usage, by: str = "user", top: int = 10, cost: CostRates | None 
 
 def _add_cost(doc: dict[str, Any], usage: Usage, by: str, cost: CostRates,
               members: Mapping[str, Collection[str]]) -> None:
-    """Cost is card-hours held x the card's rate: a user pays for the cards they held (each
-    once), a GPU model for the hours its cards were held by anyone."""
+    """One rule for what is charged, the quotas' (issue 38.5): a user pays for the cards
+    they held, by their processes or their reservations, each card once per moment for
+    them (holder rows of kind 'quota', what ``query.charged_seconds`` sums), at the card's
+    rate.  A GPU, a host, a GPU model and the total are the sums of what was charged on
+    them, so that every table adds up to the same total; each figure is rounded once,
+    from the exact sum."""
     per: dict[str, dict[str, list[float]]] = {k: defaultdict(lambda: [0.0, 0.0])
-                                               for k in ("group", "user", "model", "gpu")}
-    kind, holder_key = _HOLDER_KIND[by], _HOLDER_KEYS[by]
+                                               for k in ("user", "model", "gpu", "host",
+                                                         "workload")}
     cards: dict[str, set[tuple[str, int]]] = defaultdict(set)
     for h in usage.holders:
         hours, rate = h.held_s / HOUR, cost.rate(h.gpu_name)
-        if h.kind == kind:
-            _acc(per["group"][holder_key(h)], hours, rate)
-        if h.kind == "user":
-            _acc(per["user"][h.name or "(unknown)"], hours, rate)
-        if h.kind == "card":
-            model = cost.model(h.gpu_name)
-            _acc(per["model"][model], hours, rate)
-            _acc(per["gpu"][f"{h.host}:{h.gpu}"], hours, rate)
-            cards[model].add((h.host, h.gpu))
+        if h.kind == "workload":
+            _acc(per["workload"][h.name or "(none)"], hours, rate)
+        if h.kind != "quota":
+            continue
+        model = cost.model(h.gpu_name)
+        _acc(per["user"][h.name or "(unknown)"], hours, rate)
+        _acc(per["model"][model], hours, rate)
+        _acc(per["gpu"][f"{h.host}:{h.gpu}"], hours, rate)
+        _acc(per["host"][h.host], hours, rate)
+        cards[model].add((h.host, h.gpu))
+    group_of = {"user": per["user"], "workload": per["workload"], "gpu": per["gpu"],
+                "host": per["host"]}[by]
     for g in doc["groups"]:
-        g["cost"] = round(per["group"][g["name"]][1], 2)
+        g["cost"] = round(group_of[g["name"]][1], 2)
     for g in doc["gpus"]:
         g["cost"] = round(per["gpu"][f"{g['host']}:{g['gpu']}"][1], 2)
-    by_host: dict[str, float] = defaultdict(float)
-    for g in doc["gpus"]:
-        by_host[g["host"]] += g["cost"]
     for h in doc["hosts"]:
-        h["cost"] = round(by_host[h["host"]], 2)
+        h["cost"] = round(per["host"][h["host"]][1], 2)
     users = per["user"]
     unix_groups = {group: [sum(users[u][i] for u in set(names) if u in users) for i in (0, 1)]
                    for group, names in members.items()}
     doc["cost"] = {"currency": cost.currency, "default_per_gpu_hour": cost.default,
                    "per_gpu_hour": dict(cost.per_gpu_hour),
-                   "total": round(sum(v[1] for v in per["model"].values()), 2)}
+                   "total": round(sum(v[1] for v in users.values()), 2)}
     doc["totals"]["cost"] = doc["cost"]["total"]
+    doc["totals"]["gpu_hours_charged"] = _hours(sum(v[0] for v in users.values()) * HOUR)
     doc["cost_by_user"] = _cost_rows(users)
-    doc["cost_by_unix_group"] = [r for r in _cost_rows(unix_groups) if r["gpu_hours_held"] > 0]
+    doc["cost_by_unix_group"] = [r for r in _cost_rows(unix_groups)
+                                 if r["gpu_hours_charged"] > 0]
     doc["cost_by_model"] = [
-        {"model": model, "gpus": len(cards[model]), "gpu_hours_held": _hours(hours * HOUR),
+        {"model": model, "gpus": len(cards[model]), "gpu_hours_charged": _hours(hours * HOUR),
          "per_gpu_hour": cost.per_gpu_hour.get(model, cost.default), "cost": round(amount_, 2)}
         for model, (hours, amount_) in sorted(per["model"].items(), key=lambda kv: -kv[1][1])]
 
@@ -122,7 +128,7 @@ def _acc(acc: list[float], hours: float, rate: float) -> None:
 
 
 def _cost_rows(sums: Mapping[str, list[float]]) -> list[dict[str, Any]]:
-    return [{"name": name, "gpu_hours_held": _hours(hours * HOUR), "cost": round(spent, 2)}
+    return [{"name": name, "gpu_hours_charged": _hours(hours * HOUR), "cost": round(spent, 2)}
             for name, (hours, spent) in sorted(sums.items(), key=lambda kv: (-kv[1][1], kv[0]))]
 
 
