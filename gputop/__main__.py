@@ -2,4 +2,7 @@
 
 from gputop.cli import entry
 
-entry()
+# Guarded so that importing every module (tests/test_model_records.py walks the package)
+# does not run the command.
+if __name__ == "__main__":
+    entry()
