@@ -191,3 +191,36 @@ def test_the_policy_place_is_fixed_for_users(host: Host) -> None:  # noqa: F811
     # The admin's own file elsewhere counts; and root may name any file.
     assert run_as("gt18a", str(admins)).returncode == 0
     assert run_as("", str(mine)).returncode == 0
+
+
+def test_run_log_refuses_planted_files_fifos_and_links(host: Host) -> None:  # noqa: F811
+    alice, mallory = host.users["gt18a"], host.users["gt18d"]
+    home = host.root / "alice-home"
+    home.mkdir(mode=0o700)
+    os.chown(home, alice.pw_uid, alice.pw_gid)
+    profile = home / ".profile"
+    profile.write_text("PATH=/usr/bin\n")
+    os.chown(profile, alice.pw_uid, alice.pw_gid)
+    plant = (f"umask 0; echo > {host.root}/planted.log; mkfifo {host.root}/fifo.log;"
+             f" ln -s {home} {host.root}/logs")
+    assert _as(host, "gt18d", "/bin/sh", "-c", plant).wait(timeout=LIMIT_S) == 0
+    assert (host.root / "planted.log").stat().st_uid == mallory.pw_uid
+    secret = "token-4f1c"
+    for log, why in (("planted.log", "gt18d's file, not yours; not used"),
+                     ("fifo.log", "not a regular file"),
+                     ("logs/.profile", "'logs' is a link of gt18d's; not followed")):
+        refused = host.run("gt18a", "run", "--log", str(host.root / log), "--", "echo", secret)
+        assert refused.returncode != 0, (log, refused.stderr)
+        assert why in refused.stderr, refused.stderr
+        assert secret not in refused.stdout
+    assert (host.root / "planted.log").read_text() == "\n"
+    assert profile.read_text() == "PATH=/usr/bin\n"
+    # Her own link is followed; the new file is hers alone.
+    os.symlink(home, host.root / "mine")
+    os.lchown(host.root / "mine", alice.pw_uid, alice.pw_gid)
+    ok = host.run("gt18a", "run", "--log", str(host.root / "mine" / "job.log"), "--",
+                  "echo", secret)
+    assert ok.returncode == 0, ok.stderr
+    made = home / "job.log"
+    assert secret in made.read_text()
+    assert (made.stat().st_uid, made.stat().st_mode & 0o777) == (alice.pw_uid, 0o600)

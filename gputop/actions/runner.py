@@ -23,6 +23,7 @@ import ctypes
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gputop.actions import liveness, queue, reservations
 from gputop.actions.reservations import ReservationError
+from gputop.actions.store import user_name
 from gputop.analysis import queue_plan
 from gputop.analysis.durations import format_duration
 from gputop.analysis.pick import Want
@@ -526,10 +528,11 @@ class Runner:
         if not path:
             return
         try:
-            self.log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                                  | os.O_CLOEXEC, 0o644)
+            self.log_fd = open_log_file(path)
         except OSError as exc:
             raise RunError(f"--log {path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise RunError(f"--log {path}: {exc}") from None
 
     def _join_tees(self) -> None:
         for thread in self.tees:
@@ -684,6 +687,79 @@ class Runner:
 
 class _Stop(Exception):
     pass
+
+
+MAX_LINKS = 40  # as the kernel's own limit on links followed in one path
+
+
+def open_log_file(path: str) -> int:
+    """``--log``'s file, opened for appending as the ledger opens its own: never through
+    a link someone else owns (in any component, not only the last), never a FIFO or
+    device (which would hang or leak), never another user's file (planted beforehand to
+    read the job's output), never a second name of a file (a hard link). Links owned
+    by this user or by root (``logs -> /scratch/me``, ``/var/run``) are followed, each
+    checked the same way. A new file is made 0600. Raises OSError or ValueError."""
+    me = os.geteuid()
+    pending = [p for p in os.path.abspath(path).split("/") if p][::-1]
+    if not pending:
+        raise ValueError("not a file")
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    links = 0
+    try:
+        while True:
+            name = pending.pop()
+            last = not pending
+            try:
+                info: os.stat_result | None = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                if not last:
+                    raise
+                info = None
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                owner = info.st_uid
+                if owner not in (me, 0):
+                    raise ValueError(f"{name!r} is a link of {user_name(owner)}'s; not followed")
+                links += 1
+                if links > MAX_LINKS:
+                    raise ValueError("too many links")
+                target = os.readlink(name, dir_fd=fd)
+                pending.extend([p for p in target.split("/") if p][::-1])
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                if not pending:
+                    raise ValueError("a link to no file")
+                continue
+            if not last:
+                step = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                               | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = step
+                continue
+            problem = None if info is None else _log_problem(info, me)
+            if problem:
+                raise ValueError(problem)
+            # O_NONBLOCK: a FIFO put there since must not hang us (no reader: ENXIO).
+            out = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                          | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=fd)
+            problem = _log_problem(os.fstat(out), me)
+            if problem:
+                os.close(out)
+                raise ValueError(problem)
+            os.set_blocking(out, True)
+            return out
+    finally:
+        os.close(fd)
+
+
+def _log_problem(info: os.stat_result, me: int) -> str | None:
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file (a FIFO or a device?); not used"
+    if info.st_uid != me:
+        return f"{user_name(info.st_uid)}'s file, not yours; not used"
+    if info.st_nlink != 1:
+        return f"a file with {info.st_nlink} names (a hard link); not used"
+    return None
 
 
 def _store_mark(directory: str) -> int | None:
