@@ -184,6 +184,9 @@ class Gpu(Record):
     pcie_rx_kbs: int | None = None
     pcie_replays: int | None = None  # PCIe replays (link-level retries) since driver load
     nvlinks: tuple[NvLink, ...] = ()
+    # NVSwitch systems: the card's registration with the fabric manager ("completed",
+    # "in progress", "not started"); None where the card takes no part in a fabric.
+    fabric_state: str | None = None
     nvlink_data_kib: int | None = None  # NVLink data sent + received, all links, KiB
     # What dcgm-exporter exports by default beyond the above (docs/prometheus.md)
     temp_memory: int | None = None  # HBM temperature, C (cards with HBM only)

@@ -254,3 +254,26 @@ def test_arguments_powershell_would_split_are_quoted() -> None:
                           capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == [
         smi.Mode().commands()[0].split(" ")[1].strip('"'), "--format=csv"]
+
+
+# -- 9. our fake driver answers as real ones do ---------------------------------------------
+
+
+def test_gpu_instance_profile_info_is_not_supported_as_on_real_drivers(tmp_path: Path) -> None:
+    """Real drivers answer NOT_SUPPORTED on a card without MIG, where our fake used to have
+    no such function ("Function Not Found"); both names pynvml calls.  (999 on a handle:
+    ``errors: {"handle": "UNKNOWN"}``, used by the Unknown Error test above.)"""
+    scenario = fakenvml.write_scenario(tmp_path / "scenario", {"devices": [{}]})
+    code = (
+        "import pynvml\n"
+        "pynvml.nvmlInit()\n"
+        "h = pynvml.nvmlDeviceGetHandleByIndex(0)\n"
+        "for version in (1, 2):\n"
+        "    try:\n"
+        "        pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, 0, version)\n"
+        "    except pynvml.NVMLError as err:\n"
+        "        print(err.value)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=fakenvml.environment(scenario),
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["3", "3"], done.stderr  # NVML_ERROR_NOT_SUPPORTED

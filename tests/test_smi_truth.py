@@ -387,3 +387,51 @@ def test_nvlink_down_on_a_fallback_host() -> None:
     assert ("nvlink-down", model.WARNING, 3) in codes(data)
     assert {c for c in codes(data) if c[0] == "nvlink-down"} == {("nvlink-down", model.WARNING, 3)}
     assert "nvlinks" not in data["missing"] and "topology" in data["missing"]  # topo failed
+
+
+# -- issue 37.8: every NVLink down on an NVSwitch system -----------------------------------
+
+
+def _all_links(state: str, fabric: str) -> dict:
+    text = (FIXTURES / "nvlink-status-8x-a100.txt").read_text()
+    import re
+    down = re.sub(r"Link (\d+): .*", r"Link \1: <inactive>", text)
+    if state == "one up":
+        down = down.replace("Link 0: <inactive>", "Link 0: 25 GB/s", 1)
+    rows = _eight_cards("0x0000000000000000").splitlines()
+    rows[0] += ", fabric.state"
+    rows[1:] = [f"{row}, {fabric}" for row in rows[1:]]
+    parts = [("GPU 0: x (UUID: GPU-0)\n", 0), ("", 1), (down, 0)]
+    extras = smi.Extras.parse(smi.join_outputs(parts))
+    return csv_poll("\n".join(rows) + "\n", extras=extras)
+
+
+def test_every_nvlink_down_with_the_fabric_not_started_is_a_warning() -> None:
+    data = _all_links("all down", "Not Started")
+    assert {g["fabric_state"] for g in data["gpus"]} == {"not started"}
+    assert ("nvlinks-all-down", model.WARNING, None) in codes(data)
+    (warning,) = [w for w in health.warnings(HostSnapshot.from_dict(data))
+                  if w.code == "nvlinks-all-down"]
+    assert "all 96 NVLinks of 8 GPU(s) are down; fabric not started" in warning.message
+    assert "fabricmanager" in (warning.hint or "")
+    # one link up: the per-card rule speaks, not this one
+    some = codes(_all_links("one up", "Completed"))
+    assert "nvlinks-all-down" not in {c for c, _, _ in some}
+    assert ("nvlink-down", model.WARNING, 1) in some
+    # no fabric (NVLink bridges, or [N/A]): not an NVSwitch system, no verdict
+    assert "nvlinks-all-down" not in {c for c, _, _ in codes(_all_links("all down", "[N/A]"))}
+
+
+def test_the_nvml_path_reads_the_fabric_state_and_warns_the_same(tmp_path: Path) -> None:
+    import json
+    card = {"nvlink": {"links": 4, "inactive": [0, 1, 2, 3], "remote_type": "switch"},
+            "fabric_state": 1}
+    scenario = fakenvml.write_scenario(tmp_path / "scenario", {"devices": [card, card]})
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", "--json"],
+                          env=fakenvml.environment(scenario), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode in (0, 1), done.stderr
+    (host,) = json.loads(done.stdout)["hosts"]
+    assert [g["fabric_state"] for g in host["gpus"]] == ["not started"] * 2
+    found = [w for w in host["warnings"] if w["code"] == "nvlinks-all-down"]
+    assert found and "all 8 NVLinks of 2 GPU(s) are down; fabric not started" in found[0]["message"]

@@ -26,6 +26,7 @@ from gputop.sources.gpm import CardGpm
 from gputop.sources.mig import MigReader
 from gputop.sources.nvmlcalls import FastPynvml, handle_key
 from gputop.sources.nvmlcodes import (
+    FABRIC_STATES,
     DeviceHandle,
     decode_clock_events,
     handle_error,
@@ -735,8 +736,27 @@ class NvmlBackend:
         self._clock_events(gpu, handle)
         gpu["nvlinks"] = self._nvlinks(
             index, handle, batch[ecc:ecc + links] if batch is not None else None)
+        gpu["fabric_state"] = self._fabric_state(handle) if links else None
         if counters:
             self._counters(gpu, handle, batch[ecc + links:] if batch is not None else None)
+
+    def _fabric_state(self, handle: DeviceHandle) -> str | None:
+        """The card's NVSwitch fabric registration (nvmlDeviceGetGpuFabricInfo), asked
+        only of cards with NVLinks: None where it takes no part or cannot say."""
+        fn = self._fn("nvmlDeviceGetGpuFabricInfo")
+        struct = getattr(self.nvml, "c_nvmlGpuFabricInfo_t", None)
+        if fn is None or struct is None:
+            return None
+        import ctypes  # pynvml's own dependency: the struct goes by pointer
+
+        info = struct()  # filled in place: not through _call, whose cache keys on args
+        try:
+            fn(handle, ctypes.byref(info))
+        except self._error_class as err:
+            if getattr(err, "value", None) == _ERR_GPU_IS_LOST:
+                raise _GpuLost("lost", LOST_TEXT) from None
+            return None
+        return FABRIC_STATES.get(int(info.state))
 
     def _kept(self, gpu: dict[str, Any], group: str, read: Callable[[], Any],
               urgent: Callable[[dict[str, Any]], bool] | None = None) -> None:
@@ -1128,8 +1148,8 @@ _READ_GROUPS = {
     # The dashboard's stream only: what the health rules judge (ECC, retired pages, row
     # remapping, link states, clock-event reasons) at most about once a second, however
     # fast it refreshes: counts and states that last, which no one reads at 4 Hz.
-    "health": (*(key for key, _ in _ECC_FIELDS), "nvlinks", "clock_event_mask",
-               "clock_event_reasons"),
+    "health": (*(key for key, _ in _ECC_FIELDS), "nvlinks", "fabric_state",
+               "clock_event_mask", "clock_event_reasons"),
 }
 # 0.9, not 1: a 1 s refresh whose poll comes a little early still reads them every time.
 HEALTH_SECONDS = 0.9

@@ -114,6 +114,18 @@ def handle_error(index: int, words: str) -> str:
     return f"cannot open GPU {index}: {words}"
 
 
+# nvmlGpuFabricState_t (nvml.h) in the words nvidia-smi's `fabric.state` uses, lower
+# case; NOT_SUPPORTED (0) is None: the card takes no part in an NVSwitch fabric.
+FABRIC_STATES = {1: "not started", 2: "in progress", 3: "completed"}
+
+
+def fabric_state(text: str | None) -> str | None:
+    """nvidia-smi's ``fabric.state`` ("Completed", "In Progress", ...) -> FABRIC_STATES'
+    word, None for anything else."""
+    low = (text or "").strip().lower()
+    return low if low in FABRIC_STATES.values() else None
+
+
 # Clock event (throttle) reason bits, nvml.h nvmlClocksEventReason*.
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (0x001, "gpu_idle"),

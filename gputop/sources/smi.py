@@ -35,6 +35,7 @@ from gputop.sources.nvmlcodes import (
     ERR_NOT_FOUND,
     clock_event_mask,
     decode_clock_events,
+    fabric_state,
     handle_error,
     init_failure,
 )
@@ -59,6 +60,8 @@ _GPU_FIELDS_BASE = (
     "remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,"
     "remapped_rows.failure,mig.mode.current"
 )
+# Asked where the driver knows it (R535+); a driver that refuses it is asked without.
+FABRIC_FIELD = "fabric.state"
 EVENT_FIELD = "clocks_event_reasons.active"
 THROTTLE_FIELD = "clocks_throttle_reasons.active"
 GPU_FIELDS = f"{_GPU_FIELDS_BASE},{EVENT_FIELD}"
@@ -100,6 +103,7 @@ class Mode:
     xml: bool = False  # a driver too old for a CSV field: `nvidia-smi -q -x`
     throttle_name: bool = False  # the driver knows the mask only as clocks_throttle_reasons
     windows: bool = False  # cmd.exe or PowerShell: no sh, no ps; one command at a time
+    fabric: bool = True  # the driver knows fabric.state
 
     def sections(self) -> tuple[str, ...]:
         # The default table on every CSV host: the only text that lists graphics processes
@@ -112,6 +116,8 @@ class Mode:
 
     def commands(self) -> tuple[str, ...]:
         field = THROTTLE_FIELD if self.throttle_name else EVENT_FIELD
+        if self.fabric:
+            field += f",{FABRIC_FIELD}"
         by_section = {
             "xml": "nvidia-smi -q -x",
             # Quoted: PowerShell splits an unquoted `-x=a.b` at its first dot (PowerShell
@@ -132,6 +138,8 @@ class Mode:
         error = data.get("error") or ""
         if self.xml or data.get("state") != model.HOST_NO_GPU or "valid field" not in error:
             return None
+        if self.fabric and FABRIC_FIELD in error:
+            return replace(self, fabric=False)
         if not self.throttle_name and EVENT_FIELD in error:
             return replace(self, throttle_name=True)
         return replace(self, xml=True)
@@ -512,6 +520,7 @@ def gpus_from_csv(text: str, status: int | None = 0) -> tuple[list[dict[str, Any
                 "pcie_width_max": integer(row.get("pcie.link.width.max")),
                 "mig_mode": flag(row.get("mig.mode.current")),
                 "mig_mode_pending": flag(row.get("mig.mode.pending")),
+                "fabric_state": fabric_state(row.get(FABRIC_FIELD)),
             }
         )
         if _bus_key(row.get("pci.bus_id")) in corrupted:
@@ -1096,6 +1105,7 @@ def parse_xml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dic
                 "pcie_tx_kbs": integer(_text(gpu, "pci/tx_util")),
                 "pcie_rx_kbs": integer(_text(gpu, "pci/rx_util")),
                 "mig_mode": flag(_text(gpu, "mig_mode/current_mig")),
+                "fabric_state": fabric_state(_text(gpu, "fabric/state")),
                 **_xml_mig(gpu, index),
             }
         )

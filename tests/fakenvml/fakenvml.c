@@ -1915,3 +1915,47 @@ EXPORT int nvmlEventSetWait_v2(struct event_set *set, struct event_data *data, u
         load(scenario_path);
     }
 }
+
+/* -- NVSwitch fabric and GPU instance profiles (issue 37) ---------------------------------- */
+
+/* pynvml's c_nvmlGpuFabricInfo_t. */
+struct fabric_info {
+    unsigned char cluster_uuid[16];
+    int status;
+    unsigned clique_id;
+    unsigned state; /* nvmlGpuFabricState_t: 0 not supported, 1 not started, 2 in progress, 3 completed */
+};
+_Static_assert(sizeof(struct fabric_info) == 28, "c_nvmlGpuFabricInfo_t");
+
+/* The scenario's fabric_state (a card of an NVSwitch system); NOT_SUPPORTED without. */
+EXPORT int nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, struct fabric_info *info)
+{
+    BEGIN("fabric", device, DEVICE);
+    OUT(info);
+    const char *state = at(device, "fabric_state");
+    if (state == NULL)
+        return NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->state = (unsigned)integer(state, 0);
+    info->status = SUCCESS;
+    return SUCCESS;
+}
+
+/* What real drivers answer on a card without MIG (and here on every card: profiles are
+ * not modelled): NOT_SUPPORTED, not "function not found".  pynvml calls the V name by
+ * default, the plain one with version=1. */
+EXPORT int nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned profile, void *info)
+{
+    BEGIN("mig_profiles", device, DEVICE);
+    OUT(info);
+    (void)profile;
+    return NOT_SUPPORTED;
+}
+
+EXPORT int nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned profile, void *info)
+{
+    BEGIN("mig_profiles", device, DEVICE);
+    OUT(info);
+    (void)profile;
+    return NOT_SUPPORTED;
+}

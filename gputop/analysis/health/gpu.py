@@ -313,6 +313,26 @@ def _fan(ctx: Context) -> Iterator[Finding]:
         yield Finding(f"fan at 0% while the card is at {gpu.temp} C", gpu=gpu.index)
 
 
+@rule("nvlinks-all-down", WARNING, scope=HOST, reads=("nvlinks", "fabric_state"),
+      unexported=("nvlinks", "fabric_state"),
+      summary="every NVLink of this NVSwitch system is down",
+      hint="is the fabric manager running? `systemctl status nvidia-fabricmanager`, "
+      "`nvidia-smi -q | grep -A3 Fabric`; then reset the GPUs or reboot",
+      when="every NVLink of every card is inactive on a host whose cards take part in an "
+      "NVSwitch fabric (a fabric state is known: usually the fabric manager is not running)")
+def _nvlinks_all_down(ctx: Context) -> Iterator[Finding]:
+    cards = [g for g in ctx.snapshot.gpus if g.state == model.GPU_OK and g.nvlinks]
+    if not cards or any_nvlink_up(cards):
+        return
+    states = sorted({g.fabric_state for g in cards if g.fabric_state is not None})
+    if not states:
+        return  # no fabric (NVLink bridges, or a driver that cannot say): not this rule
+    total = sum(len(g.nvlinks) for g in cards)
+    pending = [s for s in states if s != "completed"]
+    said = f"; fabric {', '.join(pending)}" if pending else ""
+    yield Finding(f"all {total} NVLinks of {len(cards)} GPU(s) are down{said}")
+
+
 @rule("persistence-off", INFO, scope=HOST, reads=("persistence_mode", "name"),
       unexported=("persistence_mode",),
       summary="persistence mode is off on a data-centre card",
