@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from gputop import __version__, clihelp, commands
 from gputop.clihelp import Command
 from gputop.exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from gputop.model import DEFAULT_INTERVAL_S
+from gputop.model import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 NAMES = tuple(c.name for c in commands.COMMANDS)
@@ -229,6 +229,9 @@ def _run_main(options: SourceOptions, args: argparse.Namespace) -> int:
     from gputop.ui.launch import no_terminal, run_app
 
     reason = no_terminal()
+    if reason is not None and args.interval is not None and not (
+            MIN_INTERVAL_S <= args.interval <= MAX_INTERVAL_S):
+        reason = None  # a bad --interval is refused as with a terminal: run_app says why
     if reason is not None:
         # No terminal to draw on: the --once table, and exit, as nvitop does (a
         # dashboard there wrote megabytes of escape codes into a file and never ended).

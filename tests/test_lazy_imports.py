@@ -44,6 +44,7 @@ LAZY = {
     "gputop.commands.configfile": "command",
     "gputop.commands.once": "one-shot",
     "gputop.commands.queue": "command",
+    "gputop.commands.reserve": "command",
     "gputop.commands.quota": "command",
     "gputop.commands.record": "command",
     "gputop.commands.report": "command",
