@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import test_run_queue as rq
 from helpers import fakenvml
@@ -74,6 +75,11 @@ def test_every_job_leaves_a_history_row_however_it_ends(host: Host) -> None:
     assert capped.returncode == 124
     term = _as(host, "gt28a", "run", "--", "sleep", "60")
     wait_for(host.held, "the job running", term)
+    # Its command started too: a SIGTERM between the reservation and the start (a loaded
+    # machine) ends a job that ran nothing, with no signal to record.
+    wait_for(lambda: any(p.name() == "sleep" for p in
+                         psutil.Process(term.pid).children(recursive=True)),
+             "the job's command started", term)
     term.send_signal(signal.SIGTERM)
     assert _done(term).returncode == 128 + signal.SIGTERM
     holder = _as(host, "gt28b", "run", "--gpus", "4", "--", "sleep", "300",
