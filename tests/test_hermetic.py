@@ -11,6 +11,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from helpers import hermetic
+
 from gputop import config, policy
 from gputop.ledger import jobs, paths
 
@@ -29,6 +31,7 @@ def test_every_machine_path_of_the_run_is_inside_its_temporary_root() -> None:
              "config": config.default_path()}
     outside = {name: p for name, p in found.items() if not _inside_the_run(p)}
     assert not outside, outside
+    assert os.path.dirname(paths.SYSTEM_DEFAULT) == hermetic.SYSTEM_LEDGER_DIR
 
 
 def test_a_subprocess_reads_no_system_ledger_either() -> None:

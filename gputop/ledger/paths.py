@@ -16,7 +16,8 @@ def default_path() -> str:
 
 # The systemd unit's (docs/ledger.md); $GPUTOP_SYSTEM_LEDGER names another (a test run,
 # which must never read or write the machine's own).
-SYSTEM_PATH = os.environ.get("GPUTOP_SYSTEM_LEDGER") or "/var/lib/gputop/ledger.sqlite"
+SYSTEM_DEFAULT = "/var/lib/gputop/ledger.sqlite"
+SYSTEM_PATH = os.environ.get("GPUTOP_SYSTEM_LEDGER") or SYSTEM_DEFAULT
 
 
 def existing_path() -> str | None:

@@ -11,10 +11,14 @@ import os
 import sys
 from typing import Any
 
+from gputop.policy import DEFAULT_PATH as POLICY_DEFAULT
 from gputop.storedir import RESERVATIONS_DIR
 
+# The machine's places as gputop names them.  The ledger's is spelled here: importing
+# gputop.ledger.paths now would fix its SYSTEM_PATH before ``redirect`` is in force;
+# tests/test_hermetic.py checks this equals paths.SYSTEM_DEFAULT's folder.
 SYSTEM_LEDGER_DIR = "/var/lib/gputop"
-POLICY_DIR = "/etc/gputop"
+POLICY_DIR = os.path.dirname(POLICY_DEFAULT)
 
 
 def redirect(root: str) -> dict[str, str]:
