@@ -435,3 +435,39 @@ def test_the_nvml_path_reads_the_fabric_state_and_warns_the_same(tmp_path: Path)
     assert [g["fabric_state"] for g in host["gpus"]] == ["not started"] * 2
     found = [w for w in host["warnings"] if w["code"] == "nvlinks-all-down"]
     assert found and "all 8 NVLinks of 2 GPU(s) are down; fabric not started" in found[0]["message"]
+
+
+def _gputop(scenario: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gputop.cli", *args],
+                          env=fakenvml.environment(scenario), capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_one_shot_table_warns_when_every_nvlink_is_down_too(tmp_path: Path) -> None:
+    # --once reads lean; it asks the fabric state only of cards whose links are all down
+    down = {"nvlink": {"links": 4, "inactive": [0, 1, 2, 3], "remote_type": "switch"},
+            "fabric_state": 1}
+    scenario = fakenvml.write_scenario(tmp_path / "down", {"devices": [down, down]})
+    done = _gputop(scenario, "--once")
+    assert "all 8 NVLinks of 2 GPU(s) are down; fabric not started" in done.stdout, done.stdout
+    up = dict(down, nvlink={"links": 4, "remote_type": "switch"})
+    scenario = fakenvml.write_scenario(tmp_path / "up", {"devices": [up, up]})
+    trace = tmp_path / "trace"
+    done = subprocess.run([sys.executable, "-m", "gputop.cli", "--once"],
+                          env=dict(fakenvml.environment(scenario), FAKENVML_TRACE=str(trace)),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "NVLinks" not in done.stdout, done.stdout
+    assert "nvmlDeviceGetGpuFabricInfo" not in trace.read_text()  # links up: not asked
+
+
+def test_the_nvml_path_validates_the_inforom(tmp_path: Path) -> None:
+    import json
+    scenario = fakenvml.write_scenario(
+        tmp_path / "scenario", {"devices": [{"inforom_corrupted": True}, {}]})
+    done = _gputop(scenario, "--json")
+    (host,) = json.loads(done.stdout)["hosts"]
+    assert [g["inforom_corrupted"] for g in host["gpus"]] == [True, False]
+    assert [w["gpu"] for w in host["warnings"] if w["code"] == "inforom-corrupted"] == [0]
+    done = _gputop(scenario, "check")
+    assert done.returncode == 1 and "GPU 0   the card's infoROM is corrupted" in done.stdout, \
+        done.stdout

@@ -46,6 +46,7 @@ _ERR_DRIVER_NOT_LOADED = 9
 _ERR_TIMEOUT = 10
 _ERR_LIBRARY_NOT_FOUND = 12
 _ERR_FUNCTION_NOT_FOUND = 13
+_ERR_CORRUPTED_INFOROM = 14
 _ERR_GPU_IS_LOST = 15
 _ERR_RESET_REQUIRED = 16
 _ERR_LIB_RM_VERSION_MISMATCH = 18
@@ -366,6 +367,7 @@ class NvmlBackend:
             "pcie_width_max": self._get("nvmlDeviceGetMaxPcieLinkWidth", handle),
             "cpu_affinity": self._cpu_affinity(handle),
             "numa_node": self._numa_node(handle, bus_id),
+            "inforom_corrupted": self._inforom_corrupted(handle),
         }
         static["_fans"] = self._get("nvmlDeviceGetNumFans", handle)
         self._nvlink_remote[index] = self._nvlink_remotes(handle, remotes=self.topology)
@@ -375,7 +377,10 @@ class NvmlBackend:
     def _lean_static(self, handle: DeviceHandle) -> dict[str, Any]:
         """What a one-shot table and its health rules read of the fields that never
         change: the name and UUID (reservations match on it), the thermal limits and the
-        PCIe maxima; the rest None.  The link count comes with the first field values."""
+        PCIe maxima; the rest None.  The link count comes with the first field values.
+        Not the infoROM's checksum: a call a card that would take `--once` past nvitop's
+        calls (tests/test_oneshot_cost.py); `check`, `--json`, serve and the dashboard
+        ask it."""
         static: dict[str, Any] = dict.fromkeys(_STATIC_KEYS)
         static.update(
             uuid=_text(self._get("nvmlDeviceGetUUID", handle)),
@@ -387,6 +392,22 @@ class NvmlBackend:
         )
         static["_fans"] = None  # one fan speed call, as for a card that cannot count them
         return static
+
+    def _inforom_corrupted(self, handle: DeviceHandle) -> bool | None:
+        """Whether the card's infoROM fails its checksum (nvmlDeviceValidateInforom), the
+        check behind nvidia-smi's "infoROM is corrupted" warning; asked once a card, as a
+        corrupted infoROM stays so until it is reflashed.  None where it cannot say."""
+        fn = self._fn("nvmlDeviceValidateInforom")
+        if fn is None:
+            return None
+        try:
+            fn(handle)  # success returns nothing: the infoROM is sound
+        except self._error_class as err:
+            code = getattr(err, "value", None)
+            if code == _ERR_GPU_IS_LOST:
+                raise _GpuLost("lost", LOST_TEXT) from None
+            return True if code == _ERR_CORRUPTED_INFOROM else None
+        return False
 
     def _threshold(self, handle: DeviceHandle, which: str, default: int) -> int | None:
         kind = self._const(f"NVML_TEMPERATURE_THRESHOLD_{which}", default)
@@ -865,6 +886,11 @@ class NvmlBackend:
         gpu["pcie_gen"] = get("nvmlDeviceGetCurrPcieLinkGeneration", handle)
         gpu["pcie_width"] = get("nvmlDeviceGetCurrPcieLinkWidth", handle)
         gpu["nvlinks"] = self._nvlinks(index, handle, states)
+        # The fabric state matters to one rule only (nvlinks-all-down: an NVSwitch system's
+        # links all down, the fabric manager not running), so a one-shot asks it only of a
+        # card whose every link is down: no call on a healthy host.
+        links_down = bool(gpu["nvlinks"]) and not any(link["active"] for link in gpu["nvlinks"])
+        gpu["fabric_state"] = self._fabric_state(handle) if links_down else None
 
     def _memory(self, gpu: dict[str, Any], handle: DeviceHandle) -> None:
         info = None
@@ -1088,7 +1114,7 @@ _IDENTITY_KEYS = ("uuid", "name", "pci_bus_id", "serial")
 _STATIC_KEYS = ("uuid", "name", "pci_bus_id", "serial", "temp_slowdown", "temp_shutdown",
                 "temp_max_operating", "power_default_limit", "power_min_limit",
                 "power_max_limit", "clock_sm_max", "clock_mem_max", "pcie_gen_max",
-                "pcie_width_max", "cpu_affinity", "numa_node")
+                "pcie_width_max", "cpu_affinity", "numa_node", "inforom_corrupted")
 # What a lean collect (`gputop --once`) does not read: neither its table nor the health
 # rules it runs look at them (tests/test_nvml_calls.py compares the output with a full
 # read's).

@@ -48,7 +48,7 @@
 enum {
     SUCCESS = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3,
     NOT_FOUND = 6, INSUFFICIENT_SIZE = 7, DRIVER_NOT_LOADED = 9, TIMEOUT = 10,
-    GPU_IS_LOST = 15, ARGUMENT_VERSION_MISMATCH = 25, UNKNOWN = 999,
+    CORRUPTED_INFOROM = 14, GPU_IS_LOST = 15, ARGUMENT_VERSION_MISMATCH = 25, UNKNOWN = 999,
 };
 
 /* Names (for the scenario's errors and init_error) and the texts nvmlErrorString gives,
@@ -1939,6 +1939,14 @@ EXPORT int nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, struct fabric_info *i
     info->state = (unsigned)integer(state, 0);
     info->status = SUCCESS;
     return SUCCESS;
+}
+
+/* The scenario's inforom_corrupted (true: the checksum fails, as nvidia-smi's "infoROM is
+ * corrupted" warning); a sound infoROM validates. */
+EXPORT int nvmlDeviceValidateInforom(nvmlDevice_t device)
+{
+    BEGIN("inforom", device, DEVICE);
+    return num(device, "inforom_corrupted", 0) != 0 ? CORRUPTED_INFOROM : SUCCESS;
 }
 
 /* What real drivers answer on a card without MIG (and here on every card: profiles are

@@ -98,7 +98,8 @@ def _fields(ctx: Context) -> Iterator[Finding]:
       summary="the card's infoROM is corrupted",
       hint="its readings still hold, but settings and error counts it stores may not: "
       "update the VBIOS/infoROM or ask for an RMA; `nvidia-smi -q -i {gpu}`",
-      when="nvidia-smi warns \"infoROM is corrupted\" for the card (exit status 14)")
+      when="the card's infoROM fails its checksum (nvmlDeviceValidateInforom; not in a "
+      "lean `--once`), or nvidia-smi warns \"infoROM is corrupted\" for it (exit status 14)")
 def _inforom(ctx: Context) -> Iterator[Finding]:
     if ctx.card.inforom_corrupted:
         yield Finding(gpu=ctx.card.index)
