@@ -42,7 +42,8 @@ test: $(STAMP) $(FAKENVML)
 	@bash scripts/ensure-chromium.sh
 	@bash scripts/ensure-prometheus.sh
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -q -rfEs
+	@# --durations: CI's log names the slowest tests (the suite has 15 minutes on 2 cores)
+	$(BIN)/python -m pytest -q -rfEs --durations=30
 
 # Style, types, and the layer contracts of pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
