@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gputop import yamlnodes
-from gputop.records import MutableRecord, field, record
+from gputop.records import MutableRecord, field, record, replace
 from gputop.sources.sim.api import (
     _COMPUTE_MODES,
     _THROTTLE_BITS,
@@ -682,6 +682,28 @@ def _faults(raw: Any, n_gpus: int, chk: _Checker) -> dict[str, Any]:
         down.append({"gpu": gpu, "link": link})
     out.update(lost=lost, xid=xids, not_supported=unsupported, nvlink_down=down)
     return out
+
+
+def squeezed(scenario: Scenario, seconds: float) -> Scenario:
+    """``scenario`` with its timed events (each XID, each lost GPU) played within its
+    first ``seconds``, in their order and proportions: what a one-shot (`check`,
+    `--once`) reads, over the ``seconds`` between its two reads, since it ends long
+    before a scenario's 5-20 s pass and `--demo list` promises their events.  The
+    dashboard plays them out in time.  ``scenario`` itself is left as it was."""
+    faults = scenario.faults
+    times = [x["at"] for x in faults["xid"]] + [lost["after"] for lost in faults["lost"]]
+    last = max(times, default=0.0)
+    if last <= seconds:
+        return scenario
+
+    def scaled(t: float) -> float:
+        return max(t, 0.0) * seconds / last
+
+    return replace(scenario, faults={
+        **faults,
+        "xid": [{**x, "at": scaled(x["at"])} for x in faults["xid"]],
+        "lost": [{**lost, "after": scaled(lost["after"])} for lost in faults["lost"]],
+    })
 
 
 def scenario_dir() -> Path:
