@@ -14,7 +14,6 @@ import pytest
 from gputop.sources import sim
 
 
-
 def gputop(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gputop", *args], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
