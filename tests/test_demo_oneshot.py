@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -56,3 +57,21 @@ def test_squeezed_scenario_keeps_the_order_of_its_events() -> None:
     assert not nv.is_lost(6)
     clock[0] += 0.2
     assert nv.is_lost(6)
+
+
+def test_pick_in_the_demo_counts_the_scenario_users_processes_as_mine() -> None:
+    """The demo's user (the scenario's `me`) is who "yours" means in the dashboard's
+    reclaim view and kill dialog; pick says the same: not "another user (alice)"."""
+    lab = sim.load_scenario("lab")
+    users_on: dict[int, set[str]] = {}
+    for proc in lab.processes:
+        for gpu in proc["gpus"]:
+            users_on.setdefault(gpu, set()).add(proc["user"])
+    only_mine = [gpu for gpu, users in users_on.items() if users == {lab.me}]
+    assert only_mine and any(len(users) > 1 for users in users_on.values())
+    result = gputop("pick", "--demo", "lab", "--count", str(len(lab.gpus)))
+    assert result.returncode != 0  # other users' processes on the other cards
+    assert "in use by another user" in result.stderr
+    assert not re.search(rf"another user \([^)]*\b{lab.me}\b", result.stderr), result.stderr
+    for gpu in only_mine:  # left out as one's own busy card is, not as another's
+        assert re.search(rf"GPU {gpu}: \d+ process\(es\) running", result.stderr), gpu

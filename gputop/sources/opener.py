@@ -446,6 +446,11 @@ class Round(Record):
         identity = self.identities.get(host)
         return identity.reservation_owner if identity is not None else None
 
+    def user(self, host: str) -> str | None:
+        """Whose processes on ``host`` are "mine" (--demo: the scenario's user)."""
+        identity = self.identities.get(host)
+        return identity.user if identity is not None else None
+
 
 def collect_once(
     options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False,

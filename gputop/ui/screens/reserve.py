@@ -201,7 +201,8 @@ class ReserveScreen(ModalScreen["dict | None"]):
         now = self.clock()
         held = holders(snapshot, now)
         text = describe([r for unit in gpus for r in held.of_unit(unit)], self.me, now)
-        text.append(cautions(others_on(snapshot, gpus, now, self.me)))
+        text.append(cautions(others_on(snapshot, gpus, now, self.me,
+                                       self.app.identity(self.host).user)))
         current.update(text)
 
     def _error(self, message: str) -> None:
