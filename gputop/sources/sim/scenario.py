@@ -309,8 +309,8 @@ class _Checker:
         out: dict[str, Any] = {}
         for key, value in data.items():
             if key not in schema:
-                known = ", ".join(sorted(schema))
-                raise self.fail((*path, key), f"unknown key (known keys: {known})")
+                raise self.fail((*path, key),
+                                yamlnodes.unknown_key(key, sorted(schema), "known keys"))
             out[key] = self.value(value, (*path, key), schema[key][0])
         return out
 
@@ -604,7 +604,8 @@ def _topology(
                 out[(a, b)] = default
     for key in raw:
         if key not in ("default", "pairs"):
-            raise chk.fail(("topology", key), "unknown key (known keys: default, pairs)")
+            raise chk.fail(("topology", key),
+                           yamlnodes.unknown_key(key, ("default", "pairs"), "known keys"))
     pairs = raw.get("pairs") or {}
     if not isinstance(pairs, dict):
         raise chk.fail(("topology", "pairs"), "expected a mapping like {'0-1': PIX}")
@@ -645,7 +646,7 @@ def _faults(raw: Any, n_gpus: int, chk: _Checker) -> dict[str, Any]:
     def only(item: dict[str, Any], keys: Iterable[str], path: tuple[Any, ...]) -> None:
         for key in item:
             if key not in keys:
-                raise chk.fail((*path, key), f"unknown key (known keys: {', '.join(keys)})")
+                raise chk.fail((*path, key), yamlnodes.unknown_key(key, tuple(keys), "known keys"))
 
     lost = []
     for i, item in enumerate(out["lost"]):
