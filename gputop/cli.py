@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from gputop import __version__, clihelp, commands
 from gputop.clihelp import Command
@@ -22,6 +22,40 @@ from gputop.model import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 NAMES = tuple(c.name for c in commands.COMMANDS)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """The descriptions and examples as written, but no line wider than the terminal
+    (argparse's width): a longer one is wrapped at its words, and so is a usage line
+    argparse leaves whole (a group of alternatives, as `config`'s)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(_wrap(line, self._width) for line in
+                         super()._fill_text(text, width, indent).split("\n"))
+
+    def _format_usage(self, usage: str | None, actions: Iterable[argparse.Action],
+                      groups: Iterable[argparse._MutuallyExclusiveGroup],
+                      prefix: str | None) -> str:
+        text = super()._format_usage(usage, actions, groups, prefix)
+        lines = text.rstrip("\n").split("\n")
+        if all(len(line) <= self._width for line in lines) or usage is not None:
+            return text
+        head = lines[0][:lines[0].index(self._prog) + len(self._prog) + 1]
+        import textwrap  # only for a usage line too wide for the terminal
+
+        words = " ".join(line.strip() for line in lines)
+        return textwrap.fill(words, self._width, subsequent_indent=" " * len(head),
+                             break_on_hyphens=False, break_long_words=False) + "\n\n"
+
+
+def _wrap(line: str, width: int) -> str:
+    if len(line) <= width:
+        return line
+    import textwrap  # only for a line too wide for the terminal
+
+    indent = line[:len(line) - len(line.lstrip())]
+    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False,
+                         break_long_words=False)
 
 
 class _Once(argparse.Action):
@@ -81,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="gputop [options]\n       gputop COMMAND [options]",
         description="A terminal dashboard for NVIDIA GPUs, local or over SSH.",
         epilog=clihelp.main_epilog(commands.COMMANDS),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"gputop {__version__}")
     _add_source_args(parser)
@@ -113,7 +147,7 @@ def build_command_parser(command: Command) -> argparse.ArgumentParser:
     two examples under them."""
     p = argparse.ArgumentParser(prog=f"gputop {command.name}",
                                 epilog=clihelp.examples_epilog(command),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=_Formatter)
     if command.sources:
         _add_source_args(p)
     commands.function(command.arguments)(p)
