@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from gputop.commands import common, once
 from gputop.exitcodes import EXIT_OK
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
+from gputop.sources.opener import file_order
 
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
@@ -43,17 +44,19 @@ def _watch(options: SourceOptions, interval: float, frames: int | None) -> int:
     config = common.config(options)
     settings = common.settings(config)
     feeds = common.feeds(options, config, history=False)
+    order = file_order(common.plan(options))
     out = sys.stdout
     try:
         with common.reader_may_leave():
-            asyncio.run(_loop(feeds, interval, settings, options, out, frames))
+            asyncio.run(_loop(feeds, interval, settings, options, out, frames, order))
     except KeyboardInterrupt:
         pass  # the way out of a watch, not an error
     return EXIT_OK
 
 
 async def _loop(feeds: Sequence[Feed], interval: float, settings: Settings,
-                options: SourceOptions, out: TextIO, frames: int | None) -> None:
+                options: SourceOptions, out: TextIO, frames: int | None,
+                order: Callable[[HostSnapshot], int]) -> None:
     from gputop.analysis.pipeline import warnings_once
 
     latest: dict[str, HostSnapshot] = {}  # in the order the hosts first answered
@@ -72,7 +75,7 @@ async def _loop(feeds: Sequence[Feed], interval: float, settings: Settings,
         terminal = bool(getattr(out, "isatty", None) and out.isatty())
         shown = 0
         while frames is None or shown < frames:
-            snapshots = list(latest.values())
+            snapshots = sorted(latest.values(), key=order)  # the hosts file's order
             now = time.time()
             warnings = {s.host: warnings_once(s, settings, _me(feeds, s.host), now)
                         for s in snapshots}

@@ -452,6 +452,14 @@ class Round(Record):
         return identity.user if identity is not None else None
 
 
+def file_order(plan: SourcePlan) -> Callable[[HostSnapshot], int]:
+    """A sort key for snapshots: the hosts file's (or -H's) order, whichever answered
+    first and whatever kind of feed reads it; the hosts it does not list (this machine,
+    the demo's, a Prometheus server's) stay first, in their own order (a stable sort)."""
+    rank = {spec.name: i for i, spec in enumerate(plan.ssh_hosts)}
+    return lambda snapshot: rank.get(snapshot.host, -1)
+
+
 def collect_once(
     options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False,
     topology: bool = True, prometheus_view: str | None = None,
@@ -463,6 +471,7 @@ def collect_once(
     """
     from gputop.sources.feed import LocalFeed
 
+    plan = plan or plan_sources(options)
     feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean,
                        topology=topology, prometheus_view=prometheus_view)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
@@ -485,4 +494,4 @@ def collect_once(
         found, who = asyncio.run(first_round(remote, options.timeout))
         snapshots.extend(found)
         identities.update(who)
-    return Round(snapshots, identities)
+    return Round(sorted(snapshots, key=file_order(plan)), identities)
