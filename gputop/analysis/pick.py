@@ -118,6 +118,17 @@ class _Load(MutableRecord):
 
     mine: int = 0
     others: set[str] = field(default_factory=set)
+    hidden: int = 0  # processes whose user gputop cannot see (another namespace, no /proc)
+
+    def whose(self) -> str:
+        """The other users, in words: "bob, carol", "bob and a process of a user gputop
+        cannot see" (an unknown user may be anyone: not mine, and no name to give)."""
+        named = ", ".join(sorted(self.others))
+        if not self.hidden:
+            return named
+        unseen = ("a process of a user" if self.hidden == 1
+                  else f"{self.hidden} processes of users") + " gputop cannot see"
+        return f"{named} and {unseen}" if named else unseen
 
 
 def _busy(snapshot: HostSnapshot, me: str | None,
@@ -134,7 +145,10 @@ def _busy(snapshot: HostSnapshot, me: str | None,
             load.mine += 1
         else:
             # A process whose user is unknown may be anyone's: not mine.
-            load.others.add(proc.user or "an unknown user")
+            if proc.user:
+                load.others.add(proc.user)
+            else:
+                load.hidden += 1
     return loads
 
 
@@ -174,8 +188,8 @@ def _rejection(
 def _load_rejection(load: _Load | None, want: Want, free: int | None, util: float | None,
                     no_util: str) -> str | None:
     """The rule on processes and limits, the same for a card and a MIG device."""
-    if load is not None and load.others and not want.share:
-        return f"{OTHERS} ({', '.join(sorted(load.others))})"
+    if load is not None and (load.others or load.hidden) and not want.share:
+        return f"{OTHERS} ({load.whose()})"
     if want.min_free_mem is None and want.max_util is None:
         if load is not None and load.mine and not want.share:
             return f"{load.mine} process(es) running"
