@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     from gputop.sources.feed import Feed
 
 # Home, then clear to the end of the screen: the frame is redrawn in place, without the
-# flash of a full clear.  Only on a terminal; a pipe gets frames one after the other.
+# flash of a full clear.  Only on a terminal that moves its cursor; a pipe or TERM=dumb
+# gets frames one after the other.
 _HOME_CLEAR = "\x1b[H\x1b[J"
 MIN_INTERVAL_S = 0.1
 
@@ -72,7 +74,10 @@ async def _loop(feeds: Sequence[Feed], interval: float, settings: Settings,
         deadline = time.monotonic() + options.timeout
         while time.monotonic() < deadline and not (latest and hosts <= latest.keys()):
             await asyncio.sleep(0.05)
-        terminal = bool(getattr(out, "isatty", None) and out.isatty())
+        # TERM=dumb (an editor's shell buffer, a serial console) moves no cursor: frames
+        # follow one another there, as on a pipe (issue 39.4).
+        terminal = bool(getattr(out, "isatty", None) and out.isatty()) and (
+            os.environ.get("TERM") != "dumb")
         shown = 0
         while frames is None or shown < frames:
             snapshots = sorted(latest.values(), key=order)  # the hosts file's order
