@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from gputop import __version__, clihelp, commands
 from gputop.clihelp import Command
@@ -22,6 +22,40 @@ from gputop.model import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 from gputop.options import DEFAULT_TIMEOUT_S, SourceOptions
 
 NAMES = tuple(c.name for c in commands.COMMANDS)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """The descriptions and examples as written, but no line wider than the terminal
+    (argparse's width): a longer one is wrapped at its words, and so is a usage line
+    argparse leaves whole (a group of alternatives, as `config`'s)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(_wrap(line, self._width) for line in
+                         super()._fill_text(text, width, indent).split("\n"))
+
+    def _format_usage(self, usage: str | None, actions: Iterable[argparse.Action],
+                      groups: Iterable[argparse._MutuallyExclusiveGroup],
+                      prefix: str | None) -> str:
+        text = super()._format_usage(usage, actions, groups, prefix)
+        lines = text.rstrip("\n").split("\n")
+        if all(len(line) <= self._width for line in lines) or usage is not None:
+            return text
+        head = lines[0][:lines[0].index(self._prog) + len(self._prog) + 1]
+        import textwrap  # only for a usage line too wide for the terminal
+
+        words = " ".join(line.strip() for line in lines)
+        return textwrap.fill(words, self._width, subsequent_indent=" " * len(head),
+                             break_on_hyphens=False, break_long_words=False) + "\n\n"
+
+
+def _wrap(line: str, width: int) -> str:
+    if len(line) <= width:
+        return line
+    import textwrap  # only for a line too wide for the terminal
+
+    indent = line[:len(line) - len(line.lstrip())]
+    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False,
+                         break_long_words=False)
 
 
 class _Once(argparse.Action):
@@ -81,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="gputop [options]\n       gputop COMMAND [options]",
         description="A terminal dashboard for NVIDIA GPUs, local or over SSH.",
         epilog=clihelp.main_epilog(commands.COMMANDS),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"gputop {__version__}")
     _add_source_args(parser)
@@ -113,7 +147,7 @@ def build_command_parser(command: Command) -> argparse.ArgumentParser:
     two examples under them."""
     p = argparse.ArgumentParser(prog=f"gputop {command.name}",
                                 epilog=clihelp.examples_epilog(command),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=_Formatter)
     if command.sources:
         _add_source_args(p)
     commands.function(command.arguments)(p)
@@ -134,48 +168,143 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
     )
 
 
-# The source options (_add_source_args) that take a value, and those that take none.
-_SOURCE_VALUED = frozenset({"--hosts", "-H", "--config", "--timeout", "--prometheus"})
-_SOURCE_FLAGS = frozenset({"--local"})
+# The top-level parser's options and each command's, as argparse declared them: what an
+# option before a command means, and whether that command takes it, is read from there.
+Table = dict[str, argparse.Action]
+
+
+def _option_table(parser: argparse.ArgumentParser) -> Table:
+    return {s: a for a in parser._actions for s in a.option_strings}
+
+
+def _resolve(token: str, table: Table, exact: bool = False) -> tuple[str, bool] | None:
+    """The option string ``token`` names in ``table`` (as argparse reads it: exact,
+    NAME=VALUE, -Hvalue, or unless ``exact`` a unique prefix of a long option), and
+    whether its value is attached to it; None where it names none."""
+    if not token.startswith("-") or token in ("-", "--"):
+        return None
+    name, eq, _ = token.partition("=")
+    if name in table:
+        return name, bool(eq)
+    if not token.startswith("--"):
+        return (token[:2], True) if token[:2] in table else None
+    if exact:
+        return None
+    near = {table[s].dest: s for s in table if s.startswith(name)}
+    return (next(iter(near.values())), bool(eq)) if len(near) == 1 else None
+
+
+def _width(token: str, table: Table, following: Sequence[str],
+           exact: bool = False) -> tuple[str, int] | None:
+    """The option ``token`` names and how many tokens it and its value take."""
+    found = _resolve(token, table, exact)
+    if found is None:
+        return None
+    name, attached = found
+    nargs = table[name].nargs
+    if attached or nargs == 0:
+        return name, 1
+    if nargs == "?":  # --demo's scenario is optional: `--demo check` names none
+        takes = bool(following) and not following[0].startswith("-") and (
+            following[0] not in NAMES)
+        return name, 1 + takes
+    return name, 1 + min(nargs if isinstance(nargs, int) else 1, len(following))
+
+
+class Refused(Exception):
+    """An option given to a command that does not take it: one line, exit 2."""
 
 
 def command_first(args: Sequence[str]) -> list[str]:
-    """``--demo lab check`` -> ``check --demo lab``: --help lists the source options as
-    top-level ones, so they may stand before a subcommand too.  Only source options are
-    moved, and only when a subcommand follows them; anything else is left as typed."""
+    """``--demo lab check`` -> ``check --demo lab``: every option the top-level help lists
+    may stand before a command as well as after it, and means the same there; one the
+    command does not take is refused with why (``Refused``), before it or after it.
+    Without a command: the arguments as typed (the dashboard's)."""
+    return _command_first(args)[0]
+
+
+def _command_first(args: Sequence[str]) -> tuple[list[str], argparse.ArgumentParser | None]:
+    """``command_first``, and the command's parser (None: no command)."""
+    top = _option_table(build_parser())
+    groups: list[tuple[str, list[str]]] = []  # the options before the command
     i = 0
-    while i < len(args):
-        token = args[i]
-        if token in NAMES:
-            # After the command's own words (a bare --demo must not take `cancel` of
-            # `queue cancel ID` as its scenario), before a `--` that starts run's CMD.
-            rest = list(args[i + 1:])
-            end = rest.index("--") if "--" in rest else len(rest)
-            return [token, *rest[:end], *args[:i], *rest[end:]]
-        name = token.split("=", 1)[0]
-        if "=" in token and name in (*_SOURCE_VALUED, "--demo"):
-            i += 1
-        elif token in _SOURCE_VALUED:
-            i += 2
-        elif (token.startswith("-H") and len(token) > 2) or token in _SOURCE_FLAGS:
-            i += 1
-        elif token == "--demo":
-            # --demo's scenario is optional: `--demo check` is the default scenario's check.
-            following = args[i + 1] if i + 1 < len(args) else None
-            takes = following is not None and not following.startswith("-") and (
-                following not in NAMES)
-            i += 2 if takes else 1
-        else:
+    while i < len(args) and args[i] not in NAMES:
+        found = _width(args[i], top, args[i + 1:])
+        if found is None:
+            return list(args), None  # a word that is no command, or no option of gputop's
+        name, width = found
+        groups.append((name, list(args[i:i + width])))
+        i += width
+    if i == len(args):
+        return list(args), None
+    command = commands.named(args[i])
+    assert command is not None
+    parser = build_command_parser(command)
+    own = _option_table(parser)
+    rest = list(args[i + 1:])
+    for name in [name for name, _ in groups] + _foreign(rest, parser, top):
+        if name not in own:
+            raise Refused(clihelp.option_refused(name, command.name, _source_option(name)))
+    # Right behind the command, before its words (run's CMD would swallow them further
+    # on); a bare --demo there would take `queue cancel`'s `cancel` as its scenario, so it
+    # is given its default in so many words.
+    front: list[str] = []
+    for name, tokens in groups:
+        bare = own[name].nargs == "?" and tokens == [name]
+        front += [f"{tokens[0]}={own[name].const}"] if bare else tokens
+    return [args[i], *front, *rest], parser
+
+
+def _foreign(rest: Sequence[str], parser: argparse.ArgumentParser, top: Table) -> list[str]:
+    """The top-level options among a command's arguments that it has no option of its own
+    for (up to a `--`, or the first word of a REMAINDER such as run's CMD).  A top-level
+    option's full name is that option, not an abbreviation of one of the command's
+    (`config --hosts` is no `--hosts-example`): as it would be before the command."""
+    own = _option_table(parser)
+    swallows = any(a.nargs == argparse.REMAINDER for a in parser._actions
+                   if not a.option_strings)
+    found: list[str] = []
+    i = 0
+    while i < len(rest) and rest[i] != "--":
+        mine = _width(rest[i], own, rest[i + 1:], exact=True)
+        theirs = _resolve(rest[i], top, exact=True)
+        if mine is None and theirs is None:
+            mine, theirs = _width(rest[i], own, rest[i + 1:]), _resolve(rest[i], top)
+        if mine is not None:
+            i += mine[1]
+            continue
+        if theirs is not None:
+            found.append(theirs[0])
+        elif swallows and not rest[i].startswith("-"):
             break
-    return list(args)
+        i += 1
+    return found
+
+
+def _source_option(name: str) -> bool:
+    """Whether ``name`` says where snapshots come from (`_add_source_args`)."""
+    scratch = argparse.ArgumentParser(add_help=False)
+    _add_source_args(scratch)
+    return name in _option_table(scratch)
+
+
+def parse_command(argv: Sequence[str]) -> tuple[Command, argparse.Namespace] | None:
+    """The command typed and its arguments, wherever its options stood (``Refused`` for
+    one it does not take); None where no command is typed (the dashboard)."""
+    args, parser = _command_first(argv)
+    if parser is None:
+        return None
+    command = commands.named(args[0])
+    assert command is not None
+    return command, parser.parse_args(args[1:])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = command_first(sys.argv[1:] if argv is None else argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        command = commands.named(args_list[0]) if args_list else None
-        if command is not None:
-            return _run_command(command, build_command_parser(command).parse_args(args_list[1:]))
+        typed = parse_command(args_list)
+        if typed is not None:
+            return _run_command(*typed)
         if args_list and not args_list[0].startswith("-"):  # the dashboard has no positional
             print(clihelp.unknown_command(args_list[0], NAMES), file=sys.stderr)
             return EXIT_USAGE
@@ -183,11 +312,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, extra = parser.parse_known_args(args_list)
         if extra:  # `gputop --demo lab chek`: a mistyped command after the options
             word = next((w for w in extra if not w.startswith("-")), None)
-            if word is None:
+            if word is None or word in NAMES:  # `--bogus check`: the option is wrong
                 parser.error(f"unrecognized arguments: {' '.join(extra)}")
             print(clihelp.unknown_command(word, NAMES), file=sys.stderr)
             return EXIT_USAGE
         return _run_main(source_options(args), args)
+    except Refused as refused:
+        print(refused, file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -56,3 +56,10 @@ def unknown_command(word: str, names: Iterable[str]) -> str:
     near = difflib.get_close_matches(word, list(names), n=1, cutoff=0.5)
     hint = f"; did you mean '{near[0]}'?" if near else ""
     return f"gputop: unknown command '{word}'{hint} (gputop --help lists the commands)"
+
+
+def option_refused(option: str, command: str, source: bool) -> str:
+    """One line for a top-level option given to a command that does not take it."""
+    what = "a source option" if source else "a dashboard option"
+    return (f"gputop: {option} is {what}; `{command}` does not take it "
+            f"(see gputop {command} --help)")

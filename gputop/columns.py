@@ -24,18 +24,20 @@ class Column(Record):
     shown: bool = True  # in the default ``columns:``
 
 
+# The drop order keeps what nvitop keeps at 80 columns (TYPE and TIME, COMMAND's 20
+# cells beside them): RSS goes first, then CPU%, and only narrower still TYPE, then TIME.
 COLUMNS: dict[str, Column] = {
     c.id: c
     for c in (
         Column("gpu", "GPU", 3, True, 0),
         Column("pid", "PID", 7, True, 0),
-        Column("user", "USER", 9, False, 0),
-        Column("type", "TYPE", 4, False, 2),
+        Column("user", "USER", 8, False, 0),  # ps's width
+        Column("type", "TYPE", 4, False, 3),
         Column("gpu_mem", "GPU-MEM", 7, True, 0, descending=True),
         Column("sm", "SM%", 4, True, 0, descending=True),
-        Column("cpu", "CPU%", 5, True, 4, descending=True),
+        Column("cpu", "CPU%", 5, True, 2, descending=True),
         Column("rss", "RSS", 6, True, 1, descending=True),
-        Column("time", "TIME", 8, True, 3, descending=True),
+        Column("time", "TIME", 7, True, 4, descending=True),  # "999d23h" at most
         Column("flags", "STATE/FLAGS", 11, False, 0, descending=True),
         Column("job", "JOB", 16, False, 5),  # hidden where no process has a workload
         Column("command", "COMMAND", 0, False, 0),

@@ -137,6 +137,17 @@ def compose(text: str, name: str, error_cls: type[Exception]) -> Any | None:
     return root
 
 
+def unknown_key(key: str, known: Collection[str], listed: str = "expected one of") -> str:
+    """The words for a key not in ``known``, for every file gputop reads (config, hosts,
+    policy, health thresholds, scenarios): the nearest known key where one is near, then
+    them all."""
+    import difflib  # only for a mistyped key
+
+    near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean '{near[0]}'?" if near else ""
+    return f"unknown key{hint} ({listed}: {', '.join(known)})"
+
+
 def mapping_items(
     node: Any, name: str, error_cls: type[Exception], key: str = "", known: Collection[str] = ()
 ) -> list[tuple[str, Any, Any, str]]:
@@ -158,7 +169,7 @@ def mapping_items(
         if text in first:
             raise error_cls(f"{at} '{full}': duplicate key (first on line {first[text]})")
         if known and text not in known:
-            raise error_cls(f"{at} '{full}': unknown key (expected one of: {', '.join(known)})")
+            raise error_cls(f"{at} '{full}': {unknown_key(text, known)}")
         first[text] = line_of(knode)
         out.append((text, knode, vnode, full))
     return out

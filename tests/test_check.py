@@ -45,7 +45,10 @@ def test_faulty_node_exits_critical() -> None:
 SCENARIO_VERDICTS = {
     # a training job holding >80 % of all eight cards: healthy, so silent and exit 0
     "dgx-h100": (0, set()),
+    # its XIDs and lost GPU at once, as `--demo list` promises (issue 39.9)
     "faulty": (2, {("critical", "ecc-uncorrected", 2), ("critical", "remap-pending", 2),
+                   ("critical", "xid-48", 6), ("critical", "xid-79", 6),
+                   ("critical", "xid-94", 3), ("critical", "gpu-lost", 6),
                    ("warning", "nvlink-down", 4), ("warning", "pcie-gen", 5),
                    ("warning", "pcie-width", 5), ("info", "persistence-off", None)}),
     "lab": (1, {("warning", "temp-near-slowdown", 1), ("warning", "thermal-slowdown", 1),

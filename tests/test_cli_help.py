@@ -172,3 +172,21 @@ def test_readme_says_how_to_run_the_demo_after_make_demo(
         else:
             assert args[1] in [*dict(list_scenarios()), CLUSTER]
         capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", ["", *ALL])
+def test_every_help_fits_80_columns(command: str, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`gputop --help` and each command's at COLUMNS=80: no line wider (issue 39.9), and
+    a wrapped line keeps its words (nothing cut)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"] if command else ["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    wide = [line for line in out.splitlines() if len(line) > 80]
+    assert wide == [], wide
+    if command:
+        parser = parser_of(command)
+        for words in (parser.description or "").split():
+            assert words in out.split(), words

@@ -95,7 +95,18 @@ def test_filters_only_narrow_another_users_card_needs_share() -> None:
     assert rank(snap, Want(me="ann", share=True), NOW).indexes == [0, 1]
     nobody = _snap([_gpu(0, 2, 0)], [dataclasses.replace(_proc(0, 100, "x"), user=None)])
     assert rank(nobody, Want(me="ann", min_free_mem=GIB), NOW).rejected == {
-        0: "in use by another user (an unknown user)"}
+        0: "in use by another user (a process of a user gputop cannot see)"}
+
+
+def test_a_hidden_process_beside_a_named_user_is_said_as_such() -> None:
+    # Issue 39.7: "(an unknown user, bob)" read as two users, one called "an unknown user".
+    hidden = [dataclasses.replace(_proc(0, 100, "x"), user=None, pid=pid) for pid in (7, 8)]
+    one = _snap([_gpu(0, 2, 0)], [_proc(0, 100, "bob"), hidden[0]])
+    assert rank(one, Want(me="ann"), NOW).rejected == {
+        0: "in use by another user (bob and a process of a user gputop cannot see)"}
+    two = _snap([_gpu(0, 2, 0)], [_proc(0, 100, "bob"), _proc(0, 100, "carol"), *hidden])
+    assert rank(two, Want(me="ann"), NOW).rejected == {
+        0: "in use by another user (bob, carol and 2 processes of users gputop cannot see)"}
 
 
 def test_filter_limits_are_inclusive_and_unknown_memory_is_refused() -> None:

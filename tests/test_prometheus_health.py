@@ -114,6 +114,16 @@ def check_json(*args: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, dict(json.loads(done.stdout))
 
 
+def timed() -> set[tuple[str, int | None]]:
+    """The faulty scenario's timed events (its XIDs, its lost GPU): a one-shot `check`
+    sees them at once, `gputop serve` (a simulation running in time) 5-20 s in."""
+    from gputop.sources import sim
+
+    faults = sim.load_scenario("faulty").faults
+    return ({(f"xid-{x['xid']}", x["gpu"]) for x in faults["xid"]}
+            | {("gpu-lost", lost["gpu"]) for lost in faults["lost"]})
+
+
 def codes(doc: dict[str, Any], host: str) -> set[tuple[str, int | None]]:
     return {(w["code"], w["gpu"]) for w in doc["warnings"] if w["host"] == host}
 
@@ -137,7 +147,7 @@ def test_gputop_serve_warnings_come_through_with_the_same_codes(cluster: Cluster
     local_status, local = check_json("--demo", "faulty")
     [host] = {w["host"] for w in local["warnings"]}
     status, through = check_json("--prometheus", cluster.url)
-    assert codes(local, host) and codes(local, host) <= codes(through, host)
+    assert codes(local, host) and codes(local, host) - timed() <= codes(through, host)
     assert local_status == 2 and status == 2
 
 
@@ -347,6 +357,8 @@ def test_the_faulty_hosts_problems_arrive_with_their_own_sentence_and_hint(
     assert len(local["warnings"]) >= 5
     relayed = 0
     for mine in local["warnings"]:
+        if (mine["code"], mine["gpu"]) in timed() - by_key.keys():
+            continue  # not come yet on the serving side
         there = by_key[(mine["code"], mine["gpu"])]
         rule = health.registry.by_code(mine["code"])
         assert rule is not None

@@ -246,3 +246,53 @@ def test_others_on_is_picks_rule_for_cards_and_mig_devices() -> None:
     # the same words pick gives
     assert got["0"] == rank_devices(snap, Want(me="me"), 0.0).rejected["0"]
     assert others_on(snap, ["1:0"], 0.0, "me") == {}
+
+
+def _visible(app: GputopApp, widget) -> bool:
+    """The widget is drawn where it is: the screen's cell at its middle is the widget."""
+    region = widget.region
+    if not region.area:
+        return False
+    try:
+        found, _ = app.screen.get_widget_at(*region.center)
+    except Exception:  # no widget there: off the screen
+        return False
+    return found is widget or widget in found.ancestors_with_self
+
+
+async def test_at_80x24_the_caution_error_and_buttons_are_in_sight() -> None:
+    """Issue 39.7: at 80x24 the dialog hid its caution and its buttons (Tab focused them
+    unseen, Enter on a bad field said nothing).  Every card of another user's process
+    cautioned at once, and still both buttons, the caution and the error are seen."""
+    from gputop.ui.screenshots import demo_app, load
+
+    app = demo_app("lab")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await load(pilot)
+        snap = app.state.snapshot
+        others = sorted({p.gpu for p in snap.processes if p.user != "alice" and p.type != "G"})
+        assert len(others) >= 3  # three cautions, each wrapped over lines
+        app.state.selected_gpu = others[0]
+        await pilot.press("r")
+        await _until(pilot, lambda: isinstance(app.screen, ReserveScreen))
+        _field(app, "gpus").value = ",".join(map(str, others))
+        await _until(pilot, lambda: str(_field(app, "current").render()).count("caution") == 3)
+        await pilot.pause()
+        for name in ("confirm", "cancel", "gpus", "for", "note"):
+            assert _visible(app, _field(app, name)), name
+        assert _visible(app, _field(app, "current"))
+        # a bad duration: the word is seen, the dialog stays
+        _field(app, "for").value = "soon"
+        _field(app, "for").focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ReserveScreen)
+        assert "bad duration 'soon'" in str(_field(app, "error").render())
+        assert _visible(app, _field(app, "error"))
+        # Tab reaches the buttons, in sight
+        focused = []
+        for _ in range(8):
+            await pilot.press("tab")
+            focused.append(app.screen.focused)
+        for name in ("confirm", "cancel"):
+            assert _field(app, name) in focused and _visible(app, _field(app, name)), name

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gputop.ui.screenshots import CLUSTER, demo_app, load
+from gputop.ui.screenshots import CLUSTER, demo_app, load, reserve_dialog
 
 
 @pytest.mark.parametrize("scenario", ["lab", "dgx-h100"])
@@ -56,3 +56,14 @@ def test_slurm_node(snap_compare: Any, fold: bool) -> None:
 @pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
 def test_mig_node(snap_compare: Any, size: tuple[int, int]) -> None:
     assert snap_compare(demo_app("mig"), terminal_size=size, run_before=load)
+
+
+# -- issue 39.7: the reserve dialog at 80x24 keeps its cautions, error line and buttons ----
+
+
+def test_reserve_dialog_80x24(snap_compare: Any) -> None:
+    async def steps(pilot: Any) -> None:
+        await load(pilot)
+        await reserve_dialog("0,1,3")(pilot)
+
+    assert snap_compare(demo_app("lab"), terminal_size=(80, 24), run_before=steps)

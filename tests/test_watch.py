@@ -53,3 +53,39 @@ def test_watch_refuses_json_and_tiny_intervals() -> None:
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, done.stderr
         assert problem in done.stderr and "Traceback" not in done.stderr
+
+
+def _watch_on_a_pty(term: str) -> str:
+    """Two --watch frames of the lab demo written to a real terminal (a pty) with TERM."""
+    import pty
+
+    code = ("import sys\nfrom gputop.commands import watch\nfrom gputop.options import "
+            "SourceOptions\nsys.exit(watch.run(SourceOptions(demo='lab'), 0.1, frames=2))\n")
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": term, "COLUMNS": "120"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    return out.decode()
+
+
+def test_watch_on_a_dumb_terminal_prints_frames_one_after_another() -> None:
+    """Issue 39.4: TERM=dumb moves no cursor and clears nothing: each frame follows the
+    last, without escape codes (on an xterm the frame is redrawn in place)."""
+    dumb = _watch_on_a_pty("dumb")
+    assert dumb.count("Ctrl+C quits") == 2
+    assert "\x1b" not in dumb, repr(dumb[:200])
+    xterm = _watch_on_a_pty("xterm")
+    assert xterm.count("Ctrl+C quits") == 2 and "\x1b[H\x1b[J" in xterm

@@ -75,7 +75,8 @@ def test_keys_must_be_text(text: str, expected: str) -> None:
 def test_unknown_key_lists_the_known_ones() -> None:
     assert items("a: 1\nb: 2\n", known=("a", "b", "c")) == [("a", 1, "a"), ("b", 2, "b")]
     message = error("a: 1\nbb: 2\n", key="sec", known=("a", "b"))
-    assert message == "f.yaml:2: key 'sec.bb': unknown key (expected one of: a, b)"
+    assert message == ("f.yaml:2: key 'sec.bb': unknown key; did you mean 'b'? "
+                       "(expected one of: a, b)")
 
 
 @pytest.mark.parametrize("text", ["- a\n- b\n", "just text\n", "42\n"])

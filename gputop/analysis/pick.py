@@ -42,6 +42,9 @@ class Want(Record):
     share: bool = False  # cards another user's process runs on may be chosen
     whole: bool = False  # whole cards only, never a MIG device
     me: str | None = None  # whose reservations and processes are mine
+    # Whose processes are mine where that is not ``me``: in --demo the scenario's user,
+    # whose reservations are the real user's (sources/identity.py, Identity.reserves_as).
+    user: str | None = None
     # Cards (indexes) and MIG devices (UUIDs) not to choose: taken by someone else.
     exclude: frozenset[int | str] = frozenset()
     # False: a card I reserved by hand is not free either (a `gputop run` job must not
@@ -87,7 +90,7 @@ def rank(snapshot: HostSnapshot, want: Want, now: float, *,
         w.gpu: w.message for w in warnings if w.severity == model.CRITICAL and w.gpu is not None
     }
     excluded = {e for e in want.exclude if isinstance(e, int)}
-    busy = _busy(snapshot, want.me, lambda proc: proc.gpu)
+    busy = _busy(snapshot, want.user or want.me, lambda proc: proc.gpu)
     chosen: list[Gpu] = []
     rejected: dict[int, str] = {}
     for gpu in snapshot.gpus:
@@ -115,6 +118,17 @@ class _Load(MutableRecord):
 
     mine: int = 0
     others: set[str] = field(default_factory=set)
+    hidden: int = 0  # processes whose user gputop cannot see (another namespace, no /proc)
+
+    def whose(self) -> str:
+        """The other users, in words: "bob, carol", "bob and a process of a user gputop
+        cannot see" (an unknown user may be anyone: not mine, and no name to give)."""
+        named = ", ".join(sorted(self.others))
+        if not self.hidden:
+            return named
+        unseen = ("a process of a user" if self.hidden == 1
+                  else f"{self.hidden} processes of users") + " gputop cannot see"
+        return f"{named} and {unseen}" if named else unseen
 
 
 def _busy(snapshot: HostSnapshot, me: str | None,
@@ -131,7 +145,10 @@ def _busy(snapshot: HostSnapshot, me: str | None,
             load.mine += 1
         else:
             # A process whose user is unknown may be anyone's: not mine.
-            load.others.add(proc.user or "an unknown user")
+            if proc.user:
+                load.others.add(proc.user)
+            else:
+                load.hidden += 1
     return loads
 
 
@@ -171,8 +188,8 @@ def _rejection(
 def _load_rejection(load: _Load | None, want: Want, free: int | None, util: float | None,
                     no_util: str) -> str | None:
     """The rule on processes and limits, the same for a card and a MIG device."""
-    if load is not None and load.others and not want.share:
-        return f"{OTHERS} ({', '.join(sorted(load.others))})"
+    if load is not None and (load.others or load.hidden) and not want.share:
+        return f"{OTHERS} ({load.whose()})"
     if want.min_free_mem is None and want.max_util is None:
         if load is not None and load.mine and not want.share:
             return f"{load.mine} process(es) running"
@@ -246,7 +263,7 @@ def rank_devices(snapshot: HostSnapshot, want: Want, now: float, *,
     chosen = [Choice(gpu) for gpu in cards.chosen]
     rejected = {str(i): why for i, why in cards.rejected.items()}
     held = mig_reservations(snapshot, now)
-    busy = _busy(snapshot, want.me, lambda proc: None if proc.mig_device is None
+    busy = _busy(snapshot, want.user or want.me, lambda proc: None if proc.mig_device is None
                  else (proc.gpu, proc.mig_device))
     for gpu in snapshot.gpus:
         if not gpu.mig_devices or gpu.state != model.GPU_OK:
@@ -290,11 +307,11 @@ def _mig_rejection(
 
 
 def others_on(snapshot: HostSnapshot, units: Iterable[int | str], now: float,
-              me: str | None) -> dict[str, str]:
+              me: str | None, user: str | None = None) -> dict[str, str]:
     """For each named unit (a card's index, a MIG device's label "0:1") that another
     user's process runs on, the rejection ``pick`` gives it without --share: what a
     reserve by hand should caution about.  A card in MIG mode counts its MIG devices'."""
-    rejected = rank_devices(snapshot, Want(me=me), now).rejected
+    rejected = rank_devices(snapshot, Want(me=me, user=user), now).rejected
     mig_labels = {g.index: [d.label for d in g.mig_devices] for g in snapshot.gpus}
     out: dict[str, str] = {}
     for unit in units:

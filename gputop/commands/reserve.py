@@ -109,7 +109,7 @@ def _pick(options: SourceOptions, args: argparse.Namespace) -> int:
     collected = common.collect(options, config, common.plan(options, True, args.host))
     snapshot = _usable(collected.snapshots)
     me = collected.me(snapshot.host)
-    want = wanted(args, _count(args.count), me)
+    want = replace(wanted(args, _count(args.count), me), user=collected.user(snapshot.host))
     now = time.time()
     answer = picking.choose(snapshot, want, now, warnings=_health(snapshot, settings, me, now))
     chosen = answer.units
@@ -179,16 +179,18 @@ def _reserve(options: SourceOptions, args: argparse.Namespace) -> int:
             if gpus is not None:
                 _check_gpus(gpus, snapshot)
                 # Allowed, but said: pick's own rule would leave these out (no --share).
+                identity = session.identity(host)
                 cautions.update(picking.others_on(
-                    snapshot, gpus, time.time(), session.identity(host).reservation_owner))
+                    snapshot, gpus, time.time(), identity.reservation_owner, identity.user))
                 reply = await session.request(
                     host, {"op": "reserve", "gpus": gpus, "until": until, "note": note})
                 if not reply.get("ok"):
                     raise action_failed(_reply_message(reply, host))
                 return host, reply, [_device(r) for r in reply.get("reservations", [])]
-            me = session.identity(host).reservation_owner
+            identity = session.identity(host)
+            me = identity.reservation_owner
             warnings = _health(snapshot, settings, me, time.time())
-            pick = Pick(replace(want, me=me), warnings)
+            pick = Pick(replace(want, me=me, user=identity.user), warnings)
             reply, chosen = await reserve_best(session, snapshot, pick, until, note)
             return host, reply, chosen
 

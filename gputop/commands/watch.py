@@ -11,22 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from gputop.commands import common, once
 from gputop.exitcodes import EXIT_OK
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
+from gputop.sources.opener import file_order
 
 if TYPE_CHECKING:
     from gputop.analysis.pipeline import Settings
     from gputop.sources.feed import Feed
 
 # Home, then clear to the end of the screen: the frame is redrawn in place, without the
-# flash of a full clear.  Only on a terminal; a pipe gets frames one after the other.
+# flash of a full clear.  Only on a terminal that moves its cursor; a pipe or TERM=dumb
+# gets frames one after the other.
 _HOME_CLEAR = "\x1b[H\x1b[J"
 MIN_INTERVAL_S = 0.1
 
@@ -43,17 +46,19 @@ def _watch(options: SourceOptions, interval: float, frames: int | None) -> int:
     config = common.config(options)
     settings = common.settings(config)
     feeds = common.feeds(options, config, history=False)
+    order = file_order(common.plan(options))
     out = sys.stdout
     try:
         with common.reader_may_leave():
-            asyncio.run(_loop(feeds, interval, settings, options, out, frames))
+            asyncio.run(_loop(feeds, interval, settings, options, out, frames, order))
     except KeyboardInterrupt:
         pass  # the way out of a watch, not an error
     return EXIT_OK
 
 
 async def _loop(feeds: Sequence[Feed], interval: float, settings: Settings,
-                options: SourceOptions, out: TextIO, frames: int | None) -> None:
+                options: SourceOptions, out: TextIO, frames: int | None,
+                order: Callable[[HostSnapshot], int]) -> None:
     from gputop.analysis.pipeline import warnings_once
 
     latest: dict[str, HostSnapshot] = {}  # in the order the hosts first answered
@@ -69,10 +74,13 @@ async def _loop(feeds: Sequence[Feed], interval: float, settings: Settings,
         deadline = time.monotonic() + options.timeout
         while time.monotonic() < deadline and not (latest and hosts <= latest.keys()):
             await asyncio.sleep(0.05)
-        terminal = bool(getattr(out, "isatty", None) and out.isatty())
+        # TERM=dumb (an editor's shell buffer, a serial console) moves no cursor: frames
+        # follow one another there, as on a pipe (issue 39.4).
+        terminal = bool(getattr(out, "isatty", None) and out.isatty()) and (
+            os.environ.get("TERM") != "dumb")
         shown = 0
         while frames is None or shown < frames:
-            snapshots = list(latest.values())
+            snapshots = sorted(latest.values(), key=order)  # the hosts file's order
             now = time.time()
             warnings = {s.host: warnings_once(s, settings, _me(feeds, s.host), now)
                         for s in snapshots}

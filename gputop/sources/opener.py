@@ -325,8 +325,12 @@ class _WarmedUp:
     def collect(self) -> dict[str, Any]:
         if not self.warm:
             self.warm = True
-            self.collector.collect()
+            first = self.collector.collect()
             self.clock.now += DEMO_WARMUP_S
+            # The XIDs the warm-up read took from the driver's queue are this read's too.
+            data = self.collector.collect()
+            data["xid_events"] = [*first.get("xid_events", ()), *data.get("xid_events", ())]
+            return data
         return self.collector.collect()
 
 
@@ -402,6 +406,8 @@ def _demo_feed(
         scenario = load()
     except sim.ScenarioError as err:
         raise SourceError(str(err)) from None
+    if one_shot:  # it ends before a scenario's timed XIDs and lost GPUs would come
+        scenario = sim.squeezed(scenario, DEMO_WARMUP_S)
     clock: Callable[[], float] = _FrozenClock(time.time()) if one_shot else time.time
     host = str(scenario.host.get("hostname") or name)
     store = (reservations_dir(options, config) if machine is None
@@ -440,6 +446,19 @@ class Round(Record):
         identity = self.identities.get(host)
         return identity.reservation_owner if identity is not None else None
 
+    def user(self, host: str) -> str | None:
+        """Whose processes on ``host`` are "mine" (--demo: the scenario's user)."""
+        identity = self.identities.get(host)
+        return identity.user if identity is not None else None
+
+
+def file_order(plan: SourcePlan) -> Callable[[HostSnapshot], int]:
+    """A sort key for snapshots: the hosts file's (or -H's) order, whichever answered
+    first and whatever kind of feed reads it; the hosts it does not list (this machine,
+    the demo's, a Prometheus server's) stay first, in their own order (a stable sort)."""
+    rank = {spec.name: i for i, spec in enumerate(plan.ssh_hosts)}
+    return lambda snapshot: rank.get(snapshot.host, -1)
+
 
 def collect_once(
     options: SourceOptions, config: Config, plan: SourcePlan | None = None, lean: bool = False,
@@ -452,6 +471,7 @@ def collect_once(
     """
     from gputop.sources.feed import LocalFeed
 
+    plan = plan or plan_sources(options)
     feeds = open_feeds(options, config, one_shot=True, plan=plan, lean=lean,
                        topology=topology, prometheus_view=prometheus_view)
     local = [feed for feed in feeds if isinstance(feed, LocalFeed)]
@@ -474,4 +494,4 @@ def collect_once(
         found, who = asyncio.run(first_round(remote, options.timeout))
         snapshots.extend(found)
         identities.update(who)
-    return Round(snapshots, identities)
+    return Round(sorted(snapshots, key=file_order(plan)), identities)

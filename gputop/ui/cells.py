@@ -79,12 +79,22 @@ def by_gpu_memory(p: GpuProcess) -> tuple[float, int]:
     return (-1.0 if p.gpu_mem is None else float(p.gpu_mem), p.pid)
 
 
+def command_label(command: str, width: int | None = None) -> str:
+    """A command as every process list shows it (the table, the reclaim view, the kill
+    dialog): whole where it fits ``width``; else, cut, the script and its arguments rather
+    than the interpreter's directory.  ``width`` None: a column whose width the layout
+    decides later, narrow (the dialogs)."""
+    if width is not None and len(command) <= width:
+        return command
+    return without_program_dir(command)
+
+
 def row_text(cols: list[tuple[Column, int]], values: list[str]) -> str:
     """The cells of a row in their columns, one space apart."""
     parts = []
     for (col, width), value in zip(cols, values, strict=True):
-        if col.id == "command" and len(value) > width:  # cut: the script, not the path
-            value = without_program_dir(value)
+        if col.id == "command":
+            value = command_label(value, width)
         text = set_cell_size(value, width) if not col.right else right(value, width)
         parts.append(text)
     return " ".join(parts)

@@ -115,6 +115,19 @@ def _press(*keys: str) -> Step:
     return run
 
 
+def reserve_dialog(gpus: str) -> Step:
+    """The reserve dialog for ``gpus``, as typed over the prefilled card: what it says of
+    cards other users' processes run on."""
+    async def run(pilot: Any) -> None:
+        await pilot.press("r")
+        await pilot.pause()
+        field = pilot.app.screen.query_one("#reserve-gpus")
+        await pilot.press("end", *["backspace"] * len(field.value), *gpus)
+        await pilot.pause()
+
+    return run
+
+
 # (file name, scenario, size, steps after loading, screen class name that must show or None)
 SHOTS: list[tuple[str, str, tuple[int, int], list[Step], str | None]] = [
     ("main-lab-160x50", "lab", (160, 50), [], None),
@@ -132,6 +145,7 @@ SHOTS: list[tuple[str, str, tuple[int, int], list[Step], str | None]] = [
     ("kill-lab", "lab", (120, 40), [_press("k")], "KillScreen"),
     ("reclaim-lab", "lab", (120, 40), [_press("o")], "ReclaimScreen"),
     ("reserve-lab", "lab", (120, 40), [_press("r")], "ReserveScreen"),
+    ("reserve-lab-80x24", "lab", (80, 24), [reserve_dialog("0,1,3")], "ReserveScreen"),
     ("cluster-160x50", CLUSTER, (160, 50), [_press("c")], "ClusterScreen"),
     ("cluster-80x24", CLUSTER, (80, 24), [_press("c")], "ClusterScreen"),
     ("cluster-processes", CLUSTER, (160, 50), [_press("c"), _press("p")],

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gputop.records import Record, record
+from gputop.yamlnodes import unknown_key
 
 
 @record(frozen=True, slots=True)
@@ -44,8 +45,7 @@ class Thresholds(Record):
         values: dict[str, float] = {}
         for key, value in section.items():
             if key not in names:
-                known = ", ".join(sorted(names))
-                raise ValueError(f"health.{key}: unknown key (known: {known})")
+                raise ValueError(f"health.{key}: {unknown_key(key, sorted(names), 'known')}")
             # bool is an int in Python, but `mem_percent: yes` is a mistake, not 1 %.
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"health.{key}: expected a number, got {value!r}")

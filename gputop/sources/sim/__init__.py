@@ -47,6 +47,7 @@ from gputop.sources.sim.scenario import (
     parse_duration,
     scenario_dir,
     scenario_from_dict,
+    squeezed,
     synthetic_scenario,
 )
 
@@ -62,6 +63,7 @@ __all__ = [
     "parse_duration",
     "scenario_dir",
     "scenario_from_dict",
+    "squeezed",
     "synthetic_scenario",
     "wander",
 ]

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gputop import yamlnodes
-from gputop.records import MutableRecord, field, record
+from gputop.records import MutableRecord, field, record, replace
 from gputop.sources.sim.api import (
     _COMPUTE_MODES,
     _THROTTLE_BITS,
@@ -309,8 +309,8 @@ class _Checker:
         out: dict[str, Any] = {}
         for key, value in data.items():
             if key not in schema:
-                known = ", ".join(sorted(schema))
-                raise self.fail((*path, key), f"unknown key (known keys: {known})")
+                raise self.fail((*path, key),
+                                yamlnodes.unknown_key(key, sorted(schema), "known keys"))
             out[key] = self.value(value, (*path, key), schema[key][0])
         return out
 
@@ -604,7 +604,8 @@ def _topology(
                 out[(a, b)] = default
     for key in raw:
         if key not in ("default", "pairs"):
-            raise chk.fail(("topology", key), "unknown key (known keys: default, pairs)")
+            raise chk.fail(("topology", key),
+                           yamlnodes.unknown_key(key, ("default", "pairs"), "known keys"))
     pairs = raw.get("pairs") or {}
     if not isinstance(pairs, dict):
         raise chk.fail(("topology", "pairs"), "expected a mapping like {'0-1': PIX}")
@@ -645,7 +646,7 @@ def _faults(raw: Any, n_gpus: int, chk: _Checker) -> dict[str, Any]:
     def only(item: dict[str, Any], keys: Iterable[str], path: tuple[Any, ...]) -> None:
         for key in item:
             if key not in keys:
-                raise chk.fail((*path, key), f"unknown key (known keys: {', '.join(keys)})")
+                raise chk.fail((*path, key), yamlnodes.unknown_key(key, tuple(keys), "known keys"))
 
     lost = []
     for i, item in enumerate(out["lost"]):
@@ -682,6 +683,28 @@ def _faults(raw: Any, n_gpus: int, chk: _Checker) -> dict[str, Any]:
         down.append({"gpu": gpu, "link": link})
     out.update(lost=lost, xid=xids, not_supported=unsupported, nvlink_down=down)
     return out
+
+
+def squeezed(scenario: Scenario, seconds: float) -> Scenario:
+    """``scenario`` with its timed events (each XID, each lost GPU) played within its
+    first ``seconds``, in their order and proportions: what a one-shot (`check`,
+    `--once`) reads, over the ``seconds`` between its two reads, since it ends long
+    before a scenario's 5-20 s pass and `--demo list` promises their events.  The
+    dashboard plays them out in time.  ``scenario`` itself is left as it was."""
+    faults = scenario.faults
+    times = [x["at"] for x in faults["xid"]] + [lost["after"] for lost in faults["lost"]]
+    last = max(times, default=0.0)
+    if last <= seconds:
+        return scenario
+
+    def scaled(t: float) -> float:
+        return max(t, 0.0) * seconds / last
+
+    return replace(scenario, faults={
+        **faults,
+        "xid": [{**x, "at": scaled(x["at"])} for x in faults["xid"]],
+        "lost": [{**lost, "after": scaled(lost["after"])} for lost in faults["lost"]],
+    })
 
 
 def scenario_dir() -> Path:

@@ -26,6 +26,7 @@ from textual.widgets import Button, Label, RadioSet, Static
 from gputop.analysis.orphans import may_signal
 from gputop.model import GpuProcess
 from gputop.ui import fmt
+from gputop.ui.cells import command_label
 from gputop.ui.keys import bindings
 from gputop.ui.table_model import FLAG_SHORT
 from gputop.ui.widgets.marks import MarkedRadioButton
@@ -162,7 +163,7 @@ def targets_table(targets: list[KillTarget]) -> Table:
             Text(",".join(str(g) for g in t.gpus)),
             Text(fmt.size(t.gpu_mem)),
             Text(" ".join(FLAG_SHORT.get(f, f.upper()) for f in t.flags) or "-"),
-            fmt.safe_text(t.command),
+            fmt.safe_text(command_label(t.command) if t.command else t.command),
         )
     return table
 

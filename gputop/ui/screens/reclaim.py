@@ -21,6 +21,7 @@ from textual.widgets.selection_list import Selection
 from gputop.analysis import orphans
 from gputop.analysis.orphans import Reclaimable
 from gputop.ui import fmt
+from gputop.ui.cells import command_label
 from gputop.ui.keys import bindings
 from gputop.ui.screens.kill import confirm_and_kill, targets_from_rows
 from gputop.ui.widgets.marks import MarkedSelectionList
@@ -67,7 +68,7 @@ def entry_prompt(entry: Reclaimable) -> Text:
         if name in FLAG_STYLE:
             line.append(name.upper()[:4] + " ", style=FLAG_STYLE[name])
     line.append(" ")
-    line.append(fmt.visible(entry.command))
+    line.append(command_label(fmt.visible(entry.command)))
     return line
 
 

@@ -19,7 +19,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -129,20 +129,35 @@ def cautions(others: dict[str, str]) -> Text:
     return out
 
 
+class _About(VerticalScroll):
+    """What is known about the chosen cards; a Tab stop (arrows scroll it) only while it
+    holds more than it shows."""
+
+    def allow_focus(self) -> bool:
+        return self.max_scroll_y > 0
+
+
 class ReserveScreen(ModalScreen["dict | None"]):
     """Dismisses with the store's reply after a successful reservation, or None."""
 
+    # Fits 80x24 with every part in sight (issue 39.7: the caution and the buttons were
+    # below the edge there, Tab focused them unseen): one line per field, its label beside
+    # it; what is known about the chosen cards (reservations, cautions) scrolls in a box of
+    # at most 40 % of the screen's height; the error line and the buttons always show.
     DEFAULT_CSS = """
     ReserveScreen { align: center middle; }
     ReserveScreen > Vertical {
-        width: 80%; max-width: 90; height: auto; max-height: 90%;
-        border: thick $primary; background: $surface; padding: 1 2;
+        width: 90%; max-width: 96; height: auto; max-height: 100%;
+        border: thick $primary; background: $surface; padding: 0 1;
     }
     ReserveScreen #reserve-title { text-style: bold; margin-bottom: 1; }
-    ReserveScreen Input { margin-bottom: 1; }
+    ReserveScreen .reserve-field { height: 1; margin-bottom: 1; }
+    ReserveScreen .reserve-field Label { width: 14; }
+    ReserveScreen .reserve-field Input { width: 1fr; background: $boost; }
+    ReserveScreen #reserve-about { height: auto; max-height: 40vh; }
     ReserveScreen #reserve-current { height: auto; }
     ReserveScreen #reserve-error { color: $error; height: auto; }
-    ReserveScreen #reserve-buttons { height: auto; margin-top: 1; align-horizontal: right; }
+    ReserveScreen #reserve-buttons { height: auto; align-horizontal: right; }
     ReserveScreen #reserve-buttons Button { margin-left: 2; }
     """
 
@@ -165,13 +180,18 @@ class ReserveScreen(ModalScreen["dict | None"]):
             snap = self.app.state.snapshots.get(self.host)
             where = host_title(snap) if snap is not None else fmt.visible(self.host)
             yield Label(Text(f"Reserve GPUs on {where}"), id="reserve-title")
-            yield Label("GPUs")
-            yield Input(",".join(map(str, self.gpus)), placeholder="0 or 0,2", id="reserve-gpus")
-            yield Label("For how long")
-            yield Input(placeholder="4h, 30m, 1h30m, until 18:00", id="reserve-for")
-            yield Label("Note (shown to everyone)")
-            yield Input(placeholder="what for", id="reserve-note")
-            yield Static(id="reserve-current")
+            for label, field in (
+                    ("GPUs", Input(",".join(map(str, self.gpus)), placeholder="0 or 0,2",
+                                   id="reserve-gpus", compact=True)),
+                    ("For how long", Input(placeholder="4h, 30m, 1h30m, until 18:00",
+                                           id="reserve-for", compact=True)),
+                    ("Note", Input(placeholder="what for (shown to everyone)",
+                                   id="reserve-note", compact=True))):
+                with Horizontal(classes="reserve-field"):
+                    yield Label(label)
+                    yield field
+            with _About(id="reserve-about"):
+                yield Static(id="reserve-current")
             yield Static(id="reserve-error")
             with Horizontal(id="reserve-buttons"):
                 yield Button("Cancel", id="reserve-cancel")
@@ -201,7 +221,9 @@ class ReserveScreen(ModalScreen["dict | None"]):
         now = self.clock()
         held = holders(snapshot, now)
         text = describe([r for unit in gpus for r in held.of_unit(unit)], self.me, now)
-        text.append(cautions(others_on(snapshot, gpus, now, self.me)))
+        text.append(cautions(others_on(snapshot, gpus, now, self.me,
+                                       self.app.identity(self.host).user)))
+        text.rstrip()  # no empty last line to scroll to
         current.update(text)
 
     def _error(self, message: str) -> None:

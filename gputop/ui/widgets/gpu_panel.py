@@ -381,7 +381,13 @@ class GpuPanel(StyleOnce):
         power_pct = _pct_of(gpu.power_draw, gpu.power_limit)
         power_level = fmt.level(power_pct, self.thresholds["power"])
         power = "-" if gpu.power_draw is None else f"{gpu.power_draw:.0f}"
-        out.append(f" {power:>4}W", style=self._style(power_level))
+        # The cap and the fan, as nvitop's 80-column row has them (issue 39.8).
+        cap = f"/{gpu.power_limit:.0f}" if gpu.power_limit else ""
+        out.append(f" {power:>3}{cap}W", style=self._style(power_level))
+        if gpu.fan is not None:
+            out.append(" fan", style="dim")
+            out.append(f"{fmt.percent(gpu.fan):>4}",
+                       style=self._style(fmt.level(gpu.fan, self.thresholds["fan"])))
         if gpu.pstate is not None:
             out.append(f" P{gpu.pstate}")
         if gpu.mig_mode:
