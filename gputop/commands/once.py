@@ -294,6 +294,8 @@ def mig_lines(card: hostview.CardView) -> list[str]:
         bar1 = f"BAR1 {_mem(dev.bar1_used)}/{_mem(dev.bar1_total)}"
         lines.append(f" {line.label:<4}{line.title:<20} {line.activity:>9} {mem:>15}"
                      f"  {visible(dev.uuid or 'n/a')}  {bar1}")
+        if line.jobs:  # the instance's own jobs (a pod on its GI), under its line
+            lines.append(f"     jobs: {visible(line.jobs)}")
     if gpu.mig_note:
         lines.append(f"     {visible(gpu.mig_note)}")
     return lines

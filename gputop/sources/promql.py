@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from gputop.analysis.health.gpu import POWER_CAPPED_SHARE  # power-capped's own number
 from gputop.records import Record, record
 
 if TYPE_CHECKING:
@@ -74,8 +75,12 @@ class Field(Record):
     op: str = ""
     by: str = KEY  # the labels kept
     # In the overview: "" as in the summary, "zero" only where 0, "fan-zero" only on
-    # cards whose fan is at 0, "skip" not asked.
+    # cards whose fan is at 0 or that run hot, "capped" only on cards the power cap
+    # holds down, "skip" not asked.
     overview: str = ""
+    # In both brief views: "hot" only on cards within HOT_MARGIN_C of a temperature
+    # limit, "capped" only on cards the power cap holds down (see _hot and _capped).
+    brief: str = ""
     # The snapshot fields the pivot makes of a "_" field (its own name otherwise).
     gives: tuple[str, ...] = ()
 
@@ -100,14 +105,21 @@ FIELDS: tuple[Field, ...] = (
     Field("_mem_free", (("DCGM_FI_DEV_FB_FREE", MIB),), views=(FULL,), gives=("mem_total",)),
     Field("mem_reserved", (("DCGM_FI_DEV_FB_RESERVED", MIB),
                            ("nvidia_smi_memory_reserved_bytes", 1)), views=(FULL,)),
-    # No rule reads temperature without the card's slowdown/shutdown thresholds (which
-    # exporters do not give) but fan-stopped; none reads power without its default limit.
+    # The overview asks for a temperature only where a rule can fire: a stopped fan, or
+    # a card close to its own limits (dcgm-exporter gives them where its counters list
+    # DCGM_FI_DEV_SLOWDOWN_TEMP / SHUTDOWN_TEMP); power only where the cap holds it.
     Field("temp", (("DCGM_FI_DEV_GPU_TEMP", 1), ("nvidia_smi_temperature_gpu", 1)),
           overview="fan-zero"),
+    Field("temp_slowdown", (("DCGM_FI_DEV_SLOWDOWN_TEMP", 1),), brief="hot"),
+    Field("temp_shutdown", (("DCGM_FI_DEV_SHUTDOWN_TEMP", 1),), brief="hot"),
     Field("power_draw", (("DCGM_FI_DEV_POWER_USAGE", 1), ("nvidia_smi_power_draw_watts", 1)),
-          overview="skip"),
+          overview="capped"),
+    # What power-capped compares the draw with: the card's default limit, else its
+    # maximum (a lowered DCGM_FI_DEV_POWER_MGMT_LIMIT is what it looks for).
+    Field("power_default_limit", (("DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF", 1),), brief="capped"),
+    Field("power_max_limit", (("DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX", 1),), brief="capped"),
     Field("power_limit", (("DCGM_FI_DEV_POWER_MGMT_LIMIT", 1),
-                          ("nvidia_smi_enforced_power_limit_watts", 1)), overview="skip"),
+                          ("nvidia_smi_enforced_power_limit_watts", 1)), overview="capped"),
     Field("fan", (("DCGM_FI_DEV_FAN_SPEED", 1), ("nvidia_smi_fan_speed_ratio", 100)),
           overview="zero"),
     # The activity of a MIG instance (a card's own is its utilization).
@@ -136,8 +148,9 @@ FIELDS: tuple[Field, ...] = (
           unhealthy_only=True, views=(FULL,)),
     Field("remap_failure", (("DCGM_FI_DEV_ROW_REMAP_FAILURE", 1),), unhealthy_only=True),
     Field("remap_pending", (("DCGM_FI_DEV_ROW_REMAP_PENDING", 1),), unhealthy_only=True),
-    # The NVML clock-event mask (renamed in DCGM 3.3); only masks with a bit above
-    # sw_power_cap (0x4) can raise a warning, so smaller ones stay on the server.
+    # The NVML clock-event mask (renamed in DCGM 3.3), decoded by nvmlcodes' one table;
+    # a brief view asks for masks with a bit above sw_power_cap (0x4), and for the cap
+    # alone only where it holds the card down (power-capped): the rest stay on the server.
     Field("clock_event_mask", (("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 1),
                                ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 1)), op="mask",
           gives=("clock_event_reasons",)),
@@ -203,7 +216,37 @@ def complete(view: str) -> frozenset[str]:
     if view == FULL:
         return FIELD_NAMES
     return frozenset(f.name for f in FIELDS if view in f.views and not f.unhealthy_only
-                     and f.op in ("", "mig") and not (view == OVERVIEW and f.overview))
+                     and f.op in ("", "mig") and not f.brief
+                     and not (view == OVERVIEW and f.overview))
+
+
+# A brief view asks for temperatures and their limits on cards this close (C) to one:
+# the rules judge with their own margins (health: temp_slowdown_margin, 5 C by default;
+# temp_shutdown_margin, 2 C), any of them up to this is honoured.
+HOT_MARGIN_C = 15
+
+
+def _by_name(name: str) -> Field:
+    return next(f for f in FIELDS if f.name == name)
+
+
+def _hot(selector: str) -> str:
+    """The cards within HOT_MARGIN_C of their slowdown or shutdown temperature."""
+    temp = field_query(_by_name("temp"), selector, FULL)
+    limits = [field_query(_by_name(name), selector, FULL)
+              for name in ("temp_slowdown", "temp_shutdown")]
+    return " or ".join(f"(({temp}) >= ({limit}) - {HOT_MARGIN_C})" for limit in limits)
+
+
+def _capped(selector: str) -> str:
+    """The cards whose clock-event mask has sw_power_cap (or a bit above) while they
+    draw under the power-capped rule's share of their default (else maximum) limit."""
+    mask = field_query(_by_name("clock_event_mask"), selector, FULL)
+    power = field_query(_by_name("power_draw"), selector, FULL)
+    limit = " or ".join(f"({field_query(_by_name(name), selector, FULL)})"
+                        for name in ("power_default_limit", "power_max_limit"))
+    return (f"(({mask}) > 3) and on ({KEY}) "
+            f"(({power}) < ({limit}) * {POWER_CAPPED_SHARE:g})")
 
 
 def _sel(metric: str, selector: str, extra: str = "") -> str:
@@ -235,11 +278,16 @@ def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
     if view == OVERVIEW and spec.overview == "zero":
         expr = f"({expr}) == 0"
     elif view == OVERVIEW and spec.overview == "fan-zero":
-        expr = f"({expr}) and on ({KEY}) ({field_query(_FAN, selector, view)})"
+        expr = (f"({expr}) and on ({KEY}) (({field_query(_FAN, selector, view)}) "
+                f"or {_hot(selector)})")
+    elif (view == OVERVIEW and spec.overview == "capped") or (brief and spec.brief == "capped"):
+        expr = f"({expr}) and on ({KEY}) ({_capped(selector)})"
+    elif brief and spec.brief == "hot":
+        expr = f"({expr}) and on ({KEY}) ({_hot(selector)})"
     if brief and (spec.unhealthy_only or spec.op == "rate"):
         expr = f"({expr}) > 0"
     elif brief and spec.op == "mask":
-        expr = f"({expr}) > 7"
+        expr = f"(({expr}) > 7) or (({expr}) and on ({KEY}) ({_capped(selector)}))"
     elif brief and spec.op[:1] in "<>" and spec.op:
         other = f"max by ({KEY}) ({_sel(spec.op[1:], selector)})"
         expr = f"({expr}) {spec.op[0]} ({other})"
