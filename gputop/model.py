@@ -209,6 +209,9 @@ class Gpu(Record):
     # The card's infoROM failed its checksum (nvidia-smi's "infoROM is corrupted"
     # warning, exit status 14): its values still read, its configuration store does not.
     inforom_corrupted: bool | None = None
+    # DCGM's DCGM_FI_DEV_VGPU_LICENSE_STATUS: 1 a licensed vGPU, 0 not licensed or no
+    # vGPU at all (bare metal, passthrough: what dcgm-exporter exports there).
+    vgpu_license_status: int | None = None
     # MIG (docs/mig.md); mig_devices is empty unless the current mode is on
     mig_mode_pending: bool | None = None
     mig_max_devices: int | None = None

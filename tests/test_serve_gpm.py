@@ -17,14 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024**2
 PROF = ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
         "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES")
+LICENSE = "DCGM_FI_DEV_VGPU_LICENSE_STATUS"
 
 
-def series(text: str) -> dict[tuple[str, str], float]:
-    """(family, gpu label) -> value of the PROF families in an exposition."""
+def series(text: str, names: tuple[str, ...] = PROF) -> dict[tuple[str, str], float]:
+    """(family, gpu label) -> value of the ``names`` families in an exposition."""
     out = {}
     for line in text.splitlines():
         name = line.split("{", 1)[0]
-        if name in PROF:
+        if name in names:
             gpu = line.split('gpu="', 1)[1].split('"', 1)[0]
             out[(name, gpu)] = float(line.rsplit(" ", 1)[1])
     return out
@@ -50,7 +51,8 @@ def test_serve_exports_the_four_gpm_series_of_the_fake_driver(tmp_path: Path) ->
         found: dict[tuple[str, str], float] = {}
         while len(found) < len(PROF):  # from the second collection on: a rate needs two
             assert time.monotonic() < end, f"no GPM series: {found}"
-            found = series(wait_http(url).decode())
+            text = wait_http(url).decode()
+            found = series(text)
             time.sleep(0.3)
     finally:
         proc.terminate()
@@ -60,3 +62,20 @@ def test_serve_exports_the_four_gpm_series_of_the_fake_driver(tmp_path: Path) ->
                      ("DCGM_FI_PROF_DRAM_ACTIVE", "0"): 0.33,
                      ("DCGM_FI_PROF_PCIE_TX_BYTES", "0"): 12 * MIB,
                      ("DCGM_FI_PROF_PCIE_RX_BYTES", "0"): 0.5 * MIB}
+    # dcgm-exporter's vGPU license status on bare metal: 0 on every card, as DCGM says
+    assert series(text, (LICENSE,)) == {(LICENSE, "0"): 0, (LICENSE, "1"): 0}
+    assert f"# TYPE {LICENSE} gauge" in text
+
+
+def test_the_demo_exports_the_vgpu_license_status_as_dcgm_does() -> None:
+    from gputop.commands import exposition
+    from gputop.model import HostSnapshot
+    from gputop.sources import sim
+    from gputop.sources.hostsource import nvml_collector
+
+    nvml = sim.SimNvml(sim.load_scenario("dgx-h100"), clock=lambda: 1_800_000_000.0)
+    collector = nvml_collector(nvml, sim.SimProcs(nvml), host="dgx", demo=True,
+                               clock=lambda: 1_800_000_000.0)
+    snap = HostSnapshot.from_dict(collector.collect())
+    text = exposition.render(exposition.families(snap, [], {}, {}, None))
+    assert series(text, (LICENSE,)) == {(LICENSE, str(g.index)): 0 for g in snap.gpus}
