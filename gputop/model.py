@@ -209,6 +209,9 @@ class Gpu(Record):
     # The card's infoROM failed its checksum (nvidia-smi's "infoROM is corrupted"
     # warning, exit status 14): its values still read, its configuration store does not.
     inforom_corrupted: bool | None = None
+    # DCGM's DCGM_FI_DEV_VGPU_LICENSE_STATUS: 1 a licensed vGPU, 0 not licensed or no
+    # vGPU at all (bare metal, passthrough: what dcgm-exporter exports there).
+    vgpu_license_status: int | None = None
     # MIG (docs/mig.md); mig_devices is empty unless the current mode is on
     mig_mode_pending: bool | None = None
     mig_max_devices: int | None = None
@@ -233,7 +236,7 @@ class Gpu(Record):
     @property
     def jobs_label(self) -> str:
         """The card's own jobs as views show them: "k8s:ml/train-7f9c, slurm:4242"."""
-        return ", ".join(job.label for job in self.workloads)
+        return jobs_label(self.workloads)
 
     @property
     def mem_free(self) -> int | None:
@@ -266,6 +269,11 @@ class Gpu(Record):
         return _flat(cls, data)
 
 
+def jobs_label(workloads: tuple[Workload, ...]) -> str:
+    """The jobs a source names for a card or a MIG instance, as views show them."""
+    return ", ".join(job.label for job in workloads)
+
+
 # -- MIG: instances of a card in MIG mode, see docs/mig.md ----------------------
 
 
@@ -289,10 +297,17 @@ class MigDevice(Record):
     bar1_used: int | None = None
     bar1_total: int | None = None
     sm_active: int | None = None  # percent, GPM SM activity
+    # The jobs a source names for this instance (dcgm-exporter's pod and hpc_job labels
+    # on its GPU_I_ID series, read via Prometheus), not for the whole card.
+    workloads: tuple[Workload, ...] = ()
 
     @property
     def label(self) -> str:
         return f"{self.gpu}:{self.index}"
+
+    @property
+    def jobs_label(self) -> str:
+        return jobs_label(self.workloads)
 
     @classmethod
     def all_from(cls, items: Any) -> tuple[MigDevice, ...]:
@@ -306,6 +321,11 @@ class MigDevice(Record):
             clean: dict[str, Any] = {}
             for name in _field_names(cls):
                 value = item.get(name)
+                if name == "workloads":
+                    found = (Workload.from_any(j) for j in
+                             (list(value)[:16] if isinstance(value, (list, tuple)) else ()))
+                    clean[name] = tuple(j for j in found if j is not None)
+                    continue
                 ok = isinstance(value, str) if name in texts else (
                     isinstance(value, int) and not isinstance(value, bool))
                 clean[name] = value if ok else None

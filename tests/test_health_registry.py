@@ -53,9 +53,9 @@ def test_every_field_a_rule_reads_is_asked_by_the_views_that_judge() -> None:
     assert promql.unasked(health.rules()) == []
     # The check can fail: a rule reading what no view asks for is named, per view.
     lone = registry.Rule("x-test", ("info",), "gpu", "s", "h", "w", lambda ctx: (),
-                         reads=("temp", "power_draw", "no_such_field"))
+                         reads=("temp", "util_mem", "no_such_field"))
     assert promql.unasked([lone]) == [
-        "x-test: power_draw (overview)", "x-test: no_such_field (overview)",
+        "x-test: util_mem (overview)", "x-test: no_such_field (overview)",
         "x-test: no_such_field (full)"]
 
 

@@ -1,7 +1,8 @@
 """Every alarm an exporter gives reaches `gputop check --prometheus`, as on the host.
 
 A real Prometheus (Debian's) on loopback scrapes: a `gputop serve --demo faulty`, a file
-in dcgm-exporter's format with a card at XID 79 with ECC and a pending remap, a MIG card
+in dcgm-exporter's format with a card at XID 48 (double-bit ECC) with ECC errors and a
+pending remap (a card at XID 79 is lost: tests/test_prometheus_dcgm_limits.py), a MIG card
 of four GPU instances, pod and hpc_job labels and a thermal-violation counter that grows
 between scrapes; a `gputop serve`-shaped file whose collector is stuck
 (gputop_snapshot_age_seconds 500); a `gputop serve` that is killed once scraped; and a
@@ -132,7 +133,7 @@ def test_dcgm_exporter_faults_raise_the_hosts_own_rules(cluster: Cluster) -> Non
     status, doc = check_json("--prometheus", cluster.url)
     assert status == 2 and doc["status"] == "critical"
     found = codes(doc, HOST)
-    assert {("xid-79", 0), ("ecc-uncorrected", 0), ("remap-pending", 0),
+    assert {("xid-48", 0), ("ecc-uncorrected", 0), ("remap-pending", 0),
             ("thermal-slowdown", 0)} <= found
     # Card 2: a remap failure, and clocks slowed by heat only its violation counter tells.
     assert {("remap-failure", 2), ("thermal-slowdown", 2)} <= found
@@ -140,7 +141,7 @@ def test_dcgm_exporter_faults_raise_the_hosts_own_rules(cluster: Cluster) -> Non
     # 0) raises fan-stopped, card 2's (84 C, fan 40 %) nothing.
     assert ("fan-stopped", 0) in found and ("fan-stopped", 2) not in found
     severities = {w["code"]: w["severity"] for w in doc["warnings"] if w["host"] == HOST}
-    assert severities["xid-79"] == severities["ecc-uncorrected"] == "critical"
+    assert severities["xid-48"] == severities["ecc-uncorrected"] == "critical"
 
 
 def test_gputop_serve_warnings_come_through_with_the_same_codes(cluster: Cluster) -> None:
@@ -163,7 +164,10 @@ def test_mig_instances_are_mig_devices_and_the_card_has_their_memory(cluster: Cl
     assert card["mem_used"] == (461 * 3 + 614) * MIB
     assert card["mem_total"] == 4 * (461 + 5483) * MIB
     assert [d["sm_active"] for d in card["mig_devices"]] == [50, 0, 25, 88]
-    assert [w["kind"] + ":" + w["id"] for w in card["workloads"]] == ["slurm:4242"]
+    # the job is on the instance its series name (GI 3), not on the card
+    assert [[w["kind"] + ":" + w["id"] for w in d["workloads"]]
+            for d in card["mig_devices"]] == [["slurm:4242"], [], [], []]
+    assert card["workloads"] == []
     first = hosts[HOST]["gpus"][0]
     assert first["workloads"][0]["pod"] == "train-7f9c"
     assert first["workloads"][0]["namespace"] == "ml"
@@ -203,7 +207,7 @@ def test_the_summary_asks_for_unhealthy_series_only(cluster: Cluster) -> None:
     exprs = promql.queries(promql.SUMMARY, "")
     # Healthy cards stay on the server: only the faulty ones come back.
     xids = instant(cluster.url, exprs["_xid"])
-    assert (HOST, "0", "79") in {(s["metric"].get("Hostname"), s["metric"].get("gpu"),
+    assert (HOST, "0", "48") in {(s["metric"].get("Hostname"), s["metric"].get("gpu"),
                                   s["value"][1]) for s in xids}
     assert all(float(s["value"][1]) > 0 for s in xids)
     assert all(set(s["metric"]) <= {"Hostname", "hostname", "instance", "gpu", "uuid",
@@ -220,7 +224,8 @@ def test_the_overview_asks_temperature_only_where_the_fan_stands(cluster: Cluste
     from gputop.sources.prometheus import PrometheusFeed
 
     exprs = promql.queries(promql.OVERVIEW, "")
-    assert "power_draw" not in exprs and "power_limit" not in exprs
+    # power only on cards the software cap holds down (power-capped): none here
+    assert "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF" in exprs["power_draw"]
     feed = PrometheusFeed(cluster.url, PrometheusConfig(), 30.0, view=promql.OVERVIEW)
     [snap] = [s for s in feed.poll() if s.host == HOST]
     cards = {g.index: g for g in snap.gpus}

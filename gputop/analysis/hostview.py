@@ -4,7 +4,8 @@ Each renderer (`--once` and `--watch`, the start-up skeleton, the dashboard's GP
 the cluster cells, `gputop serve` and the ledger) styles its own lines but takes from here
 what they say: who holds each card and each MIG device (analysis/holders.py's one rule:
 a reservation of a MIG device holds that device, not its card), the MIG lines
-(analysis/mig_display.py), the jobs an exporter names for a card, and how much of a card
+(analysis/mig_display.py), the jobs an exporter names for a card or a MIG instance, and how
+much of a card
 a held unit is. So two views cannot give two answers to "is card 0 reserved".
 """
 
@@ -24,6 +25,7 @@ class DeviceView(Record):
     title: str  # "1g.10gb GI 1 / CI 0"
     activity: str  # "42%", or "n/a (MIG)": never the parent card's number
     holders: Held  # the reservations of this device (not of its card)
+    jobs: str  # the jobs its exporter names for this instance (a pod on GI 1); "" none
 
     @property
     def label(self) -> str:
@@ -93,7 +95,7 @@ def card_view(gpu: Gpu, held: Holders | None = None) -> CardView:
     """One card's view; ``held`` None: nobody holds it or its devices."""
     devices = tuple(
         DeviceView(dev, mig_display.describe(dev), mig_display.activity(dev),
-                   held.of_device(dev.uuid) if held else ())
+                   held.of_device(dev.uuid) if held else (), dev.jobs_label)
         for dev in gpu.mig_devices)
     return CardView(gpu, held.of_card(gpu.index) if held else (), mig_display.summary(gpu),
                     devices, gpu.jobs_label if gpu.workloads else "")

@@ -29,6 +29,8 @@ class XidInfo(Record):
     severity: str
     app_fault: bool  # usually the application's fault, not the card's
     hint: str
+    lost: bool = False  # the card is gone (fell off the bus): a source that sees only
+    # the XID (dcgm-exporter's last one) calls the card lost, as NVML's GPU_IS_LOST
 
 
 # Hints shared by several codes: the action an admin takes is what groups them.
@@ -51,8 +53,9 @@ _VIDEO = "a video engine fault: restart the application; update the driver if it
 _FW = "driver or firmware error: restart the application, then reset the GPU; update the driver"
 
 
-def _x(code: int, name: str, severity: str, hint: str, app: bool = False) -> XidInfo:
-    return XidInfo(code, name, severity, app, hint)
+def _x(code: int, name: str, severity: str, hint: str, app: bool = False,
+       lost: bool = False) -> XidInfo:
+    return XidInfo(code, name, severity, app, hint, lost)
 
 
 CATALOG: dict[int, XidInfo] = {
@@ -135,7 +138,7 @@ CATALOG: dict[int, XidInfo] = {
         _x(68, "video decoder (NVDEC) exception", WARNING, _VIDEO),
         _x(69, "graphics engine class error", WARNING, _FW),
         _x(74, "NVLink error", CRITICAL, _NVLINK),
-        _x(79, "GPU has fallen off the bus", CRITICAL, _BUS),
+        _x(79, "GPU has fallen off the bus", CRITICAL, _BUS, lost=True),
         _x(80, "corrupted data sent to GPU", CRITICAL, _BUS),
         _x(81, "VGA subsystem error", WARNING, _FW),
         _x(

@@ -75,6 +75,7 @@ _DCGM: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
     ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
      "Total number of NVLink bandwidth counters for all lanes (KiB of data, NVML)."),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status"),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge",
      "Ratio of time the graphics engine is active (NVML utilization / 100 here)."),
     # DCGM's profiling fields, from NVML's GPM where the card has it (Hopper and newer)
@@ -122,6 +123,7 @@ def _dcgm_values(gpu: Gpu, last_xid: int | None) -> dict[str, float | int | bool
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": gpu.remapped_correctable,
         "DCGM_FI_DEV_ROW_REMAP_FAILURE": gpu.remap_failure,
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": gpu.nvlink_data_kib,
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS": gpu.vgpu_license_status,
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE": None if gpu.util_gpu is None else gpu.util_gpu / 100,
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ratio(gpu.prof_tensor_active),
         "DCGM_FI_PROF_DRAM_ACTIVE": ratio(gpu.prof_dram_active),

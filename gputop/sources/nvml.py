@@ -370,6 +370,7 @@ class NvmlBackend:
             "inforom_corrupted": self._inforom_corrupted(handle),
         }
         static["_fans"] = self._get("nvmlDeviceGetNumFans", handle)
+        static["_vgpu_mode"] = self._get("nvmlDeviceGetVirtualizationMode", handle)
         self._nvlink_remote[index] = self._nvlink_remotes(handle, remotes=self.topology)
         self._static[index] = static
         return static
@@ -392,6 +393,16 @@ class NvmlBackend:
         )
         static["_fans"] = None  # one fan speed call, as for a card that cannot count them
         return static
+
+    def _vgpu_license(self, handle: DeviceHandle) -> int | None:
+        """DCGM's vGPU license status of a vGPU guest: 1 when a licensable feature is
+        enabled (licensed), else 0; None where the driver cannot say."""
+        found = self._get("nvmlDeviceGetGridLicensableFeatures", handle)
+        if found is None:
+            return None
+        count = min(int(getattr(found, "licensableFeaturesCount", 0) or 0), 3)
+        features = getattr(found, "gridLicensableFeatures", ())
+        return int(any(getattr(features[i], "featureState", 0) for i in range(count)))
 
     def _inforom_corrupted(self, handle: DeviceHandle) -> bool | None:
         """Whether the card's infoROM fails its checksum (nvmlDeviceValidateInforom), the
@@ -700,6 +711,10 @@ class NvmlBackend:
             self._lean_dynamic(gpu, handle, static)
             return
         get = self._get
+        mode = static.get("_vgpu_mode")
+        # A vGPU guest's license can lapse: asked each refresh there, and only there.
+        gpu["vgpu_license_status"] = (self._vgpu_license(handle) if mode == _VGPU_GUEST
+                                      else None if mode is None else 0)
         util = get("nvmlDeviceGetUtilizationRates", handle)
         gpu["util_gpu"] = getattr(util, "gpu", None)
         gpu["util_mem"] = getattr(util, "memory", None)
@@ -1109,6 +1124,7 @@ class NvmlBackend:
             row["mem_util"] = round(got[1] / got[2]) if got else 0
 
 
+_VGPU_GUEST = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: this card is a vGPU in a VM
 _IDENTITY_KEYS = ("uuid", "name", "pci_bus_id", "serial")
 # Every key _static_fields fills (a lean read fills a few and leaves the rest None).
 _STATIC_KEYS = ("uuid", "name", "pci_bus_id", "serial", "temp_slowdown", "temp_shutdown",

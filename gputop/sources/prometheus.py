@@ -68,6 +68,9 @@ MIB = 1024**2
 MAX_BODY_BYTES = 64 * MIB
 MAX_SERIES = 500_000
 MAX_BACKOFF_S = 60.0
+# Two scrape times of one target closer than this are jitter, not an interval.
+MIN_SCRAPE_S = 0.5
+PRESENT_EVERY_S = 300.0  # which optional limits the server has: asked this often
 MAX_TEXTS = 200_000  # label texts kept for reuse: 8,000 cards have about 25,000
 MAX_DEAD_ASKED = 2000  # dead targets asked about in one refresh (promql.dead_query)
 # Queries of one refresh in flight at once: Prometheus evaluates them in parallel (its
@@ -432,9 +435,18 @@ class PrometheusFeed(ReadOnlyFeed):
         self._closed = False
         self._wake: Any = None  # run()'s asyncio.Event: asyncio is not loaded before
         self._sent: dict[str, tuple[Any, ...]] = {}  # host -> what run() last emitted
+        # How often the data can change: the shortest time between two scrapes of one
+        # target, read from the scrape timestamps of successive refreshes (None: not yet
+        # seen). run() asks no more often than that.
+        self.scrape_interval: float | None = None
+        self._scraped: dict[str, float] = {}
+        self._limits: tuple[float, frozenset[str]] | None = None  # (asked at, _present())
 
     def focus(self, host: str | None) -> None:
-        """Read ``host`` in full from the next refresh on (None: the view only)."""
+        """Read ``host`` in full from the next refresh on (None: the view only); a
+        changed focus is read at once, not at the next scrape."""
+        if host != self.focused and self._wake is not None:
+            self._wake.set()
         self.focused = host
 
     def _ask(self, exprs: dict[str, str], take: Callable[[str, list[Any]], None]) -> list[str]:
@@ -524,10 +536,6 @@ class PrometheusFeed(ReadOnlyFeed):
         brief = Pivot(self._names, self._texts, promql.complete(self.view))
         full = Pivot(self._names, self._texts)
         dead: list[str] = []
-        exprs = promql.queries(self.view, selector)
-        if focused is not None:  # the opened host in full, in the same round
-            exprs.update({f"{name}@": expr for name, expr in
-                          promql.queries(promql.FULL, selector, focused).items()})
 
         def take(name: str, result: list[Any]) -> None:
             if name.endswith("@"):
@@ -539,6 +547,10 @@ class PrometheusFeed(ReadOnlyFeed):
 
         dead_gpu: dict[str, str] = {}
         try:
+            exprs = promql.queries(self.view, selector, present=self._present(now))
+            if focused is not None:  # the opened host in full, in the same round
+                exprs.update({f"{name}@": expr for name, expr in
+                              promql.queries(promql.FULL, selector, focused).items()})
             warnings = self._ask(exprs, take)
             del dead[MAX_DEAD_ASKED:]  # a bounded query, however many targets are down
             if dead:  # which dead targets were GPU hosts, and their names then
@@ -553,6 +565,7 @@ class PrometheusFeed(ReadOnlyFeed):
             return [self._remember(error_snapshot(self.client.name, now, err.state,
                                                   str(err), source="prometheus"))]
         self.failures = 0
+        self._learn_interval(brief.scraped)
         snapshots = brief.snapshots(now, stale, dead_gpu)
         if focused is not None:
             opened = {s.host: s for s in full.snapshots(now, stale, dead_gpu)
@@ -572,10 +585,36 @@ class PrometheusFeed(ReadOnlyFeed):
             self.hosts.append(snap.host)
         return snap
 
+    def _present(self, now: float) -> frozenset[str] | None:
+        """The temperature and power limits the server has (promql.present_query), for
+        a brief view's filters; asked again after PRESENT_EVERY_S (a site adding them to
+        its counters), None for the full view (it asks for every field anyway)."""
+        if self.view not in promql.BRIEF:
+            return None
+        if self._limits is None or now - self._limits[0] > PRESENT_EVERY_S:
+            result, _warnings = self.client.query(promql.present_query(self.config.selector))
+            names = {labels.get("__name__") for labels, _value in samples(result)}
+            self._limits = (now, frozenset(n for n in names if isinstance(n, str)))
+        return self._limits[1]
+
+    def _learn_interval(self, scraped: dict[str, float]) -> None:
+        """The scrape interval from the targets' last scrape times (``timestamp(up)``):
+        a target scraped anew since the previous refresh moved by a whole number of
+        intervals, so the smallest move seen in a refresh is the interval (of the
+        fastest job, where jobs differ).  A refresh in which no target moved says
+        nothing and keeps the estimate."""
+        moves = [when - self._scraped[i] for i, when in scraped.items()
+                 if i in self._scraped and when - self._scraped[i] > MIN_SCRAPE_S]
+        self._scraped = scraped
+        if moves:
+            self.scrape_interval = min(min(moves), MAX_BACKOFF_S)
+
     def backoff(self, interval: float) -> float:
-        """Seconds to the next query: the interval, doubling per failure up to a minute."""
+        """Seconds to the next query: the interval, or the scrape interval where that is
+        longer (a refresh sooner reads the same samples again: Prometheus's CPU for
+        nothing); doubling per failure up to a minute."""
         if not self.failures:
-            return interval
+            return max(interval, self.scrape_interval or 0.0)
         delay = min(interval * 2 ** min(self.failures, 8), MAX_BACKOFF_S)
         return delay * random.uniform(0.8, 1.0)
 
@@ -634,6 +673,8 @@ class PrometheusFeed(ReadOnlyFeed):
             delay = max(0.0, self.backoff(interval) - (time.monotonic() - started))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            if not self._closed:
+                self._wake.clear()  # woken by focus(): the next wait is a whole one
 
     def news(self, snapshots: list[HostSnapshot]) -> list[HostSnapshot]:
         """The snapshots that say something new: a host not scraped again since the last

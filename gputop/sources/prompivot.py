@@ -18,6 +18,7 @@ from typing import Any
 
 from gputop import model
 from gputop.analysis import health
+from gputop.analysis import xid as xid_catalog
 from gputop.model import (
     GPU_LOST,
     GPU_OK,
@@ -43,7 +44,8 @@ SOURCE_DCGM = "dcgm-exporter"
 SOURCE_SMI = "nvidia_gpu_exporter"
 SOURCE_GPUTOP = "gputop serve"
 
-_FLOAT_FIELDS = frozenset({"power_draw", "power_limit"})
+_FLOAT_FIELDS = frozenset({"power_draw", "power_limit", "power_default_limit",
+                           "power_max_limit"})
 _BOOL_FIELDS = frozenset({"remap_failure", "remap_pending", "retired_pages_pending"})
 # How a raw field enters the Gpu: 0 as it is, 1 rounded to an int, 2 as a bool, 3 not
 # (the pivot's own "_" fields).
@@ -93,6 +95,8 @@ class _Card(MutableRecord):
     fields: dict[str, Any] = field(default_factory=dict)
     mig: dict[int, dict[str, Any]] = field(default_factory=dict)  # GPU_I_ID -> fields
     workloads: dict[tuple[str, str], Workload] = field(default_factory=dict)
+    # GPU_I_ID -> the jobs named on that instance's series (a pod runs on its instance)
+    mig_workloads: dict[int, dict[tuple[str, str], Workload]] = field(default_factory=dict)
     vanished: bool = False  # seen within promql.LOST_LOOKBACK, gone from the scrape now
 
 
@@ -386,13 +390,15 @@ def _identity(host: _Host, labels: dict[str, str], texts: dict[str, str]) -> Non
         if driver:
             driver = driver[:MAX_LABEL_CHARS]
             host.facts["driver_version"] = keep(driver, driver)
+    jobs = card.workloads
     if "GPU_I_ID" in labels:
         gi = _index(get("GPU_I_ID", ""))
         if gi is not None and (gi in card.mig or len(card.mig) < MAX_MIG_PER_CARD):
             card.mig.setdefault(gi, {})["_profile"] = get("GPU_I_PROFILE", "")[:MAX_LABEL_CHARS]
-    if ("pod" in labels or "hpc_job" in labels) and len(card.workloads) < MAX_WORKLOADS_PER_CARD:
+            jobs = card.mig_workloads.setdefault(gi, {})
+    if ("pod" in labels or "hpc_job" in labels) and len(jobs) < MAX_WORKLOADS_PER_CARD:
         for job in _workloads(labels):
-            card.workloads.setdefault((job.kind, job.id), job)
+            jobs.setdefault((job.kind, job.id), job)
 
 
 def _workloads(labels: Mapping[str, Any]) -> list[Workload]:
@@ -408,8 +414,31 @@ def _workloads(labels: Mapping[str, Any]) -> list[Workload]:
     return out
 
 
-def _finish_card(card: _Card, fallback: int, taken: float) -> tuple[Gpu, list[XidEvent]]:
+# What a MIG card's exporter gives per GPU instance that is the instance's own; every
+# other field on an instance's series (dcgm-exporter puts the card's temperature, power,
+# limits, clocks, XID, ECC... on each instance's) is the card's.
+_INSTANCE_FIELDS = frozenset({"mem_used", "mem_total", "_mem_spare", "_mem_free",
+                              "mem_reserved", "_sm_active", "_profile", "util_gpu",
+                              "util_mem"})
+
+
+def _card_fields(card: _Card) -> dict[str, Any]:
+    """The card's fields, those it has only on its instances' series taken from them
+    (the highest: a count or a temperature is the card's worst)."""
     raw = card.fields
+    if not card.mig:
+        return raw
+    lifted: dict[str, Any] = {}
+    for fields in card.mig.values():
+        for key, value in fields.items():
+            if key not in _INSTANCE_FIELDS and key not in raw \
+                    and (key not in lifted or value > lifted[key]):
+                lifted[key] = value
+    return {**raw, **lifted} if lifted else raw
+
+
+def _finish_card(card: _Card, fallback: int, taken: float) -> tuple[Gpu, list[XidEvent]]:
+    raw = _card_fields(card)
     gpu: dict[str, Any] = {"index": card.index if card.index is not None else fallback}
     kinds = _KINDS
     for key, value in raw.items():
@@ -438,12 +467,18 @@ def _finish_card(card: _Card, fallback: int, taken: float) -> tuple[Gpu, list[Xi
             gpu.pop("mem_reserved", None)
     if card.workloads:
         gpu["workloads"] = tuple(card.workloads.values())
-    gpu["state"] = GPU_LOST if raw.get("_lost") is not None or card.vanished else GPU_OK
+    xid = raw.get("_xid")
+    xid = int(xid) if xid is not None and 0 < xid < 1_000_000 else None
+    events = [XidEvent(gpu=gpu["index"], xid=xid, time=taken)] if xid is not None else []
+    # An XID that means the card is gone (79, fallen off the bus) is its state too, as
+    # NVML's GPU_IS_LOST is locally: the catalog says which (analysis/xid.py).
+    gone = xid is not None and xid_catalog.lookup(xid).lost
+    gpu["state"] = GPU_LOST if raw.get("_lost") is not None or card.vanished or gone \
+        else GPU_OK
     if card.vanished:
         gpu["error"] = f"gone from the exporter's series (seen within {LOST_LOOKBACK})"
-    xid = raw.get("_xid")
-    events = [XidEvent(gpu=gpu["index"], xid=int(xid), time=taken)] \
-        if xid is not None and 0 < xid < 1_000_000 else []
+    elif gone and xid is not None:
+        gpu["error"] = xid_catalog.describe(xid)
     return Gpu(**gpu), events
 
 
@@ -483,7 +518,8 @@ def _mig_devices(card: _Card, index: int) -> tuple[MigDevice, ...]:
         out.append(MigDevice(
             gpu=index, index=slot, gi=gi, profile=raw.get("_profile") or None,
             mem_used=None if used is None else int(used), mem_total=total,
-            sm_active=None if active is None else round(active)))
+            sm_active=None if active is None else round(active),
+            workloads=tuple(card.mig_workloads.get(gi, {}).values())))
     return tuple(out)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from gputop.analysis.health.gpu import POWER_CAPPED_SHARE  # power-capped's own number
 from gputop.records import Record, record
 
 if TYPE_CHECKING:
@@ -74,8 +75,12 @@ class Field(Record):
     op: str = ""
     by: str = KEY  # the labels kept
     # In the overview: "" as in the summary, "zero" only where 0, "fan-zero" only on
-    # cards whose fan is at 0, "skip" not asked.
+    # cards whose fan is at 0 or that run hot, "capped" only on cards the power cap
+    # holds down, "skip" not asked.
     overview: str = ""
+    # In both brief views: "hot" only on cards within HOT_MARGIN_C of a temperature
+    # limit, "capped" only on cards the power cap holds down (see _hot and _capped).
+    brief: str = ""
     # The snapshot fields the pivot makes of a "_" field (its own name otherwise).
     gives: tuple[str, ...] = ()
 
@@ -100,14 +105,21 @@ FIELDS: tuple[Field, ...] = (
     Field("_mem_free", (("DCGM_FI_DEV_FB_FREE", MIB),), views=(FULL,), gives=("mem_total",)),
     Field("mem_reserved", (("DCGM_FI_DEV_FB_RESERVED", MIB),
                            ("nvidia_smi_memory_reserved_bytes", 1)), views=(FULL,)),
-    # No rule reads temperature without the card's slowdown/shutdown thresholds (which
-    # exporters do not give) but fan-stopped; none reads power without its default limit.
+    # The overview asks for a temperature only where a rule can fire: a stopped fan, or
+    # a card close to its own limits (dcgm-exporter gives them where its counters list
+    # DCGM_FI_DEV_SLOWDOWN_TEMP / SHUTDOWN_TEMP); power only where the cap holds it.
     Field("temp", (("DCGM_FI_DEV_GPU_TEMP", 1), ("nvidia_smi_temperature_gpu", 1)),
           overview="fan-zero"),
+    Field("temp_slowdown", (("DCGM_FI_DEV_SLOWDOWN_TEMP", 1),), brief="hot"),
+    Field("temp_shutdown", (("DCGM_FI_DEV_SHUTDOWN_TEMP", 1),), brief="hot"),
     Field("power_draw", (("DCGM_FI_DEV_POWER_USAGE", 1), ("nvidia_smi_power_draw_watts", 1)),
-          overview="skip"),
+          overview="capped"),
+    # What power-capped compares the draw with: the card's default limit, else its
+    # maximum (a lowered DCGM_FI_DEV_POWER_MGMT_LIMIT is what it looks for).
+    Field("power_default_limit", (("DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF", 1),), brief="capped"),
+    Field("power_max_limit", (("DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX", 1),), brief="capped"),
     Field("power_limit", (("DCGM_FI_DEV_POWER_MGMT_LIMIT", 1),
-                          ("nvidia_smi_enforced_power_limit_watts", 1)), overview="skip"),
+                          ("nvidia_smi_enforced_power_limit_watts", 1)), overview="capped"),
     Field("fan", (("DCGM_FI_DEV_FAN_SPEED", 1), ("nvidia_smi_fan_speed_ratio", 100)),
           overview="zero"),
     # The activity of a MIG instance (a card's own is its utilization).
@@ -136,8 +148,9 @@ FIELDS: tuple[Field, ...] = (
           unhealthy_only=True, views=(FULL,)),
     Field("remap_failure", (("DCGM_FI_DEV_ROW_REMAP_FAILURE", 1),), unhealthy_only=True),
     Field("remap_pending", (("DCGM_FI_DEV_ROW_REMAP_PENDING", 1),), unhealthy_only=True),
-    # The NVML clock-event mask (renamed in DCGM 3.3); only masks with a bit above
-    # sw_power_cap (0x4) can raise a warning, so smaller ones stay on the server.
+    # The NVML clock-event mask (renamed in DCGM 3.3), decoded by nvmlcodes' one table;
+    # a brief view asks for masks with a bit above sw_power_cap (0x4), and for the cap
+    # alone only where it holds the card down (power-capped): the rest stay on the server.
     Field("clock_event_mask", (("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 1),
                                ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 1)), op="mask",
           gives=("clock_event_reasons",)),
@@ -203,7 +216,72 @@ def complete(view: str) -> frozenset[str]:
     if view == FULL:
         return FIELD_NAMES
     return frozenset(f.name for f in FIELDS if view in f.views and not f.unhealthy_only
-                     and f.op in ("", "mig") and not (view == OVERVIEW and f.overview))
+                     and f.op in ("", "mig") and not f.brief
+                     and not (view == OVERVIEW and f.overview))
+
+
+# A brief view asks for temperatures and their limits on cards this close (C) to one:
+# the rules judge with their own margins (health: temp_slowdown_margin, 5 C by default;
+# temp_shutdown_margin, 2 C), any of them up to this is honoured.
+HOT_MARGIN_C = 15
+
+
+def _by_name(name: str) -> Field:
+    return next(f for f in FIELDS if f.name == name)
+
+
+# What the hot and capped filters compare with: not among dcgm-exporter's default
+# counters, so most sites export none.  PromQL evaluates both sides of an `and`, so a
+# filter comparing with nothing would still cost Prometheus every card's temperature or
+# power: a refresh first asks which of these the server has (present_query), and a brief
+# view leaves out what would compare with nothing.
+HOT_LIMITS = {"DCGM_FI_DEV_SLOWDOWN_TEMP": "temp_slowdown",
+              "DCGM_FI_DEV_SHUTDOWN_TEMP": "temp_shutdown"}
+CAP_LIMITS = {"DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": "power_default_limit",
+              "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX": "power_max_limit"}
+
+
+def present_query(selector: str) -> str:
+    """Which of HOT_LIMITS and CAP_LIMITS the server has: one series per metric name."""
+    names = "|".join((*HOT_LIMITS, *CAP_LIMITS))
+    return f"count by (__name__) ({_sel('', selector, f'__name__=~{chr(34)}{names}{chr(34)}')})"
+
+
+def _limits(table: dict[str, str], present: frozenset[str] | None) -> list[str]:
+    return [field for metric, field in table.items() if present is None or metric in present]
+
+
+def _hot(selector: str, present: frozenset[str] | None = None) -> str:
+    """The cards within HOT_MARGIN_C of their slowdown or shutdown temperature."""
+    temp = field_query(_by_name("temp"), selector, FULL)
+    limits = [field_query(_by_name(name), selector, FULL)
+              for name in _limits(HOT_LIMITS, present)]
+    return " or ".join(f"(({temp}) >= ({limit}) - {HOT_MARGIN_C})" for limit in limits)
+
+
+def _capped(selector: str, present: frozenset[str] | None = None) -> str:
+    """The cards whose clock-event mask has sw_power_cap (or a bit above) while they
+    draw under the power-capped rule's share of their default (else maximum) limit."""
+    mask = field_query(_by_name("clock_event_mask"), selector, FULL)
+    power = field_query(_by_name("power_draw"), selector, FULL)
+    limit = " or ".join(f"({field_query(_by_name(name), selector, FULL)})"
+                        for name in _limits(CAP_LIMITS, present))
+    return (f"(({mask}) > 3) and on ({KEY}) "
+            f"(({power}) < ({limit}) * {POWER_CAPPED_SHARE:g})")
+
+
+def _filter(spec: Field, view: str) -> str:
+    """"hot" or "capped" where ``spec`` is asked in ``view`` only on such cards."""
+    if view not in BRIEF:
+        return ""
+    if spec.brief:
+        return spec.brief
+    return spec.overview if view == OVERVIEW and spec.overview == "capped" else ""
+
+
+def _compares(kind: str, present: frozenset[str] | None) -> bool:
+    """Whether the server has anything a "hot" or "capped" filter compares with."""
+    return bool(_limits(HOT_LIMITS if kind == "hot" else CAP_LIMITS, present))
 
 
 def _sel(metric: str, selector: str, extra: str = "") -> str:
@@ -211,9 +289,11 @@ def _sel(metric: str, selector: str, extra: str = "") -> str:
     return f"{metric}{{{inner}}}" if inner else metric
 
 
-def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
+def field_query(spec: Field, selector: str, view: str = SUMMARY,
+                present: frozenset[str] | None = None) -> str:
     """The PromQL of one field; the summary view leaves healthy values on the server,
-    the full one has them all (0 is a fact --json shows)."""
+    the full one has them all (0 is a fact --json shows).  ``present``: the limit
+    metrics the server has (present_query; None: all)."""
     brief = view in BRIEF
     by = BRIEF_IDENTITY if brief and spec.by == IDENTITY else spec.by
     parts = []
@@ -232,14 +312,22 @@ def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
             part = f"{part} * {scale:.12g}"
         parts.append(f"({part})")
     expr = " or ".join(parts)
+    base = f"({expr})"
     if view == OVERVIEW and spec.overview == "zero":
         expr = f"({expr}) == 0"
     elif view == OVERVIEW and spec.overview == "fan-zero":
-        expr = f"({expr}) and on ({KEY}) ({field_query(_FAN, selector, view)})"
+        hot = f" or {_hot(selector, present)}" if _compares("hot", present) else ""
+        expr = f"({expr}) and on ({KEY}) (({field_query(_FAN, selector, view)}){hot})"
+    elif _filter(spec, view) == "capped":
+        expr = f"({expr}) and on ({KEY}) ({_capped(selector, present)})"
+    elif _filter(spec, view) == "hot":
+        expr = f"({expr}) and on ({KEY}) ({_hot(selector, present)})"
     if brief and (spec.unhealthy_only or spec.op == "rate"):
         expr = f"({expr}) > 0"
     elif brief and spec.op == "mask":
         expr = f"({expr}) > 7"
+        if _compares("capped", present):
+            expr = f"({expr}) or ({base} and on ({KEY}) ({_capped(selector, present)}))"
     elif brief and spec.op[:1] in "<>" and spec.op:
         other = f"max by ({KEY}) ({_sel(spec.op[1:], selector)})"
         expr = f"({expr}) {spec.op[0]} ({other})"
@@ -248,9 +336,11 @@ def field_query(spec: Field, selector: str, view: str = SUMMARY) -> str:
     return expr
 
 
-def queries(view: str, selector: str, host: str | None = None) -> dict[str, str]:
+def queries(view: str, selector: str, host: str | None = None,
+            present: frozenset[str] | None = None) -> dict[str, str]:
     """name -> PromQL for one refresh of ``view``; ``host``: that host's series only
-    (the full view of one opened host)."""
+    (the full view of one opened host); ``present``: the limit metrics the server has
+    (present_query; None: all), a brief view asks for no field it could not filter."""
     if host is not None:
         quoted = host.replace("\\", "\\\\").replace('"', '\\"')
         # The host's name may be on Hostname, hostname or (no name label) instance.
@@ -261,7 +351,11 @@ def queries(view: str, selector: str, host: str | None = None) -> dict[str, str]
     out: dict[str, str] = {}
     for spec in FIELDS:
         if view in spec.views and not (view == OVERVIEW and spec.overview == "skip"):
-            out[spec.name] = " or ".join(f"({field_query(spec, s, view)})" for s in selectors)
+            kind = _filter(spec, view)
+            if kind and not _compares(kind, present):
+                continue  # only on hot or capped cards, and none can be told here
+            out[spec.name] = " or ".join(f"({field_query(spec, s, view, present)})"
+                                         for s in selectors)
     per_selector = [_host_queries(s) for s in selectors]
     for name in per_selector[0]:
         out[name] = " or ".join(f"({q[name]})" for q in per_selector)

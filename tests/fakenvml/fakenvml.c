@@ -1159,6 +1159,8 @@ READ(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long, "throttle_reaso
 READ(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long, "throttle_reasons",
      "throttle_reasons", gauge(device, "util_gpu", 0) > 0 ? 0 : 1)
 READ(nvmlDeviceGetPersistenceMode, int, "persistence_mode", "persistence_mode", 0)
+/* nvmlGpuVirtualizationMode_t: 0 none (bare metal), 1 passthrough, 2 vGPU guest, 3/4 host. */
+READ(nvmlDeviceGetVirtualizationMode, int, "virtualization_mode", "virtualization_mode", 0)
 /* nvmlComputeMode_t: 0 Default, 1 Exclusive_Thread, 2 Prohibited, 3 Exclusive_Process. */
 READ(nvmlDeviceGetComputeMode, int, "compute_mode", "compute_mode", 0)
 READ(nvmlDeviceGetDisplayMode, int, "display_mode", "display_mode", 0)

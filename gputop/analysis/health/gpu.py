@@ -204,7 +204,7 @@ def _hw_slowdown(ctx: Context) -> Iterator[Finding]:
 # The SW power cap holding a busy card well below what it is made to draw: a power limit
 # set low (nvidia-smi -pl, a BMC policy) costs speed.  At its default limit a card under
 # full load is capped by design, which is why the cap alone is no warning.
-_POWER_CAPPED_SHARE = 0.8
+POWER_CAPPED_SHARE = 0.8
 
 
 @rule("power-capped", INFO,
@@ -227,7 +227,7 @@ def _power_capped(ctx: Context) -> Iterator[Finding]:
         or gpu.util_gpu < ctx.thresholds.busy_util
         or gpu.power_draw is None
         or not reference
-        or gpu.power_draw >= _POWER_CAPPED_SHARE * reference
+        or gpu.power_draw >= POWER_CAPPED_SHARE * reference
     ):
         return
     limit = f", limit {gpu.power_limit:.0f} W" if gpu.power_limit else ""

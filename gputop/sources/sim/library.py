@@ -566,6 +566,10 @@ class SimNvml:
         g = self._gpu(handle, "PersistenceMode")
         return NVML_FEATURE_ENABLED if g["persistence"] else NVML_FEATURE_DISABLED
 
+    def nvmlDeviceGetVirtualizationMode(self, handle: DeviceHandle) -> int:
+        self._gpu(handle, "VirtualizationMode")
+        return 0  # NVML_GPU_VIRTUALIZATION_MODE_NONE: the simulated cards are bare metal
+
     def nvmlDeviceGetComputeMode(self, handle: DeviceHandle) -> int:
         return _COMPUTE_MODES[self._gpu(handle, "ComputeMode")["compute_mode"]]
 

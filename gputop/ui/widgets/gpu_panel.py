@@ -345,6 +345,9 @@ class GpuPanel(StyleOnce):
                 out.append(fmt.visible(r.user))
                 out.append(f" {fmt.duration(r.until - data.now)}", style="dim")
             out.append(f"  {fmt.visible(dev.uuid or '')}", style="dim")
+            if line.jobs:  # the instance's own (dcgm-exporter's pod on its GPU_I_ID)
+                out.append("  jobs ", style="bold")
+                out.append(fmt.visible(line.jobs))
         if data.gpu.mig_note:
             out.append("\n")
             out.append(f"  {fmt.visible(data.gpu.mig_note)}", style=self._style("warn"))
