@@ -58,9 +58,28 @@ def healthy(index: int = 0, **changes: object) -> Gpu:
     return dataclasses.replace(base, **changes)
 
 
+def job(gpu: Gpu) -> GpuProcess:
+    """The training job that keeps a busy card busy: it holds the card's memory (memory
+    no listed process holds is someone unseen's: the unseen-use rule)."""
+    return GpuProcess(pid=9000 + gpu.index, gpu=gpu.index, gpu_mem=gpu.mem_used, sm_util=95,
+                      user="carol", command="python train.py", ppid=8000,
+                      parent_command="bash", state="R", start_ticks=555, cpu_percent=100.0)
+
+
 def snap(*gpus: Gpu, **changes: object) -> HostSnapshot:
+    """One host's cards, each with its job unless ``processes`` says who runs there."""
+    gpus = gpus or (healthy(),)
     changes.setdefault("time", NOW)
-    return HostSnapshot(host="node1", gpus=gpus or (healthy(),), **changes)  # type: ignore[arg-type]
+    changes.setdefault("processes", tuple(job(g) for g in gpus if g.mem_used))
+    return HostSnapshot(host="node1", gpus=gpus, **changes)  # type: ignore[arg-type]
+
+
+def running(*procs: GpuProcess, card: Gpu | None = None, **changes: object) -> HostSnapshot:
+    """Card 0 (``card``, else a healthy one) running ``procs``: its memory used is what
+    they hold."""
+    used = sum(p.gpu_mem or 0 for p in procs)
+    return snap(dataclasses.replace(card or healthy(), mem_used=used), processes=procs,
+                **changes)
 
 
 def codes(warnings: list) -> dict[str, str]:
@@ -376,7 +395,7 @@ def feed(history: History, minutes: float, step: float = 30.0, **proc_changes: o
     t = NOW - minutes * 60
     last = t
     while t <= NOW:
-        history.add(snap(healthy(util_gpu=0), processes=(proc(**proc_changes),), time=t))
+        history.add(running(proc(**proc_changes), card=healthy(util_gpu=0), time=t))
         last = t
         t += step
     return last
@@ -385,7 +404,7 @@ def feed(history: History, minutes: float, step: float = 30.0, **proc_changes: o
 def test_idle_memory_needs_minutes_of_history() -> None:
     history = History(seconds=3600)
     last = feed(history, minutes=45)
-    current = snap(healthy(util_gpu=0), processes=(proc(),), time=last)
+    current = running(proc(), card=healthy(util_gpu=0), time=last)
     found = health.warnings(current, history, Thresholds(), last)
     idle = [w for w in found if w.code == "idle-memory"]
     assert len(idle) == 1
@@ -405,18 +424,15 @@ def test_idle_memory_needs_minutes_of_history() -> None:
 def test_busy_process_is_not_idle() -> None:
     history = History(seconds=3600)
     last = feed(history, minutes=45, sm_util=60)
-    current = snap(healthy(), processes=(proc(sm_util=60),), time=last)
+    current = running(proc(sm_util=60), time=last)
     assert health.warnings(current, history, Thresholds(), last) == []
 
 
 def test_input_bound_process() -> None:
     history = History(seconds=3600)
     last = feed(history, minutes=10, sm_util=3, cpu_percent=100.0, gpu_mem=2 * GIB)
-    current = snap(
-        healthy(util_gpu=3),
-        processes=(proc(sm_util=3, cpu_percent=100.0, gpu_mem=2 * GIB),),
-        time=last,
-    )
+    current = running(proc(sm_util=3, cpu_percent=100.0, gpu_mem=2 * GIB),
+                      card=healthy(util_gpu=3), time=last)
     found = [w for w in health.warnings(current, history, Thresholds(), last)
              if w.code == "input-bound"]
     assert len(found) == 1
@@ -440,14 +456,14 @@ def test_a_graphics_process_is_not_input_bound() -> None:
                 "cpu_percent": 82.0, "gpu_mem": 40 * 1024**2}
         history = History(seconds=3600)
         last = feed(history, minutes=10, **xorg)
-        current = snap(healthy(util_gpu=0), processes=(proc(**xorg),), time=last)
+        current = running(proc(**xorg), card=healthy(util_gpu=0), time=last)
         assert not [w for w in health.warnings(current, history, Thresholds(), last)
                     if w.code == "input-bound"], kind
     # the same readings from a compute process are input-bound
     compute = {**xorg, "type": "C", "command": "python train.py"}
     history = History(seconds=3600)
     last = feed(history, minutes=10, **compute)
-    current = snap(healthy(util_gpu=0), processes=(proc(**compute),), time=last)
+    current = running(proc(**compute), card=healthy(util_gpu=0), time=last)
     assert [w.code for w in health.warnings(current, history, Thresholds(), last)
             if w.code == "input-bound"] == ["input-bound"]
 
@@ -459,31 +475,31 @@ def test_orphan_with_a_calm_cpu_is_not_input_bound() -> None:
     calm = {"sm_util": 3, "cpu_percent": 2.0, "gpu_mem": 2 * GIB, "ppid": 1,
             "parent_command": "/sbin/init"}
     last = feed(history, minutes=10, **calm)
-    current = snap(healthy(util_gpu=3), processes=(proc(**calm),), time=last)
+    current = running(proc(**calm), card=healthy(util_gpu=3), time=last)
     assert health.warnings(current, history, Thresholds(), last) == []
     # the same orphan starving on a busy CPU is input-bound, and still not "orphaned"
     hungry = {**calm, "cpu_percent": 100.0}
     history = History(seconds=3600)
     last = feed(history, minutes=10, **hungry)
-    current = snap(healthy(util_gpu=3), processes=(proc(**hungry),), time=last)
+    current = running(proc(**hungry), card=healthy(util_gpu=3), time=last)
     assert codes(health.warnings(current, history, Thresholds(), last)) == {"input-bound": INFO}
 
 
 def test_running_nohup_job_is_not_advised_to_stop() -> None:
-    job = proc(sm_util=61, gpu_mem=30 * GIB, ppid=1, parent_command="/sbin/init",
-               command="python train.py", cmdline=("python", "train.py"))
-    assert health.warnings(snap(healthy(), processes=(job,)), None, Thresholds(), NOW) == []
+    nohup = proc(sm_util=61, gpu_mem=30 * GIB, ppid=1, parent_command="/sbin/init",
+                 command="python train.py", cmdline=("python", "train.py"))
+    assert health.warnings(running(nohup), None, Thresholds(), NOW) == []
 
 
 def test_zombie_holding_idle_memory_gets_no_process_warning() -> None:
     history = History(seconds=3600)
     last = feed(history, minutes=45, state="Z")
-    current = snap(healthy(util_gpu=0), processes=(proc(state="Z"),), time=last)
+    current = running(proc(state="Z"), card=healthy(util_gpu=0), time=last)
     assert health.warnings(current, history, Thresholds(), last) == []
     # the same process alive is reported: the zombie rule is what keeps it quiet
     living = History(seconds=3600)
     feed(living, minutes=45)
-    alive = snap(healthy(util_gpu=0), processes=(proc(),), time=last)
+    alive = running(proc(), card=healthy(util_gpu=0), time=last)
     assert codes(health.warnings(alive, living, Thresholds(), last)) == {"idle-memory": INFO}
 
 
@@ -496,7 +512,7 @@ def test_orphaned_kernel_holding_memory_is_reported_without_history() -> None:
         kernel_file="/tmp/kernel-1.json",
         kernel_file_exists=False,
     )
-    found = health.warnings(snap(healthy(), processes=(orphan,)), None, Thresholds(), NOW)
+    found = health.warnings(running(orphan), None, Thresholds(), NOW)
     assert [(w.code, w.severity, w.pid) for w in found] == [("orphan-memory", INFO, 4242)]
 
 
@@ -615,14 +631,14 @@ def test_reservation_warnings_are_included() -> None:
     reservation = Reservation(gpu=0, user="bob", until=NOW + 3600, since=NOW - 60)
     intruder = proc(user="alice", sm_util=80, gpu_mem=GIB)
     found = health.warnings(
-        snap(healthy(0), processes=(intruder,), reservations=(reservation,)), me="bob"
+        running(intruder, card=healthy(0), reservations=(reservation,)), me="bob"
     )
     ours = [w for w in found if w.code == "reserved-by-other"]
     assert len(ours) == 1
     assert ours[0].severity == WARNING and ours[0].gpu == 0 and "alice" in ours[0].message
     expired = dataclasses.replace(reservation, until=NOW - 1)
     quiet = health.warnings(
-        snap(healthy(0), processes=(intruder,), reservations=(expired,)), me="bob"
+        running(intruder, card=healthy(0), reservations=(expired,)), me="bob"
     )
     assert not [w for w in quiet if w.code == "reserved-by-other"]
 

@@ -17,7 +17,7 @@ import pytest
 
 from gputop.analysis import health
 from gputop.analysis.health import Thresholds
-from gputop.model import CRITICAL, INFO, WARNING, Gpu, HostSnapshot
+from gputop.model import CRITICAL, INFO, WARNING, Gpu, GpuProcess, HostSnapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 MIB = 1024**2
@@ -114,9 +114,23 @@ def gpus_from_xml(name: str) -> tuple[Gpu, ...]:
     return tuple(out)
 
 
+def processes_from_xml(name: str) -> tuple[GpuProcess, ...]:
+    """Each card's listed processes (pid, type, memory): a card's memory is theirs, not
+    someone unseen's (the unseen-use rule)."""
+    root = ET.parse(FIXTURES / name).getroot()
+    return tuple(
+        GpuProcess(pid=int(_text(proc, "pid") or 0), gpu=index, type=_text(proc, "type"),
+                   gpu_mem=None if used is None else used * MIB,
+                   command=_text(proc, "process_name"))
+        for index, gpu in enumerate(root.findall("gpu"))
+        for proc in gpu.findall("processes/process_info")
+        for used in [_int(proc, "used_memory")]
+    )
+
+
 def check(name: str) -> list:
-    gpus = gpus_from_xml(name)
-    snap = HostSnapshot(host="capture", time=1.0, gpus=gpus)
+    snap = HostSnapshot(host="capture", time=1.0, gpus=gpus_from_xml(name),
+                        processes=processes_from_xml(name))
     return health.warnings(snap, None, Thresholds(), 1.0)
 
 
@@ -140,6 +154,9 @@ def test_reader_sees_the_capture_fields() -> None:
     (a100,) = gpus_from_xml("xml-a100-sxm4-mig-535.xml")
     assert a100.mig_mode is True and a100.util_gpu is None
     assert a100.remap_pending is None
+    desktop = processes_from_xml("xml-rtx-4000-sff-ada-595.xml")
+    assert [(p.pid, p.type, p.gpu_mem) for p in desktop][:2] == [
+        (1842, "G", 410 * MIB), (3190, "G", 451 * MIB)]
 
 
 def test_consumer_card_with_many_unsupported_fields_is_quiet() -> None:
@@ -194,7 +211,8 @@ def test_same_card_thermally_throttled_is_flagged() -> None:
     hot = dataclasses.replace(
         ada, clock_event_reasons=("hw_slowdown", "hw_thermal_slowdown"), util_gpu=100
     )
-    found = health.warnings(HostSnapshot(host="c", time=1.0, gpus=(hot,)))
+    desktop = processes_from_xml("xml-rtx-4000-sff-ada-595.xml")
+    found = health.warnings(HostSnapshot(host="c", time=1.0, gpus=(hot,), processes=desktop))
     assert [(w.code, w.severity) for w in found] == [
         ("pcie-gen", WARNING),  # busy at gen 1 of 4 is now a fault
         ("thermal-slowdown", WARNING),

@@ -30,8 +30,8 @@ def _gpu(index: int, used_gib: float, util: int | None, **extra: object) -> Gpu:
     )
 
 
-def _proc(gpu: int, pid: int, user: str | None) -> GpuProcess:
-    return GpuProcess(pid=pid, gpu=gpu, user=user, gpu_mem=GIB)
+def _proc(gpu: int, pid: int, user: str | None, used_gib: float = 1) -> GpuProcess:
+    return GpuProcess(pid=pid, gpu=gpu, user=user, gpu_mem=int(used_gib * GIB))
 
 
 def _snap(gpus, processes=(), reservations=()) -> HostSnapshot:
@@ -55,7 +55,7 @@ def test_best_first_most_free_memory_then_lowest_util_then_index() -> None:
 
 
 def test_without_filters_a_card_with_a_process_is_not_free() -> None:
-    snap = _snap([_gpu(0, 30, 90), _gpu(1, 0.5, 0)], processes=[_proc(0, 100, "bob")])
+    snap = _snap([_gpu(0, 30, 90), _gpu(1, 0.5, 0)], processes=[_proc(0, 100, "bob", 30)])
     ranking = rank(snap, Want(me="bob"), NOW)
     assert ranking.indexes == [1]
     assert ranking.rejected == {0: "1 process(es) running"}
@@ -71,7 +71,7 @@ def test_a_display_server_alone_does_not_make_a_card_busy() -> None:
 
 def test_filters_allow_sharing_with_my_own_processes_within_limits() -> None:
     gpus = [_gpu(0, 30, 40), _gpu(1, 70, 10), _gpu(2, 10, 95), _gpu(3, 5, None)]
-    procs = [_proc(i, 100 + i, "bob") for i in range(4)]
+    procs = [_proc(i, 100 + i, "bob", gpu.mem_used / GIB) for i, gpu in enumerate(gpus)]
     snap = _snap(gpus, procs)
     ranking = rank(snap, Want(me="bob", min_free_mem=20 * GIB, max_util=50), NOW)
     assert ranking.indexes == [0]
@@ -83,16 +83,16 @@ def test_filters_allow_sharing_with_my_own_processes_within_limits() -> None:
 
 def test_filters_only_narrow_another_users_card_needs_share() -> None:
     # Issue 25: plain pick refuses bob's card; a stricter pick must not hand it out.
-    snap = _snap([_gpu(0, 2, 98), _gpu(1, 70, 0)], [_proc(0, 100, "bob")])
+    snap = _snap([_gpu(0, 2, 98), _gpu(1, 0.5, 0)], [_proc(0, 100, "bob", 2)])
     assert rank(snap, Want(me="ann"), NOW).indexes == [1]
     for limits in ({"min_free_mem": GIB}, {"max_util": 100.0},
                    {"min_free_mem": GIB, "max_util": 100.0}):
         strict = rank(snap, Want(me="ann", **limits), NOW)  # type: ignore[arg-type]
         assert strict.indexes == [1], limits
         assert strict.rejected == {0: "in use by another user (bob)"}
-        assert rank(snap, Want(me="ann", share=True, **limits), NOW).indexes == [0, 1]  # type: ignore[arg-type]
+        assert rank(snap, Want(me="ann", share=True, **limits), NOW).indexes == [1, 0]  # type: ignore[arg-type]
     # --share alone: any card, best first; a process of an unknown user is not mine.
-    assert rank(snap, Want(me="ann", share=True), NOW).indexes == [0, 1]
+    assert rank(snap, Want(me="ann", share=True), NOW).indexes == [1, 0]
     nobody = _snap([_gpu(0, 2, 0)], [dataclasses.replace(_proc(0, 100, "x"), user=None)])
     assert rank(nobody, Want(me="ann", min_free_mem=GIB), NOW).rejected == {
         0: "in use by another user (a process of a user gputop cannot see)"}
@@ -111,9 +111,11 @@ def test_a_hidden_process_beside_a_named_user_is_said_as_such() -> None:
 
 def test_filter_limits_are_inclusive_and_unknown_memory_is_refused() -> None:
     # 20 GiB free exactly, 50 % exactly: "at least 20G free", "at most 50 % busy".
+    # Cards 0 and 1 hold my own jobs: with limits I may share them.
     gpus = [_gpu(0, 60, 50), _gpu(1, 60.5, 10), _gpu(2, 0, 51),
             dataclasses.replace(_gpu(3, 0, 0), mem_used=None)]
-    ranking = rank(_snap(gpus), Want(min_free_mem=20 * GIB, max_util=50), NOW)
+    mine = [_proc(0, 100, "ann", 60), _proc(1, 101, "ann", 60.5)]
+    ranking = rank(_snap(gpus, mine), Want(me="ann", min_free_mem=20 * GIB, max_util=50), NOW)
     assert ranking.indexes == [0]
     assert ranking.rejected == {1: "19.5 GiB free", 2: "51 % busy", 3: "memory unknown"}
 

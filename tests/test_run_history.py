@@ -226,23 +226,22 @@ def test_with_a_recorder_running_the_history_goes_into_its_ledger(host: Host,
                                                                    tmp_path: Path) -> None:
     # The recorder's ledger is this user's (root's here) and its writer lock is held, as
     # a running `gputop record` holds it: the job's row goes there, not to jobs.sqlite.
-    from gputop.ledger import jobs, store
+    from gputop.commands.record import _open_live
+    from gputop.ledger import jobs, paths
 
     state = tmp_path / "state"
     ledger = state / "gputop" / "ledger.sqlite"
     env = dict(host.env, XDG_STATE_HOME=str(state))
-    conn = store.open_writer(str(ledger))
-    lock = store.WriterLock(str(ledger))
-    lock.acquire()
+    lock, conn, _ = _open_live(str(ledger))  # the live database, private, and its copy
     try:
-        assert jobs.recorder_running(str(ledger))
+        assert jobs.recorder_running(paths.live_path(str(ledger)))
         done = subprocess.run(["/usr/bin/python3", "-m", "gputop.cli", "run", "--config",
                                str(host.root / "config.yaml"), "--", "sh", "-c", "exit 7"],
                               env=env, capture_output=True, text=True, timeout=LIMIT_S)
         assert done.returncode == 7, done.stderr
     finally:
         lock.release()
-    assert not jobs.recorder_running(str(ledger))
+    assert not jobs.recorder_running(paths.live_path(str(ledger)))
     rows = conn.execute(f"SELECT status, reason, exit_code FROM {jobs.TABLE}").fetchall()
     assert rows == [("failed", "failed", 7)]
     conn.close()

@@ -11,7 +11,10 @@ One rule for `gputop pick`, `reserve --count` and `run` (``choose``; docs/reserv
   reserved by someone else (my own reservations are fine: that is what I reserved for);
   who holds a card or a MIG device is analysis/holders.py's answer.
 - Unknown is never free: a card whose process list or memory could not be read may be
-  running a 20 GiB job, so it is skipped with the reason.
+  running a 20 GiB job, so it is skipped with the reason. Nor is memory nobody listed:
+  a card using more than the driver's own reserve beyond what its listed processes hold
+  is "in use by something unseen" (a container's own pid namespace, a vGPU guest:
+  ``orphans.unseen_use``), someone else's as far as ``share`` goes.
 - MIG: a CUDA process sees one MIG device and nothing beside it, so an answer is whole
   cards or one MIG device, never a mix; a count above one is whole cards.  Fit first: a
   request one MIG device meets takes a MIG device, not a whole card a bigger job could
@@ -24,6 +27,7 @@ from collections.abc import Callable, Hashable, Iterable
 
 from gputop import model
 from gputop.analysis.holders import active_reservations, mig_reservations
+from gputop.analysis.orphans import UNSEEN, unseen_use
 from gputop.model import Gpu, HostSnapshot, MigDevice, Reservation
 from gputop.records import MutableRecord, Record, field, record
 from gputop.vendors import VISIBLE_DEVICES_NAME
@@ -91,10 +95,12 @@ def rank(snapshot: HostSnapshot, want: Want, now: float, *,
     }
     excluded = {e for e in want.exclude if isinstance(e, int)}
     busy = _busy(snapshot, want.user or want.me, lambda proc: proc.gpu)
+    unseen = unseen_use(snapshot)
     chosen: list[Gpu] = []
     rejected: dict[int, str] = {}
     for gpu in snapshot.gpus:
-        why = _rejection(gpu, reserved, critical, busy.get(gpu.index), excluded, want)
+        why = _rejection(gpu, reserved, critical, busy.get(gpu.index), excluded, want,
+                         unseen.get(gpu.index))
         if why:
             rejected[gpu.index] = why
         else:
@@ -167,6 +173,7 @@ def _rejection(
     load: _Load | None,
     excluded: set[int],
     want: Want,
+    unseen: str | None = None,
 ) -> str | None:
     if gpu.index in excluded:
         return "excluded"
@@ -182,6 +189,8 @@ def _rejection(
         return blind
     if gpu.mig_devices:
         return MIG_UNIT  # after the reasons that hold for each of its MIG devices too
+    if unseen and not want.share:
+        return unseen  # someone's, though no process is listed: not free
     return _load_rejection(load, want, gpu.mem_free, gpu.util_gpu, "utilization unknown")
 
 
@@ -374,7 +383,7 @@ def _shortfall(ranking: DeviceRanking, want: Want, snapshot: HostSnapshot, cards
     if want.count > 1 and migs and not want.whole:
         line += (f"; {migs} MIG device(s) qualify, but one process sees only one MIG device:"
                  " ask for one (--count 1) per process")
-    if not want.share and any(why.startswith(OTHERS) for why in rejected.values()):
+    if not want.share and any(why.startswith((OTHERS, UNSEEN)) for why in rejected.values()):
         line += "; --share to use cards where other users' processes run"
     return line
 

@@ -24,7 +24,7 @@ from gputop.analysis.pipeline import Settings, warnings_once
 from gputop.commands import common
 from gputop.commands.arguments import add_ledger
 from gputop.exitcodes import EXIT_OK
-from gputop.ledger import paths, store
+from gputop.ledger import paths, publish, store
 from gputop.ledger.writer import LedgerFull, Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
@@ -70,40 +70,58 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     settings = common.settings(config)
     # Sources first: no driver or a bad hosts file leaves no ledger file behind.
     feeds = common.feeds(options, config)
-    lock = store.WriterLock(path)
-    try:
-        lock.acquire()
-        conn = store.open_writer(path)
-    except store.LedgerError as err:
-        lock.release()
-        raise common.usage_error(str(err)) from None
+    lock, conn, publisher = _open_live(path)
     idle_mem = int(settings.thresholds.idle_memory_mib * MIB)
-    loop = RecordLoop(Recorder(conn, args.interval, idle_mem), settings, path, args.raw_days)
+    loop = RecordLoop(Recorder(conn, args.interval, idle_mem), settings, path, args.raw_days,
+                      publisher)
     loop.enforcer = _idle_enforcer(idle_mem, conn, feeds, args.dry_run, args.interval)
-    loop.collector = _collector(options, config, conn, path, feeds)
+    loop.collector = _collector(options, config, conn, paths.live_path(path), feeds)
     print(f"gputop record: recording {', '.join(h for f in feeds for h in f.hosts)} "
           f"every {args.interval:g} s into {path}", file=sys.stderr, flush=True)
     try:
         asyncio.run(_stream(feeds, args.interval, loop.emit, loop.drain))
     finally:
-        conn.close()
+        _close_live(conn, publisher, path)
         lock.release()
     return EXIT_OK
+
+
+def _open_live(path: str) -> tuple[store.WriterLock, sqlite3.Connection, publish.Publisher]:
+    """The writer's lock and live database in their private directory, and the readers'
+    first copy at ``path`` (docs/ledger.md, "Who can read what")."""
+    lock = store.WriterLock(paths.live_path(path))
+    try:
+        live = publish.private_place(path)
+        lock.acquire()
+        publish.adopt(path, live)
+        conn = store.open_writer(live)
+        publisher = publish.Publisher(path)
+        publisher.publish(conn)
+    except store.LedgerError as err:
+        lock.release()
+        raise common.usage_error(str(err)) from None
+    return lock, conn, publisher
+
+
+def _close_live(conn: sqlite3.Connection, publisher: publish.Publisher, path: str) -> None:
+    try:
+        publisher.publish(conn)  # the readers' copy has the last interval
+    except store.LedgerError as err:
+        common.say("record", str(err))
+    finally:
+        conn.close()
 
 
 def _import(path: str, csv_path: str) -> int:
     """`record --import CSV`: past usage in one transaction, under the writer's lock."""
     from gputop.ledger.importer import load_csv
 
-    lock = store.WriterLock(path)
+    lock, conn, publisher = _open_live(path)
     try:
-        lock.acquire()
-        conn = store.open_writer(path)
-        try:
-            count = load_csv(conn, csv_path)
-        finally:
-            conn.close()
+        count = load_csv(conn, csv_path)
+        _close_live(conn, publisher, path)  # the readers' copy has it, under the lock
     except store.LedgerError as err:
+        conn.close()
         raise common.usage_error(str(err)) from None
     finally:
         lock.release()
@@ -144,8 +162,13 @@ def _collector(options: SourceOptions, config: Any, conn: Any, path: str,
 class RecordLoop:
     """What happens to each snapshot: warnings, the write, disk-full, retention."""
 
-    def __init__(self, recorder: Recorder, settings: Settings, path: str, raw_days: float):
+    def __init__(self, recorder: Recorder, settings: Settings, path: str, raw_days: float,
+                 publisher: publish.Publisher | None = None):
         self.recorder, self.settings, self.path = recorder, settings, path
+        # Snapshots a busy database could not take wait here, in order (issue 41.5).
+        self.backlog = publish.Backlog(recorder, lambda line: common.say("record",
+                                                                         f"{path}: {line}"))
+        self.publisher = publisher
         self.raw_s = raw_days * DAY
         self.paused = False
         self.expired_hour: int | None = None
@@ -159,9 +182,12 @@ class RecordLoop:
     def emit(self, snap: HostSnapshot) -> None:
         warnings = warnings_once(snap, self.settings, None, snap.time) if snap.ok else []
         try:
-            self.recorder.record(snap, warnings)
+            # False: held until the database is free; the idle policy still looks.
+            written = self.backlog.record(snap, warnings)
+            if written and self.publisher is not None:
+                self.publisher.maybe(self.recorder.conn)
             hour = int(snap.time // 3600)
-            if hour != self.expired_hour:
+            if written and hour != self.expired_hour:
                 self.expired_hour = hour
                 expire_raw(self.recorder.conn, snap.time - self.raw_s)
         except LedgerFull as err:

@@ -81,8 +81,9 @@ def write_path() -> str:
     """Where this user's jobs are recorded: the ledger when a recorder runs and we may
     write it, else our own file."""
     ledger = paths.existing_path()
-    if ledger and recorder_running(ledger) and os.access(ledger, os.W_OK):
-        return ledger
+    live = ledger and paths.live_path(ledger)  # the recorder's private database
+    if live and recorder_running(live) and os.access(live, os.W_OK):
+        return live
     return own_path()
 
 
@@ -92,6 +93,11 @@ def read_paths() -> list[str]:
     ledger = paths.existing_path()
     if ledger and ledger not in found:
         found.append(ledger)
+        # The readers' copy lags the recorder's by up to its publishing interval; the
+        # live database, when it is this user's own recorder's, has what write_path wrote.
+        live = paths.live_path(ledger)
+        if os.access(live, os.R_OK):
+            found.append(live)
     return found
 
 

@@ -20,6 +20,18 @@ SYSTEM_DEFAULT = "/var/lib/gputop/ledger.sqlite"
 SYSTEM_PATH = os.environ.get("GPUTOP_SYSTEM_LEDGER") or SYSTEM_DEFAULT
 
 
+def live_dir(path: str) -> str:
+    """The private directory (0700) of the writer's live files of the ledger ``path``:
+    ``path`` itself is the copy readers open (gputop/ledger/publish.py, issue 41.5)."""
+    parent, name = os.path.split(os.path.abspath(path))
+    return os.path.join(parent, f".{name}.live")
+
+
+def live_path(path: str) -> str:
+    """The database the recorder writes (with its -wal, -shm and .lock beside it)."""
+    return os.path.join(live_dir(path), os.path.basename(path))
+
+
 def existing_path() -> str | None:
     """The ledger the dashboard reads: the user's, else the system's, if either exists."""
     for path in (default_path(), SYSTEM_PATH):

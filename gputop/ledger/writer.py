@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputop.analysis import hostview
-from gputop.ledger.store import LedgerError, transaction
+from gputop.ledger.store import LedgerError, _locked, transaction
 from gputop.model import GpuProcess, HealthWarning, HostSnapshot
 
 HOUR = 3600
@@ -25,6 +25,11 @@ _GAP_INTERVALS = 3.0
 
 class LedgerFull(LedgerError):
     """The disk is full: this interval was not written; the next one tries again."""
+
+
+class LedgerLocked(LedgerError):
+    """Another connection holds a lock the write needs (after the busy timeout): nothing
+    of this snapshot was written; ``publish.Backlog`` keeps it for the next try."""
 
 
 @dataclass
@@ -77,6 +82,8 @@ class Recorder:
             self._forget()
             if "full" in str(err).lower():
                 raise LedgerFull(f"disk full: {err}") from None
+            if _locked(err):
+                raise LedgerLocked(f"ledger busy: {err}") from None
             raise LedgerError(f"cannot write the ledger: {err}") from None
         return True
 

@@ -13,7 +13,7 @@ from gputop.analysis import orphans
 from gputop.analysis.durations import format_duration
 from gputop.analysis.health.common import MIB, gib, one_line
 from gputop.analysis.health.registry import HOST, Context, Finding, orphan_rules, rule
-from gputop.model import INFO, GpuProcess
+from gputop.model import INFO, WARNING, GpuProcess
 from gputop.text import without_program_dir
 
 if TYPE_CHECKING:
@@ -133,3 +133,20 @@ def _source(flags: orphans.ProcessFlags) -> str:
     if flags.idle_recorded:
         return "ledger"
     return "simulated before the demo began" if flags.idle_simulated else "as observed"
+
+
+@rule("unseen-use", WARNING, scope=HOST, reads=("gpus", "processes"),
+      unexported=("processes",),
+      summary="memory in use that no listed process holds: something unseen uses the card",
+      hint="a container with its own pid namespace, a vGPU guest or a process the driver "
+      "does not list runs there; gputop pick, reserve --count and run leave the card out "
+      "(--share takes it)",
+      when="memory used beyond the driver's own reserve (512 MiB or 1 % of the card) that "
+      "no listed process holds is more than 1 GiB or 2 % of the card (25 % on a card "
+      "that draws a desktop: a graphics process listed) "
+      "(`analysis/orphans.unseen_use`, pick's rule too); not for a source without a "
+      "process list")
+def _unseen(ctx: Context) -> Iterator[Finding]:
+    # One pass for the host's cards, not one per card: the dashboard runs it every tick.
+    for gpu, why in sorted(orphans.unseen_use(ctx.snapshot).items()):
+        yield Finding(why, gpu=gpu)
