@@ -11,6 +11,10 @@ OUT.prof.THREAD-NAME.  Used by bench_vs_nvitop.py with ``BENCH_PROFILE=DIR`` (gp
 TUI rows then run under it; the figures of such a run are not the table's) and by hand:
 
     python -m pstats OUT.prof          # sort tottime, stats 30
+
+``--memory`` first (``profiled.py --memory OUT ARGS``): no profilers, tracemalloc from the
+start instead, and at the end OUT.mem.txt, the live allocations by file (what the RSS
+beyond the interpreter's and the modules' own is made of).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+import tracemalloc
 from typing import Any
 
 PROFILES: dict[str, cProfile.Profile] = {}
@@ -57,9 +62,42 @@ def dump(out: str) -> None:
         merged.dump_stats(out)
 
 
+def dump_memory(out: str) -> None:
+    snapshot = tracemalloc.take_snapshot()
+    stats = snapshot.statistics("filename")
+    total = sum(stat.size for stat in stats)
+    with open(f"{out}.mem.txt", "w") as f:
+        f.write(f"traced {total / 2**20:.1f} MiB, RSS {rss_mib():.1f} MiB\n")
+        for stat in stats[:40]:
+            f.write(f"{stat.size / 2**20:7.2f} MiB {stat.count:8d} {stat.traceback[0].filename}\n")
+        f.write("\nby line:\n")
+        for stat in snapshot.statistics("lineno")[:30]:
+            f.write(f"{stat.size / 2**20:7.2f} MiB {stat.count:8d} {stat.traceback[0]}\n")
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def main() -> None:
+    memory = sys.argv[1] == "--memory"
+    if memory:
+        del sys.argv[1]
     out = sys.argv[1]
     sys.argv = ["gputop", *sys.argv[2:]]
+    if memory:
+        tracemalloc.start()
+        try:
+            from gputop.cli import entry
+
+            entry()
+        finally:
+            dump_memory(out)
+        return
     threading.Thread.run = _profiled_run(threading.Thread.run)  # type: ignore[method-assign]
     main_profile = PROFILES["main"] = cProfile.Profile(time.thread_time)
 
