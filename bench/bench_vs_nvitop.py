@@ -72,6 +72,17 @@ def minimal(gputop: list[str]) -> list[str]:
     return [str(Path(gputop[0]).with_name("python")), str(ROOT / "bench" / "minimal_app.py")]
 
 
+def profiled(gputop: list[str], name: str) -> list[str]:
+    """gputop's TUI command; with BENCH_PROFILE=DIR, under bench/profiled.py (cProfile of
+    every thread) writing DIR/NAME.prof: where a row's CPU goes, not the row's figure."""
+    out = os.environ.get("BENCH_PROFILE")
+    if not out:
+        return gputop
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return [str(Path(gputop[0]).with_name("python")), str(ROOT / "bench" / "profiled.py"),
+            str(Path(out).resolve() / f"{name}.prof")]
+
+
 def setup() -> None:
     fakenvml.library_dir()
     if not (BENCH_VENV / "bin" / "python").exists():
@@ -305,8 +316,8 @@ def measure(args: argparse.Namespace, gputop: list[str], moving: bool) -> list[R
                     "MiB", "<= 4 MiB more")
         tcalls = row("NVML calls per second, TUI 1 s", "", "<= 1.0", digits=0)
         for _ in range(args.tui_runs):
-            g = tui([*gputop, "--interval", "1"], env, args.warmup, args.tui_seconds,
-                    trace=True, marker=marker, full_marker=GPUTOP_PANELS)
+            g = tui([*profiled(gputop, "tui-1s"), "--interval", "1"], env, args.warmup,
+                    args.tui_seconds, trace=True, marker=marker, full_marker=GPUTOP_PANELS)
             n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds,
                     trace=True, marker=marker)
             first.add(g["first"], n["first"])
@@ -328,7 +339,8 @@ def measure(args: argparse.Namespace, gputop: list[str], moving: bool) -> list[R
         kib4 = row("bytes to the terminal, 0.25 s refresh", "KiB/refresh", "<= 2",
                    scale=0.25)
         for _ in range(args.tui_runs):
-            g = tui([*gputop, "--interval", "0.25"], env, args.long_uptime, args.tui_seconds)
+            g = tui([*profiled(gputop, "tui-0.25s"), "--interval", "0.25"], env,
+                    args.long_uptime, args.tui_seconds)
             n = tui([*nvitop(), "--interval", "0.25"], env, args.long_uptime,
                     args.tui_seconds)
             fast.add(g["cpu"], n["cpu"])
@@ -337,7 +349,8 @@ def measure(args: argparse.Namespace, gputop: list[str], moving: bool) -> list[R
         with host_processes(256) as pids, fake_gpus(crowded(8, 500, pids), moving) as env:
             big = row("TUI CPU, 8 GPUs x 500 processes", "ms/s", "<= 0.3")
             for _ in range(args.tui_runs):
-                g = tui([*gputop, "--interval", "1"], env, args.warmup, args.tui_seconds)
+                g = tui([*profiled(gputop, "tui-8x500"), "--interval", "1"], env, args.warmup,
+                        args.tui_seconds)
                 n = tui([*nvitop(), "--interval", "1"], env, args.warmup, args.tui_seconds)
                 big.add(g["cpu"], n["cpu"])
     return rows

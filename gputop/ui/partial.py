@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.control import Control
 from rich.segment import Segment
@@ -225,6 +226,89 @@ def text_strips(text: Text, width: int, base: Style,
         strips.append(strip)
     del drawn[len(lines):]
     return strips
+
+
+Piece = tuple[str, str]  # (text, Rich style string)
+
+
+class Lines:
+    """Lines of (text, style) pieces, built as a Rich ``Text`` is (``append``,
+    ``append_text``, ``cell_len``) and drawn as ``text_strips`` draws that Text, without
+    the Text: on a live machine every GPU panel changes every refresh, and building its
+    Text (each ``append`` measures and sanitises its piece, the spans then sorted and
+    cut again into lines) was a third of the panels' tick.  Untrusted text comes through
+    ``fmt.visible`` already, as for a Text.  ``strips`` hands back the Strip drawn last
+    for a line of the same pieces: an unchanged line costs one comparison of tuples."""
+
+    __slots__ = ("lines",)
+
+    def __init__(self) -> None:
+        self.lines: list[list[Piece]] = [[]]
+
+    def append(self, text: str, style: str = "") -> None:
+        if "\n" in text:
+            first, *rest = text.split("\n")
+            self.append(first, style)
+            for part in rest:
+                self.lines.append([])
+                self.append(part, style)
+        elif text:
+            self.lines[-1].append((text, style))
+
+    def append_text(self, other: Lines) -> None:
+        """``other`` after these pieces, its first line continuing the last one."""
+        self.lines[-1].extend(other.lines[0])
+        self.lines.extend(list(line) for line in other.lines[1:])
+
+    @property
+    def cell_len(self) -> int:
+        return sum(cell_len(text) for line in self.lines for text, _ in line)
+
+    @property
+    def plain(self) -> str:
+        return "\n".join("".join(text for text, _ in line) for line in self.lines)
+
+    def text(self) -> Text:
+        """The same lines as a Rich Text (what ``render()`` answers)."""
+        out = Text(no_wrap=True, overflow="ellipsis")
+        for y, line in enumerate(self.lines):
+            if y:
+                out.append("\n")
+            for text, style in line:
+                out.append(text, style=style)
+        return out
+
+    def strips(self, width: int, base: Style, drawn: list[tuple[Any, Strip]]) -> list[Strip]:
+        """One Strip per line, as ``text_strips(self.text(), width, base)``; ``drawn``: the
+        lines made last time for this widget, updated here (see ``text_strips``)."""
+        strips = []
+        for y, line in enumerate(self.lines):
+            key = (width, base, line)
+            if y < len(drawn) and drawn[y][0] == key:
+                strips.append(drawn[y][1])
+                continue
+            strip = _strip([Segment(text, _combined(base, style)) for text, style in line],
+                           width, base)
+            if y < len(drawn):
+                drawn[y] = (key, strip)
+            else:
+                drawn.append((key, strip))
+            strips.append(strip)
+        del drawn[len(self.lines):]
+        return strips
+
+
+_COMBINED: dict[tuple[Style, str], Style] = {}
+
+
+def _combined(base: Style, style: str) -> Style:
+    """``base + Style.parse(style)``, kept: a panel's few styles on its one base."""
+    combined = _COMBINED.get((base, style))
+    if combined is None:
+        if len(_COMBINED) > 1024:  # bases change with themes and hover: keep the recent
+            _COMBINED.clear()
+        combined = _COMBINED[(base, style)] = base + _style_of(style) if style else base
+    return combined
 
 
 def _strip(line: list[Segment], width: int, base: Style) -> Strip:

@@ -27,7 +27,7 @@ from gputop.model import (
     HealthWarning,
 )
 from gputop.ui import fmt
-from gputop.ui.partial import StyleOnce, changed_regions, text_strips
+from gputop.ui.partial import Lines, StyleOnce, changed_regions
 
 # Clock events that are not a slowdown anyone should look at.
 BENIGN_CLOCK_EVENTS = frozenset(
@@ -94,10 +94,9 @@ class GpuPanel(StyleOnce):
         self.thresholds = thresholds or dict(DEFAULT_THRESHOLDS)
         self.palette = colors or dict(DEFAULT_COLORS)
         self.data: PanelData | None = None
-        self._signature: Any = None
         self._strips: list[Strip] = []
         self._strips_key: Any = None
-        self._drawn: list[tuple[Any, Strip]] = []  # text_strips' lines, reused unchanged
+        self._drawn: list[tuple[Any, Strip]] = []  # Lines.strips' lines, reused unchanged
         self._stats: tuple[str, str] = ("", "")
         # Kept from tick to tick, fed the new samples only (fmt.SparkTrack): by (series,
         # seconds per cell), and by (series, span).
@@ -113,28 +112,10 @@ class GpuPanel(StyleOnce):
             self._windows.clear()
             self._tracked = card
         compact = self.has_class("-compact")
-        # Each figure is computed once per tick and kept for render(); the panel draws
-        # only when one changed.
+        # Each figure is computed once per tick and kept for render().
         self._stats = (self._window_stats("util", data), self._window_stats("mem", data))
-        step = data.span / 60
-        signature = (
-            data.gpu,
-            self._spark("util", data, 60, step),
-            # A compact row's line reaches further back than the span above.
-            self._spark("util", data, *compact_cells(data, self.size.width))
-            if compact else None,
-            self._spark("mem", data, 60, step),
-            self._stats,
-            tuple(w.key for w in data.warnings),
-            data.view.holders,  # the rest of the view follows from data.gpu
-            tuple(line.holders for line in data.view.devices),
-            self.size.width,
-            compact,
-        )
-        if signature != self._signature:
-            self._signature = signature
-            self._fit_height(data, compact)
-            self._repaint_changes()
+        self._fit_height(data, compact)
+        self._repaint_changes()
 
     def _series(self, name: str, data: PanelData) -> list[tuple[float, float]]:
         return data.util_series if name == "util" else data.mem_series
@@ -172,23 +153,23 @@ class GpuPanel(StyleOnce):
         return format_stats(window.stats())
 
     def _repaint_changes(self) -> None:
-        """Dirty only the cells that differ from what is on screen (gputop/ui/partial.py)."""
+        """Draw the lines and dirty only the cells that differ from what is on screen
+        (gputop/ui/partial.py): a figure that moved but reads the same, a history whose
+        cells did not change, draw nothing."""
         key = self._key()
-        old = self._strips if self._strips_key is not None else None
-        if old is None or not self.is_mounted or key[1:] != self._strips_key[1:]:
-            self.refresh()
-            return
-        new = text_strips(self.render(), max(self.size.width, 1), self.base_style,
-                          self._drawn)
-        regions = changed_regions(old, new)
-        self._strips, self._strips_key = new, key
+        old = self._strips if self._strips_key == key and self.is_mounted else None
+        self._strips, self._strips_key = self._draw(), key
+        regions = None if old is None else changed_regions(old, self._strips)
         if regions is None:
             self.refresh()
         elif regions:
             self.refresh(*regions)
 
     def _key(self) -> Any:
-        return (self._signature, self.size, self.has_class("-compact"), self.base_style)
+        return (self.size, self.has_class("-compact"), self.base_style)
+
+    def _draw(self) -> list[Strip]:
+        return self._lines().strips(max(self.size.width, 1), self.base_style, self._drawn)
 
     def _fit_height(self, data: PanelData, compact: bool) -> None:
         """A MIG card's full panel grows by one line per MIG device."""
@@ -204,21 +185,22 @@ class GpuPanel(StyleOnce):
     # -- drawing -------------------------------------------------------------------
 
     def render_line(self, y: int) -> Strip:
-        # Line API with cached strips: Textual's conversion of a Text full of styled spans
-        # cost more than everything else in a tick.
-        base = self.base_style
-        key = self._key()
-        if key != self._strips_key:
-            self._strips = text_strips(self.render(), max(self.size.width, 1), base,
-                                       self._drawn)
-            self._strips_key = key
+        # Line API with strips kept from the last update: Textual's conversion of a Text
+        # full of styled spans cost more than everything else in a tick.
+        if self._key() != self._strips_key:  # resized, restyled: drawn afresh
+            self._strips, self._strips_key = self._draw(), self._key()
         if y < len(self._strips):
             return self._strips[y]
-        return Strip.blank(self.size.width, base)
+        return Strip.blank(self.size.width, self.base_style)
 
     def render(self) -> Text:
+        return self._lines().text()
+
+    def _lines(self) -> Lines:
         if self.data is None:
-            return Text(f"GPU {self.index}: waiting for data…", style="dim")
+            out = Lines()
+            out.append(f"GPU {self.index}: waiting for data…", style="dim")
+            return out
         width = max(self.content_region.width, 20)
         if self.has_class("-compact"):
             return self._compact(self.data, width)
@@ -227,7 +209,7 @@ class GpuPanel(StyleOnce):
     def _style(self, level: str) -> str:
         return self.palette.get(level, "")
 
-    def _gauge(self, out: Text, label: str, value: float | None, fraction: float | None,
+    def _gauge(self, out: Lines, label: str, value: float | None, fraction: float | None,
                kind: str, width: int, figure: str) -> None:
         level = fmt.level(value, self.thresholds[kind])
         filled, empty = fmt.bar(fraction, width)
@@ -238,8 +220,8 @@ class GpuPanel(StyleOnce):
         out.append("▏", style="dim")
         out.append(figure, style=self._style(level) if value is not None else "dim")
 
-    def _badges(self, data: PanelData) -> Text:
-        out = Text()
+    def _badges(self, data: PanelData) -> Lines:
+        out = Lines()
         counts: dict[str, int] = {}
         for w in data.warnings:
             counts[w.severity] = counts.get(w.severity, 0) + 1
@@ -257,18 +239,18 @@ class GpuPanel(StyleOnce):
                 out.append(fmt.visible(r.note), style="italic")
         return out
 
-    def _lost(self, gpu: Gpu, width: int) -> Text:
-        out = Text(no_wrap=True, overflow="ellipsis")
+    def _lost(self, gpu: Gpu, width: int) -> Lines:
+        out = Lines()
         out.append(f"{gpu.index} ", style="bold")
         out.append(f"GPU {gpu.state.upper()}", style=f"bold reverse {self._style('crit')}")
         out.append(" " + fmt.visible(gpu.error or "no data from this card"))
         return out
 
-    def _full(self, data: PanelData, width: int) -> Text:
+    def _full(self, data: PanelData, width: int) -> Lines:
         gpu = data.gpu
         if gpu.state != GPU_OK:
             return self._lost(gpu, width)
-        out = Text(no_wrap=True, overflow="ellipsis")
+        out = Lines()
         # line 1: identity, P-state, clocks, badges
         out.append(f"{gpu.index} ", style="bold")
         out.append(fmt.visible(fmt.short_name(gpu.name)), style="bold")
@@ -325,7 +307,7 @@ class GpuPanel(StyleOnce):
         self._mig_rows(out, data, bar_w)
         return out
 
-    def _mig_rows(self, out: Text, data: PanelData, bar_w: int) -> None:
+    def _mig_rows(self, out: Lines, data: PanelData, bar_w: int) -> None:
         """One line per MIG device, its gauges in the columns of the card's."""
         for line in data.view.devices:
             dev = line.device
@@ -356,7 +338,7 @@ class GpuPanel(StyleOnce):
             out.append("  jobs ", style="bold")
             out.append(fmt.visible(data.view.jobs))
 
-    def _history(self, out: Text, label: str, series: list[tuple[float, float]],
+    def _history(self, out: Lines, label: str, series: list[tuple[float, float]],
                  data: PanelData, width: int, style: str, stat: str) -> None:
         window = span_label(data.span)
         spark_w = max(width - len(label) - len(window) - 2 - len(stat), 4)
@@ -365,11 +347,11 @@ class GpuPanel(StyleOnce):
         out.append(self._spark(label, data, spark_w, data.span / spark_w), style=style)
         out.append(stat, style="dim")
 
-    def _compact(self, data: PanelData, width: int) -> Text:
+    def _compact(self, data: PanelData, width: int) -> Lines:
         gpu = data.gpu
         if gpu.state != GPU_OK:
             return self._lost(gpu, width)
-        out = Text(no_wrap=True, overflow="ellipsis")
+        out = Lines()
         out.append(f"{gpu.index:>2} ", style="bold")
         out.append(fmt.visible(fmt.short_name(gpu.name))[:14].ljust(14), style="bold")
         bar_w = max(min((width - 64) // 3, 12), 3)
