@@ -41,6 +41,7 @@ test: $(STAMP) $(FAKENVML)
 	@bash scripts/ensure-sshd.sh
 	@bash scripts/ensure-chromium.sh
 	@bash scripts/ensure-prometheus.sh
+	@bash scripts/ensure-postgresql.sh
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q -rfEs
 
