@@ -212,3 +212,45 @@ def test_an_empty_database_is_no_ledger_until_a_recorder_writes(pg_server: Serve
 def test_placeholders_become_psycopg_ones_outside_quoted_text() -> None:
     assert engine.to_pyformat("SELECT '?:x', ? WHERE a = :a AND b::text LIKE '%' || :b") \
         == "SELECT '?:x', %s WHERE a = %(a)s AND b::text LIKE '%%' || %(b)s"
+
+
+def _policy(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_policy_names_the_lab_ledger_for_quotas_and_fair_share(tmp_path: Path) -> None:
+    from gputop.policy import PolicyError, parse_accounting, parse_policy
+
+    secret = tmp_path / "pgpass"
+    secret.write_text("*:*:*:gputop:pw\n")
+    secret.chmod(0o600)
+    text = (f"ledger: {{url: 'postgresql://gputop@db1/lab', passfile: {secret}}}\n"
+            "quotas: {users: {alice: 10}}\nfair_share: {half_life: 7d}\n")
+    accounting = parse_accounting(text, "p.yaml")
+    expected = f"postgresql://gputop@db1/lab?passfile={secret}"
+    assert accounting.ledger == expected and accounting.quotas.ledger == expected
+    assert parse_policy(text, "p.yaml").fair_share_ledger == expected
+    secret.chmod(0o640)
+    with pytest.raises(PolicyError,
+                       match=r"^p.yaml:1: key 'ledger.passfile': .*only root may read"):
+        parse_accounting(text, "p.yaml")
+    for bad, problem in (("postgresql://u:pw@db1/lab", "no password here"),
+                         ("postgresql://db1/lab?password=pw", "no password here"),
+                         ("mysql://db1/lab", "expected a postgresql:// URL")):
+        with pytest.raises(PolicyError, match=f"^p.yaml:1: key 'ledger.url': {problem}"):
+            parse_accounting(f"ledger: {{url: '{bad}'}}\n", "p.yaml")
+
+
+def test_a_database_that_is_down_leaves_quotas_unchecked_in_one_line(tmp_path: Path) -> None:
+    """run and reserve go on without lab-wide usage, and say so (docs/ledger.md)."""
+    from gputop.analysis import quota
+    from gputop.ledger import quota_usage
+
+    url = f"postgresql://gputop@/lab?host={tmp_path}&port=5998"
+    held, warning = quota_usage.holds(quota.Quotas(users={"alice": 1.0}, ledger=url),
+                                      ["alice"], T0)
+    assert held == {}
+    assert warning is not None and warning.startswith(
+        "quotas not checked: postgresql://gputop@/lab: cannot connect")

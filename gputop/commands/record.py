@@ -63,7 +63,7 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
         raise common.usage_error("--interval must be more than 0 seconds")
     if not args.raw_days > 0:
         raise common.usage_error("--raw-days must be more than 0")
-    path = args.db or paths.default_path()
+    path = args.db or lab_ledger("record") or paths.default_path()
     if getattr(args, "import_csv", None):
         return _import(path, args.import_csv)
     config = common.config(options)
@@ -82,13 +82,20 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     loop.enforcer = _idle_enforcer(idle_mem, conn, feeds, args.dry_run, args.interval)
     loop.collector = _collector(options, config, conn, path, feeds)
     print(f"gputop record: recording {', '.join(h for f in feeds for h in f.hosts)} "
-          f"every {args.interval:g} s into {path}", file=sys.stderr, flush=True)
+          f"every {args.interval:g} s into {store.engine.shown(path)}", file=sys.stderr,
+          flush=True)
     try:
         asyncio.run(_stream(feeds, args.interval, loop.emit, loop.drain))
     finally:
         conn.close()
         lock.release()
     return EXIT_OK
+
+
+def lab_ledger(command: str) -> str | None:
+    """Root's default ledger where the policy names the lab's (issue 38.3): its passfile
+    is root's alone, so a user's default stays their own file."""
+    return common.accounting(command).ledger if os.geteuid() == 0 else None
 
 
 def _import(path: str, csv_path: str) -> int:
@@ -107,7 +114,7 @@ def _import(path: str, csv_path: str) -> int:
         raise common.usage_error(str(err)) from None
     finally:
         lock.release()
-    common.say("record", f"{path}: imported {count} rows from {csv_path}")
+    common.say("record", f"{store.engine.shown(path)}: imported {count} rows from {csv_path}")
     return EXIT_OK
 
 
