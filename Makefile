@@ -41,6 +41,7 @@ test: $(STAMP) $(FAKENVML)
 	@bash scripts/ensure-sshd.sh
 	@bash scripts/ensure-chromium.sh
 	@bash scripts/ensure-prometheus.sh
+	@bash scripts/ensure-postgresql.sh
 	$(MAKE) --no-print-directory lint
 	@# --durations: CI's log names the slowest tests (the suite has 15 minutes on 2 cores)
 	$(BIN)/python -m pytest -q -rfEs --durations=30

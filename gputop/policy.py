@@ -26,9 +26,11 @@ The accounting sections (issue 28; read by ``load_accounting``, docs/ledger.md):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +49,11 @@ KEYS = ("max_gpus_per_user", "max_duration", "starvation_limit", "high_priority"
         "fair_share", "turn_limit")
 _SECONDS = {"max_duration": "max_duration_s", "starvation_limit": "starvation_s",
             "turn_limit": "turn_s"}
-ACCOUNTING_KEYS = ("quotas", "cost", "idle")  # parse_accounting's; parse_policy skips them
+ACCOUNTING_KEYS = ("quotas", "cost", "idle", "ledger")  # parse_accounting's
+# A lab's ledger in PostgreSQL (issue 38.3): these URLs (gputop.ledger.engine.SCHEMES, which
+# this layer may not import).
+LEDGER_SCHEMES = ("postgresql://", "postgres://")
+MAX_URL = 1000
 MAX_HOURS = 10_000_000.0
 MAX_TURN_S = 3600.0
 _GROUP = _USER  # Unix group names follow the same rule here
@@ -101,6 +107,7 @@ class Accounting:
     cost: CostRates | None = None
     idle: IdlePolicy | None = None  # opt-in: none unless the admin writes the section
     source: str | None = None
+    ledger: str | None = None  # the lab's ledger (a PostgreSQL location), if any
 
 
 def load_accounting(path: str | None = None) -> tuple[Accounting, str | None]:
@@ -143,6 +150,9 @@ def parse_policy(text: str, name: str) -> Policy:
     for key, _knode, vnode, full in mapping_items(root, name, PolicyError,
                                                   known=KEYS + ACCOUNTING_KEYS):
         at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key == "ledger":  # the lab's ledger is fair share's, unless it names its own
+            values.setdefault("fair_share_ledger", _ledger(vnode, name))
+            continue
         if key in ACCOUNTING_KEYS:
             continue
         if key == "high_priority":
@@ -258,7 +268,53 @@ def parse_accounting(text: str, name: str) -> Accounting:
             values["cost"] = _cost(vnode, name)
         elif key == "idle":
             values["idle"] = _idle(vnode, name)
+        elif key == "ledger":
+            values["ledger"] = _ledger(vnode, name)
+    quotas = values.get("quotas") or Quotas()
+    if values.get("ledger") and quotas.ledger is None:
+        # The lab's ledger is what quotas count, unless the quotas name their own.
+        values["quotas"] = dataclasses.replace(quotas, ledger=values["ledger"])
     return Accounting(**values)
+
+
+def _ledger(node: Any, name: str) -> str:
+    """``ledger: {url: postgresql://host/db, passfile: /etc/gputop/pgpass}``: the lab's
+    ledger (docs/ledger.md) as one libpq location. No password in the URL (the policy is
+    world-readable); a passfile must be root's regular file that only root may read."""
+    url = passfile = None
+    for key, _k, vnode, full in mapping_items(node, name, PolicyError, "ledger",
+                                              known=("url", "passfile")):
+        at = f"{name}:{line_of(vnode)}: key '{full}'"
+        value = _scalar(vnode, name)
+        if not isinstance(value, str) or len(value) > MAX_URL \
+                or not value.isprintable() or not value.isascii():
+            raise PolicyError(f"{at}: expected printable text of at most {MAX_URL} characters")
+        if key == "url":
+            parts = urllib.parse.urlsplit(value)
+            query = urllib.parse.parse_qs(parts.query)
+            if not value.startswith(LEDGER_SCHEMES):
+                raise PolicyError(f"{at}: expected a postgresql:// URL")
+            if parts.password is not None or "password" in query or "passfile" in query:
+                raise PolicyError(f"{at}: no password here (this file is readable by all):"
+                                  " use 'passfile' or libpq's PGPASSFILE / PGSERVICE")
+            url = value
+        else:
+            if not value.startswith("/"):
+                raise PolicyError(f"{at}: expected an absolute path")
+            try:
+                info = os.lstat(value)
+            except OSError as exc:
+                raise PolicyError(f"{at}: {value}: {exc.strerror or exc}") from None
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != 0 \
+                    or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise PolicyError(f"{at}: {value} must be a regular file of root's that only"
+                                  " root may read (mode 600)")
+            passfile = value
+    if url is None:
+        raise PolicyError(f"{name}:{line_of(node)}: key 'ledger': needs 'url'")
+    if passfile is not None:
+        url += ("&" if "?" in url else "?") + "passfile=" + urllib.parse.quote(passfile)
+    return url
 
 
 def _scalar(node: Any, name: str) -> object:

@@ -148,7 +148,7 @@ def _watch_frame(snap: HostSnapshot) -> str:
     feed.put(snap)
     out = io.StringIO()
     asyncio.run(watch._loop([feed], 0.1, analysis_settings(Config()),  # type: ignore[list-item]
-                            SourceOptions(timeout=60), out, 1))
+                            SourceOptions(timeout=60), out, 1, lambda s: 0))
     return out.getvalue()
 
 

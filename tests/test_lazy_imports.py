@@ -57,6 +57,7 @@ LAZY = {
     "gputop.commands.webconfig": "optional",
     "gputop.config": "one-shot",
     "gputop.keymap": "optional",
+    "gputop.ledger.engine": "optional",  # psycopg: only a PostgreSQL ledger needs it
     "gputop.ledger.writer": "command",
     "gputop.records": "records",
     "gputop.sources.assembler": "probe",

@@ -181,7 +181,7 @@ def test_live_files_are_private_and_the_copy_is_what_readers_get(tmp_path: Path)
     lock, conn, publisher = _open_live(path)
     try:
         Recorder(conn, 10.0, 1).record(_card(1))
-        publisher.publish(conn)
+        publisher.publish()
         live = paths.live_path(path)
         assert _mode(paths.live_dir(path)) == 0o700
         assert _mode(live) == 0o600 and _mode(live + "-wal") == 0o600
@@ -195,7 +195,7 @@ def test_live_files_are_private_and_the_copy_is_what_readers_get(tmp_path: Path)
         assert reader.execute("SELECT util FROM gpu_samples").fetchall() == [(1,)]
         # A reader keeps the copy it opened; the next copy is a new file.
         Recorder(conn, 10.0, 1).record(_card(2))
-        publisher.publish(conn)
+        publisher.publish()
         assert reader.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 1
         reader.close()
         assert _samples(Path(path)) == 2

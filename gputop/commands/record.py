@@ -25,6 +25,7 @@ from gputop.commands import common
 from gputop.commands.arguments import add_ledger
 from gputop.exitcodes import EXIT_OK
 from gputop.ledger import paths, publish, store
+from gputop.ledger.engine import Connection
 from gputop.ledger.writer import LedgerFull, Recorder, expire_raw
 from gputop.model import HostSnapshot
 from gputop.options import SourceOptions
@@ -63,7 +64,7 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
         raise common.usage_error("--interval must be more than 0 seconds")
     if not args.raw_days > 0:
         raise common.usage_error("--raw-days must be more than 0")
-    path = args.db or paths.default_path()
+    path = args.db or lab_ledger("record") or paths.default_path()
     if getattr(args, "import_csv", None):
         return _import(path, args.import_csv)
     config = common.config(options)
@@ -75,9 +76,10 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     loop = RecordLoop(Recorder(conn, args.interval, idle_mem), settings, path, args.raw_days,
                       publisher)
     loop.enforcer = _idle_enforcer(idle_mem, conn, feeds, args.dry_run, args.interval)
-    loop.collector = _collector(options, config, conn, paths.live_path(path), feeds)
+    loop.collector = _collector(options, config, conn, _live(path), feeds)
     print(f"gputop record: recording {', '.join(h for f in feeds for h in f.hosts)} "
-          f"every {args.interval:g} s into {path}", file=sys.stderr, flush=True)
+          f"every {args.interval:g} s into {store.engine.shown(path)}", file=sys.stderr,
+          flush=True)
     try:
         asyncio.run(_stream(feeds, args.interval, loop.emit, loop.drain))
     finally:
@@ -86,30 +88,45 @@ def _record(options: SourceOptions, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _open_live(path: str) -> tuple[store.WriterLock, sqlite3.Connection, publish.Publisher]:
+def _open_live(path: str) -> tuple[store.WriterLock, Connection, publish.Publisher | None]:
     """The writer's lock and live database in their private directory, and the readers'
-    first copy at ``path`` (docs/ledger.md, "Who can read what")."""
-    lock = store.WriterLock(paths.live_path(path))
+    first copy at ``path`` (docs/ledger.md, "Who can read what").  A PostgreSQL ledger
+    has no files to keep private or copy: its server decides who reads (issue 38.3)."""
+    lock = store.WriterLock(_live(path))
     try:
+        if store.engine.is_url(path):
+            return lock, store.open_writer(path), None
         live = publish.private_place(path)
         lock.acquire()
         publish.adopt(path, live)
         conn = store.open_writer(live)
-        publisher = publish.Publisher(path)
-        publisher.publish(conn)
+        publisher = publish.Publisher(path, conn)
+        publisher.publish()
     except store.LedgerError as err:
         lock.release()
         raise common.usage_error(str(err)) from None
     return lock, conn, publisher
 
 
-def _close_live(conn: sqlite3.Connection, publisher: publish.Publisher, path: str) -> None:
+def _live(path: str) -> str:
+    """The database the recorder writes: a URL's is itself."""
+    return path if store.engine.is_url(path) else paths.live_path(path)
+
+
+def _close_live(conn: Connection, publisher: publish.Publisher | None, path: str) -> None:
     try:
-        publisher.publish(conn)  # the readers' copy has the last interval
+        if publisher is not None:
+            publisher.publish()  # the readers' copy has the last interval
     except store.LedgerError as err:
         common.say("record", str(err))
     finally:
         conn.close()
+
+
+def lab_ledger(command: str) -> str | None:
+    """Root's default ledger where the policy names the lab's (issue 38.3): its passfile
+    is root's alone, so a user's default stays their own file."""
+    return common.accounting(command).ledger if os.geteuid() == 0 else None
 
 
 def _import(path: str, csv_path: str) -> int:
@@ -125,7 +142,7 @@ def _import(path: str, csv_path: str) -> int:
         raise common.usage_error(str(err)) from None
     finally:
         lock.release()
-    common.say("record", f"{path}: imported {count} rows from {csv_path}")
+    common.say("record", f"{store.engine.shown(path)}: imported {count} rows from {csv_path}")
     return EXIT_OK
 
 
@@ -185,7 +202,7 @@ class RecordLoop:
             # False: held until the database is free; the idle policy still looks.
             written = self.backlog.record(snap, warnings)
             if written and self.publisher is not None:
-                self.publisher.maybe(self.recorder.conn)
+                self.publisher.maybe()
             hour = int(snap.time // 3600)
             if written and hour != self.expired_hour:
                 self.expired_hour = hour

@@ -102,7 +102,9 @@ def _report(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise common.usage_error("--top must be 0 or more")
     t_from, t_to = period(args.since, args.start, args.end, time.time())
-    path = args.db or paths.default_path()
+    from gputop.commands.record import lab_ledger
+
+    path = args.db or lab_ledger("report") or paths.default_path()
     if args.jobs:
         return _jobs(path, t_from, t_to, args)
     try:

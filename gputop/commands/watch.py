@@ -61,7 +61,7 @@ async def _loop(feeds: Sequence[Feed], interval: float, settings: Settings,
                 order: Callable[[HostSnapshot], int]) -> None:
     from gputop.analysis.pipeline import warnings_once
 
-    latest: dict[str, HostSnapshot] = {}  # in the order the hosts first answered
+    latest: dict[str, HostSnapshot] = {}  # each host's last answer
 
     def emit(snapshot: HostSnapshot) -> None:
         latest[snapshot.host] = snapshot

@@ -26,6 +26,7 @@ from typing import Any
 
 from gputop.actions import queue
 from gputop.ledger import jobs
+from gputop.ledger.engine import Connection
 
 # How long a job that left the line is looked for in its owner's history: its last row is
 # written just after it leaves (the cards are given back first).
@@ -47,7 +48,7 @@ class Seen:
 class Collector:
     """Watches one host's line and moves its finished jobs into the ledger ``conn``."""
 
-    def __init__(self, conn: sqlite3.Connection, directory: str, ledger: str) -> None:
+    def __init__(self, conn: Connection, directory: str, ledger: str) -> None:
         self.conn, self.directory, self.ledger = conn, directory, ledger
         self.seen: dict[str, Seen] = {}
         jobs.ensure_table(conn)

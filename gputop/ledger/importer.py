@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import csv
 import math
-import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
+from gputop.ledger.engine import Connection
 from gputop.ledger.store import LedgerError, transaction
+from gputop.ledger.writer import HOLDER_HOURLY
 from gputop.text import visible
 
 COLUMNS = ("host", "gpu", "uuid", "gpu_name", "hour", "kind", "name", "dur", "busy_s",
@@ -100,20 +101,15 @@ def _checked(path: str, line: int, values: list[str]) -> dict[str, Any]:
     return row
 
 
-_HOLDER = (
-    "INSERT INTO holder_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (gpu_id, kind, name, hour) DO UPDATE SET dur = dur + excluded.dur,"
-    " busy_s = busy_s + excluded.busy_s, idle_s = idle_s + excluded.idle_s,"
-    " sm_s = sm_s + excluded.sm_s")
 # A card's own hour: its 'card' row (SM % x s stands for the utilisation x s; no energy).
 _GPU = (
-    "INSERT INTO gpu_hourly VALUES (?, ?, ?, ?, ?, ?, 0, NULL, NULL)"
-    " ON CONFLICT (gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
-    " busy_s = busy_s + excluded.busy_s, held_idle_s = held_idle_s + excluded.held_idle_s,"
-    " util_s = util_s + excluded.util_s")
+    "INSERT INTO gpu_hourly AS o VALUES (?, ?, ?, ?, ?, ?, 0, NULL, NULL)"
+    " ON CONFLICT (gpu_id, hour) DO UPDATE SET dur = o.dur + excluded.dur,"
+    " busy_s = o.busy_s + excluded.busy_s, held_idle_s = o.held_idle_s + excluded.held_idle_s,"
+    " util_s = o.util_s + excluded.util_s")
 
 
-def load_csv(conn: sqlite3.Connection, path: str) -> int:
+def load_csv(conn: Connection, path: str) -> int:
     """Import the file at ``path`` into the ledger ``conn`` (open for writing, its lock
     held); returns the rows imported. CsvError names the first bad line."""
     hosts: dict[str, int] = {}
@@ -123,21 +119,23 @@ def load_csv(conn: sqlite3.Connection, path: str) -> int:
         for _line, row in rows(path):
             host_id = hosts.get(row["host"])
             if host_id is None:
-                conn.execute("INSERT OR IGNORE INTO hosts (name) VALUES (?)", (row["host"],))
+                conn.execute("INSERT INTO hosts (name) VALUES (?) ON CONFLICT DO NOTHING",
+                             (row["host"],))
                 (host_id,) = conn.execute("SELECT id FROM hosts WHERE name = ?",
                                           (row["host"],)).fetchone()
                 hosts[row["host"]] = host_id
             key = (host_id, row["gpu"], row["uuid"])
             gpu_id = gpus.get(key)
             if gpu_id is None:
-                conn.execute("INSERT OR IGNORE INTO gpus (host_id, idx, uuid, name)"
-                             " VALUES (?, ?, ?, ?)", (*key, row["gpu_name"] or None))
+                conn.execute("INSERT INTO gpus (host_id, idx, uuid, name)"
+                             " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                             (*key, row["gpu_name"] or None))
                 (gpu_id,) = conn.execute(
                     "SELECT id FROM gpus WHERE host_id = ? AND idx = ? AND uuid = ?",
                     key).fetchone()
                 gpus[key] = gpu_id
             figures = (row["dur"], row["busy_s"], row["idle_s"], row["sm_s"])
-            conn.execute(_HOLDER, (gpu_id, row["hour"], row["kind"], row["name"], *figures))
+            conn.execute(HOLDER_HOURLY, (gpu_id, row["hour"], row["kind"], row["name"], *figures))
             if row["kind"] == "card":
                 conn.execute(_GPU, (gpu_id, row["hour"], *figures))
             count += 1

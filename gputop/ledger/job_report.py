@@ -25,6 +25,7 @@ from typing import Any
 
 from gputop.analysis.jobstats import GpuUse, Job
 from gputop.ledger import jobs
+from gputop.ledger.engine import Connection, dialect_of, greatest_known, least
 from gputop.ledger.query import RECENT_S
 from gputop.ledger.store import LedgerError, has_table
 
@@ -32,11 +33,11 @@ MAX_JOBS = 1000  # a report lists at most this many of each kind (the newest)
 
 
 _SLURM = """
-SELECT w.host_id, h.name, w.wid, MAX(w.user), MAX(w.name), MAX(w.end_time), MIN(w.first),
-  MAX(w.last), GROUP_CONCAT(w.label, char(31))
+SELECT w.host_id, h.name, w.wid, MAX(w."user"), MAX(w.name), MAX(w.end_time), MIN(w.first),
+  MAX(w.last), {labels}
 FROM workloads AS w JOIN hosts AS h ON h.id = w.host_id
 WHERE w.kind = 'slurm' AND w.last >= :a AND w.first < :b
-GROUP BY w.host_id, w.wid ORDER BY MIN(w.first) DESC LIMIT :cap
+GROUP BY w.host_id, h.name, w.wid ORDER BY MIN(w.first) DESC LIMIT :cap
 """
 _SLURM_GPUS = """
 SELECT g.idx, g.name, g.mem_total, SUM(x.dur), SUM(x.sm_s)
@@ -56,7 +57,7 @@ WHERE r.host_id = :host AND r.workload IN ({labels}) GROUP BY g.id
 """
 # A sample row is a run of equal looks covering (t1 - dur, t1]: each counts for the part
 # of it inside the attempt (a run can reach far into the back-off before a retry).
-_IN = "(MIN(s.t1, :end) - MAX(s.t1 - s.dur, :start))"
+_IN = f"({least('s.t1', ':end')} - {greatest_known('s.t1 - s.dur', ':start')})"
 _RUN_GPU = f"""
 SELECT g.name, g.mem_total, SUM(s.util * {_IN}), SUM({_IN}), MAX(s.util),
   SUM(s.mem_used * {_IN}), MAX(s.mem_used)
@@ -66,7 +67,7 @@ WHERE g.host_id = :host AND g.idx = :idx AND s.t0 <= :end AND s.t1 > :start
 """
 
 
-def load_jobs(conn: sqlite3.Connection, path: str, t_from: float, t_to: float,
+def load_jobs(conn: Connection, path: str, t_from: float, t_to: float,
               now: float) -> list[Job]:
     """The jobs of [t_from, t_to): `gputop run`'s, then Slurm's, newest first.  ``conn``
     is the ledger at ``path`` opened for reading."""
@@ -79,7 +80,8 @@ def load_jobs(conn: sqlite3.Connection, path: str, t_from: float, t_to: float,
         out = [_run_job(conn, group, now) for group in _per_job(attempts, t_to)]
         if has_table(conn, "workloads"):  # a schema-1 ledger read as it is has none
             out += [_slurm_job(conn, row, now)
-                    for row in conn.execute(_SLURM, params).fetchall()]
+                    for row in conn.execute(_SLURM.format(labels=dialect_of(conn).concat.format(
+                        expr="w.label")), params).fetchall()]
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"cannot read the ledger: {err}") from None
     return out
@@ -99,7 +101,7 @@ def _per_job(attempts: list[dict[str, Any]], t_to: float) -> list[list[dict[str,
     return out[:MAX_JOBS]
 
 
-def _run_job(conn: sqlite3.Connection, attempts: list[dict[str, Any]], now: float) -> Job:
+def _run_job(conn: Connection, attempts: list[dict[str, Any]], now: float) -> Job:
     first, last = attempts[0], attempts[-1]
     ran = [a for a in attempts if a["started"] is not None]
     host = str(first["host"])
@@ -118,7 +120,7 @@ def _run_job(conn: sqlite3.Connection, attempts: list[dict[str, Any]], now: floa
                gpus=uses, finished=finished, attempts=len(attempts))
 
 
-def _run_gpu(conn: sqlite3.Connection, host_id: int | None, idx: int,
+def _run_gpu(conn: Connection, host_id: int | None, idx: int,
              ran: list[dict[str, Any]], now: float) -> GpuUse:
     """One card of a `gputop run` job: its samples over each attempt's time, added up."""
     name = total = peak = mem_max = None
@@ -142,7 +144,7 @@ def _higher(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _slurm_job(conn: sqlite3.Connection, row: tuple[Any, ...], now: float) -> Job:
+def _slurm_job(conn: Connection, row: tuple[Any, ...], now: float) -> Job:
     host_id, host, wid, user, name, end_time, first, last, labels = row
     names = str(labels).split("\x1f")
     marks = ", ".join("?" for _ in names)

@@ -27,12 +27,13 @@ from typing import Any
 
 from gputop.actions.liveness import process_alive
 from gputop.ledger import paths
-from gputop.ledger.store import transaction
+from gputop.ledger.engine import Connection, dialect_of, is_url, shown
+from gputop.ledger.store import LedgerError, open_reader, transaction
 
 TABLE = "job_history"
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
-    id TEXT NOT NULL, attempt INTEGER NOT NULL, user TEXT NOT NULL, uid INTEGER NOT NULL,
+    id TEXT NOT NULL, attempt INTEGER NOT NULL, "user" TEXT NOT NULL, uid INTEGER NOT NULL,
     host TEXT NOT NULL, command TEXT NOT NULL, request TEXT NOT NULL, gpus TEXT NOT NULL,
     submitted REAL NOT NULL, started REAL, ended REAL, updated REAL NOT NULL,
     status TEXT NOT NULL, reason TEXT, exit_code INTEGER, signal INTEGER,
@@ -49,6 +50,13 @@ FIELDS = ("id", "attempt", "user", "uid", "host", "command", "request", "gpus", 
           "started", "ended", "updated", "status", "reason", "exit_code", "signal",
           "peak_mem", "mean_sm", "samples", "log", "pid", "pid_start")
 MAX_ROWS = 100_000  # what one query returns at most
+_QUOTED = [f'"{n}"' for n in FIELDS]  # "user" is a word of PostgreSQL's
+_COLUMNS = ", ".join(_QUOTED)
+# One attempt's row, replaced by a newer state of it (begin: as it starts; store: the
+# collector's copy, only when newer).
+_UPSERT = (f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES ({', '.join('?' for _ in FIELDS)})"
+           " ON CONFLICT (id, attempt) DO UPDATE SET "
+           + ", ".join(f"{q} = excluded.{q}" for q in _QUOTED[2:]))
 
 
 class HistoryError(Exception):
@@ -130,12 +138,13 @@ def _safe_file(path: str, create: bool) -> None:
         raise HistoryError(f"{path}: owned by uid {info.st_uid}; not used")
 
 
-def ensure_table(conn: sqlite3.Connection) -> None:
-    """The history table in an open file (a ledger that has none yet)."""
-    conn.executescript(_SCHEMA)
+def ensure_table(conn: Connection) -> None:
+    """The history table in an open ledger (one that has none yet)."""
+    for statement in dialect_of(conn).schema(_SCHEMA):
+        conn.execute(statement)
 
 
-def store(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> None:
+def store(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
     """Rows as ``read`` returns them, into ``conn``'s history: a row newer than the one
     held replaces it (the recorder's collector, issue 38.1)."""
     values = []
@@ -146,13 +155,8 @@ def store(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> None:
         values.append(tuple(raw[n] for n in FIELDS))
     if not values:
         return
-    marks = ", ".join("?" for _ in FIELDS)
-    updates = ", ".join(f"{n} = excluded.{n}" for n in FIELDS[2:])
     with transaction(conn):
-        conn.executemany(
-            f"INSERT INTO {TABLE} ({', '.join(FIELDS)}) VALUES ({marks})"
-            f" ON CONFLICT (id, attempt) DO UPDATE SET {updates}"
-            f" WHERE excluded.updated >= {TABLE}.updated", values)
+        conn.executemany(_UPSERT + f" WHERE excluded.updated >= {TABLE}.updated", values)
 
 
 def open_writer(path: str) -> sqlite3.Connection:
@@ -236,8 +240,7 @@ def begin(record: dict[str, Any], path: str | None = None) -> Attempt:
     attempt = Attempt(path, None, (str(row["id"]), int(row["attempt"] or 1)))
     try:
         conn = open_writer(path)
-        conn.execute(f"INSERT OR REPLACE INTO {TABLE} ({', '.join(FIELDS)}) VALUES"
-                     f" ({', '.join('?' for _ in FIELDS)})", tuple(row[n] for n in FIELDS))
+        conn.execute(_UPSERT, tuple(row[n] for n in FIELDS))
         attempt.conn = conn
     except (HistoryError, sqlite3.Error, OSError) as exc:
         attempt._fail(exc)
@@ -274,27 +277,32 @@ def read(paths: Iterable[str], since: float | None = None, user: str | None = No
 
 
 def _rows(path: str, since: float | None, user: str | None) -> Iterator[dict[str, Any]]:
-    _safe_file(path, create=False)
+    conn: Connection
+    if is_url(path):  # the lab's ledger (issue 38.3)
+        try:
+            conn = open_reader(path)
+        except LedgerError as exc:
+            raise HistoryError(str(exc)) from None
+    else:
+        _safe_file(path, create=False)
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0,
+                                   isolation_level=None)
+        except sqlite3.Error as exc:
+            raise HistoryError(f"{path}: cannot open ({exc})") from None
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0,
-                               isolation_level=None)
-    except sqlite3.Error as exc:
-        raise HistoryError(f"{path}: cannot open ({exc})") from None
-    try:
-        have = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                            (TABLE,)).fetchone()
-        if not have:
+        if conn.execute(dialect_of(conn).has_table, (TABLE,)).fetchone() is None:
             return
         where = ["updated >= ?"]
         args: list[Any] = [since if since is not None else 0.0]
         if user is not None:
-            where.append("user = ?")
+            where.append('"user" = ?')
             args.append(user)
         if os.geteuid() != 0:
             # The ledger holds every user's jobs (issue 38.1): a user reads their own.
             where.append("uid = ?")
             args.append(os.geteuid())
-        cursor = conn.execute(f"SELECT {', '.join(FIELDS)} FROM {TABLE} WHERE"
+        cursor = conn.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE"
                               f" {' AND '.join(where)} ORDER BY updated DESC LIMIT ?",
                               (*args, MAX_ROWS))
         for values in cursor:
@@ -302,7 +310,7 @@ def _rows(path: str, since: float | None, user: str | None) -> Iterator[dict[str
             if _valid(row):
                 yield row
     except sqlite3.Error as exc:
-        raise HistoryError(f"{path}: not a job history ({exc})") from None
+        raise HistoryError(f"{shown(path)}: not a job history ({exc})") from None
     finally:
         conn.close()
 

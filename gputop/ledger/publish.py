@@ -100,9 +100,10 @@ def _temp_prefix(path: str) -> str:
 
 @dataclass
 class Publisher:
-    """Copies the live database to ``path`` for the readers."""
+    """Copies the live database ``conn`` to ``path`` for the readers."""
 
     path: str
+    conn: sqlite3.Connection
     mode: int = PUBLISHED_MODE
     last: float | None = None  # when the last copy was made (monotonic)
     cost: float = 0.0  # what it took, seconds
@@ -110,11 +111,11 @@ class Publisher:
     def due(self, now: float) -> bool:
         return self.last is None or now - self.last >= COST_SHARE * self.cost
 
-    def maybe(self, conn: sqlite3.Connection) -> None:
+    def maybe(self) -> None:
         if self.due(time.monotonic()):
-            self.publish(conn)
+            self.publish()
 
-    def publish(self, conn: sqlite3.Connection) -> None:
+    def publish(self) -> None:
         """One consistent copy (SQLite's backup reads a snapshot of the live database),
         written whole and renamed over ``path``.  Raises LedgerError."""
         start = time.monotonic()
@@ -126,7 +127,7 @@ class Publisher:
                              | os.O_CLOEXEC, LIVE_MODE))
             dest = sqlite3.connect(temp, isolation_level=None)
             try:
-                conn.backup(dest)
+                self.conn.backup(dest)
                 dest.execute("PRAGMA journal_mode=DELETE")
             finally:
                 dest.close()

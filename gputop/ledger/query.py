@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from gputop.ledger.engine import Connection, least
 from gputop.ledger.store import HOLDERS_FROM_PROCS, LedgerError, has_table, open_reader
 
 
@@ -89,7 +90,8 @@ class Usage:
     holders: list[HolderUsage] = field(default_factory=list)
 
 
-# An hour belongs to the period when it overlaps it.
+# An hour belongs to the period when it overlaps it.  Results are ORDERed: SQLite's GROUP
+# BY happens to sort, PostgreSQL's does not, and reports list rows in this order.
 _IN = "hour * 3600 < :b AND hour * 3600 + 3600 > :a"
 
 # Energy by time held (issue 38.5): of a card's energy in an hour, the part of the hour
@@ -105,31 +107,32 @@ held AS (
 SELECT p.proc_id, p.gpu_id, SUM(p.dur), SUM(p.busy_s), SUM(p.idle_s), SUM(p.sm_s),
   MAX(p.mem_max),
   SUM(CASE WHEN memtot.m > 0 AND g.dur > 0
-      THEN COALESCE(g.energy_j, 0) * MIN(1.0, COALESCE(held.s, 0) / g.dur) * p.mem_s / memtot.m
+      THEN COALESCE(g.energy_j, 0) * {held_part} * p.mem_s / memtot.m
       ELSE 0 END),
   MIN(p.hour) * 3600, MAX(p.hour) * 3600 + 3600
 FROM proc_hourly AS p JOIN memtot USING (gpu_id, hour)
   LEFT JOIN gpu_hourly AS g USING (gpu_id, hour)
   LEFT JOIN held USING (gpu_id, hour)
 WHERE p.hour * 3600 < :b AND p.hour * 3600 + 3600 > :a
-GROUP BY p.proc_id, p.gpu_id
-"""
+GROUP BY p.proc_id, p.gpu_id ORDER BY p.proc_id, p.gpu_id
+""".replace("{held_part}", least("1.0", "COALESCE(held.s, 0) / g.dur"))
 
 _GPUS = f"""SELECT gpu_id, SUM(dur), SUM(busy_s), SUM(held_idle_s), SUM(util_s), SUM(energy_j),
-  MAX(mem_max) FROM gpu_hourly WHERE {_IN} GROUP BY gpu_id"""
+  MAX(mem_max) FROM gpu_hourly WHERE {_IN} GROUP BY gpu_id ORDER BY gpu_id"""
 
 _HOLDERS = """SELECT gpu_id, kind, name, SUM(dur), SUM(busy_s), SUM(idle_s), SUM(sm_s)
-FROM {source} WHERE hour * 3600 < :b AND hour * 3600 + 3600 > :a GROUP BY gpu_id, kind, name"""
+FROM {source} WHERE hour * 3600 < :b AND hour * 3600 + 3600 > :a GROUP BY gpu_id, kind, name
+ORDER BY gpu_id, kind, name"""
 
 
-def holders_source(conn: sqlite3.Connection) -> str:
+def holders_source(conn: Connection) -> str:
     """holder_hourly, or for a schema-1 ledger read as it is, its backfill (store.py)."""
     if has_table(conn, "holder_hourly"):
         return "holder_hourly"
     return f"({HOLDERS_FROM_PROCS})"
 
 
-def charged_seconds(conn: sqlite3.Connection, t_from: float,
+def charged_seconds(conn: Connection, t_from: float,
                     t_to: float) -> list[tuple[str, int, float]]:
     """(user, hour, GPU-seconds) for each hour starting in [t_from, t_to): what is charged
     to a user, the one rule that quotas (summed) and fair share (decayed by the hour) both
@@ -149,7 +152,7 @@ def charged_seconds(conn: sqlite3.Connection, t_from: float,
             and isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0]
 
 
-def quota_hours(conn: sqlite3.Connection, t_from: float, t_to: float) -> dict[str, float]:
+def quota_hours(conn: Connection, t_from: float, t_to: float) -> dict[str, float]:
     """GPU-hours per user that count against quotas in the hours starting in
     [t_from, t_to): ``charged_seconds`` summed."""
     out: dict[str, float] = {}
@@ -161,7 +164,7 @@ def quota_hours(conn: sqlite3.Connection, t_from: float, t_to: float) -> dict[st
 _HOURLY = f"SELECT gpu_id, hour, dur, util_s FROM gpu_hourly WHERE {_IN} ORDER BY gpu_id, hour"
 
 
-def load(conn: sqlite3.Connection, t_from: float, t_to: float) -> Usage:
+def load(conn: Connection, t_from: float, t_to: float) -> Usage:
     """The usage in [t_from, t_to); LedgerError when the period holds no samples."""
     params = {"a": t_from, "b": t_to}
     try:
@@ -177,7 +180,7 @@ def load(conn: sqlite3.Connection, t_from: float, t_to: float) -> Usage:
                                  params).fetchall()
         wanted = {row[0] for row in proc_rows}
         procs = {row[0]: row[1:] for row in conn.execute(
-            "SELECT procs.id, hosts.name, pid, start, user, workload, command"
+            'SELECT procs.id, hosts.name, pid, start, "user", workload, command'
             " FROM procs JOIN hosts ON hosts.id = procs.host_id") if row[0] in wanted}
         hourly = conn.execute(_HOURLY, params).fetchall()
         holders = conn.execute(_HOLDERS.format(source=holders_source(conn)),
@@ -221,7 +224,7 @@ RECENT_S = 600.0  # a process the ledger has not seen this long is not "still" a
 DRY_RUN = "dry run"  # the outcome of a step `gputop record --dry-run` only showed
 
 
-def actions_taken(conn: sqlite3.Connection, host: str) -> dict[tuple[int, int], dict[str, float]]:
+def actions_taken(conn: Connection, host: str) -> dict[tuple[int, int], dict[str, float]]:
     """(pid, start second) -> idle-policy step -> when it was last taken on ``host``
     (dry runs left out): what a restarted recorder has done already."""
     try:
@@ -237,7 +240,7 @@ def actions_taken(conn: sqlite3.Connection, host: str) -> dict[tuple[int, int], 
     return out
 
 
-def idle_runs(conn: sqlite3.Connection, host: str, now: float) -> dict[tuple[int, int], float]:
+def idle_runs(conn: Connection, host: str, now: float) -> dict[tuple[int, int], float]:
     """(pid, start second) -> when its current run at 0 % SM began, per the ledger."""
     try:
         rows = conn.execute(_IDLE_RUNS, {"host": host, "recent": now - RECENT_S}).fetchall()
@@ -249,7 +252,7 @@ def idle_runs(conn: sqlite3.Connection, host: str, now: float) -> dict[tuple[int
 _T = TypeVar("_T")
 
 
-def _with_reader(path: str, read: Callable[[sqlite3.Connection], _T]) -> _T:
+def _with_reader(path: str, read: Callable[[Connection], _T]) -> _T:
     """One read on a connection of its own: opened afresh each time (once a minute at
     most), so a reader that had to open the file as it stands (store.open_reader) never
     keeps reading a stale copy once a recorder writes again."""
@@ -310,7 +313,7 @@ RAW_SERIES_MAX_S = 2 * 86400.0  # longer windows are drawn from the hourly rollu
 SERIES_POINTS = 300
 
 
-def gpu_series(conn: sqlite3.Connection, host: str, seconds: float,
+def gpu_series(conn: Connection, host: str, seconds: float,
                now: float) -> dict[int, Series]:
     """Per GPU index of ``host``: (util %, memory %) over the last ``seconds``: about
     SERIES_POINTS points, each the highest of its slot (as the sparkline draws them)."""

@@ -1,8 +1,10 @@
-"""Opening the ledger file: schema, version check, the one-writer lock.
+"""Opening the ledger: schema, version check, the one-writer lock.
 
 One SQLite file in WAL mode: the recorder is the one writer, readers (reports, the
 dashboard) never block it.  Each interval is one transaction with synchronous=FULL, so a
 crash or SIGKILL loses at most the interval being written and never corrupts the file.
+Or, for a lab, a PostgreSQL database named by a URL (engine.py): the same schema, one
+recorder per host writing into it (rows keyed by host), every host reading it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from gputop.ledger import engine
 from gputop.text import visible
 
 SCHEMA_VERSION = 2
@@ -38,7 +42,7 @@ CREATE TABLE gpus (
     UNIQUE (host_id, idx, uuid));
 CREATE TABLE procs (
     id INTEGER PRIMARY KEY, host_id INTEGER NOT NULL REFERENCES hosts(id),
-    pid INTEGER NOT NULL, start INTEGER NOT NULL, user TEXT, workload TEXT, command TEXT,
+    pid INTEGER NOT NULL, start INTEGER NOT NULL, "user" TEXT, workload TEXT, command TEXT,
     UNIQUE (host_id, pid, start));
 CREATE TABLE gpu_samples (
     gpu_id INTEGER NOT NULL, hour INTEGER NOT NULL, t0 REAL NOT NULL, t1 REAL NOT NULL,
@@ -83,11 +87,11 @@ CREATE TABLE holder_hourly (
     PRIMARY KEY (gpu_id, kind, name, hour)) WITHOUT ROWID;
 CREATE TABLE workloads (
     host_id INTEGER NOT NULL, label TEXT NOT NULL, kind TEXT NOT NULL, wid TEXT NOT NULL,
-    user TEXT, name TEXT, end_time REAL, first REAL NOT NULL, last REAL NOT NULL,
+    "user" TEXT, name TEXT, end_time REAL, first REAL NOT NULL, last REAL NOT NULL,
     PRIMARY KEY (host_id, label)) WITHOUT ROWID;
 CREATE TABLE actions (
     host_id INTEGER NOT NULL, t REAL NOT NULL, pid INTEGER NOT NULL, start INTEGER NOT NULL,
-    gpu INTEGER, user TEXT, step TEXT NOT NULL, outcome TEXT NOT NULL, evidence TEXT NOT NULL);
+    gpu INTEGER, "user" TEXT, step TEXT NOT NULL, outcome TEXT NOT NULL, evidence TEXT NOT NULL);
 CREATE INDEX actions_t ON actions (t);
 """
 
@@ -95,15 +99,17 @@ CREATE INDEX actions_t ON actions (t);
 # processes on one card in one hour are taken to overlap as little as the card's recorded
 # time allows (exact for one process, and for processes there all hour or one after the
 # other).  New hours are written exactly.
-HOLDERS_FROM_PROCS = """
+HOLDERS_FROM_PROCS = f"""
 SELECT p.gpu_id AS gpu_id, p.hour AS hour, k.kind AS kind, k.name AS name,
-  MIN(SUM(p.dur), MAX(g.dur)) AS dur, MIN(SUM(p.busy_s), MAX(g.dur)) AS busy_s,
-  MIN(SUM(p.idle_s), MAX(g.dur)) AS idle_s, MIN(SUM(p.sm_s), 100 * MAX(g.dur)) AS sm_s
+  {engine.least("SUM(p.dur)", "MAX(g.dur)")} AS dur,
+  {engine.least("SUM(p.busy_s)", "MAX(g.dur)")} AS busy_s,
+  {engine.least("SUM(p.idle_s)", "MAX(g.dur)")} AS idle_s,
+  {engine.least("SUM(p.sm_s)", "100 * MAX(g.dur)")} AS sm_s
 FROM proc_hourly AS p
-  JOIN (SELECT id, 'user' AS kind, COALESCE(user, '') AS name FROM procs
+  JOIN (SELECT id, 'user' AS kind, COALESCE("user", '') AS name FROM procs
         UNION ALL SELECT id, 'workload', COALESCE(workload, '') FROM procs
         UNION ALL SELECT id, 'card', '' FROM procs
-        UNION ALL SELECT id, 'quota', user FROM procs WHERE user IS NOT NULL) AS k
+        UNION ALL SELECT id, 'quota', "user" FROM procs WHERE "user" IS NOT NULL) AS k
     ON k.id = p.proc_id
   JOIN gpu_hourly AS g ON g.gpu_id = p.gpu_id AND g.hour = p.hour
 GROUP BY p.gpu_id, p.hour, k.kind, k.name
@@ -148,26 +154,29 @@ def _check(conn: sqlite3.Connection, path: str) -> int:
     return version
 
 
-def _statements(script: str) -> list[str]:
-    return [statement for statement in script.split(";") if statement.strip()]
-
-
-def _migrate(conn: sqlite3.Connection, version: int) -> None:
+def _migrate(conn: engine.Connection, version: int) -> None:
     """Schema 1 to 2 in one transaction: the new tables, and holder rows for the hours
     recorded before (see HOLDERS_FROM_PROCS)."""
     if version >= SCHEMA_VERSION:
         return
     with transaction(conn):
-        for statement in _statements(_SCHEMA_2):
+        for statement in engine.dialect_of(conn).schema(_SCHEMA_2):
             conn.execute(statement)
         conn.execute("INSERT INTO holder_hourly" + HOLDERS_FROM_PROCS)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION),))
 
 
-def has_table(conn: sqlite3.Connection, name: str) -> bool:
+def _create(conn: engine.Connection) -> None:
+    """The whole schema, in the transaction the caller holds."""
+    for statement in engine.dialect_of(conn).schema(_SCHEMA + _SCHEMA_2):
+        conn.execute(statement)
+    conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+    conn.execute("INSERT INTO meta VALUES ('created', ?)", (str(time.time()),))
+
+
+def has_table(conn: engine.Connection, name: str) -> bool:
     """A schema-1 ledger read without migrating it lacks schema 2's tables."""
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                        (name,)).fetchone() is not None
+    return conn.execute(engine.dialect_of(conn).has_table, (name,)).fetchone() is not None
 
 
 # The files SQLite and the lock make beside the ledger: a link planted at any of them would
@@ -208,8 +217,11 @@ def _locked(err: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
-def open_writer(path: str) -> sqlite3.Connection:
-    """The ledger for recording, created when missing.  The caller holds the lock."""
+def open_writer(path: str) -> Any:
+    """The ledger for recording, created when missing.  The caller holds the lock (a
+    file's WriterLock; a database's is taken here, per host)."""
+    if engine.is_url(path):
+        return _open_database(path, write=True)
     parent = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(parent, mode=0o755, exist_ok=True)
@@ -224,11 +236,8 @@ def open_writer(path: str) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=FULL")
         if fresh:
             with transaction(conn):
-                for statement in _statements(_SCHEMA + _SCHEMA_2):
-                    conn.execute(statement)
+                _create(conn)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-                conn.execute("INSERT INTO meta VALUES ('created', ?)", (str(time.time()),))
     except sqlite3.OperationalError as err:
         if _locked(err):
             raise LedgerError(_LOCKED.format(path=path, err=err)) from None
@@ -246,8 +255,10 @@ def open_writer(path: str) -> sqlite3.Connection:
     return conn
 
 
-def open_reader(path: str) -> sqlite3.Connection:
+def open_reader(path: str) -> Any:
     """The ledger read-only; a missing, foreign or future file is a LedgerError."""
+    if engine.is_url(path):
+        return _open_database(path, write=False)
     if not os.path.isfile(path):
         raise LedgerError(f"{path}: no ledger here (record one with `gputop record`)")
     uri = "file:" + urllib.parse.quote(os.path.abspath(path))
@@ -275,9 +286,48 @@ def open_reader(path: str) -> sqlite3.Connection:
     return conn
 
 
+def _open_database(url: str, write: bool) -> engine.PgConnection:
+    """A PostgreSQL ledger: a fresh database gets the schema (one recorder at a time, by
+    an advisory lock), a foreign or newer one is refused; the recorder of this host
+    holds an advisory lock of this host's name while it writes (one writer per host)."""
+    name = engine.shown(url)
+    try:
+        conn = engine.connect(url)
+    except engine.PgError as err:
+        raise LedgerError(f"{name}: {err}") from None
+    try:
+        if write:
+            held = conn.execute("SELECT pg_try_advisory_lock(hashtext(?))",
+                                ("gputop record on " + socket.gethostname(),)).fetchone()[0]
+            if not held:
+                raise LedgerBusy(f"{name}: already being recorded by another recorder on"
+                                 f" {socket.gethostname()}")
+            if not has_table(conn, "meta"):
+                with transaction(conn):
+                    conn.execute(engine.POSTGRES.schema_lock or "")
+                    if not has_table(conn, "meta"):
+                        _create(conn)
+        if not has_table(conn, "meta"):
+            raise LedgerError(f"{name}: no ledger in this database yet (a recorder writing"
+                              " into it makes one)")
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        version = int(row[0]) if row is not None and str(row[0]).isdigit() else None
+        if version is None:
+            raise LedgerError(f"{name}: not a gputop ledger (no gputop schema in it)")
+        if version > SCHEMA_VERSION:
+            raise LedgerError(f"{name}: ledger schema version {version} is newer than this"
+                              f" gputop's ({SCHEMA_VERSION}); upgrade gputop to read it")
+    except (LedgerError, sqlite3.Error) as err:
+        conn.close()
+        if isinstance(err, LedgerError):
+            raise
+        raise LedgerError(f"{name}: {err}") from None
+    return conn
+
+
 @contextlib.contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    conn.execute("BEGIN IMMEDIATE")
+def transaction(conn: Any) -> Iterator[Any]:
+    conn.execute(engine.dialect_of(conn).begin)
     try:
         yield conn
     except BaseException:
@@ -296,6 +346,8 @@ class WriterLock:
     fd: int = -1
 
     def acquire(self) -> None:
+        if engine.is_url(self.path):
+            return  # a database's writer lock is open_writer's, one per host
         lock_path = self.path + ".lock"
         try:
             os.makedirs(os.path.dirname(os.path.abspath(lock_path)), mode=0o755, exist_ok=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputop.analysis import hostview
+from gputop.ledger.engine import Connection, greatest_known
 from gputop.ledger.store import LedgerError, _locked, transaction
 from gputop.model import GpuProcess, HealthWarning, HostSnapshot
 
@@ -34,7 +35,7 @@ class LedgerLocked(LedgerError):
 
 @dataclass
 class _Run:
-    rowid: int
+    t0: float  # with the GPU (and process), the run's row: one run per card at a time
     values: tuple[Any, ...]
     hour: int
     t1: float
@@ -51,7 +52,7 @@ class _HostState:
 class Recorder:
     """Appends snapshots of any number of hosts to an open ledger (the one writer)."""
 
-    conn: sqlite3.Connection
+    conn: Connection
     interval: float
     idle_mem: int  # bytes: a process holding this much counts as holding its GPU
     _hosts: dict[str, _HostState] = field(default_factory=dict)
@@ -62,8 +63,8 @@ class Recorder:
     def __post_init__(self) -> None:
         # The rollups fix the idle threshold; reports say which one.
         with transaction(self.conn):
-            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('idle_mem', ?)",
-                              (str(self.idle_mem),))
+            self.conn.execute("INSERT INTO meta VALUES ('idle_mem', ?) ON CONFLICT (key)"
+                              " DO UPDATE SET value = excluded.value", (str(self.idle_mem),))
 
     def record(self, snap: HostSnapshot, warnings: Iterable[HealthWarning] = ()) -> bool:
         """Write one snapshot; False when it adds nothing (host down, same moment again).
@@ -97,7 +98,7 @@ class Recorder:
     def _host(self, name: str) -> _HostState:
         state = self._hosts.get(name)
         if state is None:
-            self.conn.execute("INSERT OR IGNORE INTO hosts (name) VALUES (?)", (name,))
+            self.conn.execute(_NEW_HOST, (name,))
             (host_id,) = self.conn.execute(
                 "SELECT id FROM hosts WHERE name = ?", (name,)).fetchone()
             state = self._hosts[name] = _HostState(host_id)
@@ -141,7 +142,7 @@ class Recorder:
         # The hourly rollups grow with every interval, so that a report reads them alone.
         self.conn.executemany(_GPU_HOURLY, gpu_hours)
         self.conn.executemany(_PROC_HOURLY, proc_hours)
-        self.conn.executemany(_HOLDER_HOURLY, holder_rows(
+        self.conn.executemany(HOLDER_HOURLY, holder_rows(
             [(gpu_ids[p.gpu], p) for p in snap.processes if p.gpu in gpu_ids], hour, dur,
             self.idle_mem,
             [(gpu_ids[h.gpu], h.reservation.user, h.share) for h in hostview.view(snap, t).holds
@@ -161,21 +162,22 @@ class Recorder:
         table = "gpu_samples" if kind == "gpu" else "proc_samples"
         if (contiguous and run is not None and run.values == values and run.hour == hour
                 and run.t1 == host.prev_t):
+            key_sql = "gpu_id = ?" if kind == "gpu" else "proc_id = ? AND gpu_id = ?"
             self.conn.execute(
-                f"UPDATE {table} SET t1 = ?, n = n + 1, dur = dur + ? WHERE rowid = ?",
-                (t, dur, run.rowid))
+                f"UPDATE {table} SET t1 = ?, n = n + 1, dur = dur + ? WHERE {key_sql}"
+                " AND t0 = ?", (t, dur, *((key,) if kind == "gpu" else (key, gpu_id)), run.t0))
             run.t1 = t
             return
         if kind == "gpu":
-            cur = self.conn.execute(
+            self.conn.execute(
                 "INSERT INTO gpu_samples (gpu_id, hour, t0, t1, n, dur, state, util, mem_used,"
                 " power, temp, held) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
                 (key, hour, t, t, dur, *values))
         else:
-            cur = self.conn.execute(
+            self.conn.execute(
                 "INSERT INTO proc_samples (proc_id, gpu_id, hour, t0, t1, n, dur, mem, sm)"
                 " VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?)", (key, gpu_id, hour, t, t, dur, *values))
-        self._runs[run_key] = _Run(int(cur.lastrowid or 0), values, hour, t)
+        self._runs[run_key] = _Run(t, values, hour, t)
 
     def _gpu_id(self, host_id: int, index: int, uuid: str, name: str | None,
                 mem_total: int | None) -> int:
@@ -183,8 +185,9 @@ class Recorder:
         found = self._gpu_ids.get(key)
         if found is None:
             self.conn.execute(
-                "INSERT OR IGNORE INTO gpus (host_id, idx, uuid, name, mem_total)"
-                " VALUES (?, ?, ?, ?, ?)", (host_id, index, uuid, name, mem_total))
+                "INSERT INTO gpus (host_id, idx, uuid, name, mem_total)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (host_id, index, uuid, name, mem_total))
             (found,) = self.conn.execute(
                 "SELECT id FROM gpus WHERE host_id = ? AND idx = ? AND uuid = ?",
                 key).fetchone()
@@ -198,8 +201,8 @@ class Recorder:
         found = self._proc_ids.get(key)
         if found is None:
             self.conn.execute(
-                "INSERT OR IGNORE INTO procs (host_id, pid, start, user, workload, command)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                'INSERT INTO procs (host_id, pid, start, "user", workload, command)'
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (host_id, proc.pid, start, None if proc.user is None else proc.user[:256],
                  _workload(proc),
                  None if proc.command is None else proc.command[:1000]))
@@ -276,46 +279,51 @@ def _workload(proc: GpuProcess) -> str | None:
     return str(getattr(workload, "label", workload))[:200]
 
 
+# A host named once however many recorders start at the same time (ON CONFLICT: both
+# engines; the id is then looked up).
+_NEW_HOST = "INSERT INTO hosts (name) VALUES (?) ON CONFLICT DO NOTHING"
+# In an upsert, PostgreSQL reads a bare column name as the new row's: the table's own is
+# spelled out.
 _GPU_HOURLY = (
-    "INSERT INTO gpu_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
-    " busy_s = busy_s + excluded.busy_s, held_idle_s = held_idle_s + excluded.held_idle_s,"
-    " util_s = util_s + excluded.util_s, energy_j = energy_j + excluded.energy_j,"
-    " mem_max = MAX(COALESCE(mem_max, excluded.mem_max), COALESCE(excluded.mem_max, mem_max)),"
-    " temp_max = MAX(COALESCE(temp_max, excluded.temp_max), COALESCE(excluded.temp_max, temp_max))")
-_HOLDER_HOURLY = (
-    "INSERT INTO holder_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (gpu_id, hour, kind, name) DO UPDATE SET dur = dur + excluded.dur,"
-    " busy_s = busy_s + excluded.busy_s, idle_s = idle_s + excluded.idle_s,"
-    " sm_s = sm_s + excluded.sm_s")
+    "INSERT INTO gpu_hourly AS o VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (gpu_id, hour) DO UPDATE SET dur = o.dur + excluded.dur,"
+    " busy_s = o.busy_s + excluded.busy_s, held_idle_s = o.held_idle_s + excluded.held_idle_s,"
+    " util_s = o.util_s + excluded.util_s, energy_j = o.energy_j + excluded.energy_j,"
+    f" mem_max = {greatest_known('o.mem_max', 'excluded.mem_max')},"
+    f" temp_max = {greatest_known('o.temp_max', 'excluded.temp_max')}")
+HOLDER_HOURLY = (
+    "INSERT INTO holder_hourly AS o VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (gpu_id, kind, name, hour) DO UPDATE SET dur = o.dur + excluded.dur,"
+    " busy_s = o.busy_s + excluded.busy_s, idle_s = o.idle_s + excluded.idle_s,"
+    " sm_s = o.sm_s + excluded.sm_s")
 _WORKLOADS = (
-    "INSERT INTO workloads VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO workloads AS o VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (host_id, label) DO UPDATE SET last = excluded.last,"
-    " user = COALESCE(excluded.user, user), name = COALESCE(excluded.name, name),"
-    " end_time = COALESCE(excluded.end_time, end_time)")
+    ' "user" = COALESCE(excluded."user", o."user"), name = COALESCE(excluded.name, o.name),'
+    " end_time = COALESCE(excluded.end_time, o.end_time)")
 _PROC_HOURLY = (
-    "INSERT INTO proc_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (proc_id, gpu_id, hour) DO UPDATE SET dur = dur + excluded.dur,"
-    " busy_s = busy_s + excluded.busy_s, idle_s = idle_s + excluded.idle_s,"
-    " sm_s = sm_s + excluded.sm_s, mem_s = mem_s + excluded.mem_s,"
-    " mem_max = MAX(COALESCE(mem_max, excluded.mem_max), COALESCE(excluded.mem_max, mem_max))")
+    "INSERT INTO proc_hourly AS o VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (proc_id, gpu_id, hour) DO UPDATE SET dur = o.dur + excluded.dur,"
+    " busy_s = o.busy_s + excluded.busy_s, idle_s = o.idle_s + excluded.idle_s,"
+    " sm_s = o.sm_s + excluded.sm_s, mem_s = o.mem_s + excluded.mem_s,"
+    f" mem_max = {greatest_known('o.mem_max', 'excluded.mem_max')}")
 
 
-def log_action(conn: sqlite3.Connection, host: str, t: float, pid: int, start: int,
+def log_action(conn: Connection, host: str, t: float, pid: int, start: int,
                gpu: int | None, user: str | None, step: str, outcome: str,
                evidence: dict[str, Any]) -> None:
     """One step of the idle policy (issue 28.7) with the evidence it acted on."""
     import json
 
     with transaction(conn):
-        conn.execute("INSERT OR IGNORE INTO hosts (name) VALUES (?)", (host,))
+        conn.execute(_NEW_HOST, (host,))
         conn.execute(
             "INSERT INTO actions VALUES ((SELECT id FROM hosts WHERE name = ?), ?, ?, ?, ?, ?,"
             " ?, ?, ?)", (host, t, pid, start, gpu, _cut(user, 256), step, outcome[:500],
                           json.dumps(evidence, sort_keys=True)[:4000]))
 
 
-def expire_raw(conn: sqlite3.Connection, before: float) -> int:
+def expire_raw(conn: Connection, before: float) -> int:
     """Delete the raw samples of whole hours before ``before`` (their hourly rollups
     stay); returns how many rows went."""
     last_hour = int(before // HOUR)
