@@ -15,6 +15,13 @@ Example::
     high_priority: [alice, bob]   # who may use --priority high (absent: everyone)
     big_jobs: {gpus: 2, hours: "20:00-08:00", weekends: true}
     fair_share: {half_life: 7d}   # equal priorities: fewer recent GPU-hours first
+    fair_share:                   # ...weighed against shares (docs/ledger.md "Fair share")
+      half_life: 7d
+      accounts:
+        nlp: {shares: 60, group: nlp, members: {alice: 2}}
+        vision: {shares: 30, members: [carol, dave]}
+        other: {shares: 10}
+      default_account: other      # users in no account
 
 The accounting sections (issue 28; read by ``load_accounting``, docs/ledger.md)::
 
@@ -27,7 +34,9 @@ The accounting sections (issue 28; read by ``load_accounting``, docs/ledger.md):
 from __future__ import annotations
 
 import dataclasses
+import grp
 import os
+import pwd
 import re
 import stat
 import urllib.parse
@@ -36,6 +45,7 @@ from typing import Any
 
 from gputop.analysis.cost import CostRates
 from gputop.analysis.durations import parse_duration
+from gputop.analysis.fair_share import Account, Accounts
 from gputop.analysis.idle_policy import ACTIONS, WORKLOAD_KINDS, IdlePolicy
 from gputop.analysis.queue_plan import DEFAULT_STARVATION_S, MIN_TURN_S, Policy, Window
 from gputop.analysis.quota import OVER_ACTIONS, PERIODS, Quotas
@@ -56,6 +66,7 @@ LEDGER_SCHEMES = ("postgresql://", "postgres://")
 MAX_URL = 1000
 MAX_HOURS = 10_000_000.0
 MAX_TURN_S = 3600.0
+MAX_SHARES = 1_000_000
 _GROUP = _USER  # Unix group names follow the same rule here
 
 
@@ -94,9 +105,34 @@ def _locate(path: str | None) -> tuple[str, str | None, str | None]:
 
 def load_policy(path: str | None = None) -> tuple[Policy, str | None]:
     """The host's policy and a warning line (a file that does not count, an ignored
-    ``$GPUTOP_POLICY``), or raises."""
+    ``$GPUTOP_POLICY``), or raises.  Accounts of Unix groups get the groups' members."""
     path, text, warning = _locate(path)
-    return (Policy(), warning) if text is None else (parse_policy(text, path), warning)
+    if text is None:
+        return Policy(), warning
+    policy = parse_policy(text, path)
+    accounts = policy.fair_share_accounts
+    if accounts is not None and any(a.group for a in accounts.accounts):
+        found = memberships()
+        groups = {a.group: frozenset(found.get(a.group, ())) for a in accounts.accounts
+                  if a.group}
+        policy = dataclasses.replace(
+            policy, fair_share_accounts=dataclasses.replace(accounts, groups=groups))
+    return policy, warning
+
+
+def memberships() -> dict[str, set[str]]:
+    """Unix group -> its members (listed members and those whose primary group it is):
+    what quotas of groups and accounts of groups count."""
+    members: dict[str, set[str]] = {}
+    by_gid: dict[int, str] = {}
+    for group in grp.getgrall():
+        members.setdefault(group.gr_name, set()).update(group.gr_mem)
+        by_gid[group.gr_gid] = group.gr_name
+    for entry in pwd.getpwall():
+        name = by_gid.get(entry.pw_gid)
+        if name is not None:
+            members[name].add(entry.pw_name)
+    return members
 
 
 @dataclass(frozen=True)
@@ -208,11 +244,21 @@ def _users(node: Any, name: str, key: str) -> frozenset[str]:
 def _fair_share(node: Any, name: str) -> dict[str, Any]:
     # No 'ledger': the system's (gputop.ledger.paths.SYSTEM_PATH), one for every user.
     out: dict[str, Any] = {}
-    for key, _k, vnode, full in mapping_items(node, name, PolicyError, "fair_share",
-                                              known=("half_life", "ledger")):
+    accounts: list[Account] = []
+    default: tuple[str, str] | None = None  # the name, and where it was given
+    for key, _k, vnode, full in mapping_items(
+            node, name, PolicyError, "fair_share",
+            known=("half_life", "ledger", "accounts", "default_account")):
         at = f"{name}:{line_of(vnode)}: key '{full}'"
+        if key == "accounts":
+            accounts = _accounts(vnode, name, full)
+            continue
         value = scalar_value(vnode, name, PolicyError) if vnode.id == "scalar" else None
-        if key == "half_life":
+        if key == "default_account":
+            if not isinstance(value, str) or not _GROUP.fullmatch(value):
+                raise PolicyError(f"{at}: expected an account's name")
+            default = (value, at)
+        elif key == "half_life":
             seconds = _duration(value, at)
             if not 3600 <= seconds <= 365 * 86400:
                 raise PolicyError(f"{at}: expected 1h..365d")
@@ -221,9 +267,84 @@ def _fair_share(node: Any, name: str) -> dict[str, Any]:
             if not isinstance(value, str) or not value.startswith("/") or len(value) > 4096:
                 raise PolicyError(f"{at}: expected an absolute path")
             out["fair_share_ledger"] = value
+    where = f"{name}:{line_of(node)}: key 'fair_share'"
     if "fair_share_half_life_s" not in out:
-        raise PolicyError(f"{name}:{line_of(node)}: key 'fair_share': needs 'half_life'")
+        raise PolicyError(f"{where}: needs 'half_life'")
+    if accounts and default is None:
+        raise PolicyError(f"{where}: 'accounts' needs 'default_account' (the account of"
+                          " users in none)")
+    if default is not None:
+        if default[0] not in {a.name for a in accounts}:
+            raise PolicyError(f"{default[1]}: {default[0]!r} is not one of 'accounts'")
+        out["fair_share_accounts"] = Accounts(tuple(accounts), default[0])
     return out
+
+
+def _accounts(node: Any, name: str, key: str) -> list[Account]:
+    """Each account: ``shares`` (required), ``group`` (a Unix group's members belong),
+    ``members`` (users, each with share 1, or user: share).  A user the file names in
+    two accounts is refused: a user's use is charged to one account."""
+    items = mapping_items(node, name, PolicyError, key)
+    if not items or len(items) > MAX_USERS:
+        raise PolicyError(f"{name}:{line_of(node)}: key '{key}': expected 1..{MAX_USERS}"
+                          " accounts")
+    named: dict[str, tuple[str, int]] = {}  # user -> (account, line)
+    out = []
+    for account, knode, vnode, full in items:
+        if not _GROUP.fullmatch(account):
+            raise PolicyError(f"{name}:{line_of(knode)}: key '{full}': not an account name")
+        values: dict[str, Any] = {}
+        for field_name, _fk, fnode, ffull in mapping_items(
+                vnode, name, PolicyError, full, known=("shares", "group", "members")):
+            at = f"{name}:{line_of(fnode)}: key '{ffull}'"
+            if field_name == "shares":
+                values["shares"] = _shares(_scalar(fnode, name), at)
+            elif field_name == "group":
+                group = _scalar(fnode, name)
+                if not isinstance(group, str) or not _GROUP.fullmatch(group):
+                    raise PolicyError(f"{at}: not a group name: {group!r}")
+                values["group"] = group
+            else:
+                values["members"] = _members(fnode, name, ffull)
+        if "shares" not in values:
+            raise PolicyError(f"{name}:{line_of(vnode)}: key '{full}': needs 'shares'")
+        members: dict[str, int] = {}
+        for user, (share, line) in values.pop("members", {}).items():
+            if user in named:
+                first, first_line = named[user]
+                raise PolicyError(f"{name}:{line}: key '{full}.members': {user!r} is already"
+                                  f" a member of account {first!r} (line {first_line}); a"
+                                  " user belongs to one account")
+            named[user] = (account, line)
+            members[user] = share
+        out.append(Account(account, members=members, **values))
+    return out
+
+
+def _members(node: Any, name: str, key: str) -> dict[str, tuple[int, int]]:
+    """user -> (share within the account, line)."""
+    found: dict[str, tuple[int, int]] = {}
+    if node.id == "sequence":
+        pairs = [(_scalar(item, name), item, 1) for item in node.value]
+    else:
+        pairs = [(user, knode, _shares(_scalar(vnode, name),
+                                       f"{name}:{line_of(vnode)}: key '{full}'"))
+                 for user, knode, vnode, full in mapping_items(node, name, PolicyError, key)]
+    if len(pairs) > MAX_USERS:
+        raise PolicyError(f"{name}:{line_of(node)}: key '{key}': more than {MAX_USERS} users")
+    for user, unode, share in pairs:
+        if not isinstance(user, str) or not _USER.fullmatch(user):
+            raise PolicyError(f"{name}:{line_of(unode)}: key '{key}': not a user name: {user!r}")
+        if user in found:
+            raise PolicyError(f"{name}:{line_of(unode)}: key '{key}': {user!r} twice")
+        found[user] = (share, line_of(unode))
+    return found
+
+
+def _shares(value: object, at: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARES:
+        raise PolicyError(f"{at}: expected shares, a whole number 1..{MAX_SHARES}")
+    return value
 
 
 def _big_jobs(node: Any, name: str) -> dict[str, Any]:

@@ -236,4 +236,4 @@ def test_the_policy_key() -> None:
                           ("fair_share: {half_life: 7d, weight: 2}\n", "weight")]:
         with pytest.raises(PolicyError, match=problem.replace("(", r"\(").replace(".", r"\.")):
             parse_policy(text, "p.yaml")
-    assert fair_share.rank_key("nobody", {}) == 0.0
+    assert fair_share.rank_key("nobody", {}) == -1.0  # nothing used: factor 1, first

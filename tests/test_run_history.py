@@ -252,3 +252,30 @@ def test_with_a_recorder_running_the_history_goes_into_its_ledger(host: Host,
                             timeout=LIMIT_S)
     assert [(r["reason"], r["exit_code"]) for r in json.loads(listed.stdout)] == [
         ("failed", 7)]
+
+
+def test_the_history_says_who_cancelled_a_waiting_job(host: Host) -> None:
+    """Issue 38.1: root's cancel and the owner's own, each in the owner's history."""
+    holder = _as(host, "gt28c", "run", "--gpus", "4", "--", "sleep", "300",
+                 start_new_session=True)
+    wait_for(_holding(host, 4), "gt28c holding every card", holder)
+    try:
+        ids = []
+        for canceller in (None, "gt28d"):
+            waiting = _as(host, "gt28d", "run", "--", "true")
+            (job,) = wait_for(lambda: [j for j in host.jobs_in_line() if j.user == "gt28d"],
+                              "gt28d in line", waiting)
+            cancel = (host.run(None, "queue", "cancel", job.id) if canceller is None
+                      else _done(_as(host, canceller, "queue", "cancel", job.id)))
+            assert cancel.returncode == 0, cancel.stderr
+            assert _done(waiting).returncode == 4
+            ids.append(job.id)
+    finally:
+        holder.kill()
+        holder.wait(timeout=LIMIT_S)
+    by = {r["id"]: (r["status"], r["reason"], r["cancelled_by"])
+          for r in _history(host, "gt28d")}
+    assert by == {ids[0]: ("cancelled", "cancelled", "root"),
+                  ids[1]: ("cancelled", "cancelled", "gt28d")}
+    text = _done(_as(host, "gt28d", "queue", "--history")).stdout
+    assert "cancelled by root" in text and "cancelled by gt28d" in text

@@ -24,6 +24,8 @@ import contextlib
 import math
 import os
 import re
+import stat
+import time
 from typing import TYPE_CHECKING, Any
 
 from gputop.actions import reservations, store
@@ -44,6 +46,10 @@ MAX_GPU_INDEX = 4095
 MAX_MEM_BYTES = 2**50
 
 _NAME = re.compile(r"job\.([0-9a-f]{8})\.json")
+# What a cancel leaves beside the job it removes: its owner (the kernel's word) is who
+# cancelled, the job's `gputop run` reads it for its history (``cancelled_by``).
+_MARK = re.compile(r"job\.([0-9a-f]{8})\.cancelled-by\.(\d+)")
+MARK_KEEP_S = 86400.0  # root's marks, which the owner's run cannot remove, live this long
 
 
 @record(frozen=True, slots=True)
@@ -152,11 +158,53 @@ def cancel(directory: str, job_id: Any) -> dict[str, Any]:
         owner = store.user_name(info.st_uid)
         return {"ok": False, "holder": owner,
                 "message": f"job {job_id} is {owner}'s: only they or root can cancel it"}
+    _mark(directory, job_id, me)
     try:
         os.unlink(path)
     except OSError as exc:
         return {"ok": False, "message": f"{path}: {exc.strerror or exc}"}
     return {"ok": True, "message": f"cancelled job {job_id}"}
+
+
+def _mark_name(job_id: str, uid: int) -> str:
+    return f"{JOB_PREFIX}{job_id}.cancelled-by.{uid}"
+
+
+def _mark(directory: str, job_id: str, uid: int) -> None:
+    """Say who cancels (a file of mine, named for the job), and drop my marks older than
+    MARK_KEEP_S. A mark that cannot be written leaves the cancel unsaid, never undone."""
+    with contextlib.suppress(OSError, StoreError):
+        store.link_new(directory, os.path.join(directory, _mark_name(job_id, uid)),
+                       {"job": job_id}, "job")
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            found = _MARK.fullmatch(name)
+            if found and int(found.group(2)) == uid:
+                path = os.path.join(directory, name)
+                info = os.lstat(path)
+                if info.st_uid == uid and time.time() - info.st_mtime > MARK_KEEP_S:
+                    os.unlink(path)
+
+
+def cancelled_by(job: Job) -> str | None:
+    """Who cancelled my job, once ``in_line`` says it left: its owner or root, by the
+    owner of the mark the cancel left (made after the job was; another user's cannot
+    count); None when there is none. My own mark is removed once read."""
+    directory = os.path.dirname(job.path)
+    for uid in dict.fromkeys((job.uid, 0)):
+        path = os.path.join(directory, _mark_name(job.id, uid))
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != uid \
+                or info.st_ctime < job.submitted:
+            continue
+        if uid == os.geteuid():
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        return store.user_name(uid)
+    return None
 
 
 def stall_note(pid: int | None) -> str:
@@ -243,7 +291,7 @@ def _job_names(dir_fd: int, directory: str, problems: list[str]) -> list[str]:
     one user plants pushes out only that user's files, never someone else's job."""
     listed = [n for n in os.listdir(dir_fd) if n.startswith(JOB_PREFIX)]
     names = [n for n in listed if _NAME.fullmatch(n)]
-    junk = len(listed) - len(names)
+    junk = len(listed) - len(names) - sum(1 for n in listed if _MARK.fullmatch(n))
     if junk:
         problems.append(f"{directory}: {junk} file(s) named {JOB_PREFIX}* that are not"
                         " job files (job.<8 hex>.json); skipped")

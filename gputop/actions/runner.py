@@ -512,7 +512,8 @@ class Runner:
                            "gpu_ids": list(self.request.gpu_ids or ()) or None},
                "gpus": [], "submitted": job.submitted, "started": None,
                "status": "cancelled", "log": self.request.log, "pid": os.getpid(),
-               "pid_start": job.record["pid_start"]}
+               "pid_start": job.record["pid_start"],
+               "cancelled_by": queue.cancelled_by(job) if reason == "cancelled" else None}
         jobs.begin(row).end("cancelled", reason, None, None)
 
     def feed_host(self) -> str:

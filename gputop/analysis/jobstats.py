@@ -52,6 +52,7 @@ class Job:
     gpus: Sequence[GpuUse]
     finished: bool
     attempts: int = 1  # a `gputop run` job's tries (--retries); a Slurm job's: 1
+    cancelled_by: str | None = None  # who cancelled a `gputop run` job: its owner or root
 
 
 def _mig_capable(name: str | None) -> bool:

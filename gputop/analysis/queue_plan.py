@@ -79,6 +79,7 @@ class Policy:
     source: str | None = None  # the file it came from, for messages
     fair_share_half_life_s: float | None = None  # fair share among equal priorities
     fair_share_ledger: str | None = None  # the one ledger every user's plan reads
+    fair_share_accounts: fair_share.Accounts | None = None  # shares (None: one each)
     turn_s: float = DEFAULT_TURN_S  # a job given cards must take them within this
 
     def may_use_high(self, user: str) -> bool:
@@ -162,18 +163,28 @@ def ordered(jobs: Iterable[QueueJob], policy: Policy,
             passed: Mapping[str, str] | None = None) -> list[QueueJob]:
     """Waiting order. A priority the policy does not allow counts as normal (the file
     is the submitter's word; the policy is the host's), and a user held by their quota
-    counts as low. With fair share, among equal priorities the user with fewer recent
-    (decayed) GPU-hours goes first. Jobs that lost their turn (``passed``) come after
-    all others."""
-    hours = usage if usage is not None and policy.fair_share_half_life_s else {}
+    counts as low. With fair share, among equal priorities the user with the higher
+    fair-share factor (fewer recent, decayed GPU-hours for their shares) goes first. Jobs
+    that lost their turn (``passed``) come after all others."""
+    jobs = list(jobs)
+    users = _shares(policy, usage, jobs)
     held = quota or {}
     late = passed or {}
 
     def key(job: QueueJob) -> tuple[bool, int, float, float, str]:
         return (job.id in late, PRIORITY_RANK.get(_priority(job, policy, held), 1),
-                fair_share.rank_key(job.user, hours), job.submitted, job.id)
+                fair_share.rank_key(job.user, users), job.submitted, job.id)
 
     return sorted(jobs, key=key)
+
+
+def _shares(policy: Policy, usage: Mapping[str, float] | None,
+            jobs: Iterable[QueueJob]) -> dict[str, fair_share.Row]:
+    """Each user's row of the share table, under the policy's fair share (else none)."""
+    if usage is None or not policy.fair_share_half_life_s:
+        return {}
+    return fair_share.shares(usage, policy.fair_share_accounts,
+                             {job.user for job in jobs}).by_user()
 
 
 def _priority(job: QueueJob, policy: Policy, quota: Mapping[str, Hold] | None = None) -> str:
@@ -460,6 +471,7 @@ def share_notes(snapshot: HostSnapshot, policy: Policy, result: Plan,
         return {}
     hours = {user: usage.get(user, 0.0) for user in {*usage, *(j.user for j in snapshot.queue)}}
     parts = fair_share.fractions(hours)
+    table = _shares(policy, usage, snapshot.queue)
     waiting = sorted((j for j in snapshot.queue if j.id in result.position),
                      key=lambda j: result.position[j.id])
     notes: dict[str, dict[str, Any]] = {}
@@ -474,6 +486,9 @@ def share_notes(snapshot: HostSnapshot, policy: Policy, result: Plan,
         why = (f"{job.user} used {mine:.1f} GPU-h recently (half-life"
                f" {format_duration(half_life)}), {100 * parts.get(job.user, 0.0):.0f} % of"
                " the host's")
+        row = table.get(job.user) if policy.fair_share_accounts is not None else None
+        if row is not None:
+            why += f"; account {row.account}, fair-share factor {row.factor:.3f}"
         if ahead_of:
             why += "; ahead of earlier jobs of " + ", ".join(
                 f"{u} ({hours.get(u, 0.0):.1f})" for u in ahead_of)
@@ -482,6 +497,8 @@ def share_notes(snapshot: HostSnapshot, policy: Policy, result: Plan,
                 f"{u} ({hours.get(u, 0.0):.1f})" for u in behind)
         notes[job.id] = {"gpu_hours": round(mine, 3),
                          "fraction": round(parts.get(job.user, 0.0), 4), "why": why}
+        if row is not None:
+            notes[job.id].update(account=row.account, factor=round(row.factor, 4))
     return notes
 
 

@@ -90,13 +90,19 @@ def history_table(rows: list[dict[str, Any]]) -> str:
         sm = f"{row['mean_sm']:.0f}" if row["mean_sm"] is not None else "-"
         ran = format_duration(row["ran_s"]) if row["ran_s"] is not None else "-"
         lines.append((row["id"], str(row["attempt"]), row["user"], row["status"],
-                      row["reason"] or "-", code, ",".join(map(str, row["gpus"])) or "-",
+                      _why(row), code, ",".join(map(str, row["gpus"])) or "-",
                       ended, format_duration(max(0.0, row["waited_s"])), ran, peak, sm,
                       str(row["command"])[:50]))
     cells = [[visible(str(c)) for c in line] for line in lines]
     widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
                      for line in cells)
+
+
+def _why(row: dict[str, Any]) -> str:
+    """Why it ended; a cancel says who cancelled (the owner or root, issue 38.1)."""
+    by = row.get("cancelled_by")
+    return f"{row['reason']} by {by}" if by and row["reason"] else row["reason"] or "-"
 
 
 def _bad(action: str) -> int:

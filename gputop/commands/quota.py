@@ -1,5 +1,6 @@
 """`gputop quota`: GPU-hours used against the policy's quotas (docs/ledger.md), and the
-check `gputop run` makes before it queues a job (``check_for_run``).
+check `gputop run` makes before it queues a job (``check_for_run``); `--share`: the fair
+share table, as Slurm's sshare shows it (``SHARE_COLUMNS``).
 
 What counts is the host's ledger (the policy's ``quotas.ledger``, else the system's): a
 user's own ledger file is theirs to edit, so it never decides their quota.
@@ -14,9 +15,11 @@ import os
 import pwd
 import sys
 import time
+from collections.abc import Callable
 from typing import TypeVar
 
-from gputop.analysis import quota
+from gputop.analysis import fair_share, quota
+from gputop.analysis.durations import format_duration
 from gputop.commands import common
 from gputop.commands.arguments import add_json, add_ledger
 from gputop.exitcodes import EXIT_OK
@@ -26,12 +29,82 @@ from gputop.text import visible
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "GPU-hours used this period against the policy's quotas."
+    p.add_argument("--share", action="store_true", help="the fair share of each account"
+                   " and user instead: shares, decayed usage, fair-share factor (as sshare)")
     add_ledger(p)
     add_json(p)
 
 
 def run(options: SourceOptions, args: argparse.Namespace) -> int:
+    if getattr(args, "share", False):
+        return common.run("quota", lambda: _share(args))
     return common.run("quota", lambda: _quota(args))
+
+
+# The share table's columns, declared once: id (a ``fair_share.Row`` field, the --json
+# key), title, width, the cell's text.
+ShareColumn = tuple[str, str, int, Callable[[object], str]]
+SHARE_COLUMNS: tuple[ShareColumn, ...] = (
+    ("account", "ACCOUNT", 12, lambda v: "-" if v is None else str(v)),
+    ("user", "USER", 12, lambda v: "" if v is None else str(v)),
+    ("raw_shares", "RAW SHARES", 10, str),
+    ("norm_shares", "NORM SHARES", 11, lambda v: f"{v:.6f}"),
+    ("raw_usage", "RAW USAGE", 10, lambda v: f"{v:.2f}"),  # decayed GPU-hours
+    ("norm_usage", "NORM USAGE", 10, lambda v: f"{v:.6f}"),
+    ("effective_usage", "EFFECTV USAGE", 13, lambda v: f"{v:.6f}"),
+    ("factor", "FAIRSHARE", 9, lambda v: f"{v:.6f}"),
+)
+
+
+def _share(args: argparse.Namespace) -> int:
+    from gputop.ledger import paths, share_usage, store
+    from gputop.policy import PolicyError, load_policy
+
+    try:
+        policy, warning = load_policy()
+    except PolicyError as err:
+        raise common.usage_error(str(err)) from None
+    if warning:
+        common.say("quota", warning)
+    half_life = policy.fair_share_half_life_s
+    if not half_life:
+        print(f"no fair_share in {policy.source or 'the policy'}")
+        return EXIT_OK
+    now = time.time()
+    path = args.db or policy.fair_share_ledger or paths.SYSTEM_PATH
+    try:
+        uses = share_usage.uses(path, now - share_usage.HORIZON_HALF_LIVES * half_life)
+    except store.LedgerError as err:
+        raise common.usage_error(str(err)) from None
+    table = fair_share.shares(fair_share.decayed_hours(uses, now, half_life),
+                              policy.fair_share_accounts)
+    if args.json:
+        json.dump({"half_life_s": half_life, "at": now, "ledger": path,
+                   "default_account": (policy.fair_share_accounts.default
+                                       if policy.fair_share_accounts else None),
+                   "rows": [{**{c[0]: _rounded(getattr(row, c[0])) for c in SHARE_COLUMNS},
+                             "also_in": list(row.also_in)} for row in table.rows]},
+                  sys.stdout, indent=2)
+        print()
+        return EXIT_OK
+    print(f"fair share, usage in GPU-hours decayed with a half-life of"
+          f" {format_duration(half_life)} (from {visible(path)})")
+    cells = [[title for _id, title, _w, _cell in SHARE_COLUMNS]]
+    cells += [[visible(cell(getattr(row, key))) for key, _t, _w, cell in SHARE_COLUMNS]
+              for row in table.rows]
+    for line in cells:
+        print("  ".join(text.rjust(width) if i >= 2 else text.ljust(width)
+                        for i, (text, (_k, _t, width, _c)) in
+                        enumerate(zip(line, SHARE_COLUMNS, strict=True))).rstrip())
+    for row in table.rows:
+        if row.also_in:
+            print(f"  {visible(str(row.user))} is also in {', '.join(row.also_in)}: charged to"
+                  f" {row.account}, the first in the policy")
+    return EXIT_OK
+
+
+def _rounded(value: object) -> object:
+    return round(value, 6) if isinstance(value, float) else value
 
 
 def check_for_run(user: str, now: float | None = None) -> quota.Hold | None:

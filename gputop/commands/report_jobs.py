@@ -41,7 +41,10 @@ def _gib(value: float | None) -> str:
 
 def _head(job: dict[str, Any]) -> list[str]:
     """The job's fields as text cells (not yet escaped for a format)."""
-    return [job["kind"], job["id"], job["user"] or "?", job["host"], job["status"] or "-",
+    status = job["status"] or "-"
+    if job.get("cancelled_by"):
+        status += f" by {job['cancelled_by']}"
+    return [job["kind"], job["id"], job["user"] or "?", job["host"], status,
             _dur(job["runtime_s"]), _dur(job["requested_s"]), _dur(job["wait_s"]),
             str(len(job["gpus"])), job["name"] or ""]
 

@@ -117,7 +117,8 @@ def _run_job(conn: Connection, attempts: list[dict[str, Any]], now: float) -> Jo
                end=last["ended"], runtime_s=sum(a["ran_s"] or 0.0 for a in ran),
                requested_s=float(limit) if isinstance(limit, (int, float)) else None,
                wait_s=ran[0]["waited_s"] if ran else None, status=last["status"],
-               gpus=uses, finished=finished, attempts=len(attempts))
+               gpus=uses, finished=finished, attempts=len(attempts),
+               cancelled_by=last.get("cancelled_by"))
 
 
 def _run_gpu(conn: Connection, host_id: int | None, idx: int,

@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     submitted REAL NOT NULL, started REAL, ended REAL, updated REAL NOT NULL,
     status TEXT NOT NULL, reason TEXT, exit_code INTEGER, signal INTEGER,
     peak_mem INTEGER, mean_sm REAL, samples INTEGER NOT NULL DEFAULT 0, log TEXT,
-    pid INTEGER NOT NULL, pid_start INTEGER,
+    pid INTEGER NOT NULL, pid_start INTEGER, cancelled_by TEXT,
     PRIMARY KEY (id, attempt));
 CREATE INDEX IF NOT EXISTS {TABLE}_updated ON {TABLE} (updated)
 """
@@ -48,7 +48,7 @@ REASONS = ("done", "failed", "cancelled", "time cap", "killed", "gputop run kill
            "wait expired", "never ran")
 FIELDS = ("id", "attempt", "user", "uid", "host", "command", "request", "gpus", "submitted",
           "started", "ended", "updated", "status", "reason", "exit_code", "signal",
-          "peak_mem", "mean_sm", "samples", "log", "pid", "pid_start")
+          "peak_mem", "mean_sm", "samples", "log", "pid", "pid_start", "cancelled_by")
 MAX_ROWS = 100_000  # what one query returns at most
 _QUOTED = [f'"{n}"' for n in FIELDS]  # "user" is a word of PostgreSQL's
 _COLUMNS = ", ".join(_QUOTED)
@@ -139,9 +139,13 @@ def _safe_file(path: str, create: bool) -> None:
 
 
 def ensure_table(conn: Connection) -> None:
-    """The history table in an open ledger (one that has none yet)."""
+    """The history table in an open ledger (one that has none yet); a table made before
+    ``cancelled_by`` (issue 38.1) gets the column."""
     for statement in dialect_of(conn).schema(_SCHEMA):
         conn.execute(statement)
+    have = {d[0] for d in conn.execute(f"SELECT * FROM {TABLE} LIMIT 0").description}
+    if "cancelled_by" not in have:
+        conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN cancelled_by TEXT")
 
 
 def store(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
@@ -302,11 +306,13 @@ def _rows(path: str, since: float | None, user: str | None) -> Iterator[dict[str
             # The ledger holds every user's jobs (issue 38.1): a user reads their own.
             where.append("uid = ?")
             args.append(os.geteuid())
-        cursor = conn.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE"
+        # SELECT *: a file written before a column was added (read-only here) reads too.
+        cursor = conn.execute(f"SELECT * FROM {TABLE} WHERE"
                               f" {' AND '.join(where)} ORDER BY updated DESC LIMIT ?",
                               (*args, MAX_ROWS))
+        names = [d[0] for d in cursor.description]
         for values in cursor:
-            row = dict(zip(FIELDS, values, strict=True))
+            row = dict.fromkeys(FIELDS) | dict(zip(names, values, strict=True))
             if _valid(row):
                 yield row
     except sqlite3.Error as exc:

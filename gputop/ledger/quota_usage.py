@@ -10,14 +10,13 @@ plan. What counts is the host's ledger (the policy's
 
 from __future__ import annotations
 
-import grp
 import os
-import pwd
 import time
 from collections.abc import Iterable
 
 from gputop.analysis import quota
 from gputop.ledger import paths, query, store
+from gputop.policy import memberships  # the one home of "a group's members"
 
 Stamp = tuple[tuple[int, int] | None, ...]
 _cache: dict[tuple[str, str, float], tuple[Stamp, list[quota.Standing], dict[str, set[str]]]] = {}
@@ -38,20 +37,6 @@ def _stamp(path: str) -> Stamp:
 
 def ledger_path(quotas: quota.Quotas, given: str | None = None) -> str:
     return given or quotas.ledger or paths.SYSTEM_PATH
-
-
-def memberships() -> dict[str, set[str]]:
-    """Unix group -> its members (listed members and those whose primary group it is)."""
-    members: dict[str, set[str]] = {}
-    by_gid: dict[int, str] = {}
-    for group in grp.getgrall():
-        members.setdefault(group.gr_name, set()).update(group.gr_mem)
-        by_gid[group.gr_gid] = group.gr_name
-    for entry in pwd.getpwall():
-        name = by_gid.get(entry.pw_gid)
-        if name is not None:
-            members[name].add(entry.pw_name)
-    return members
 
 
 def groups_of(user: str, members: dict[str, set[str]]) -> set[str]:
