@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -37,10 +38,13 @@ def gputop(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
 
 
 def blocks(stdout: str) -> dict[str, list[str]]:
-    """Host name -> the lines of its block."""
+    """Host name -> the lines of its block (after the first block of several hosts, one
+    line per host: tests/test_once_cluster.py's)."""
     out = {}
     for block in stdout.strip().split("\n\n"):
         lines = block.splitlines()
+        if re.match(r"\d+ hosts: ", lines[0]):
+            continue
         out[lines[0].split()[0]] = lines
     return out
 

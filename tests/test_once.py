@@ -110,7 +110,8 @@ def test_error_host_block_and_multiple_hosts() -> None:
     down = model.error_snapshot("gpu-17", T0, model.HOST_UNREACHABLE, "connection refused")
     text = once.render_text([hand_snapshot(), down])
     blocks = text.split("\n\n")
-    assert blocks[0].startswith("box")
+    assert blocks[0].startswith("2 hosts: 1 down (1 unreachable)")  # the first block
+    assert blocks[1].startswith("box")
     assert any(b.startswith("gpu-17  UNREACHABLE") for b in blocks)
     # The state once (in the header), then why: never "unreachable: unreachable: ...".
     assert "gpu-17  UNREACHABLE  2027-01-15 08:00:00\n  connection refused\n" in text

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from gputop import model
-from gputop.analysis import hostview
+from gputop.analysis import hoststatus, hostview
 from gputop.analysis.durations import format_duration
 from gputop.analysis.health.common import HOST_STATE
 from gputop.commands import common
@@ -68,9 +68,9 @@ def _report(options: SourceOptions, as_json: bool, topology: bool = False) -> in
         else:
             out.write(render_text(snapshots, warnings, width=terminal_width(out),
                                   color=common.use_colour(out), now=now))
-    if common.nothing_to_show(snapshots):
-        return EXIT_NO_DRIVER
-    return EXIT_OK
+    # Any host that could not be read, not only all of them: a script that reads 100
+    # hosts learns of the one that is down (README, exit codes); its state is printed.
+    return EXIT_NO_DRIVER if any(not snap.ok for snap in snapshots) else EXIT_OK
 
 
 def run_demo_list() -> int:
@@ -175,9 +175,12 @@ def render_text(
     color: bool = False,
     now: float | None = None,
 ) -> str:
-    """``now``: the moment whose reservations hold (None: each snapshot's own time)."""
+    """``now``: the moment whose reservations hold (None: each snapshot's own time).
+    Several hosts start with one line each (``summary_lines``), problems first."""
     paint = _painter(color)
     blocks = []
+    if len(snapshots) > 1:
+        blocks.append("\n".join(summary_lines(snapshots, warnings or {}, width, paint, now)))
     for snap in snapshots:
         lines = _host_block(hostview.view(snap, snap.time if now is None else now), width,
                             paint)
@@ -189,6 +192,79 @@ def render_text(
             lines.extend(_warning_lines(found, width, paint))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
+
+
+_RANK_WORDS = {hoststatus.DOWN: "down", hoststatus.CRITICAL: "critical",
+               hoststatus.WARNED: "warning", hoststatus.FINE: "ok"}
+_SEVERITY_STYLES = {model.CRITICAL: _RED, model.WARNING: _YELLOW, model.INFO: _DIM}
+_NAME_MOST = 32  # cells of a host name in the summary; longer ones are cut
+_WORST_LEAST = 16  # cells the worst warning keeps however narrow the terminal
+
+
+def summary_lines(
+    snapshots: Sequence[HostSnapshot], warnings: Mapping[str, list[model.HealthWarning]],
+    width: int | None, paint: Callable[[str, str], str], now: float | None = None,
+) -> list[str]:
+    """The first block for several hosts: how many are down (and why, by state), with
+    critical or other warnings, and their cards free / busy / broken; then one line per
+    host, problems first (the cluster overview's order): state, its cards, and its worst
+    warning (for a host down: why).  A lab of 100 hosts reads its 10 dead ones here, not
+    1,400 lines further down."""
+    statuses = [hoststatus.status(s, warnings.get(s.host) or (), s.time if now is None else now)
+                for s in snapshots]
+    ranks = {rank: sum(st.rank == rank for st in statuses) for rank in _RANK_WORDS}
+    down: dict[str, int] = {}
+    gpus: dict[str, int] = {}
+    for st in statuses:
+        if st.rank == hoststatus.DOWN:
+            down[st.snapshot.state] = down.get(st.snapshot.state, 0) + 1
+        for kind, count in st.gpus.items():
+            gpus[kind] = gpus.get(kind, 0) + count
+    # Free, busy and broken always; reserved and unknown where some card is.
+    kinds = [k for k in hoststatus.KINDS
+             if gpus.get(k) or k in (hoststatus.FREE, hoststatus.BUSY, hoststatus.BROKEN)]
+    words = []
+    for rank, word in _RANK_WORDS.items():
+        if ranks[rank] or rank == hoststatus.DOWN:
+            text = f"{ranks[rank]} {word}"
+            if rank == hoststatus.DOWN and down:
+                text += " (" + ", ".join(f"{n} {state}" for state, n in down.items()) + ")"
+            words.append(text)
+    cards = ", ".join(f"{gpus.get(k, 0)} {k}" for k in kinds)
+    hosts = f"{len(statuses)} hosts: {', '.join(words)}"
+    cards = f"{sum(gpus.values())} GPUs: {cards}"
+    one = f"{hosts}   {cards}"
+    style = _RED if ranks[hoststatus.DOWN] else _BOLD
+    lines = [paint(_fit(text, width), style)
+             for text in ([one] if width is None or _display_width(one) <= width
+                          else [hosts, cards])]
+    state_w = max(len(s.state) for s in snapshots)
+    # The names as wide as the longest, within _NAME_MOST and what leaves WORST some room.
+    rest = 2 + state_w + 2 + sum(len(k) + 1 for k in kinds) + 1 + _WORST_LEAST
+    name_w = max(min(max(_display_width(visible(s.host)) for s in snapshots), _NAME_MOST,
+                     _NAME_MOST if width is None else width - rest), 4)
+    head = (f"{'HOST':<{name_w}}  {'STATE':<{state_w}}  "
+            + " ".join(k.upper() for k in kinds) + "  WORST")
+    lines.append(paint(_fit(head, width), _BOLD))
+    for st in hoststatus.problems_first(statuses):
+        snap = st.snapshot
+        name = _fit(visible(snap.host), name_w)
+        name += " " * (name_w - _display_width(name))
+        counts = " ".join(f"{st.gpus.get(k, 0) if snap.gpus else '-':>{len(k)}}"
+                          for k in kinds)
+        fixed = f"{name}  {snap.state:<{state_w}}  {counts}  "
+        if st.rank == hoststatus.DOWN:
+            why, style = visible(snap.error or snap.state), _RED
+        elif st.worst is not None:
+            w = st.worst
+            where = f"GPU {w.gpu}" if w.gpu is not None else "host"
+            why = f"{w.severity.upper()} {where}: {visible(w.message)}"
+            style = _SEVERITY_STYLES.get(w.severity, "")
+        else:
+            why, style = "-", ""
+        room = None if width is None else max(width - _display_width(fixed), _WORST_LEAST)
+        lines.append(fixed + paint(_fit(why, room), style))
+    return lines
 
 
 def _painter(color: bool) -> Callable[[str, str], str]:

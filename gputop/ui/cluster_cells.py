@@ -7,7 +7,8 @@ their filter (``ProcFilter``).  Whether a card is reserved is the host view's an
 (analysis/hostview.py): a reservation of one MIG device does not make its card reserved.
 
 Host names, users, labels and commands are untrusted text: built as ``rich.text.Text``,
-never parsed as markup.
+never parsed as markup.  A card's class (``gpu_class``) and a host's rank
+(``problem_rank``) are analysis/hoststatus.py's: `--once` says them too.
 """
 
 from __future__ import annotations
@@ -20,9 +21,19 @@ from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 from gputop import model
-from gputop.analysis import pick as picking
 from gputop.analysis import workload_groups
-from gputop.analysis.hostview import HostView, view
+from gputop.analysis.hoststatus import (  # noqa: F401 - re-exported for the screens
+    BROKEN,
+    BUSY,
+    FINE,
+    FREE,
+    RESERVED,
+    UNKNOWN,
+    gpu_class,
+    problem_rank,
+    worst_warnings,
+)
+from gputop.analysis.hostview import view
 from gputop.analysis.orphans import ProcessFlags
 from gputop.analysis.pipeline import Flags
 from gputop.model import Gpu, GpuProcess, HostSnapshot
@@ -35,10 +46,6 @@ MAX_NAME_WIDTH = 40  # ...as far as this and the screen allow (name_width)
 STATE_WIDTH = 11
 CELL_WIDTH = 8  # "100 93!R" is 8 cells; one space between GPU cells
 NARROW_CELL_WIDTH = 5  # "100!R": util only, when the full cells do not fit the terminal
-FREE_UTIL = 5  # % SM at or below which a card counts as free...
-FREE_MEM = 5.0  # ...when also at most this % of its memory is used
-
-FREE, BUSY, BROKEN, RESERVED, UNKNOWN = "free", "busy", "broken", "reserved", "unknown"
 
 # Short forms so that a state fits its column; the full error is on the totals' detail.
 STATE_LABELS = {
@@ -61,40 +68,9 @@ GPU_STYLES = {
 }
 
 
-def gpu_class(gpu: Gpu, snap: HostSnapshot, now: float, warned: bool = False,
-              shown: HostView | None = None) -> str:
-    """free / busy / reserved / broken / unknown for one card; ``shown``: the host's
-    view at ``now``, when the caller has it (one per host, not one per card)."""
-    if gpu.state != model.GPU_OK:
-        return BROKEN
-    if warned and gpu.ecc_volatile_uncorrected:
-        return BROKEN
-    card = (shown or view(snap, now)).card(gpu.index)
-    if card is not None and card.reserved:
-        return RESERVED
-    if picking.unknown(gpu):
-        return UNKNOWN  # unknown is never free
-    busy_util = gpu.util_gpu is not None and gpu.util_gpu > FREE_UTIL
-    busy_mem = gpu.mem_percent is not None and gpu.mem_percent > FREE_MEM
-    held = any(p.gpu == gpu.index for p in snap.processes)
-    return BUSY if busy_util or busy_mem or held else FREE
-
-
 # -- problems first -------------------------------------------------------------------
 
-DOWN, CRITICAL, WARNED, FINE = range(4)  # a host's rank in the overview, worst first
 PROBLEM_HOLD_S = 30.0  # how long a host that got better keeps its place (no flapping rows)
-
-
-def problem_rank(snap: HostSnapshot, worst: str | None) -> int:
-    """Down (no data: refused, timed out, stale...), then a CRITICAL warning, then a
-    WARNING, then the rest; ``worst``: the host's most severe warning.  A host still
-    connecting for the first time is not known to have a problem."""
-    if not snap.ok and snap.state != model.HOST_CONNECTING:
-        return DOWN
-    if worst == model.CRITICAL:
-        return CRITICAL
-    return WARNED if worst == model.WARNING else FINE
 
 
 @dataclass
@@ -125,19 +101,6 @@ class ProblemOrder:
         ranks = [self.rank(s.host, problem_rank(s, worst.get(s.host)), now) for s in snaps]
         order = sorted(range(len(snaps)), key=lambda n: (ranks[n], n))
         return [snaps[n] for n in order]
-
-
-def worst_warnings(warnings: Iterable[model.HealthWarning]) -> dict[str, str]:
-    """Each host's most severe warning."""
-    out: dict[str, str] = {}
-    for w in warnings:
-        if w.host is None:
-            continue
-        had = out.get(w.host)
-        if had is None or model.SEVERITY_ORDER.get(w.severity, 9) < model.SEVERITY_ORDER.get(
-                had, 9):
-            out[w.host] = w.severity
-    return out
 
 
 def fold_text(above: Sequence[HostSnapshot], below: Sequence[HostSnapshot],
