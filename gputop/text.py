@@ -7,33 +7,38 @@ Standard library only: the one-shot commands use it, and the dashboard's rich Te
 
 from __future__ import annotations
 
-import re
 import time
+import unicodedata
 
-# Any C0/C1 control character, DEL included: ESC must never reach the terminal raw,
-# and a newline or tab must not break a one-line cell.  Also the invisible format
-# characters that make text lie about itself: bidirectional overrides and isolates
-# (U+202E shows "exe.txt" for "txt.exe") and zero-width characters (two names that look
-# the same are different users).
-_CONTROL = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
-    "\u2066-\u2069\ufeff]"
-)
+# Unicode's "Other, control" (C0/C1, DEL: ESC must never reach the terminal raw, and a
+# newline or tab must not break a one-line cell), "Other, format" (bidirectional
+# overrides and isolates: U+202E shows "exe.txt" for "txt.exe"; zero-width characters:
+# two names that look the same are different users), the line and paragraph separators
+# U+2028/U+2029 (a terminal or log viewer may break the line there) and lone surrogates
+# (undecodable bytes of a command line; printed raw they end the program).  By category,
+# not a list: a character Unicode adds to these is escaped too.
+_UNSAFE = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
 _NAMED = {"\x1b": "\\e", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 def _escape(char: str) -> str:
+    if unicodedata.category(char) not in _UNSAFE:
+        return char
     code = ord(char)
-    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    if code < 0x100:
+        return _NAMED.get(char) or f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def visible(text: str | None) -> str:
-    """Untrusted text with control characters replaced by visible escapes."""
+    """Untrusted text with control, format and separator characters replaced by visible
+    escapes: the one escaping function of every view (--once, --watch, check, the
+    dashboard's rich Text)."""
     if not text:
         return ""
-    if not _CONTROL.search(text):
+    if text.isprintable():  # none of those (the fast path: one C loop)
         return text
-    return _CONTROL.sub(lambda m: _escape(m.group()), text)
+    return "".join(map(_escape, text))
 
 
 def clock(fmt: str, epoch: float) -> str:

@@ -68,6 +68,7 @@ LAZY = {
     "gputop.sources.probe": "probe",
     "gputop.sources.procfs": "one-shot",
     "gputop.sources.prometheus": "optional",
+    "gputop.sources.serveapi": "optional",
     "gputop.sources.prompivot": "one-shot",
     "gputop.sources.workload": "optional",
     "gputop.ui.app": "start-up",

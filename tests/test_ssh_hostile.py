@@ -80,7 +80,7 @@ EXPECTED = {
     "numbers": (model.HOST_OK, "out of range ignored"),
     "escapes": (model.HOST_OK, None),
     "procs": (model.HOST_ERROR, "more than 4 MiB"),  # 100,000 processes: ~10 MB a line
-    "manyprocs": (model.HOST_OK, "5000 processes, the first 4096 kept"),
+    "manyprocs": (model.HOST_OK, "4,096 of 5,000 processes shown"),
     "silent": (model.HOST_TIMEOUT, "no answer"),
 }
 
@@ -183,5 +183,5 @@ def test_checker_cuts_text_and_lists() -> None:
     (proc,) = cleaned["processes"]
     assert len(proc["command"]) == untrusted.MAX_TEXT
     assert len(proc["cmdline"]) == untrusted.MAX_ITEMS["cmdline"]
-    assert "100 gpus, the first 64 kept" in notes
+    assert "64 of 100 gpus shown" in notes
     assert json.loads("[NaN, Infinity]", parse_constant=untrusted.json_constant) == [None, None]

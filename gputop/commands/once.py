@@ -285,8 +285,10 @@ def _host_block(
     lines = [_fit(_host_header(snap), width)]
     if not snap.ok:
         # The header says the state (UNREACHABLE); this line only why, once.
-        lines.append(paint(_fit(f"  {visible(snap.error or snap.state)}", width), _RED))
+        lines.append(paint(_fit(f"  {snap.error or snap.state}", width), _RED))
         return lines
+    if snap.error:  # an ok host's note, e.g. "4,096 of 100,000 processes shown"
+        lines.append(paint(_fit(f"  {snap.error}", width), _YELLOW))
     lines.append(paint(_fit(_GPU_HEADER, width), _BOLD))
     if not snap.gpus:
         lines.append("  no GPUs")
@@ -294,12 +296,12 @@ def _host_block(
         lines.append(_gpu_line(card.gpu, width, paint))
         lines.extend(_fit(line, width) for line in mig_lines(card))
         if card.jobs:  # the jobs an exporter names for the card (no process list)
-            lines.append(_fit(f"     jobs: {visible(card.jobs)}", width))
+            lines.append(_fit(f"     jobs: {card.jobs}", width))
     for hold in shown.holds:  # a MIG device's as "GPU 0:1": it holds the device, not the card
         res = hold.reservation
         until = clock("%a %H:%M", res.until)
-        note = f"  {visible(res.note)}" if res.note else ""
-        text = f"  GPU {hold.unit} reserved by {visible(res.user)} until {until}{note}"
+        note = f"  {res.note}" if res.note else ""
+        text = f"  GPU {hold.unit} reserved by {res.user} until {until}{note}"
         lines.append(_fit(text, width))
     lines.append("")
     if model.NO_PROCESS_LIST in snap.missing and not snap.processes:
@@ -321,18 +323,18 @@ def _host_block(
 
 
 def _host_header(snap: HostSnapshot) -> str:
-    parts = [visible(snap.host)]
+    parts = [snap.host]
     if snap.demo:
         parts.append("DEMO")
     if snap.hostname and snap.hostname != snap.host:
-        parts.append(f"({visible(snap.hostname)})")
+        parts.append(f"({snap.hostname})")
     if snap.state != model.HOST_OK:
         parts.append(snap.state.upper())
     if snap.driver_version:
         parts.append(f"driver {snap.driver_version}")
     if snap.cuda_version:
         parts.append(f"CUDA {snap.cuda_version}")
-    parts.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time)))
+    parts.append(clock("%Y-%m-%d %H:%M:%S", snap.time))
     return "  ".join(parts)
 
 
@@ -345,7 +347,7 @@ def _card_name(name: str | None) -> str:
 def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> str:
     name = _card_name(gpu.name)
     if gpu.state != model.GPU_OK:
-        text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {visible(gpu.error or '')}"
+        text = f"{gpu.index:>3}  {name:<24} {gpu.state.upper()}: {gpu.error or ''}"
         return paint(_fit(text, width), _RED)
     util = _pct(gpu.util_gpu)
     mem = _mem_pair(gpu.mem_used, gpu.mem_total)
@@ -361,7 +363,7 @@ def _gpu_line(gpu: Gpu, width: int | None, paint: Callable[[str, str], str]) -> 
 
 def mig_lines(card: hostview.CardView) -> list[str]:
     """Under a MIG card: its MIG state, then one line per MIG device in the card
-    line's columns."""
+    line's columns (untrusted text raw: the caller fits them, which escapes it)."""
     gpu = card.gpu
     lines = [f"     {card.mig_summary}"] if card.mig_summary else []
     for line in card.devices:
@@ -369,11 +371,11 @@ def mig_lines(card: hostview.CardView) -> list[str]:
         mem = _mem_pair(dev.mem_used, dev.mem_total)
         bar1 = f"BAR1 {_mem(dev.bar1_used)}/{_mem(dev.bar1_total)}"
         lines.append(f" {line.label:<4}{line.title:<20} {line.activity:>9} {mem:>15}"
-                     f"  {visible(dev.uuid or 'n/a')}  {bar1}")
+                     f"  {dev.uuid or 'n/a'}  {bar1}")
         if line.jobs:  # the instance's own jobs (a pod on its GI), under its line
-            lines.append(f"     jobs: {visible(line.jobs)}")
+            lines.append(f"     jobs: {line.jobs}")
     if gpu.mig_note:
-        lines.append(f"     {visible(gpu.mig_note)}")
+        lines.append(f"     {gpu.mig_note}")
     return lines
 
 
@@ -408,10 +410,10 @@ def _warning_lines(
     styles = {model.CRITICAL: _RED, model.WARNING: _YELLOW, model.INFO: _DIM}
     for w in sorted(warnings, key=lambda w: model.SEVERITY_ORDER.get(w.severity, 9)):
         where = f"GPU {w.gpu}" if w.gpu is not None else "host"
-        text = f"{w.severity.upper():<8} {where:<6} {visible(w.message)}"
+        text = f"{w.severity.upper():<8} {where:<6} {w.message}"
         lines.append(paint(_fit(text, width), styles.get(w.severity, "")))
         if w.hint:
-            lines.append(_fit(f"{'':<15} hint: {visible(w.hint)}", width))
+            lines.append(_fit(f"{'':<15} hint: {w.hint}", width))
     return lines
 
 
@@ -431,7 +433,10 @@ def _display_width(text: str) -> int:
 
 
 def _fit(text: str, width: int | None) -> str:
-    """Cut text to at most ``width`` terminal cells (None: no limit), marking the cut."""
+    """Text made visible (every line but a process's, whose cells are escaped each,
+    passes here: what a remote host sent never reaches the terminal raw), cut to at most
+    ``width`` terminal cells (None: no limit), marking the cut."""
+    text = visible(text)
     if width is None or _display_width(text) <= width:
         return text
     room = width - len(_ELLIPSIS)

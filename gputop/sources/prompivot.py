@@ -530,6 +530,18 @@ def _reported(host: _Host) -> tuple[HealthWarning, ...]:
                  for (code, _gpu), (severity, gpu) in sorted(host.warnings.items()))
 
 
+def _conflict(host: _Host) -> str | None:
+    """Two exporters (scrape targets) naming one host: which numbers are its is not
+    known, so neither's are shown, nor merged (a second exporter claiming ``Hostname="vm"``
+    with zeros would replace the real one's card by card)."""
+    if len(host.instances) < 2:
+        return None
+    named = sorted(host.instances)
+    listed = ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+    return (f"{len(named)} exporters claim this host name: {listed}; neither's numbers are "
+            "shown (give each host one exporter, or each exporter its own Hostname)")
+
+
 def _snapshot(host: _Host, up: dict[str, float], scraped: dict[str, float], now: float,
               stale_after_s: float, complete: frozenset[str] = FIELD_NAMES) -> HostSnapshot:
     if SOURCE_GPUTOP in host.sources:
@@ -538,6 +550,9 @@ def _snapshot(host: _Host, up: dict[str, float], scraped: dict[str, float], now:
     source = "prometheus: " + " + ".join(sources)
     times = [scraped[i] for i in host.instances if i in scraped]
     taken = max(times) if times else now
+    conflict = _conflict(host)
+    if conflict:
+        return error_snapshot(host.name, taken, model.HOST_ERROR, conflict, source=source)
     dead = sorted(i for i in host.instances if up.get(i) == 0)
     if dead and not host.cards:
         return error_snapshot(host.name, taken, model.HOST_UNREACHABLE,

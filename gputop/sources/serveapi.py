@@ -11,41 +11,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
+import socket
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from gputop import model
 from gputop.hosts import HostSpec
 from gputop.model import HostSnapshot, error_snapshot
-from gputop.sources import networds
+from gputop.sources import networds, untrusted
 from gputop.sources.feed import ReadOnlyFeed
-from gputop.sources.prometheus import PromError, read_body
+from gputop.sources.prometheus import PromError, _Deadline, read_body
 
 WHY_READ_ONLY = ("read from gputop serve's snapshot API: kill and reserve need SSH to "
                  "the host")
+# Same-origin redirects followed (a proxy's trailing-slash answer); another origin's never.
+MAX_REDIRECTS = 3
 
 
 def fetch(spec: HostSpec, timeout: float) -> HostSnapshot:
     """The host's snapshot, named as the hosts file names it; never raising."""
     now = time.time()
     try:
-        request = urllib.request.Request(f"{spec.url}/api/v1/snapshot",
-                                         headers={"Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                raw = read_body(response)
-        except urllib.error.HTTPError as err:
-            raise PromError(model.HOST_ERROR, f"HTTP {err.code} {err.reason}") from None
-        except (TimeoutError, OSError) as err:
-            reason = getattr(err, "reason", err)
-            if isinstance(reason, TimeoutError) or "timed out" in str(reason):
-                raise PromError(model.HOST_TIMEOUT, f"no answer within {timeout:g} s") from None
-            raise PromError(model.HOST_UNREACHABLE,
-                            networds.url_problem(err, spec.url or "", networds.SERVE)) from None
-        return _snapshot(spec, raw)
+        return _snapshot(spec, _get(f"{spec.url}/api/v1/snapshot", timeout), now)
     except PromError as err:
         # A network problem names its host and port already (networds); the rest do not.
         unreachable = err.state == model.HOST_UNREACHABLE
@@ -54,18 +45,100 @@ def fetch(spec: HostSpec, timeout: float) -> HostSnapshot:
                               source="gputop serve", labels=spec.labels)
 
 
-def _snapshot(spec: HostSpec, raw: bytes) -> HostSnapshot:
+def _get(url: str, timeout: float) -> bytes:
+    """GET ``url``'s body within one deadline for the whole exchange: connecting, the
+    TLS handshake, headers sent a byte at a time and the body (a server that drips
+    bytes is a timeout, not a wait without end).  A redirect to another origin is
+    refused, as the Prometheus client refuses them: the hosts file names the host whose
+    numbers these are, and another must not answer for it."""
+    deadline = time.monotonic() + timeout
+    for _ in range(MAX_REDIRECTS + 1):
+        parts = urllib.parse.urlsplit(url)
+        try:
+            conn = _connect(parts, deadline)
+            try:
+                conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""),
+                             headers={"Accept": "application/json"})
+                response = conn.getresponse()
+                if 300 <= response.status < 400:
+                    url = _redirect(url, response.status, response.getheader("Location"))
+                    continue
+                if response.status != 200:
+                    raise PromError(model.HOST_ERROR,
+                                    f"HTTP {response.status} {str(response.reason)[:100]}")
+                return read_body(response)
+            finally:
+                conn.close()
+        except PromError:
+            raise
+        except (TimeoutError, OSError, http.client.HTTPException, ValueError) as err:
+            if isinstance(err, TimeoutError) or "timed out" in str(err):
+                raise PromError(model.HOST_TIMEOUT, f"no answer within {timeout:g} s") from None
+            if isinstance(err, (http.client.HTTPException, ValueError)):
+                raise PromError(model.HOST_ERROR,
+                                f"not an HTTP answer ({type(err).__name__})") from None
+            raise PromError(model.HOST_UNREACHABLE,
+                            networds.url_problem(err, url, networds.SERVE)) from None
+    raise PromError(model.HOST_ERROR, f"more than {MAX_REDIRECTS} redirects")
+
+
+def _connect(parts: urllib.parse.SplitResult, deadline: float) -> http.client.HTTPConnection:
+    """A connection whose socket (connect and handshake included) waits only until
+    ``deadline``."""
+    host, port = parts.hostname or "", parts.port
+    https = parts.scheme == "https"
+    conn = (http.client.HTTPSConnection(host, port) if https
+            else http.client.HTTPConnection(host, port))
+    sock = socket.create_connection((host, conn.port), timeout=_left(deadline))
     try:
-        doc = json.loads(raw)
+        if https:
+            import ssl  # https only: ssl is a tenth of `gputop --once`'s start
+
+            sock.settimeout(_left(deadline))  # the handshake's whole wait, not each read's
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
+    conn.sock = _Deadline(sock, deadline)
+    return conn
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.hostname or "", parts.port
+
+
+def _redirect(url: str, status: int, location: Any) -> str:
+    where = str(location or "")[:200]
+    target = urllib.parse.urljoin(url, where)
+    if not where or _origin(target) != _origin(url):
+        raise PromError(model.HOST_ERROR, f"HTTP {status} redirect to {where or '?'} not "
+                        "followed: another host must not answer for this one (give url: "
+                        "the address gputop serve answers on)")
+    return target
+
+
+def _snapshot(spec: HostSpec, raw: bytes, now: float) -> HostSnapshot:
+    try:
+        doc = json.loads(raw, parse_constant=untrusted.json_constant)
         hosts = doc["hosts"] if isinstance(doc, dict) and doc.get("schema") == 1 else None
         if not isinstance(hosts, list) or len(hosts) != 1 or not isinstance(hosts[0], dict):
             raise PromError(model.HOST_ERROR, "not a gputop snapshot (schema 1, one host)")
-        data = {**hosts[0], "host": spec.name, "labels": list(spec.labels),
-                "source": "gputop serve"}
-        return HostSnapshot.from_dict(data)
+        # Every field checked as the SSH probe's are (sources/untrusted.py).
+        data, notes = untrusted.clean_snapshot(hosts[0])
+        data.update(host=spec.name, labels=list(spec.labels), source="gputop serve")
+        data.setdefault("time", now)
+        return HostSnapshot.from_dict(untrusted.say_notes(data, notes, "snapshot"))
     except PromError:
         raise
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as err:
         raise PromError(model.HOST_ERROR, f"bad snapshot: {type(err).__name__}") from None
 
 

@@ -619,12 +619,8 @@ class SshFeed:
         data["host"] = host.spec.name  # the name the user knows, whatever the probe says
         data["labels"] = list(host.spec.labels)
         data.setdefault("time", self.clock())
-        if notes:
-            said = data.get("error")
-            data["error"] = "; ".join(([said] if said else []) + [
-                "probe data not as expected: " + ", ".join(notes)])
         try:
-            snapshot = HostSnapshot.from_dict(data)
+            snapshot = HostSnapshot.from_dict(untrusted.say_notes(data, notes, "probe data"))
         except (TypeError, ValueError) as exc:
             self._state(host, model.HOST_ERROR, f"bad snapshot from the probe: {exc}")
             return False

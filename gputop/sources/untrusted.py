@@ -8,9 +8,12 @@ the rest, field by field, with the rules the dataclasses' annotations imply:
   64 bits; ``bool`` is not a number; an ``int`` field takes only integers;
 - text is text, at most ``MAX_TEXT`` characters (a 100 KB "command line" is cut); control
   and bidi characters are kept as sent, since every view escapes them (``text.visible``);
+- a moment (``EPOCH_FIELDS``) is within ``EPOCH_RANGE``: a clock at 1e300 is no time any
+  view can print; the snapshot's own ``time`` out of it makes the host an error;
 - lists of records have at most a fixed number of entries (``MAX_ITEMS``; a 100,000-process
-  snapshot keeps the first ``MAX_ITEMS["processes"]``), and a record whose required field
-  is missing or of the wrong type is dropped;
+  snapshot keeps the first ``MAX_ITEMS["processes"]``, and says "4,096 of 100,000
+  processes shown"), and a record whose required field is missing or of the wrong type
+  is dropped;
 - what was dropped or cut is counted, and said once in the snapshot's ``error``.
 
 ``json_constant`` is for ``json.loads(parse_constant=...)``: NaN and Infinity become None.
@@ -41,6 +44,15 @@ MAX_ITEMS = {
     "field_errors": 64,
 }
 _DEFAULT_ITEMS = 256
+# The fields that are moments (epoch seconds), and the moments a host may send: 2000 to
+# 2100.  A host whose clock is decades off sends no data a view can place in time.
+EPOCH_FIELDS = {
+    (model.HostSnapshot, "time"), (model.GpuProcess, "start_time"), (model.XidEvent, "time"),
+    (model.Reservation, "until"), (model.Reservation, "since"),
+    (model.QueueJob, "submitted"), (model.Workload, "end_time"),
+    (model.HealthWarning, "since"),
+}
+EPOCH_RANGE = (946_684_800.0, 4_102_444_800.0)
 _INT_MAX = (1 << 63) - 1
 
 _RECORDS: dict[str, type] = {
@@ -63,7 +75,7 @@ class _Tally:
         self.cut: dict[str, int] = {}
 
     def notes(self) -> list[str]:
-        out = [f"{count} {name}, the first {MAX_ITEMS.get(name, _DEFAULT_ITEMS)} kept"
+        out = [f"{MAX_ITEMS.get(name, _DEFAULT_ITEMS):,} of {count:,} {name} shown"
                for name, count in self.cut.items()]
         if self.bad_records:
             out.append(f"{self.bad_records} malformed entries dropped")
@@ -81,7 +93,29 @@ def clean_snapshot(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     tally = _Tally()
     out = _spec(model.HostSnapshot).clean(data, tally, top=True)
     assert out is not None  # the top level keeps going without its required fields
-    return out, tally.notes()
+    clock = []
+    if data.get("time") is not None and "time" not in out:
+        # Its numbers are of no known moment: not shown as if they were now.  (None, as
+        # NaN reads, is no time given: the reader's clock stands in, as for none at all.)
+        out["state"] = model.HOST_ERROR
+        tally.bad_fields -= 1  # said here, not among the counted
+        clock = [f"its clock says {_shown(data['time'])}, not a time between 2000 and 2100"]
+    return out, clock + tally.notes()
+
+
+def say_notes(data: dict[str, Any], notes: list[str], what: str) -> dict[str, Any]:
+    """``data`` (a cleaned snapshot) with ``notes`` added to its ``error``, once: what
+    every view shows beside the host ("probe data not as expected: 4,096 of 100,000
+    processes shown")."""
+    if notes:
+        said = data.get("error")
+        data["error"] = "; ".join(([said] if said else []) +
+                                  [f"{what} not as expected: " + ", ".join(notes)])
+    return data
+
+
+def _shown(raw: Any) -> str:
+    return repr(raw)[:40] if type(raw) is not float else f"{raw:g}"
 
 
 # A state outside its vocabulary (of any type) is the error state, never the default "ok".
@@ -110,7 +144,10 @@ class _Spec:
             optional = kind.endswith(" | None")
             base = kind[: -len(" | None")] if optional else kind
             simple = base if base in ("int", "float", "str", "bool") else ""
-            self.fields.append((field.name, simple, optional, _checker(kind, field.name)))
+            check = _checker(kind, field.name)
+            if (cls, field.name) in EPOCH_FIELDS:
+                simple, check = "", _epoch(optional)
+            self.fields.append((field.name, simple, optional, check))
             if (field.default is dataclasses.MISSING
                     and field.default_factory is dataclasses.MISSING):
                 self.required.append(field.name)
@@ -159,6 +196,17 @@ class _Spec:
 
 
 _SPECS: dict[type, _Spec] = {}
+
+
+def _epoch(optional: bool) -> Checker:
+    low, high = EPOCH_RANGE
+
+    def check(raw: Any, _t: _Tally) -> tuple[bool, Any]:
+        if raw is None:
+            return optional, None
+        ok = type(raw) in (int, float) and low <= raw <= high  # NaN fails too
+        return ok, float(raw) if ok else None
+    return check
 
 
 def _spec(cls: type) -> _Spec:

@@ -71,6 +71,18 @@ def main(mode: str) -> None:
                   "command": f"python train.py --rank {i}"} for i in range(count)]
         gpus = [{"index": g, "mem_total": 80 << 30, "mem_used": 1 << 30} for g in range(8)]
         every(snapshot(processes=procs, gpus=gpus), 1.0)
+    elif mode == "textfields":  # escapes in the fields the header prints, Unicode breaks
+        every(snapshot(
+            hostname="node\u2029fake", driver_version="550\x1b]2;pwned\x07",
+            cuda_version="12.4\u2028\x1b[2J", nvml_version="\u202e1",
+            gpus=[{"index": 0, "name": "H100\u2028", "mem_total": 80 << 30,
+                   "mem_used": 1 << 30, "uuid": "GPU-\x1b[5m"}],
+            processes=[{"pid": 7, "gpu": 0, "gpu_mem": 1 << 20, "user": "eve\u2066",
+                        "type": "C\x1b", "command": "python\u2028\u00adx.py\u200b"}]))
+    elif mode == "clock":  # a time no clock can print
+        every(snapshot(time=1e300))
+    elif mode == "crowd":  # 100,000 processes in short entries: under the 4 MiB line cap
+        every(snapshot(processes=[{"pid": 1000 + i, "gpu": 0} for i in range(100_000)]), 1.0)
     elif mode == "silent":  # a probe that never answers
         until_eof()
 
