@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from gputop.commands import once
+from gputop.exitcodes import EXIT_NO_DRIVER
 from gputop.options import SourceOptions
 
 
@@ -44,7 +45,8 @@ def test_json_of_the_demo_cluster_is_one_write_per_megabyte(tmp_path, monkeypatc
     out = unbuffered(path)
     monkeypatch.setattr(sys, "stdout", out)
     CountingFile.calls = 0
-    assert once.run(SourceOptions(demo="cluster"), as_json=True) == 0
+    # The demo cluster has a host down: exit 3 (issue 43.6), the document whole all the same.
+    assert once.run(SourceOptions(demo="cluster"), as_json=True) == EXIT_NO_DRIVER
     out.close()
     text = path.read_text()
     doc = json.loads(text)
