@@ -153,7 +153,7 @@ def test_hosts_file_url_entry_reads_the_snapshot_api(tmp_path) -> None:
     finally:
         proc.terminate()
         proc.wait(20)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # "gone" could not be read (issue 43.6)
     found = {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
     assert found["box"]["state"] == "ok" and found["box"]["source"] == "gputop serve"
     assert len(found["box"]["gpus"]) == 8 and found["box"]["processes"]
