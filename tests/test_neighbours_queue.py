@@ -119,7 +119,7 @@ def test_a_held_lock_stops_only_its_card_and_names_its_holder(host: Host) -> Non
         assert first.wait(timeout=LIMIT_S) == 0, _err(first)
         assert _cards_started(host, "one") == ["1"]
         # A job that wants that card waits, and says who holds it.
-        mine = host.job("gt18b", "zero", "--gpu-ids", "0", "--wait", "10s", mode="0.1")
+        mine = host.job("gt18b", "zero", "--gpu-ids", "0", "--wait", "25s", mode="0.1")
         assert mine.wait(timeout=LIMIT_S) == 5
         err = _err(mine)
         assert f"GPU 0 lock held by pid {holder.pid} (gt18d)" in err, err
